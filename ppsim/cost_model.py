@@ -1,0 +1,217 @@
+"""Cost model v1: analytic FLOPs of GPT blocks on a roofline, or the user's explicit costs.
+
+Per transformer block and micro-batch (b sequences of s tokens, width h, MLP width f, a heads):
+- forward FLOPs: QKV 6bsh^2 + scores and attention-times-V 4bs^2h + output projection 2bsh^2
+  + MLP 4bshf  (= 24bsh^2 + 4bs^2h for f = 4h);
+- input grad: the same matmuls again (8bsh^2 + 4bshf) plus both operands of the two attention
+  matmuls (8bs^2h); weight grad: 8bsh^2 + 4bshf. Backward = input grad + weight grad = 2 x forward.
+- the LM head (final norm, logits, loss) on the last stage: 2bshV forward, 2bshV each for input
+  and weight grad; the embedding on the first stage: a lookup, no matmul FLOPs.
+- activations held per micro-batch (16-bit, no recompute, Korthikanti et al.): sbh(34 + 5as/h)
+  bytes per block; the message between stages: s x b x h elements.
+Time = FLOPs / (peak x efficiency). Optimizer step: 32 bytes of memory traffic per parameter at
+HBM bandwidth (mixed-precision Adam). Gradient all-reduce: ring, 2(d-1)/d x bytes / bandwidth +
+2(d-1) x latency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppsim import partition as part
+from ppsim.costs import CostTable, Link, StageCost
+from ppsim.errors import ScenarioError
+from ppsim.hardware import Device, get_device
+from ppsim.scenario import DTYPE_BYTES, ModelSpec, Scenario, per_stage
+
+OPTIMIZER_BYTES_PER_PARAM = 32
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """FLOPs, parameters and held activations of one layer for one micro-batch."""
+
+    name: str
+    forward_flops: float
+    input_grad_flops: float
+    weight_grad_flops: float
+    params: int
+    activation_bytes: int
+
+    @property
+    def total_flops(self) -> float:
+        return self.forward_flops + self.input_grad_flops + self.weight_grad_flops
+
+
+def gpt_layers(model: ModelSpec, micro_batch: int) -> tuple[LayerCost, LayerCost, LayerCost]:
+    """(embedding, one transformer block, LM head) for one micro-batch."""
+    b, s, h, f, a, V = micro_batch, model.seq_len, model.hidden, model.ffn, model.heads, model.vocab
+    scale = DTYPE_BYTES[model.dtype] / 2  # the activation formula counts 16-bit values
+    matmul = 8 * b * s * h * h + 4 * b * s * h * f
+    attention = 4 * b * s * s * h
+    block = LayerCost(
+        name="block",
+        forward_flops=matmul + attention,
+        input_grad_flops=matmul + 2 * attention,
+        weight_grad_flops=matmul,
+        params=4 * h * h + 2 * h * f + 9 * h + f,
+        activation_bytes=int(s * b * h * (34 + 5 * a * s / h) * scale),
+    )
+    embedding = LayerCost(
+        name="embedding",
+        forward_flops=0.0,
+        input_grad_flops=0.0,
+        weight_grad_flops=0.0,
+        params=V * h + s * h,
+        activation_bytes=int(s * b * h * DTYPE_BYTES[model.dtype]),
+    )
+    logits = 2 * b * s * h * V
+    head = LayerCost(
+        name="lm_head",
+        forward_flops=logits,
+        input_grad_flops=logits,
+        weight_grad_flops=logits,
+        params=V * h + 2 * h,
+        activation_bytes=4 * s * b * V,
+    )
+    return embedding, block, head
+
+
+def ring_allreduce_ms(nbytes: float, ranks: int, link: Link) -> float:
+    """Ring all-reduce over ``ranks`` devices: 2(n-1)/n x bytes / bandwidth + 2(n-1) x latency."""
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0
+    return 2 * (ranks - 1) / ranks * link.serialization_ms(int(nbytes)) + 2 * (ranks - 1) * link.latency_ms
+
+
+def _links(s: Scenario, device: Device) -> tuple[Link, Link]:
+    hw = s.hardware
+    p2p = (
+        Link.from_gb_s(hw.link.bandwidth_gb_s, hw.link.latency_us)
+        if hw.link
+        else Link.from_gb_s(device.inter_node_gb_s, device.inter_node_latency_us)
+    )
+    dp = (
+        Link.from_gb_s(hw.dp_link.bandwidth_gb_s, hw.dp_link.latency_us)
+        if hw.dp_link
+        else Link.from_gb_s(device.intra_node_gb_s, device.intra_node_latency_us)
+    )
+    return p2p, dp
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Costs plus the figures the metrics need (what one step does)."""
+
+    costs: CostTable
+    partition: list[int] | None  #: blocks per virtual stage, when a model is given
+    model_flops_per_step: float | None  #: forward + backward FLOPs of all micro-batches and replicas
+    forward_flops_per_step: float | None
+    peak_flops_per_device: float | None
+    samples_per_step: int
+    tokens_per_step: int | None
+
+
+def build_workload(s: Scenario) -> Workload:
+    """Costs of every virtual stage for the scenario: from explicit costs if given, else from the model."""
+    device = get_device(s.hardware.device)
+    p, v, m, d = s.pipeline.stages, s.pipeline.chunks, s.microbatches, s.data_parallel
+    n_virtual = p * v
+    micro = s.training.micro_batch
+    samples = micro * m * d
+    tokens = samples * s.model.seq_len if s.model else None
+    p2p_link, dp_link = _links(s, device)
+    layers = gpt_layers(s.model, micro) if s.model else None
+    counts: list[int] | None = None
+    stage_flops: list[tuple[float, float, float]] = []
+    stage_params: list[int] = []
+    stage_act: list[int] = []
+    if s.model and layers:
+        emb, block, head = layers
+        counts = _partition(s, emb, block, head, n_virtual)
+        for k, c in enumerate(counts):
+            parts = [block] * c + ([emb] if k == 0 else []) + ([head] if k == n_virtual - 1 else [])
+            stage_flops.append(
+                (
+                    sum(x.forward_flops for x in parts),
+                    sum(x.input_grad_flops for x in parts),
+                    sum(x.weight_grad_flops for x in parts),
+                )
+            )
+            stage_params.append(sum(x.params for x in parts))
+            stage_act.append(sum(x.activation_bytes for x in parts))
+    dtype_bytes = DTYPE_BYTES[s.model.dtype] if s.model else 2
+    message_bytes = s.model.seq_len * micro * s.model.hidden * dtype_bytes if s.model else 0
+
+    if s.costs is not None:
+        c = s.costs
+        fw, bw, wg, opt, ar = (
+            per_stage(getattr(c, k), p) for k in ("forward_ms", "backward_ms", "weight_grad_ms", "optimizer_ms", "allreduce_ms")
+        )
+        stages = []
+        for vs in range(n_virtual):
+            r = vs % p
+            stages.append(
+                StageCost(
+                    forward_ms=fw[r] / v,
+                    backward_ms=bw[r] / v,
+                    weight_grad_ms=wg[r] / v,
+                    optimizer_ms=opt[r] / v,
+                    allreduce_ms=ar[r] / v,
+                    grad_bytes=stage_params[vs] * dtype_bytes if stage_params else 0,
+                    activation_bytes=stage_act[vs] if stage_act else 0,
+                    params=stage_params[vs] if stage_params else 0,
+                    layers=counts[vs] if counts else 0,
+                )
+            )
+        # p values: the transfer out of rank r; p - 1 values: one per boundary
+        p2p = [float(x) for x in c.p2p_ms] if isinstance(c.p2p_ms, list) else [float(c.p2p_ms)] * p
+        links = tuple(Link(latency_ms=p2p[b % len(p2p)]) for b in range(max(1, n_virtual - 1)))
+        costs = CostTable(stages=tuple(stages), message_bytes=message_bytes, links=links)
+    else:
+        assert s.model is not None
+        eff = s.hardware.efficiency or device.efficiency
+        rate = device.peak_flops(s.model.dtype) * eff / 1e3  # FLOPs per millisecond
+        hbm = device.hbm_gb_s * 1e9 / 1e3  # bytes per millisecond
+        stages = []
+        for vs in range(n_virtual):
+            f_, i_, w_ = stage_flops[vs]
+            grad_bytes = stage_params[vs] * dtype_bytes
+            stages.append(
+                StageCost(
+                    forward_ms=f_ / rate,
+                    backward_ms=(i_ + w_) / rate,
+                    weight_grad_ms=w_ / rate,
+                    optimizer_ms=stage_params[vs] * OPTIMIZER_BYTES_PER_PARAM / hbm,
+                    allreduce_ms=ring_allreduce_ms(grad_bytes, d, dp_link),
+                    grad_bytes=grad_bytes,
+                    activation_bytes=stage_act[vs],
+                    params=stage_params[vs],
+                    layers=counts[vs] if counts else 0,
+                )
+            )
+        costs = CostTable(stages=tuple(stages), message_bytes=message_bytes, links=(p2p_link,))
+    flops = sum(sum(x) for x in stage_flops) * m * d if stage_flops else None
+    fwd_flops = sum(x[0] for x in stage_flops) * m * d if stage_flops else None
+    return Workload(
+        costs=costs,
+        partition=counts,
+        model_flops_per_step=flops,
+        forward_flops_per_step=fwd_flops,
+        peak_flops_per_device=device.peak_flops(s.model.dtype) if s.model else None,
+        samples_per_step=samples,
+        tokens_per_step=tokens,
+    )
+
+
+def _partition(s: Scenario, emb: LayerCost, block: LayerCost, head: LayerCost, n_virtual: int) -> list[int]:
+    assert s.model is not None
+    how = s.pipeline.partition
+    layers = s.model.layers
+    if isinstance(how, list):
+        return part.explicit(how, layers, n_virtual)
+    if how == "uniform":
+        return part.uniform(layers, n_virtual)
+    if how == "balanced":
+        return part.balanced([block.total_flops] * layers, n_virtual, emb.total_flops, head.total_flops)
+    raise ScenarioError(f"unknown partition {how!r}; use uniform, balanced or a list of layer counts", field="pipeline.partition")

@@ -1,0 +1,358 @@
+"""Pure passes over Plans: dependencies, unit-step numbering, lowering (sends/receives, end of step)
+and validation with a picture of the step x rank grid.
+
+Lowering orders every rank's communication by one global key: the unit step of the action that
+consumes the message (so a receive sits right before its use and never stalls its rank early),
+then a fixed order of messages inside a step. Both ends of a message therefore meet
+it at the same key, which makes the lowered plan deadlock-free even when every send blocks until
+its receive is posted (gloo / NCCL rendezvous): a rank can only wait on a message whose key is
+smaller than the one its peer waits on, so no cycle of waits can form.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable, Sequence
+
+from ppsim.errors import PlanError
+from ppsim.plan import (
+    BACKWARD_KINDS,
+    COMM_KINDS,
+    COMPUTE_KINDS,
+    RECV_KINDS,
+    SEND_KINDS,
+    Action,
+    Kind,
+    Plan,
+)
+
+Message = tuple[Action, Action]  #: (send action on the producer's rank, recv action on the consumer's rank)
+
+
+# ----------------------------------------------------------------------------------------------
+# dependencies of compute actions
+# ----------------------------------------------------------------------------------------------
+def grad_producers(plan: Plan) -> dict[tuple[int, int], Action]:
+    """For every (stage, micro-batch): the action that produces the input grad (B or I)."""
+    out: dict[tuple[int, int], Action] = {}
+    for rank_actions in plan.actions:
+        for a in rank_actions:
+            if a.kind is Kind.B or a.kind is Kind.I:
+                out[(a.stage, a.microbatch)] = a  # type: ignore[index]
+    return out
+
+
+def dependencies(a: Action, num_stages: int, grads: dict[tuple[int, int], Action]) -> list[Action]:
+    """The compute actions whose output ``a`` consumes."""
+    s, kind, mb = a
+    if kind is Kind.F:
+        return [Action(s - 1, Kind.F, mb)] if s > 0 else []
+    if kind is Kind.B or kind is Kind.I:
+        deps = [Action(s, Kind.F, mb)]
+        if s < num_stages - 1:
+            producer = grads.get((s + 1, mb))  # type: ignore[arg-type]
+            deps.append(producer if producer is not None else Action(s + 1, Kind.B, mb))
+        return deps
+    if kind is Kind.W:
+        return [Action(s, Kind.I, mb)]
+    return []
+
+
+def message_kinds(producer: Action) -> tuple[Kind, Kind]:
+    return (Kind.SEND_F, Kind.RECV_F) if producer.kind is Kind.F else (Kind.SEND_B, Kind.RECV_B)
+
+
+def peer_stage(a: Action) -> int:
+    """The stage at the other end of a communication action."""
+    if a.kind is Kind.SEND_F or a.kind is Kind.RECV_B:
+        return a.stage + 1
+    return a.stage - 1
+
+
+def matching(a: Action) -> Action:
+    """The other end of a send or receive."""
+    pairs = {Kind.SEND_F: Kind.RECV_F, Kind.RECV_F: Kind.SEND_F, Kind.SEND_B: Kind.RECV_B, Kind.RECV_B: Kind.SEND_B}
+    return Action(peer_stage(a), pairs[a.kind], a.microbatch)
+
+
+# ----------------------------------------------------------------------------------------------
+# grid picture for errors
+# ----------------------------------------------------------------------------------------------
+def render_grid(
+    actions: Sequence[Sequence[Action]],
+    marks: dict[int, int] | None = None,
+    *,
+    window: int = 6,
+    max_ranks: int = 12,
+) -> str:
+    """The step x rank grid of action texts; ``marks`` maps rank -> index to highlight as ``>>X<<``.
+
+    Large plans are cropped to the rows around the marks and to the marked ranks' neighbourhood.
+    """
+    marks = marks or {}
+    n_rows = max((len(r) for r in actions), default=0)
+    if marks:
+        lo = max(0, min(marks.values()) - window)
+        hi = min(n_rows, max(marks.values()) + window + 1)
+    else:
+        lo, hi = 0, min(n_rows, 2 * window + 1)
+    ranks = list(range(len(actions)))
+    if len(ranks) > max_ranks:
+        centre = min(marks) if marks else 0
+        start = max(0, min(centre - max_ranks // 2, len(ranks) - max_ranks))
+        ranks = ranks[start : start + max_ranks]
+
+    def cell(r: int, i: int) -> str:
+        if i >= len(actions[r]):
+            return ""
+        text = str(actions[r][i])
+        return f">>{text}<<" if marks.get(r) == i else text
+
+    rows = [[f"rank {r}" for r in ranks]] + [[cell(r, i) for r in ranks] for i in range(lo, hi)]
+    labels = ["step"] + [str(i) for i in range(lo, hi)]
+    widths = [max(len(row[c]) for row in rows) for c in range(len(ranks))]
+    lw = max(len(x) for x in labels)
+    lines = []
+    if lo > 0:
+        lines.append(f"{'':>{lw}}  ... {lo} earlier steps")
+    for label, row in zip(labels, rows):
+        lines.append(f"{label:>{lw}}  " + "  ".join(f"{c:<{w}}" for c, w in zip(row, widths)).rstrip())
+    if hi < n_rows:
+        lines.append(f"{'':>{lw}}  ... {n_rows - hi} later steps")
+    return "\n".join(lines)
+
+
+def _fail(msg: str, actions: Sequence[Sequence[Action]], marks: dict[int, int]) -> PlanError:
+    return PlanError(msg, detail=render_grid(actions, marks))
+
+
+# ----------------------------------------------------------------------------------------------
+# unit-step numbering (as-soon-as-possible with every action taking one step)
+# ----------------------------------------------------------------------------------------------
+def number_steps(plan: Plan) -> list[list[int]]:
+    """Give every compute action the first unit step at which it can run: one step after the
+    previous action of its rank and after each action it depends on. Raises PlanError with the
+    grid if the plan can never finish (a cycle of dependencies)."""
+    acts = plan.actions
+    n_stages = plan.num_stages
+    grads = grad_producers(plan)
+    steps: list[list[int]] = [[0] * len(r) for r in acts]
+    done: dict[Action, int] = {}
+    pos = [0] * len(acts)
+    waiting: dict[Action, list[int]] = defaultdict(list)
+    work = list(range(len(acts)))
+    while work:
+        r = work.pop()
+        ra = acts[r]
+        i = pos[r]
+        prev = steps[r][i - 1] if i else -1
+        while i < len(ra):
+            a = ra[i]
+            step = prev + 1
+            blocked = None
+            if a.kind in COMPUTE_KINDS:
+                for d in dependencies(a, n_stages, grads):
+                    t = done.get(d)
+                    if t is None:
+                        blocked = d
+                        break
+                    if t + 1 > step:
+                        step = t + 1
+            if blocked is not None:
+                waiting[blocked].append(r)
+                break
+            steps[r][i] = step
+            done[a] = step
+            prev = step
+            i += 1
+            for w in waiting.pop(a, ()):
+                work.append(w)
+        pos[r] = i
+    if any(pos[r] < len(acts[r]) for r in range(len(acts))):
+        marks = {r: pos[r] for r in range(len(acts)) if pos[r] < len(acts[r])}
+        stuck = ", ".join(f"rank {r} at {acts[r][i]}" for r, i in marks.items())
+        raise _fail(f"plan {plan.schedule!r} cannot finish: every remaining action waits on another ({stuck})", acts, marks)
+    return steps
+
+
+# ----------------------------------------------------------------------------------------------
+# lowering
+# ----------------------------------------------------------------------------------------------
+_MSG_ORDER = {Kind.SEND_B: 0, Kind.RECV_B: 0, Kind.SEND_F: 1, Kind.RECV_F: 1}
+
+
+def add_comms(plan: Plan) -> Plan:
+    """Insert a send after every output that another rank consumes and the matching receive before
+    it is consumed, ordered by the global message key (see the module docstring)."""
+    if any(a.kind in COMM_KINDS for r in plan.actions for a in r):
+        raise PlanError("plan already has communication actions; add_comms runs once")
+    steps = number_steps(plan)
+    grads = grad_producers(plan)
+    where = plan.stage_to_rank
+    entries: list[list[tuple[int, int, int, int, int, Action]]] = [[] for _ in plan.actions]
+    for r, ra in enumerate(plan.actions):
+        for i, a in enumerate(ra):
+            entries[r].append((steps[r][i], 1, 0, 0, 0, a))
+            if a.kind not in COMPUTE_KINDS:
+                continue
+            for d in dependencies(a, plan.num_stages, grads):
+                pr = where[d.stage]
+                if pr == r:
+                    continue
+                send_kind, recv_kind = message_kinds(d)
+                t = steps[r][i]
+                order = _MSG_ORDER[send_kind]
+                key = (t, 0, order, d.stage, d.microbatch or 0)
+                entries[pr].append(key + (Action(d.stage, send_kind, d.microbatch),))
+                entries[r].append(key + (Action(a.stage, recv_kind, a.microbatch),))
+    lowered = []
+    for es in entries:
+        es.sort(key=lambda e: e[:5])
+        lowered.append([e[5] for e in es])
+    return plan.with_actions(lowered, lowered=True)
+
+
+def add_step_end(plan: Plan, data_parallel: int = 1) -> Plan:
+    """Append, on every rank, the gradient all-reduce across data-parallel replicas (when there are
+    several) and the optimizer step of each of its stages. Forward-only plans get neither."""
+    has_backward = any(a.kind in BACKWARD_KINDS for r in plan.actions for a in r)
+    if not has_backward:
+        return plan.with_actions(plan.actions, lowered=True)
+    out = []
+    for r, ra in enumerate(plan.actions):
+        stages = sorted(plan.stages_of_rank(r), reverse=True)
+        tail: list[Action] = []
+        if data_parallel > 1:
+            tail += [Action(s, Kind.REDUCE_GRAD) for s in stages]
+        tail += [Action(s, Kind.OPT) for s in stages]
+        out.append(list(ra) + tail)
+    return plan.with_actions(out, lowered=True)
+
+
+def lower(plan: Plan, data_parallel: int = 1) -> Plan:
+    """The full lowering: communication, then end-of-step actions; validated."""
+    lowered = add_step_end(add_comms(plan), data_parallel)
+    validate(lowered)
+    return lowered
+
+
+# ----------------------------------------------------------------------------------------------
+# validation
+# ----------------------------------------------------------------------------------------------
+def validate(plan: Plan) -> None:
+    """Check a plan's invariants; raise PlanError with the grid and the failing spot marked.
+
+    - every action runs on the rank that holds its stage, and stages and micro-batches are in range;
+    - every (stage, micro-batch) has one forward and, for training plans, one backward (B, or I and W);
+    - on a rank, a backward follows its forward and a weight grad follows its input grad;
+    - lowered plans: every send has its receive, after the output it sends and before its use;
+      and the plan runs to the end even if every send blocks until its receive is posted;
+    - compute-only plans: the dependencies leave no cycle.
+    """
+    acts = plan.actions
+    S, m = plan.num_stages, plan.num_microbatches
+    if len(acts) != plan.num_ranks:
+        raise PlanError(f"plan has {len(acts)} rank lists for {plan.num_ranks} ranks")
+    seen: dict[Action, tuple[int, int]] = {}
+    for r, ra in enumerate(acts):
+        for i, a in enumerate(ra):
+            if not 0 <= a.stage < S:
+                raise _fail(f"rank {r} step {i}: {a} names stage {a.stage}, but the plan has {S} stages", acts, {r: i})
+            if plan.stage_to_rank[a.stage] != r:
+                raise _fail(
+                    f"rank {r} step {i}: {a} belongs to stage {a.stage}, which runs on rank {plan.stage_to_rank[a.stage]}",
+                    acts,
+                    {r: i},
+                )
+            if a.microbatch is not None and not 0 <= a.microbatch < m:
+                raise _fail(f"rank {r} step {i}: {a} names micro-batch {a.microbatch}, but the plan has {m}", acts, {r: i})
+            if a in seen:
+                r0, i0 = seen[a]
+                raise _fail(f"{a} appears twice (rank {r0} step {i0} and rank {r} step {i})", acts, {r0: i0, r: i})
+            seen[a] = (r, i)
+    training = any(a.kind in BACKWARD_KINDS for a in seen)
+    for s in range(S):
+        r = plan.stage_to_rank[s]
+        for mb in range(m):
+            f = Action(s, Kind.F, mb)
+            if f not in seen:
+                raise _fail(f"stage {s} never runs the forward of micro-batch {mb} ({f})", acts, {r: len(acts[r]) - 1})
+            if not training:
+                continue
+            b, i_, w = Action(s, Kind.B, mb), Action(s, Kind.I, mb), Action(s, Kind.W, mb)
+            if b in seen and (i_ in seen or w in seen):
+                raise _fail(f"micro-batch {mb} on stage {s} has both a full backward and a split one", acts, {r: seen[b][1]})
+            if b not in seen and not (i_ in seen and w in seen):
+                missing = b if i_ not in seen and w not in seen else (i_ if i_ not in seen else w)
+                raise _fail(f"stage {s} never runs {missing}", acts, {r: len(acts[r]) - 1})
+            first = b if b in seen else i_
+            if seen[first][1] < seen[f][1]:
+                raise _fail(f"{first} runs before its forward {f} on rank {r}", acts, {r: seen[first][1]})
+            if w in seen and seen[w][1] < seen[i_][1]:
+                raise _fail(f"{w} runs before its input grad {i_} on rank {r}", acts, {r: seen[w][1]})
+    if plan.lowered:
+        _validate_comms(plan, seen)
+        _check_runs_with_rendezvous(plan)
+    else:
+        if any(a.kind not in COMPUTE_KINDS for a in seen):
+            raise PlanError("plan is marked not lowered but holds communication or end-of-step actions")
+        number_steps(plan)
+
+
+def _validate_comms(plan: Plan, seen: dict[Action, tuple[int, int]]) -> None:
+    acts = plan.actions
+    grads = grad_producers(plan)
+    for a, (r, i) in seen.items():
+        if a.kind in COMM_KINDS:
+            other = matching(a)
+            if other not in seen:
+                raise _fail(f"{a} on rank {r} has no matching {other}", acts, {r: i})
+        if a.kind not in COMPUTE_KINDS:
+            continue
+        for d in dependencies(a, plan.num_stages, grads):
+            pr = plan.stage_to_rank[d.stage]
+            if pr == r:
+                if d in seen and seen[d][1] > i:
+                    raise _fail(f"{a} runs before {d}, whose output it needs, on rank {r}", acts, {r: i})
+                continue
+            send_kind, recv_kind = message_kinds(d)
+            send, recv = Action(d.stage, send_kind, d.microbatch), Action(a.stage, recv_kind, a.microbatch)
+            if recv not in seen or seen[recv][1] > i:
+                raise _fail(f"{a} on rank {r} needs {recv} before it", acts, {r: i})
+            if send not in seen or d not in seen or seen[send][1] < seen[d][1]:
+                spot = seen.get(send, seen.get(d, (pr, 0)))
+                raise _fail(f"{send} on rank {pr} must come after {d}", acts, {pr: spot[1]})
+
+
+def _check_runs_with_rendezvous(plan: Plan) -> None:
+    """Execute the lowered plan symbolically with sends that block until the receive is posted;
+    a plan that stops with actions left would deadlock on gloo / NCCL."""
+    acts = plan.actions
+    where = plan.stage_to_rank
+    pos = [0] * len(acts)
+    work = list(range(len(acts)))
+    while work:
+        r = work.pop()
+        ra = acts[r]
+        while pos[r] < len(ra):
+            a = ra[pos[r]]
+            if a.kind in COMM_KINDS:
+                peer = where[peer_stage(a)]
+                if pos[peer] < len(acts[peer]) and acts[peer][pos[peer]] == matching(a):
+                    pos[peer] += 1
+                    work.append(peer)
+                else:
+                    break
+            pos[r] += 1
+    marks = {r: pos[r] for r in range(len(acts)) if pos[r] < len(acts[r])}
+    if marks:
+        stuck = ", ".join(f"rank {r} at {acts[r][i]}" for r, i in marks.items())
+        raise _fail(f"plan {plan.schedule!r} deadlocks when sends block until received ({stuck})", acts, marks)
+
+
+def sends(actions: Iterable[Action]) -> list[Action]:
+    return [a for a in actions if a.kind in SEND_KINDS]
+
+
+def recvs(actions: Iterable[Action]) -> list[Action]:
+    return [a for a in actions if a.kind in RECV_KINDS]

@@ -1,0 +1,60 @@
+"""Scenario -> Plan -> simulate -> Trace: the one path every command takes to a prediction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppsim import schedules
+from ppsim.cost_model import Workload, build_workload
+from ppsim.passes import lower
+from ppsim.plan import Plan
+from ppsim.scenario import Scenario
+from ppsim.sim import simulate
+from ppsim.trace import Trace
+
+
+@dataclass(frozen=True)
+class Prediction:
+    scenario: Scenario
+    plan: Plan  #: lowered
+    workload: Workload
+    trace: Trace
+
+
+def compute_plan(s: Scenario) -> Plan:
+    """The schedule's compute-only plan for the scenario's stages, micro-batches and chunks."""
+    return schedules.build(s.pipeline.schedule, s.pipeline.stages, s.microbatches, s.pipeline.chunks)
+
+
+def lowered_plan(s: Scenario) -> Plan:
+    """The plan with sends, receives and the end-of-step actions, validated."""
+    return lower(compute_plan(s), s.data_parallel)
+
+
+def workload_meta(s: Scenario, w: Workload, training: bool) -> dict[str, object]:
+    """Trace metadata the metrics read (what a step does, on how many devices)."""
+    return {
+        "scenario": s.name,
+        "device": s.hardware.device,
+        "dtype": s.model.dtype if s.model else None,
+        "data_parallel": s.data_parallel,
+        "micro_batch": s.training.micro_batch,
+        "global_batch": s.global_batch,
+        "seq_len": s.model.seq_len if s.model else None,
+        "samples_per_step": w.samples_per_step,
+        "tokens_per_step": w.tokens_per_step,
+        "model_flops_per_step": w.model_flops_per_step if training else w.forward_flops_per_step,
+        "peak_flops_per_device": w.peak_flops_per_device,
+        "num_devices": s.pipeline.stages * s.data_parallel,
+        "partition": w.partition,
+        "costs_from": "explicit" if s.costs is not None else "model",
+    }
+
+
+def predict(s: Scenario) -> Prediction:
+    """Simulate one training step of the scenario."""
+    plan = lowered_plan(s)
+    workload = build_workload(s)
+    trace = simulate(plan, workload.costs, s.pipeline.comm)
+    trace.meta.update(workload_meta(s, workload, schedules.get(s.pipeline.schedule).training))
+    return Prediction(scenario=s, plan=plan, workload=workload, trace=trace)

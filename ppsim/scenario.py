@@ -1,0 +1,303 @@
+"""The Scenario: a validated, typed description of a model, a batch, a pipeline plan and hardware.
+
+This is the only module that reads scenario files. Every error names the key and what to do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ppsim.errors import ScenarioError
+
+Dtype = Literal["bf16", "fp16", "fp32"]
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+PerStage = Union[float, list[float]]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    """A GPT-style decoder-only transformer."""
+
+    layers: int = Field(gt=0, description="transformer blocks")
+    hidden: int = Field(gt=0, description="model width h")
+    heads: int = Field(gt=0, description="attention heads")
+    seq_len: int = Field(gt=0, description="tokens per sequence s")
+    vocab: int = Field(gt=0, description="vocabulary size V")
+    ffn_hidden: int | None = Field(default=None, gt=0, description="MLP width, default 4h")
+    dtype: Dtype = "bf16"
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> "ModelSpec":
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        return self
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden or 4 * self.hidden
+
+
+class TrainingSpec(_Strict):
+    global_batch: int | None = Field(default=None, gt=0, description="sequences per optimizer step, all replicas")
+    micro_batch: int = Field(default=1, gt=0, description="sequences per micro-batch")
+
+
+class PipelineSpec(_Strict):
+    stages: int = Field(default=1, gt=0, description="pipeline ranks p")
+    microbatches: int | None = Field(default=None, gt=0, description="micro-batches per step m")
+    schedule: str = "1f1b"
+    chunks: int = Field(default=1, gt=0, description="virtual stages per rank v")
+    partition: Union[Literal["uniform", "balanced"], list[int]] = "balanced"
+    comm: Literal["rendezvous", "eager", "async"] = "rendezvous"
+
+    @field_validator("partition")
+    @classmethod
+    def _positive_counts(cls, v: Any) -> Any:
+        if isinstance(v, list) and any(x < 1 for x in v):
+            raise ValueError("explicit layer counts must all be at least 1")
+        return v
+
+
+class LinkSpec(_Strict):
+    bandwidth_gb_s: float = Field(gt=0, description="GB/s (1e9 bytes/s) per direction")
+    latency_us: float = Field(default=0.0, ge=0)
+
+
+class HardwareSpec(_Strict):
+    device: str = "a100-80g"
+    efficiency: float | None = Field(default=None, gt=0, le=1, description="fraction of peak reached")
+    link: LinkSpec | None = None  #: between consecutive stages; default: the device's inter-node NIC
+    dp_link: LinkSpec | None = None  #: for the gradient all-reduce; default: the device's intra-node link
+
+
+class CostsSpec(_Strict):
+    """Explicit per-stage costs in milliseconds; a number for every stage, or one value per stage."""
+
+    forward_ms: PerStage
+    backward_ms: PerStage
+    weight_grad_ms: PerStage = 0.0
+    p2p_ms: PerStage = 0.0
+    optimizer_ms: PerStage = 0.0
+    allreduce_ms: PerStage = 0.0
+
+    @field_validator("*")
+    @classmethod
+    def _non_negative(cls, v: Any) -> Any:
+        values = v if isinstance(v, list) else [v]
+        if any(x < 0 for x in values):
+            raise ValueError("costs must not be negative")
+        return v
+
+
+class Scenario(_Strict):
+    name: str | None = None
+    description: str | None = None
+    model: ModelSpec | None = None
+    training: TrainingSpec = TrainingSpec()
+    pipeline: PipelineSpec = PipelineSpec()
+    data_parallel: int = Field(default=1, gt=0)
+    hardware: HardwareSpec = HardwareSpec()
+    costs: CostsSpec | None = None
+
+    @model_validator(mode="after")
+    def _needs_model_or_costs(self) -> "Scenario":
+        if self.model is None and self.costs is None:
+            raise ValueError("a scenario needs a 'model' section or a 'costs' section (or both)")
+        return self
+
+    # ----- derived figures ------------------------------------------------------------------
+    @property
+    def microbatches(self) -> int:
+        """m: given, or global batch / (micro-batch x data-parallel)."""
+        if self.pipeline.microbatches is not None:
+            return self.pipeline.microbatches
+        if self.training.global_batch is not None:
+            return self.training.global_batch // (self.training.micro_batch * self.data_parallel)
+        return self.pipeline.stages
+
+    @property
+    def global_batch(self) -> int:
+        return self.microbatches * self.training.micro_batch * self.data_parallel
+
+    def with_overrides(self, **overrides: Any) -> "Scenario":
+        """A copy with pipeline keys replaced (``stages``, ``microbatches``, ``schedule``, ``chunks``,
+        ``partition``, ``comm``); ``None`` values are ignored. A new micro-batch count sets the global
+        batch to micro-batch x m x data-parallel."""
+        changes = {k: v for k, v in overrides.items() if v is not None}
+        if not changes:
+            return self
+        data = self.model_dump(exclude_none=True)
+        data.setdefault("pipeline", {}).update(changes)
+        if "microbatches" in changes and "training" in data:
+            data["training"].pop("global_batch", None)
+        return parse_scenario(data, source="command-line options")
+
+
+# ----------------------------------------------------------------------------------------------
+# loading and checks
+# ----------------------------------------------------------------------------------------------
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif item in ("float", "list[float]", "literal['uniform','balanced']", "list[int]") or "[" in str(item):
+            continue  # the branch names pydantic adds for unions
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts)
+
+
+def _explain(exc: ValidationError, source: str) -> ScenarioError:
+    errors = exc.errors()
+    # for unions pydantic reports one error per branch; report the first branch's
+    err = errors[0]
+    loc = _format_loc(err["loc"])
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent_cls = _model_at(err["loc"][:-1])
+        known = ", ".join(parent_cls.model_fields) if parent_cls else ""
+        msg = f"unknown key in {source}; remove it or use one of: {known}"
+    elif kind == "missing":
+        msg = f"is required in {source}; add it"
+    else:
+        msg = f"{err['msg']} (got {err.get('input')!r}) in {source}"
+        msg = msg.replace("Value error, ", "")
+    return ScenarioError(msg, field=loc or None)
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    cls: type[BaseModel] = Scenario
+    for item in loc:
+        field = cls.model_fields.get(str(item)) if isinstance(item, str) else None
+        if field is None:
+            return None
+        ann = field.annotation
+        candidates = getattr(ann, "__args__", (ann,))
+        nxt = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if nxt is None:
+            return None
+        cls = nxt
+    return cls
+
+
+def parse_scenario(data: Any, source: str = "the scenario") -> Scenario:
+    """Validate a mapping (e.g. parsed YAML) into a Scenario, raising ScenarioError on bad input."""
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source} must be a mapping of keys (model, training, pipeline, ...), got {type(data).__name__}")
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise _explain(exc, source) from None
+    check(scenario)
+    return scenario
+
+
+def load(path: str | Path) -> Scenario:
+    """Read and validate a scenario YAML file."""
+    p = Path(path)
+    if not p.exists():
+        raise ScenarioError(f"scenario file {str(p)!r} does not exist; check the path")
+    if p.is_dir():
+        raise ScenarioError(f"{str(p)!r} is a directory; give a scenario YAML file")
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"cannot read {str(p)!r}: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "malformed YAML"
+        raise ScenarioError(f"{p}: malformed YAML{where}: {problem}; fix the syntax") from None
+    if data is None:
+        raise ScenarioError(f"{p} is empty; a scenario needs at least a 'model' or 'costs' section")
+    return parse_scenario(data, source=str(p))
+
+
+def check(s: Scenario) -> None:
+    """Cross-field rules that pydantic's per-field checks cannot see."""
+    p, v = s.pipeline.stages, s.pipeline.chunks
+    micro, d = s.training.micro_batch, s.data_parallel
+    gb = s.training.global_batch
+    if gb is not None:
+        per_step = micro * d
+        if s.pipeline.microbatches is None and gb % per_step:
+            raise ScenarioError(
+                f"global_batch ({gb}) is not a multiple of micro_batch x data_parallel ({micro} x {d} = {per_step}); "
+                "change one of them or set pipeline.microbatches",
+                field="training.global_batch",
+            )
+        if s.pipeline.microbatches is not None and gb != s.pipeline.microbatches * per_step:
+            raise ScenarioError(
+                f"global_batch ({gb}) != micro_batch x microbatches x data_parallel "
+                f"({micro} x {s.pipeline.microbatches} x {d} = {s.pipeline.microbatches * per_step}); "
+                "drop one of them or make them agree",
+                field="training.global_batch",
+            )
+        if gb < per_step:
+            raise ScenarioError(
+                f"global_batch ({gb}) is smaller than micro_batch x data_parallel ({per_step})",
+                field="training.global_batch",
+            )
+    if s.model is not None and s.costs is None:
+        n_virtual = p * v
+        part = s.pipeline.partition
+        if isinstance(part, list):
+            if len(part) != n_virtual:
+                raise ScenarioError(
+                    f"gives {len(part)} layer counts, but stages x chunks = {p} x {v} = {n_virtual}; "
+                    "give one count per virtual stage",
+                    field="pipeline.partition",
+                )
+            if sum(part) != s.model.layers:
+                raise ScenarioError(
+                    f"layer counts sum to {sum(part)}, but model.layers is {s.model.layers}; make them agree",
+                    field="pipeline.partition",
+                )
+        elif s.model.layers < n_virtual:
+            raise ScenarioError(
+                f"model.layers ({s.model.layers}) is smaller than stages x chunks ({n_virtual}); "
+                "every virtual stage needs at least one layer: use fewer stages or chunks",
+                field="pipeline.stages",
+            )
+        elif part == "uniform" and s.model.layers % n_virtual:
+            raise ScenarioError(
+                f"model.layers ({s.model.layers}) is not divisible by stages x chunks ({p} x {v} = {n_virtual}) "
+                "for a uniform partition; use partition: balanced, explicit layer counts, or another stage count",
+                field="pipeline.partition",
+            )
+    if s.costs is not None:
+        for name in CostsSpec.model_fields:
+            value = getattr(s.costs, name)
+            if isinstance(value, list):
+                allowed = {p, p - 1} if name == "p2p_ms" else {p}
+                if len(value) not in allowed:
+                    want = f"{p} (or {p - 1}, one per stage boundary)" if name == "p2p_ms" else str(p)
+                    raise ScenarioError(
+                        f"has {len(value)} values but there are {p} stages; give one number or {want} values",
+                        field=f"costs.{name}",
+                    )
+        fw, bw, wg = (per_stage(getattr(s.costs, k), p) for k in ("forward_ms", "backward_ms", "weight_grad_ms"))
+        for i, (b, w) in enumerate(zip(bw, wg)):
+            if w > b:
+                raise ScenarioError(
+                    f"weight_grad_ms ({w}) of stage {i} exceeds backward_ms ({b}); it is the part of backward that is weight grad",
+                    field="costs.weight_grad_ms",
+                )
+    from ppsim.hardware import get_device  # local: keeps the catalogue out of schema import time
+
+    get_device(s.hardware.device)
+
+
+def per_stage(value: PerStage, p: int) -> list[float]:
+    """A cost given as one number or one value per stage, as a list of p values."""
+    return [float(x) for x in value] if isinstance(value, list) else [float(value)] * p
