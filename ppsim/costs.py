@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ppsim.plan import Action, Kind
+
 
 @dataclass(frozen=True)
 class StageCost:
@@ -66,6 +68,20 @@ class CostTable:
 
     def link(self, boundary: int) -> Link:
         return self.links[boundary] if len(self.links) > 1 else self.links[0]
+
+    def compute_ms(self, a: Action) -> float:
+        """Duration of a compute action (F, B, I, W) of this table's stages; 0 for other kinds."""
+        c = self.stages[a.stage]
+        k = a.kind
+        if k is Kind.F:
+            return c.forward_ms
+        if k is Kind.B:
+            return c.backward_ms
+        if k is Kind.I:
+            return c.input_grad_ms
+        if k is Kind.W:
+            return c.weight_grad_ms
+        return 0.0
 
     def p2p_ms(self, boundary: int = 0) -> float:
         """Time of one unloaded stage-to-stage transfer across ``boundary``."""

@@ -1,18 +1,22 @@
 """Pure passes over Plans: dependencies, unit-step numbering, lowering (sends/receives, end of step)
 and validation with a picture of the step x rank grid.
 
-Lowering orders every rank's communication by one global key: the unit step of the action that
-consumes the message (so a receive sits right before its use and never stalls its rank early),
-then a fixed order of messages inside a step. Both ends of a message therefore meet
-it at the same key, which makes the lowered plan deadlock-free even when every send blocks until
-its receive is posted (gloo / NCCL rendezvous): a rank can only wait on a message whose key is
-smaller than the one its peer waits on, so no cycle of waits can form.
+Lowering places sends and receives by the plan's ideal timeline (every action as soon as its
+inputs exist, communication free, relative durations given): a receive right before the action
+that consumes it. With non-blocking sends, a send goes right after the action that produced it.
+For sends that block until the peer receives (gloo / NCCL rendezvous) both ends of a message take
+the same key, the consumer's start in the ideal timeline (then a fixed order of messages), and
+every rank orders its messages by that key. Then a rank can only wait on a message whose key is
+smaller than the one its peer waits on, so no cycle of waits can form: the plan cannot deadlock.
+For fill-drain and 1F1B-like schedules both ends then reach each message together; schedules whose
+messages do not line up (interleaved with backward != forward) pay for blocking sends with stalls,
+which is why Megatron and torch use non-blocking sends for them (``comm: async``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from ppsim.errors import PlanError
 from ppsim.plan import (
@@ -122,22 +126,59 @@ def render_grid(
     return "\n".join(lines)
 
 
+def aligned_grid(plan: Plan) -> str:
+    """The whole plan as a grid; a compute-only plan is laid out on its unit steps, so the fill and
+    drain of the pipeline show as empty cells."""
+    if plan.lowered:
+        rows = max((len(r) for r in plan.actions), default=0)
+        return render_grid(plan.actions, window=rows, max_ranks=plan.num_ranks)
+    steps = number_steps(plan)
+    n = 1 + max((max(s) for s in steps if s), default=-1)
+    cells = [[""] * n for _ in plan.actions]
+    for r, ra in enumerate(plan.actions):
+        for i, a in enumerate(ra):
+            cells[r][steps[r][i]] = str(a)
+    widths = [max([len(f"rank {r}")] + [len(c) for c in cells[r]]) for r in range(len(cells))]
+    lw = max(4, len(str(n - 1)))
+    lines = [f"{'step':>{lw}}  " + "  ".join(f"{'rank ' + str(r):<{w}}" for r, w in enumerate(widths)).rstrip()]
+    for t in range(n):
+        lines.append(f"{t:>{lw}}  " + "  ".join(f"{cells[r][t]:<{w}}" for r, w in enumerate(widths)).rstrip())
+    return "\n".join(lines)
+
+
 def _fail(msg: str, actions: Sequence[Sequence[Action]], marks: dict[int, int]) -> PlanError:
     return PlanError(msg, detail=render_grid(actions, marks))
 
 
 # ----------------------------------------------------------------------------------------------
-# unit-step numbering (as-soon-as-possible with every action taking one step)
+# the ideal timeline: as soon as possible, communication free
 # ----------------------------------------------------------------------------------------------
-def number_steps(plan: Plan) -> list[list[int]]:
-    """Give every compute action the first unit step at which it can run: one step after the
-    previous action of its rank and after each action it depends on. Raises PlanError with the
-    grid if the plan can never finish (a cycle of dependencies)."""
+Duration = Callable[[Action], float]
+
+#: relative durations used when no costs are given: a transformer's backward is twice its forward
+DEFAULT_WEIGHTS = {Kind.F: 1.0, Kind.B: 2.0, Kind.I: 1.0, Kind.W: 1.0}
+
+
+def default_duration(a: Action) -> float:
+    return DEFAULT_WEIGHTS.get(a.kind, 0.0)
+
+
+Time = tuple[float, int]  #: (time, depth): depth breaks ties so that an output always follows its input
+
+
+def ideal_times(plan: Plan, duration: Duration = default_duration) -> tuple[list[list[Time]], list[list[Time]]]:
+    """Start and end of every compute action when each starts as soon as its rank is free and its
+    inputs exist, communication being free. Times are (time, depth) pairs compared in order, where
+    every action adds its duration and one to the depth, so an action ends strictly after it starts
+    even when it takes no time. Raises PlanError with the grid if the plan can never finish (a
+    cycle of dependencies)."""
     acts = plan.actions
     n_stages = plan.num_stages
     grads = grad_producers(plan)
-    steps: list[list[int]] = [[0] * len(r) for r in acts]
-    done: dict[Action, int] = {}
+    zero: Time = (0.0, 0)
+    starts: list[list[Time]] = [[zero] * len(r) for r in acts]
+    ends: list[list[Time]] = [[zero] * len(r) for r in acts]
+    done: dict[Action, Time] = {}
     pos = [0] * len(acts)
     waiting: dict[Action, list[int]] = defaultdict(list)
     work = list(range(len(acts)))
@@ -145,10 +186,10 @@ def number_steps(plan: Plan) -> list[list[int]]:
         r = work.pop()
         ra = acts[r]
         i = pos[r]
-        prev = steps[r][i - 1] if i else -1
+        free = ends[r][i - 1] if i else zero
         while i < len(ra):
             a = ra[i]
-            step = prev + 1
+            start = free
             blocked = None
             if a.kind in COMPUTE_KINDS:
                 for d in dependencies(a, n_stages, grads):
@@ -156,14 +197,15 @@ def number_steps(plan: Plan) -> list[list[int]]:
                     if t is None:
                         blocked = d
                         break
-                    if t + 1 > step:
-                        step = t + 1
+                    if t > start:
+                        start = t
             if blocked is not None:
                 waiting[blocked].append(r)
                 break
-            steps[r][i] = step
-            done[a] = step
-            prev = step
+            free = (start[0] + duration(a), start[1] + 1)
+            starts[r][i] = start
+            ends[r][i] = free
+            done[a] = free
             i += 1
             for w in waiting.pop(a, ()):
                 work.append(w)
@@ -172,7 +214,13 @@ def number_steps(plan: Plan) -> list[list[int]]:
         marks = {r: pos[r] for r in range(len(acts)) if pos[r] < len(acts[r])}
         stuck = ", ".join(f"rank {r} at {acts[r][i]}" for r, i in marks.items())
         raise _fail(f"plan {plan.schedule!r} cannot finish: every remaining action waits on another ({stuck})", acts, marks)
-    return steps
+    return starts, ends
+
+
+def number_steps(plan: Plan) -> list[list[int]]:
+    """The unit step of every action: the ideal timeline when every action takes one step."""
+    starts, _ = ideal_times(plan, lambda a: 1.0)
+    return [[int(t[0]) for t in r] for r in starts]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -181,18 +229,25 @@ def number_steps(plan: Plan) -> list[list[int]]:
 _MSG_ORDER = {Kind.SEND_B: 0, Kind.RECV_B: 0, Kind.SEND_F: 1, Kind.RECV_F: 1}
 
 
-def add_comms(plan: Plan) -> Plan:
-    """Insert a send after every output that another rank consumes and the matching receive before
-    it is consumed, ordered by the global message key (see the module docstring)."""
+def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: bool = True) -> Plan:
+    """Insert a send after every output another rank consumes and a receive before its use.
+
+    Actions are placed by the ideal timeline (``duration`` gives relative compute times). A send
+    receive goes right before its consumer, so a rank never waits for data earlier than it needs
+    it. Without ``rendezvous`` the send goes right after its producer; with it (sends block until
+    received, as gloo's) the send takes its receive's key, so both ends order their messages alike
+    and the plan cannot deadlock (see the module docstring).
+    """
     if any(a.kind in COMM_KINDS for r in plan.actions for a in r):
         raise PlanError("plan already has communication actions; add_comms runs once")
-    steps = number_steps(plan)
+    starts, ends = ideal_times(plan, duration)
+    end_of = {a: ends[r][i] for r, ra in enumerate(plan.actions) for i, a in enumerate(ra)}
     grads = grad_producers(plan)
     where = plan.stage_to_rank
-    entries: list[list[tuple[int, int, int, int, int, Action]]] = [[] for _ in plan.actions]
+    entries: list[list[tuple[Time, int, int, int, int, Action]]] = [[] for _ in plan.actions]
     for r, ra in enumerate(plan.actions):
         for i, a in enumerate(ra):
-            entries[r].append((steps[r][i], 1, 0, 0, 0, a))
+            entries[r].append((starts[r][i], 1, 0, 0, 0, a))
             if a.kind not in COMPUTE_KINDS:
                 continue
             for d in dependencies(a, plan.num_stages, grads):
@@ -200,11 +255,11 @@ def add_comms(plan: Plan) -> Plan:
                 if pr == r:
                     continue
                 send_kind, recv_kind = message_kinds(d)
-                t = steps[r][i]
-                order = _MSG_ORDER[send_kind]
-                key = (t, 0, order, d.stage, d.microbatch or 0)
-                entries[pr].append(key + (Action(d.stage, send_kind, d.microbatch),))
-                entries[r].append(key + (Action(a.stage, recv_kind, a.microbatch),))
+                tie = (_MSG_ORDER[send_kind], d.stage, d.microbatch or 0)
+                received = starts[r][i]
+                sent = received if rendezvous else end_of[d]
+                entries[pr].append((sent, 0) + tie + (Action(d.stage, send_kind, d.microbatch),))
+                entries[r].append((received, 0) + tie + (Action(a.stage, recv_kind, a.microbatch),))
     lowered = []
     for es in entries:
         es.sort(key=lambda e: e[:5])
@@ -229,24 +284,25 @@ def add_step_end(plan: Plan, data_parallel: int = 1) -> Plan:
     return plan.with_actions(out, lowered=True)
 
 
-def lower(plan: Plan, data_parallel: int = 1) -> Plan:
+def lower(plan: Plan, data_parallel: int = 1, duration: Duration = default_duration, *, rendezvous: bool = True) -> Plan:
     """The full lowering: communication, then end-of-step actions; validated."""
-    lowered = add_step_end(add_comms(plan), data_parallel)
-    validate(lowered)
+    lowered = add_step_end(add_comms(plan, duration, rendezvous=rendezvous), data_parallel)
+    validate(lowered, rendezvous=rendezvous)
     return lowered
 
 
 # ----------------------------------------------------------------------------------------------
 # validation
 # ----------------------------------------------------------------------------------------------
-def validate(plan: Plan) -> None:
+def validate(plan: Plan, *, rendezvous: bool = True) -> None:
     """Check a plan's invariants; raise PlanError with the grid and the failing spot marked.
 
     - every action runs on the rank that holds its stage, and stages and micro-batches are in range;
     - every (stage, micro-batch) has one forward and, for training plans, one backward (B, or I and W);
     - on a rank, a backward follows its forward and a weight grad follows its input grad;
     - lowered plans: every send has its receive, after the output it sends and before its use;
-      and the plan runs to the end even if every send blocks until its receive is posted;
+      and (with ``rendezvous``) the plan runs to the end even if every send blocks until its
+      receive is posted;
     - compute-only plans: the dependencies leave no cycle.
     """
     acts = plan.actions
@@ -292,11 +348,12 @@ def validate(plan: Plan) -> None:
                 raise _fail(f"{w} runs before its input grad {i_} on rank {r}", acts, {r: seen[w][1]})
     if plan.lowered:
         _validate_comms(plan, seen)
-        _check_runs_with_rendezvous(plan)
+        if rendezvous:
+            _check_runs_with_rendezvous(plan)
     else:
         if any(a.kind not in COMPUTE_KINDS for a in seen):
             raise PlanError("plan is marked not lowered but holds communication or end-of-step actions")
-        number_steps(plan)
+        ideal_times(plan)
 
 
 def _validate_comms(plan: Plan, seen: dict[Action, tuple[int, int]]) -> None:

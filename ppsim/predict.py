@@ -26,9 +26,11 @@ def compute_plan(s: Scenario) -> Plan:
     return schedules.build(s.pipeline.schedule, s.pipeline.stages, s.microbatches, s.pipeline.chunks)
 
 
-def lowered_plan(s: Scenario) -> Plan:
-    """The plan with sends, receives and the end-of-step actions, validated."""
-    return lower(compute_plan(s), s.data_parallel)
+def lowered_plan(s: Scenario, workload: Workload | None = None) -> Plan:
+    """The plan with sends, receives and the end-of-step actions, validated. Messages are placed
+    by the ideal timeline of the scenario's own costs and ordered for its send semantics."""
+    w = workload or build_workload(s)
+    return lower(compute_plan(s), s.data_parallel, w.costs.compute_ms, rendezvous=s.pipeline.comm == "rendezvous")
 
 
 def workload_meta(s: Scenario, w: Workload, training: bool) -> dict[str, object]:
@@ -53,8 +55,8 @@ def workload_meta(s: Scenario, w: Workload, training: bool) -> dict[str, object]
 
 def predict(s: Scenario) -> Prediction:
     """Simulate one training step of the scenario."""
-    plan = lowered_plan(s)
     workload = build_workload(s)
+    plan = lowered_plan(s, workload)
     trace = simulate(plan, workload.costs, s.pipeline.comm)
     trace.meta.update(workload_meta(s, workload, schedules.get(s.pipeline.schedule).training))
     return Prediction(scenario=s, plan=plan, workload=workload, trace=trace)

@@ -55,7 +55,7 @@ class PipelineSpec(_Strict):
     schedule: str = "1f1b"
     chunks: int = Field(default=1, gt=0, description="virtual stages per rank v")
     partition: Union[Literal["uniform", "balanced"], list[int]] = "balanced"
-    comm: Literal["rendezvous", "eager", "async"] = "rendezvous"
+    comm: Literal["rendezvous", "eager", "async"] = "async"
 
     @field_validator("partition")
     @classmethod

@@ -1,0 +1,174 @@
+"""The ``ppsim`` command: a thin layer that parses, calls the library, prints, and sets the exit code.
+
+Exit codes: 0 success, 1 bad input (scenario, plan, trace, output path), 2 bad usage (options).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from ppsim.errors import PpsimError
+
+app = typer.Typer(
+    name="ppsim",
+    help="Predict and picture pipeline-parallel training: step time, bubbles, throughput, MFU, memory.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True, highlight=False)
+
+SCHEDULE = typer.Option(None, "--schedule", help="Schedule name (see `ppsim schedules`).")
+STAGES = typer.Option(None, "--stages", min=1, help="Pipeline stages (ranks) p.")
+MICROBATCHES = typer.Option(None, "--microbatches", min=1, help="Micro-batches per step m.")
+CHUNKS = typer.Option(None, "--chunks", min=1, help="Virtual stages per rank v.")
+PARTITION = typer.Option(None, "--partition", help="uniform | balanced")
+COMM = typer.Option(None, "--comm", help="Send semantics: rendezvous | eager | async")
+
+
+def _fail(exc: PpsimError) -> None:
+    err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+    if exc.detail:
+        err.print(exc.detail, markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def _scenario(path: Path, schedule: str | None, stages: int | None, microbatches: int | None,
+              chunks: int | None, partition: str | None, comm: str | None):  # noqa: ANN202
+    from ppsim.scenario import load
+
+    if partition is not None and partition not in ("uniform", "balanced"):
+        raise PpsimError(f"--partition must be uniform or balanced, got {partition!r}", field="--partition")
+    if comm is not None and comm not in ("rendezvous", "eager", "async"):
+        raise PpsimError(f"--comm must be rendezvous, eager or async, got {comm!r}", field="--comm")
+    return load(path).with_overrides(
+        schedule=schedule, stages=stages, microbatches=microbatches, chunks=chunks, partition=partition, comm=comm
+    )
+
+
+@app.command()
+def run(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as one JSON document."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto, chrome://tracing)."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained Plotly timeline (HTML)."),
+    save_trace: Optional[Path] = typer.Option(None, "--save-trace", help="Write ppsim's own Trace JSON."),
+    force: bool = typer.Option(False, "--force", help="Overwrite output files not written by ppsim."),
+    schedule: Optional[str] = SCHEDULE,
+    stages: Optional[int] = STAGES,
+    microbatches: Optional[int] = MICROBATCHES,
+    chunks: Optional[int] = CHUNKS,
+    partition: Optional[str] = PARTITION,
+    comm: Optional[str] = COMM,
+) -> None:
+    """Simulate one training step of SCENARIO and print step time, throughput, MFU and bubbles."""
+    from ppsim import outputs
+    from ppsim.metrics import summarize
+    from ppsim.predict import predict
+
+    try:
+        outs = {
+            "--trace": trace,
+            "--html": html,
+            "--save-trace": save_trace,
+        }
+        targets = {opt: outputs.check_output(p, opt, [scenario], force) for opt, p in outs.items() if p is not None}
+        if len({t.resolve() for t in targets.values()}) < len(targets):
+            raise PpsimError("two outputs name the same file; give each its own name")
+        s = _scenario(scenario, schedule, stages, microbatches, chunks, partition, comm)
+        prediction = predict(s)
+        summary = summarize(prediction.trace)
+        if "--save-trace" in targets:
+            tr = prediction.trace
+            outputs.atomic_write(targets["--save-trace"], tr.save)
+        if "--trace" in targets:
+            from ppsim.export.chrome import to_chrome_trace
+
+            doc = to_chrome_trace(prediction.trace)
+            outputs.write_text(targets["--trace"], json.dumps(doc, separators=(",", ":")))
+        if "--html" in targets:
+            from ppsim.render.gantt import write_html
+
+            outputs.atomic_write(targets["--html"], lambda p: write_html(prediction.trace, p))
+    except PpsimError as exc:
+        _fail(exc)
+        return
+    if json_out:
+        sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
+    else:
+        from ppsim.render.table import print_summary
+
+        print_summary(summary)
+        for opt, path in targets.items():
+            err.print(f"wrote {path} ({opt[2:]})", highlight=False)
+
+
+@app.command()
+def schedules() -> None:
+    """List the schedules, one line each."""
+    from ppsim.schedules import SCHEDULES
+
+    width = max(len(n) for n in SCHEDULES)
+    for name, info in SCHEDULES.items():
+        typer.echo(f"{name:<{width}}  {info.summary}")
+
+
+@app.command()
+def plan(
+    file: Path = typer.Argument(..., help="Scenario YAML, or a plan JSON written by --save."),
+    comms: bool = typer.Option(False, "--comms", help="Show the lowered plan (sends, receives, end of step)."),
+    save: Optional[Path] = typer.Option(None, "--save", help="Write the plan as JSON."),
+    csv_out: bool = typer.Option(False, "--csv", help="Print the plan as CSV (one row per rank, torch's layout)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an output file not written by ppsim."),
+    schedule: Optional[str] = SCHEDULE,
+    stages: Optional[int] = STAGES,
+    microbatches: Optional[int] = MICROBATCHES,
+    chunks: Optional[int] = CHUNKS,
+) -> None:
+    """Print the plan of FILE as the step x rank grid of action texts."""
+    from ppsim import outputs
+    from ppsim.passes import aligned_grid, validate
+    from ppsim.plan import Plan
+
+    try:
+        if file.suffix == ".json":
+            if not file.is_file():
+                raise PpsimError(f"plan file {str(file)!r} does not exist; check the path")
+            try:
+                the_plan = Plan.from_json(file.read_text())
+            except (ValueError, KeyError) as exc:
+                raise PpsimError(f"{file}: not a valid plan: {exc}") from None
+            validate(the_plan)
+        else:
+            from ppsim.predict import compute_plan, lowered_plan
+
+            s = _scenario(file, schedule, stages, microbatches, chunks, None, None)
+            the_plan = lowered_plan(s) if comms else compute_plan(s)
+        target = outputs.check_output(save, "--save", [file], force) if save else None
+        if target:
+            outputs.write_text(target, json.dumps(the_plan.to_dict(), indent=1))
+    except PpsimError as exc:
+        _fail(exc)
+        return
+    if csv_out:
+        sys.stdout.write(the_plan.to_csv())
+        return
+    typer.echo(
+        f"{the_plan.schedule}: {the_plan.num_ranks} ranks, {the_plan.num_microbatches} micro-batches, "
+        f"{the_plan.chunks} chunk(s) per rank, {the_plan.num_actions()} actions"
+    )
+    typer.echo(aligned_grid(the_plan))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

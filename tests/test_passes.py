@@ -1,0 +1,105 @@
+"""Lowering and the validator: bad plans are rejected with a picture of the grid."""
+
+from __future__ import annotations
+
+import pytest
+
+from ppsim import schedules
+from ppsim.errors import PlanError
+from ppsim.passes import add_comms, lower, render_grid, validate
+from ppsim.plan import Action, Kind, Plan
+
+
+def _plan(rows: list[str], *, m: int, lowered: bool = False, chunks: int = 1) -> Plan:
+    actions = tuple(tuple(Action.parse(t) for t in row.split()) for row in rows)
+    p = len(rows)
+    return Plan("custom", p, m, chunks, tuple(s % p for s in range(p * chunks)), actions, lowered=lowered)
+
+
+def test_backward_before_forward_is_marked_in_the_grid() -> None:
+    plan = _plan(["0F0 0B1 0F1 0B0", "1F0 1B0 1F1 1B1"], m=2)
+    with pytest.raises(PlanError, match="0B1 runs before its forward 0F1") as exc:
+        validate(plan)
+    assert ">>0B1<<" in (exc.value.detail or "")
+    assert "rank 0" in (exc.value.detail or "")
+
+
+def test_missing_and_duplicate_actions() -> None:
+    with pytest.raises(PlanError, match="never runs"):
+        validate(_plan(["0F0 0F1 0B0", "1F0 1B0 1F1 1B1"], m=2))
+    with pytest.raises(PlanError, match="appears twice"):
+        validate(_plan(["0F0 0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"], m=2))
+
+
+def test_action_on_the_wrong_rank() -> None:
+    with pytest.raises(PlanError, match="runs on rank 1"):
+        validate(_plan(["0F0 1F0 0B0", "1B0"], m=1))
+
+
+def test_cyclic_dependencies_are_a_deadlock_with_both_ranks_marked() -> None:
+    # rank 0 waits for the grad of micro-batch 0 before it has sent micro-batch 1's activations,
+    # while rank 1 insists on micro-batch 1 first
+    plan = _plan(["0F0 0B0 0F1 0B1", "1F1 1B1 1F0 1B0"], m=2)
+    with pytest.raises(PlanError, match="cannot finish") as exc:
+        validate(plan)
+    detail = exc.value.detail or ""
+    assert ">>0B0<<" in detail and ">>1F1<<" in detail
+
+
+def test_lowered_plan_that_deadlocks_with_rendezvous_sends() -> None:
+    # both ranks send before they receive: fine with buffering, a deadlock when sends block
+    plan = _plan(
+        [
+            "0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+            "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1",
+        ],
+        m=2,
+        lowered=True,
+    )
+    with pytest.raises(PlanError, match="deadlocks when sends block") as exc:
+        validate(plan)
+    assert ">>0SEND_F1<<" in (exc.value.detail or "")
+    assert ">>1SEND_B0<<" in (exc.value.detail or "")
+
+
+def test_send_without_receive() -> None:
+    plan = _plan(["0F0 0SEND_F0 0B0", "1F0 1B0 1SEND_B0"], m=1, lowered=True)
+    with pytest.raises(PlanError, match="no matching"):
+        validate(plan)
+
+
+def test_receive_after_its_use() -> None:
+    plan = _plan(["0F0 0SEND_F0 0RECV_B0 0B0", "1F0 1RECV_F0 1B0 1SEND_B0"], m=1, lowered=True)
+    with pytest.raises(PlanError, match="needs 1RECV_F0 before it"):
+        validate(plan)
+
+
+@pytest.mark.parametrize("name,v", [("gpipe", 1), ("1f1b", 1), ("interleaved-1f1b", 2), ("zb-h1", 1)])
+def test_lowering_puts_each_receive_right_before_its_first_use(name: str, v: int) -> None:
+    lowered = add_comms(schedules.build(name, 4, 8, v))
+    for actions in lowered.actions:
+        for i, a in enumerate(actions):
+            if a.kind in (Kind.RECV_F, Kind.RECV_B):
+                rest = [x for x in actions[i + 1 :] if x.kind not in (Kind.RECV_F, Kind.RECV_B, Kind.SEND_F, Kind.SEND_B)]
+                consumer = Kind.F if a.kind is Kind.RECV_F else None
+                nxt = rest[0]
+                assert nxt.microbatch == a.microbatch and nxt.stage == a.stage
+                if consumer:
+                    assert nxt.kind is consumer
+
+
+def test_lower_adds_reduce_and_optimizer_at_the_end() -> None:
+    lowered = lower(schedules.build("1f1b", 2, 4), data_parallel=4)
+    for r, actions in enumerate(lowered.actions):
+        assert [str(a) for a in actions[-2:]] == [f"{r}REDUCE_GRAD", f"{r}OPT"]
+    single = lower(schedules.build("1f1b", 2, 4), data_parallel=1)
+    assert all(a.kind is not Kind.REDUCE_GRAD for r in single.actions for a in r)
+    inference = lower(schedules.build("inference", 2, 4))
+    assert all(a.kind is not Kind.OPT for r in inference.actions for a in r)
+
+
+def test_grid_is_cropped_around_the_mark_for_large_plans() -> None:
+    plan = schedules.build("1f1b", 32, 128)
+    text = render_grid(plan.actions, {20: 100})
+    assert ">>" in text and "earlier steps" in text and "later steps" in text
+    assert text.count("\n") < 30

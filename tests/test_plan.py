@@ -1,0 +1,57 @@
+"""Action text form and Plan serialisation."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ppsim import schedules
+from ppsim.passes import lower
+from ppsim.plan import STEP_KINDS, Action, Kind, Plan
+
+kinds = st.sampled_from(list(Kind))
+
+
+@given(stage=st.integers(0, 10_000), kind=kinds, mb=st.integers(0, 10_000))
+def test_action_text_round_trip(stage: int, kind: Kind, mb: int) -> None:
+    a = Action(stage, kind, None if kind in STEP_KINDS else mb)
+    assert Action.parse(str(a)) == a
+    assert hash(Action.parse(str(a))) == hash(a)
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("2F0", Action(2, Kind.F, 0)),
+        ("0SEND_F3", Action(0, Kind.SEND_F, 3)),
+        ("13RECV_B12", Action(13, Kind.RECV_B, 12)),
+        ("1OPT", Action(1, Kind.OPT, None)),
+        ("4REDUCE_GRAD", Action(4, Kind.REDUCE_GRAD, None)),
+        ("3W7", Action(3, Kind.W, 7)),
+    ],
+)
+def test_action_parse_examples(text: str, expected: Action) -> None:
+    assert Action.parse(text) == expected
+    assert str(expected) == text
+
+
+@pytest.mark.parametrize("bad", ["", "F0", "2X0", "2F", "1OPT3", "abc", "2SEND_F"])
+def test_action_parse_rejects_bad_text(bad: str) -> None:
+    with pytest.raises(ValueError, match="not an action"):
+        Action.parse(bad)
+
+
+@pytest.mark.parametrize("name,v", [("1f1b", 1), ("interleaved-1f1b", 2), ("zb-h1", 1), ("gpipe", 1)])
+def test_plan_json_and_csv_round_trip(name: str, v: int) -> None:
+    plan = lower(schedules.build(name, 4, 8, v), 2)
+    again = Plan.from_json(plan.to_json())
+    assert again == plan
+    assert [list(r) for r in plan.actions] == Plan.actions_from_csv(plan.to_csv())
+
+
+def test_plan_from_dict_rejects_other_documents() -> None:
+    with pytest.raises(ValueError, match="format"):
+        Plan.from_dict({"format": "something-else"})
+    with pytest.raises(ValueError, match="lacks the field"):
+        Plan.from_dict({"format": "ppsim-plan"})
