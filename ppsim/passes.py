@@ -16,7 +16,8 @@ which is why Megatron and torch use non-blocking sends for them (``comm: async``
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 
 from ppsim.errors import PlanError
 from ppsim.plan import (
@@ -29,6 +30,7 @@ from ppsim.plan import (
     Kind,
     Plan,
 )
+from ppsim.util import gc_paused
 
 Message = tuple[Action, Action]  #: (send action on the producer's rank, recv action on the consumer's rank)
 
@@ -36,30 +38,27 @@ Message = tuple[Action, Action]  #: (send action on the producer's rank, recv ac
 # ----------------------------------------------------------------------------------------------
 # dependencies of compute actions
 # ----------------------------------------------------------------------------------------------
-def grad_producers(plan: Plan) -> dict[tuple[int, int], Action]:
-    """For every (stage, micro-batch): the action that produces the input grad (B or I)."""
-    out: dict[tuple[int, int], Action] = {}
-    for rank_actions in plan.actions:
-        for a in rank_actions:
-            if a.kind is Kind.B or a.kind is Kind.I:
-                out[(a.stage, a.microbatch)] = a  # type: ignore[index]
-    return out
+_action = partial(tuple.__new__, Action)  #: Action((s, k, mb)) without the Python-level __new__
 
 
-def dependencies(a: Action, num_stages: int, grads: dict[tuple[int, int], Action]) -> list[Action]:
+def grad_producers(plan: Plan) -> dict[tuple[int, int | None], Kind]:
+    """For every (stage, micro-batch): the kind that produces its input grad (B or I)."""
+    B, I = Kind.B, Kind.I
+    return {(a.stage, a.microbatch): a.kind for r in plan.actions for a in r if a.kind is B or a.kind is I}
+
+
+def dependencies(a: Action, num_stages: int, grads: dict[tuple[int, int | None], Kind]) -> tuple[Action, ...]:
     """The compute actions whose output ``a`` consumes."""
     s, kind, mb = a
     if kind is Kind.F:
-        return [Action(s - 1, Kind.F, mb)] if s > 0 else []
+        return (_action((s - 1, kind, mb)),) if s > 0 else ()
     if kind is Kind.B or kind is Kind.I:
-        deps = [Action(s, Kind.F, mb)]
         if s < num_stages - 1:
-            producer = grads.get((s + 1, mb))  # type: ignore[arg-type]
-            deps.append(producer if producer is not None else Action(s + 1, Kind.B, mb))
-        return deps
+            return (_action((s, Kind.F, mb)), _action((s + 1, grads.get((s + 1, mb), Kind.B), mb)))
+        return (_action((s, Kind.F, mb)),)
     if kind is Kind.W:
-        return [Action(s, Kind.I, mb)]
-    return []
+        return (_action((s, Kind.I, mb)),)
+    return ()
 
 
 def message_kinds(producer: Action) -> tuple[Kind, Kind]:
@@ -173,47 +172,66 @@ def ideal_times(plan: Plan, duration: Duration = default_duration) -> tuple[list
     even when it takes no time. Raises PlanError with the grid if the plan can never finish (a
     cycle of dependencies)."""
     acts = plan.actions
-    n_stages = plan.num_stages
+    last = plan.num_stages - 1
     grads = grad_producers(plan)
+    F, B, I, W = Kind.F, Kind.B, Kind.I, Kind.W
     zero: Time = (0.0, 0)
     starts: list[list[Time]] = [[zero] * len(r) for r in acts]
     ends: list[list[Time]] = [[zero] * len(r) for r in acts]
-    done: dict[Action, Time] = {}
+    done: dict[tuple[int, Kind, int | None], Time] = {}
     pos = [0] * len(acts)
-    waiting: dict[Action, list[int]] = defaultdict(list)
+    waiting: dict[tuple[int, Kind, int | None], list[int]] = {}
     work = list(range(len(acts)))
     while work:
         r = work.pop()
         ra = acts[r]
+        n = len(ra)
         i = pos[r]
         free = ends[r][i - 1] if i else zero
-        while i < len(ra):
+        rank_starts, rank_ends = starts[r], ends[r]
+        while i < n:
             a = ra[i]
+            s, k, mb = a
             start = free
-            blocked = None
-            if a.kind in COMPUTE_KINDS:
-                for d in dependencies(a, n_stages, grads):
-                    t = done.get(d)
-                    if t is None:
-                        blocked = d
-                        break
-                    if t > start:
-                        start = t
-            if blocked is not None:
-                waiting[blocked].append(r)
-                break
+            # the inputs of a: the previous stage's forward, the next stage's input grad, or its own I
+            if k is F:
+                d1, d2 = ((s - 1, F, mb) if s else None), None
+            elif k is B or k is I:
+                d1 = (s, F, mb)
+                d2 = (s + 1, grads.get((s + 1, mb), B), mb) if s < last else None
+            elif k is W:
+                d1, d2 = (s, I, mb), None
+            else:
+                d1 = d2 = None
+            if d1 is not None:
+                t = done.get(d1)
+                if t is None:
+                    waiting.setdefault(d1, []).append(r)
+                    break
+                if t > start:
+                    start = t
+            if d2 is not None:
+                t = done.get(d2)
+                if t is None:
+                    waiting.setdefault(d2, []).append(r)
+                    break
+                if t > start:
+                    start = t
             free = (start[0] + duration(a), start[1] + 1)
-            starts[r][i] = start
-            ends[r][i] = free
+            rank_starts[i] = start
+            rank_ends[i] = free
             done[a] = free
             i += 1
-            for w in waiting.pop(a, ()):
-                work.append(w)
+            woken = waiting.pop(a, None)
+            if woken:
+                work.extend(woken)
         pos[r] = i
     if any(pos[r] < len(acts[r]) for r in range(len(acts))):
         marks = {r: pos[r] for r in range(len(acts)) if pos[r] < len(acts[r])}
         stuck = ", ".join(f"rank {r} at {acts[r][i]}" for r, i in marks.items())
-        raise _fail(f"plan {plan.schedule!r} cannot finish: every remaining action waits on another ({stuck})", acts, marks)
+        raise _fail(
+            f"plan {plan.schedule!r} cannot finish: every remaining action waits on another ({stuck})", acts, marks
+        )
     return starts, ends
 
 
@@ -226,13 +244,10 @@ def number_steps(plan: Plan) -> list[list[int]]:
 # ----------------------------------------------------------------------------------------------
 # lowering
 # ----------------------------------------------------------------------------------------------
-_MSG_ORDER = {Kind.SEND_B: 0, Kind.RECV_B: 0, Kind.SEND_F: 1, Kind.RECV_F: 1}
-
-
 def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: bool = True) -> Plan:
     """Insert a send after every output another rank consumes and a receive before its use.
 
-    Actions are placed by the ideal timeline (``duration`` gives relative compute times). A send
+    Actions are placed by the ideal timeline (``duration`` gives relative compute times). A
     receive goes right before its consumer, so a rank never waits for data earlier than it needs
     it. Without ``rendezvous`` the send goes right after its producer; with it (sends block until
     received, as gloo's) the send takes its receive's key, so both ends order their messages alike
@@ -244,26 +259,33 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
     end_of = {a: ends[r][i] for r, ra in enumerate(plan.actions) for i, a in enumerate(ra)}
     grads = grad_producers(plan)
     where = plan.stage_to_rank
-    entries: list[list[tuple[Time, int, int, int, int, Action]]] = [[] for _ in plan.actions]
+    # entries sort by (time, depth, 0 for messages / 1 for compute, message order, stage, mb)
+    entries: list[list[tuple[Any, ...]]] = [[] for _ in plan.actions]
+    n_stages = plan.num_stages
+    act = _action
     for r, ra in enumerate(plan.actions):
+        mine = entries[r].append
         for i, a in enumerate(ra):
-            entries[r].append((starts[r][i], 1, 0, 0, 0, a))
+            start = starts[r][i]
+            t, depth = start
+            mine((t, depth, 1, 0, 0, 0, a))
             if a.kind not in COMPUTE_KINDS:
                 continue
-            for d in dependencies(a, plan.num_stages, grads):
+            for d in dependencies(a, n_stages, grads):
                 pr = where[d.stage]
                 if pr == r:
                     continue
-                send_kind, recv_kind = message_kinds(d)
-                tie = (_MSG_ORDER[send_kind], d.stage, d.microbatch or 0)
-                received = starts[r][i]
-                sent = received if rendezvous else end_of[d]
-                entries[pr].append((sent, 0) + tie + (Action(d.stage, send_kind, d.microbatch),))
-                entries[r].append((received, 0) + tie + (Action(a.stage, recv_kind, a.microbatch),))
+                is_act = d.kind is Kind.F
+                order = 1 if is_act else 0  # within one moment, grads before activations
+                mb = d.microbatch
+                sent = start if rendezvous else end_of[d]
+                send = act((d.stage, Kind.SEND_F if is_act else Kind.SEND_B, mb))
+                entries[pr].append((sent[0], sent[1], 0, order, d.stage, mb, send))
+                mine((t, depth, 0, order, d.stage, mb, act((a.stage, Kind.RECV_F if is_act else Kind.RECV_B, mb))))
     lowered = []
     for es in entries:
-        es.sort(key=lambda e: e[:5])
-        lowered.append([e[5] for e in es])
+        es.sort()
+        lowered.append([e[6] for e in es])
     return plan.with_actions(lowered, lowered=True)
 
 
@@ -285,10 +307,45 @@ def add_step_end(plan: Plan, data_parallel: int = 1) -> Plan:
 
 
 def lower(plan: Plan, data_parallel: int = 1, duration: Duration = default_duration, *, rendezvous: bool = True) -> Plan:
-    """The full lowering: communication, then end-of-step actions; validated."""
-    lowered = add_step_end(add_comms(plan, duration, rendezvous=rendezvous), data_parallel)
-    validate(lowered, rendezvous=rendezvous)
-    return lowered
+    """The full lowering of a compute-only plan: communication, then end-of-step actions.
+
+    The input is validated; the output is valid by construction (the property tests check it with
+    ``validate``), so the hot path does not pay for checking it again."""
+    with gc_paused():
+        if not _structure_is_sound(plan):
+            validate_structure(plan)  # raises with the precise message and the grid
+        try:
+            with_comms = add_comms(plan, duration, rendezvous=rendezvous)
+        except PlanError:
+            validate_structure(plan)  # a misordered pair is a clearer message than the deadlock
+            raise
+        return add_step_end(with_comms, data_parallel)
+
+
+def _structure_is_sound(plan: Plan) -> bool:
+    """Fast check of what ``validate_structure`` checks except the order on a rank (which the
+    ideal timeline catches as a deadlock): placement, ranges, no duplicates, nothing missing."""
+    where = plan.stage_to_rank
+    if len(plan.actions) != plan.num_ranks:
+        return False
+    if not all(0 <= a.stage < len(where) and where[a.stage] == r for r, ra in enumerate(plan.actions) for a in ra):
+        return False
+    actual = [a for ra in plan.actions for a in ra]
+    present = set(actual)
+    if len(present) != len(actual):
+        return False
+    stages, mbs = range(plan.num_stages), range(plan.num_microbatches)
+    F, B, I, W = Kind.F, Kind.B, Kind.I, Kind.W
+    expected = {_action((s, F, mb)) for s in stages for mb in mbs}
+    if len(present) != len(expected):  # training: add each micro-batch's backward, whole or split
+        for s in stages:
+            for mb in mbs:
+                if (s, B, mb) in present:
+                    expected.add(_action((s, B, mb)))
+                else:
+                    expected.add(_action((s, I, mb)))
+                    expected.add(_action((s, W, mb)))
+    return present == expected
 
 
 # ----------------------------------------------------------------------------------------------
@@ -305,6 +362,20 @@ def validate(plan: Plan, *, rendezvous: bool = True) -> None:
       receive is posted;
     - compute-only plans: the dependencies leave no cycle.
     """
+    seen = validate_structure(plan)
+    if plan.lowered:
+        _validate_comms(plan, seen)
+        if rendezvous:
+            _check_runs_with_rendezvous(plan)
+    else:
+        if any(a.kind not in COMPUTE_KINDS for a in seen):
+            raise PlanError("plan is marked not lowered but holds communication or end-of-step actions")
+        ideal_times(plan)
+
+
+def validate_structure(plan: Plan) -> dict[Action, tuple[int, int]]:
+    """The per-action checks of ``validate`` (placement, ranges, completeness, order on a rank);
+    returns where every action sits as (rank, index)."""
     acts = plan.actions
     S, m = plan.num_stages, plan.num_microbatches
     if len(acts) != plan.num_ranks:
@@ -346,14 +417,7 @@ def validate(plan: Plan, *, rendezvous: bool = True) -> None:
                 raise _fail(f"{first} runs before its forward {f} on rank {r}", acts, {r: seen[first][1]})
             if w in seen and seen[w][1] < seen[i_][1]:
                 raise _fail(f"{w} runs before its input grad {i_} on rank {r}", acts, {r: seen[w][1]})
-    if plan.lowered:
-        _validate_comms(plan, seen)
-        if rendezvous:
-            _check_runs_with_rendezvous(plan)
-    else:
-        if any(a.kind not in COMPUTE_KINDS for a in seen):
-            raise PlanError("plan is marked not lowered but holds communication or end-of-step actions")
-        ideal_times(plan)
+    return seen
 
 
 def _validate_comms(plan: Plan, seen: dict[Action, tuple[int, int]]) -> None:

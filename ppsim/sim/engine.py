@@ -22,6 +22,7 @@ cost one event, not one per action.
 from __future__ import annotations
 
 from enum import Enum
+from functools import partial
 from typing import Any, Generator
 
 import simpy
@@ -41,10 +42,6 @@ class CommSemantics(str, Enum):
     RENDEZVOUS = "rendezvous"
 
 
-# op codes of the per-rank program the engine runs
-_COMPUTE, _SEND, _RECV, _COLLECTIVE = 0, 1, 2, 3
-
-
 def _fire_at(env: simpy.Environment, event: simpy.Event, delay: float) -> None:
     """Trigger ``event`` successfully ``delay`` from now (a Timeout on an event created earlier)."""
     event._ok = True  # noqa: SLF001 - SimPy's own Event.succeed does exactly this, without a delay
@@ -53,6 +50,8 @@ def _fire_at(env: simpy.Environment, event: simpy.Event, delay: float) -> None:
 
 
 class _Message:
+    """One transfer, keyed by its send: (sending stage, 0 for activations / 1 for grads, micro-batch)."""
+
     __slots__ = ("done", "end", "send_posted", "recv_posted")
 
     def __init__(self, done: simpy.Event) -> None:
@@ -60,50 +59,6 @@ class _Message:
         self.end: float | None = None
         self.send_posted: float | None = None
         self.recv_posted: float | None = None
-
-
-def _program(plan: Plan, costs: CostTable) -> list[list[tuple[Any, ...]]]:
-    """Translate each rank's actions into (op, duration, action, key, peer, alloc, free) tuples.
-
-    A message is keyed by its send: (sending stage, 0 for activations / 1 for grads, micro-batch).
-    """
-    if len(costs.stages) != plan.num_stages:
-        raise PlanError(f"cost table has {len(costs.stages)} stages, the plan {plan.num_stages}")
-    F, B, I, W, OPT, RG = Kind.F, Kind.B, Kind.I, Kind.W, Kind.OPT, Kind.REDUCE_GRAD
-    SF, SB, RF = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F
-    split = {(a.stage, a.microbatch) for r in plan.actions for a in r if a.kind is W}
-    where = plan.stage_to_rank
-    stage_costs = costs.stages
-    progs: list[list[tuple[Any, ...]]] = []
-    for actions in plan.actions:
-        prog: list[tuple[Any, ...]] = []
-        add = prog.append
-        for a in actions:
-            s, k, mb = a
-            c = stage_costs[s]
-            if k is F:
-                add((_COMPUTE, c.forward_ms, a, None, None, c.activation_bytes, 0))
-            elif k is B:
-                add((_COMPUTE, c.backward_ms, a, None, None, 0, -c.activation_bytes))
-            elif k is I:
-                free = 0 if (s, mb) in split else -c.activation_bytes
-                add((_COMPUTE, c.input_grad_ms, a, None, None, 0, free))
-            elif k is W:
-                add((_COMPUTE, c.weight_grad_ms, a, None, None, 0, -c.activation_bytes))
-            elif k is OPT:
-                add((_COMPUTE, c.optimizer_ms, a, None, None, 0, 0))
-            elif k is RG:
-                add((_COLLECTIVE, c.allreduce_ms, a, None, None, c.grad_bytes, 0))
-            elif k is SF:
-                add((_SEND, 0.0, a, (s, 0, mb), where[s + 1], 0, 0))
-            elif k is SB:
-                add((_SEND, 0.0, a, (s, 1, mb), where[s - 1], 0, 0))
-            elif k is RF:
-                add((_RECV, 0.0, a, (s - 1, 0, mb), where[s - 1], 0, 0))
-            else:  # RECV_B
-                add((_RECV, 0.0, a, (s + 1, 1, mb), where[s + 1], 0, 0))
-        progs.append(prog)
-    return progs
 
 
 def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSemantics.RENDEZVOUS) -> Trace:
@@ -114,10 +69,25 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
     """
     if not plan.lowered:
         raise PlanError("simulate() needs a lowered plan: call ppsim.passes.lower(plan) first")
+    if len(costs.stages) != plan.num_stages:
+        raise PlanError(f"cost table has {len(costs.stages)} stages, the plan {plan.num_stages}")
     semantics = CommSemantics(comm)
     rendezvous = semantics is CommSemantics.RENDEZVOUS
     blocking_send = semantics is not CommSemantics.ASYNC
-    progs = _program(plan, costs)
+    F, B, I, W, OPT = Kind.F, Kind.B, Kind.I, Kind.W, Kind.OPT
+    SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
+    stage_costs = costs.stages
+    split = {a.stage for r in plan.actions for a in r if a.kind is W}
+    # duration and activation-memory change of every (stage, kind) that computes
+    compute: dict[tuple[int, Kind], tuple[float, int, int]] = {}
+    for st, c in enumerate(stage_costs):
+        held = c.activation_bytes
+        compute[(st, F)] = (c.forward_ms, held, 0)
+        compute[(st, B)] = (c.backward_ms, 0, -held)
+        compute[(st, I)] = (c.input_grad_ms, 0, 0 if st in split else -held)
+        compute[(st, W)] = (c.weight_grad_ms, 0, -held)
+        compute[(st, OPT)] = (c.optimizer_ms, 0, 0)
+    where = plan.stage_to_rank
     env = simpy.Environment()
     nbytes = costs.message_bytes
     n_boundaries = max(1, plan.num_stages - 1)
@@ -125,10 +95,11 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
     lat = [costs.link(b).latency_ms for b in range(n_boundaries)]
     link_free: dict[tuple[int, int], float] = {}
     messages: dict[tuple[int, int, int | None], _Message] = {}
-    rows: list[tuple[Any, ...]] = []
-    mem_points: list[list[tuple[float, float]]] = [[(0.0, 0.0)] for _ in progs]
-    position = [0] * len(progs)
-    finished = [False] * len(progs)
+    spans: list[Span] = []
+    make_span = partial(tuple.__new__, Span)
+    mem_points: list[list[tuple[float, float]]] = [[(0.0, 0.0)] for _ in plan.actions]
+    position = [0] * plan.num_ranks
+    finished = [False] * plan.num_ranks
 
     def transfer(src: int, dst: int, key: tuple[int, int, Any], start: float) -> float:
         """Book the link src -> dst for message ``key`` from ``start``; return the arrival time."""
@@ -140,80 +111,89 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
         return begin + ser_ms + lat[boundary]
 
     def rank_process(r: int) -> Generator[simpy.Event, Any, None]:
-        # A rank runs ahead of SimPy's clock on local work (local time t >= env.now) and only
-        # synchronises when it must wait for a peer that has not yet posted its side.
+        # A rank keeps its own clock t >= env.now and only yields to SimPy when it must wait for a
+        # peer that has not yet posted its side of a message. Whoever posts second knows both post
+        # times, so it computes the transfer and wakes the first at its end. Every link is booked
+        # in the order its messages appear on both ranks, so bookings are in time order.
         t = 0.0
         held = 0.0
         points = mem_points[r]
-        append = rows.append
-        for i, (op, dur, a, key, peer, alloc, free) in enumerate(progs[r]):
-            if op == _COMPUTE:
+        append = spans.append
+        for i, a in enumerate(plan.actions[r]):
+            s, k, mb = a
+            op = compute.get((s, k))
+            if op is not None:
+                dur, alloc, free = op
                 if alloc:
                     held += alloc
                     points.append((t, held))
-                append((r, "compute", a, t, t + dur, None, None))
+                append(make_span((r, "compute", a, t, t + dur, None, None)))
                 t += dur
                 if free:
                     held += free
                     points.append((t, held))
                 continue
-            if op == _COLLECTIVE:
-                append((r, "collective", a, t, t + dur, alloc, None))
-                t += dur
+            if k is Kind.REDUCE_GRAD:
+                c = stage_costs[s]
+                append(make_span((r, "collective", a, t, t + c.allreduce_ms, c.grad_bytes, None)))
+                t += c.allreduce_ms
                 continue
+            if k is SEND_F:
+                key, peer, sending = (s, 0, mb), where[s + 1], True
+            elif k is SEND_B:
+                key, peer, sending = (s, 1, mb), where[s - 1], True
+            elif k is RECV_F:
+                key, peer, sending = (s - 1, 0, mb), where[s - 1], False
+            elif k is RECV_B:
+                key, peer, sending = (s + 1, 1, mb), where[s + 1], False
+            else:  # pragma: no cover - every kind is handled above
+                raise PlanError(f"the simulator cannot run action {a}")
             msg = messages.get(key)
             if msg is None:
                 msg = messages[key] = _Message(env.event())
-            if op == _SEND:
-                lane = "send"
-                if rendezvous:
-                    if msg.recv_posted is None and t > env.now:
-                        position[r] = i
-                        yield env.timeout(t - env.now)
-                    msg.send_posted = t
-                    if msg.recv_posted is None:
-                        position[r] = i
-                        yield msg.done
+            if rendezvous:
+                # the transfer starts when the second side posts; the first side waits for it
+                other = msg.recv_posted if sending else msg.send_posted
+                if other is None:
+                    if sending:
+                        msg.send_posted = t
                     else:
-                        msg.end = transfer(r, peer, key, t)
-                        _fire_at(env, msg.done, msg.end - env.now)
+                        msg.recv_posted = t
+                    position[r] = i
+                    yield msg.done
                     end = msg.end
                 else:
-                    msg.end = end = transfer(r, peer, key, t)
+                    src, dst = (r, peer) if sending else (peer, r)
+                    end = msg.end = transfer(src, dst, key, max(t, other))
                     _fire_at(env, msg.done, end - env.now)
-                    if not blocking_send:
-                        append((r, lane, a, t, end, nbytes, peer))
-                        continue
+            elif sending:
+                end = msg.end = transfer(r, peer, key, t)
+                if msg.recv_posted is not None:  # the receiver is already waiting
+                    _fire_at(env, msg.done, end - env.now)
+                if not blocking_send:
+                    append(make_span((r, "send", a, t, end, nbytes, peer)))
+                    continue
             else:
-                lane = "recv"
-                if msg.end is None and msg.send_posted is None and t > env.now:
-                    position[r] = i
-                    yield env.timeout(t - env.now)
-                msg.recv_posted = t
-                if rendezvous and msg.send_posted is not None and msg.end is None:
-                    msg.end = transfer(peer, r, key, t)
-                    _fire_at(env, msg.done, msg.end - env.now)
                 if msg.end is None:
+                    msg.recv_posted = t
                     position[r] = i
                     yield msg.done
                 end = max(t, msg.end)  # type: ignore[type-var]
-            append((r, lane, a, t, end, nbytes, peer))
+            append(make_span((r, "send" if sending else "recv", a, t, end, nbytes, peer)))
             t = end  # type: ignore[assignment]
         finished[r] = True
 
-    for r in range(len(progs)):
-        env.process(rank_process(r))
     with gc_paused():
+        for r in range(plan.num_ranks):
+            env.process(rank_process(r))
         env.run()
-    stuck = {r: position[r] for r in range(len(progs)) if not finished[r]}
+    stuck = {r: position[r] for r in range(plan.num_ranks) if not finished[r]}
     if stuck:
         where = ", ".join(f"rank {r} at {plan.actions[r][i]}" for r, i in stuck.items())
         raise PlanError(
             f"the plan deadlocks with {semantics.value} communication: {where}",
             detail=render_grid(plan.actions, stuck),
         )
-    make = Span._make
-    spans = [make(row) for row in rows]
     counters = []
     if any(c.activation_bytes for c in costs.stages):
         counters = [Counter(r, "activation_bytes", "bytes", tuple(points)) for r, points in enumerate(mem_points)]
