@@ -15,8 +15,12 @@ from typing import Callable, Iterable
 
 from ppsim.errors import PpsimError
 
-_OUR_MARKERS = (b'"format":"ppsim-trace"', b'"format": "ppsim-trace"', b'"format": "ppsim-plan"',
-                b'"traceEvents"', b"<!-- ppsim -->", b'"format":"ppsim-plan"')
+_OUR_MARKERS = (
+    b'"format":"ppsim-trace"',  # Trace.save
+    b'"format": "ppsim-plan"',  # ppsim plan --save
+    b'"traceEvents"',  # Chrome trace
+    b"<!-- ppsim -->",  # HTML pages (render.gantt.HTML_MARKER)
+)
 
 
 def written_by_ppsim(path: Path) -> bool:

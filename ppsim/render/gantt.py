@@ -144,8 +144,13 @@ def gantt_figure(trace: Trace, title: str | None = None) -> go.Figure:
     return fig
 
 
+HTML_MARKER = "<!-- ppsim -->"
+
+
 def write_html(trace: Trace, path: str | Path, title: str | None = None) -> Path:
     """Write the Gantt as one self-contained HTML file (plotly.js inlined, works offline); returns the path."""
     p = Path(path)
-    gantt_figure(trace, title).write_html(p, include_plotlyjs=True, full_html=True)
+    html = gantt_figure(trace, title).to_html(include_plotlyjs=True, full_html=True)
+    # the marker lets ppsim recognise its own pages, which it may overwrite without --force
+    p.write_text(HTML_MARKER + "\n" + html, encoding="utf-8")
     return p

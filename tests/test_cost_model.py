@@ -1,0 +1,119 @@
+"""The analytic cost model against the published formulas, and the partition."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ppsim import partition
+from ppsim.cost_model import build_workload, gpt_layers, ring_allreduce_ms
+from ppsim.costs import Link
+from ppsim.errors import ScenarioError
+from ppsim.hardware import DEVICES
+from ppsim.scenario import ModelSpec, load, parse_scenario
+
+from conftest import SCENARIOS
+
+MODEL = ModelSpec(layers=24, hidden=2048, heads=16, seq_len=1024, vocab=50304)
+
+
+def test_block_flops_match_the_closed_form() -> None:
+    b, s, h = 2, MODEL.seq_len, MODEL.hidden
+    _, block, _ = gpt_layers(MODEL, b)
+    assert block.forward_flops == 24 * b * s * h * h + 4 * b * s * s * h
+    assert block.input_grad_flops + block.weight_grad_flops == 2 * block.forward_flops
+    assert block.weight_grad_flops == 24 * b * s * h * h
+
+
+def test_step_flops_match_megatron_formula() -> None:
+    # Narayanan et al. (SC'21) without recompute: 72 B s l h^2 (1 + s / 6h) + 6 B s h V
+    s = parse_scenario(
+        {"model": MODEL.model_dump(), "training": {"global_batch": 64, "micro_batch": 2},
+         "pipeline": {"stages": 4}, "data_parallel": 2}
+    )
+    w = build_workload(s)
+    B, S, L, H, V = 64, MODEL.seq_len, MODEL.layers, MODEL.hidden, MODEL.vocab
+    expected = 72 * B * S * L * H * H * (1 + S / (6 * H)) + 6 * B * S * H * V
+    assert w.model_flops_per_step == pytest.approx(expected, rel=1e-12)
+
+
+def test_activation_bytes_follow_korthikanti() -> None:
+    b, s, h, a = 2, MODEL.seq_len, MODEL.hidden, MODEL.heads
+    _, block, _ = gpt_layers(MODEL, b)
+    assert block.activation_bytes == int(s * b * h * (34 + 5 * a * s / h))
+
+
+def test_times_are_flops_over_peak_times_efficiency() -> None:
+    s = parse_scenario({"model": MODEL.model_dump(), "pipeline": {"stages": 4, "partition": "uniform"},
+                        "hardware": {"device": "h100-sxm", "efficiency": 0.5}})
+    w = build_workload(s)
+    _, block, _ = gpt_layers(MODEL, 1)
+    rate = DEVICES["h100-sxm"].peak_flops("bf16") * 0.5 / 1e3
+    middle = w.costs.stages[1]
+    assert middle.forward_ms == pytest.approx(6 * block.forward_flops / rate)
+    assert middle.backward_ms == pytest.approx(2 * middle.forward_ms)
+    assert w.costs.message_bytes == MODEL.seq_len * MODEL.hidden * 2
+
+
+def test_link_time_is_latency_plus_bytes_over_bandwidth() -> None:
+    link = Link.from_gb_s(25, 5)
+    assert link.transfer_ms(25_000_000) == pytest.approx(0.005 + 1.0)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 64])
+def test_ring_allreduce(n: int) -> None:
+    link = Link.from_gb_s(100, 2)
+    nbytes = 1e9
+    assert ring_allreduce_ms(nbytes, n, link) == pytest.approx(2 * (n - 1) / n * 10.0 + 2 * (n - 1) * 0.002)
+    assert ring_allreduce_ms(nbytes, 1, link) == 0.0
+
+
+def test_gpt_scenario_lands_in_the_published_mfu_range() -> None:
+    from ppsim.metrics import summarize
+    from ppsim.predict import predict
+
+    summary = summarize(predict(load(SCENARIOS / "gpt.yaml")).trace)
+    assert summary.mfu is not None and 0.35 <= summary.mfu <= 0.6
+
+
+# ----- partition -----------------------------------------------------------------------------
+def _brute_force(costs: list[float], parts: int, first: float, last: float) -> float:
+    n = len(costs)
+    best = float("inf")
+    for cuts in itertools.combinations(range(1, n), parts - 1):
+        counts = [b - a for a, b in zip((0, *cuts), (*cuts, n))]
+        best = min(best, max(partition.stage_loads(counts, costs, first, last)))
+    return best
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    costs=st.lists(st.floats(0.1, 10), min_size=1, max_size=9),
+    parts=st.integers(1, 5),
+    first=st.floats(0, 10),
+    last=st.floats(0, 10),
+)
+def test_balanced_partition_is_optimal(costs: list[float], parts: int, first: float, last: float) -> None:
+    if parts > len(costs):
+        with pytest.raises(ScenarioError):
+            partition.balanced(costs, parts, first, last)
+        return
+    counts = partition.balanced(costs, parts, first, last)
+    assert sum(counts) == len(costs) and min(counts) >= 1 and len(counts) == parts
+    got = max(partition.stage_loads(counts, costs, first, last))
+    assert got == pytest.approx(_brute_force(costs, parts, first, last), rel=1e-9, abs=1e-9)
+
+
+def test_balanced_gives_the_lm_head_stage_fewer_layers() -> None:
+    counts = partition.balanced([1.0] * 30, 4, first_extra=0.0, last_extra=2.0)
+    assert counts[-1] < counts[0]
+    assert sum(counts) == 30
+
+
+def test_uniform_partition_needs_even_split() -> None:
+    assert partition.uniform(12, 4) == [3, 3, 3, 3]
+    with pytest.raises(ScenarioError, match="balanced"):
+        partition.uniform(10, 4)

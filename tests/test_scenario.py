@@ -1,0 +1,153 @@
+"""Scenario loading: every documented key, and bad input named with its fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ppsim.cost_model import build_workload
+from ppsim.errors import PpsimError, ScenarioError
+from ppsim.predict import predict
+from ppsim.scenario import load, parse_scenario
+
+from conftest import SCENARIOS
+
+BASE = {
+    "model": {"layers": 8, "hidden": 256, "heads": 4, "seq_len": 128, "vocab": 1000},
+    "training": {"global_batch": 32, "micro_batch": 2},
+    "pipeline": {"stages": 4, "schedule": "1f1b"},
+    "data_parallel": 2,
+}
+
+
+def _with(path: str, value: object) -> dict:
+    import copy
+
+    data = copy.deepcopy(BASE)
+    node = data
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize("path", sorted(SCENARIOS.glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_scenarios_load_and_simulate(path: Path) -> None:
+    s = load(path)
+    trace = predict(s).trace
+    assert trace.spans
+
+
+def test_microbatches_follow_from_the_global_batch() -> None:
+    s = parse_scenario(BASE)
+    assert s.microbatches == 32 // (2 * 2)
+    assert s.global_batch == 32
+
+
+@pytest.mark.parametrize(
+    "path,value,field,words",
+    [
+        ("model.layerz", 3, "model.layerz", "unknown key"),
+        ("pipeline.stages", "four", "pipeline.stages", "integer"),
+        ("pipeline.stages", 0, "pipeline.stages", "greater than 0"),
+        ("model.dtype", "int8", "model.dtype", "bf16"),
+        ("pipeline.partition", "uniformish", "pipeline.partition", "uniform"),
+        ("model.heads", 3, "model", "multiple of heads"),
+        ("hardware.device", "tpu-v9", "hardware.device", "a100-80g"),
+        ("training.global_batch", 30, "training.global_batch", "not a multiple"),
+        ("pipeline.comm", "carrier-pigeon", "pipeline.comm", "rendezvous"),
+    ],
+)
+def test_bad_values_name_the_field(path: str, value: object, field: str, words: str) -> None:
+    with pytest.raises(ScenarioError) as exc:
+        parse_scenario(_with(path, value))
+    assert exc.value.field == field
+    assert words in str(exc.value)
+
+
+def test_stages_not_dividing_layers_with_uniform_partition() -> None:
+    data = _with("pipeline.partition", "uniform")
+    data["pipeline"]["stages"] = 3
+    with pytest.raises(ScenarioError, match="not divisible by stages x chunks") as exc:
+        parse_scenario(data)
+    assert exc.value.field == "pipeline.partition"
+    assert "balanced" in str(exc.value)
+
+
+def test_contradictory_batch_sizes_show_the_three_numbers() -> None:
+    data = _with("pipeline.microbatches", 4)
+    with pytest.raises(ScenarioError, match=r"2 x 4 x 2 = 16") as exc:
+        parse_scenario(data)
+    assert exc.value.field == "training.global_batch"
+
+
+def test_explicit_partition_must_cover_the_layers() -> None:
+    with pytest.raises(ScenarioError, match="sum to 7"):
+        parse_scenario(_with("pipeline.partition", [2, 2, 2, 1]))
+    with pytest.raises(ScenarioError, match="one count per virtual stage"):
+        parse_scenario(_with("pipeline.partition", [4, 4]))
+
+
+def test_costs_lists_need_one_value_per_stage() -> None:
+    data = {"pipeline": {"stages": 4}, "costs": {"forward_ms": [1, 1, 1], "backward_ms": 2}}
+    with pytest.raises(ScenarioError, match="give one number or 4 values") as exc:
+        parse_scenario(data)
+    assert exc.value.field == "costs.forward_ms"
+
+
+def test_weight_grad_cannot_exceed_backward() -> None:
+    data = {"pipeline": {"stages": 2}, "costs": {"forward_ms": 1, "backward_ms": 2, "weight_grad_ms": 3}}
+    with pytest.raises(ScenarioError, match="exceeds backward_ms"):
+        parse_scenario(data)
+
+
+def test_a_scenario_needs_a_model_or_costs() -> None:
+    with pytest.raises(ScenarioError, match="'model' section or a 'costs' section"):
+        parse_scenario({"pipeline": {"stages": 2}})
+
+
+def test_file_problems(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="does not exist"):
+        load(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  layers: [1, 2\n")
+    with pytest.raises(ScenarioError, match=r"malformed YAML at line \d+"):
+        load(bad)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(ScenarioError, match="is empty"):
+        load(empty)
+    listy = tmp_path / "list.yaml"
+    listy.write_text("- 1\n- 2\n")
+    with pytest.raises(ScenarioError, match="must be a mapping"):
+        load(listy)
+    with pytest.raises(ScenarioError, match="is a directory"):
+        load(tmp_path)
+
+
+def test_overrides_replace_pipeline_keys_and_are_checked() -> None:
+    s = parse_scenario(BASE)
+    t = s.with_overrides(schedule="gpipe", microbatches=16, stages=2)
+    assert (t.pipeline.schedule, t.microbatches, t.pipeline.stages) == ("gpipe", 16, 2)
+    assert t.global_batch == 2 * 16 * 2
+    with pytest.raises(ScenarioError, match="smaller than stages x chunks"):
+        s.with_overrides(stages=16)
+
+
+def test_interleaved_with_too_few_microbatches_is_refused() -> None:
+    s = parse_scenario(BASE).with_overrides(schedule="interleaved-1f1b", chunks=2, microbatches=2)
+    with pytest.raises(PpsimError, match="multiple of the stage count"):
+        predict(s)
+
+
+def test_costs_replace_the_model_estimate() -> None:
+    data = dict(BASE, costs={"forward_ms": [1, 2, 3, 4], "backward_ms": 5, "p2p_ms": 0.5})
+    w = build_workload(parse_scenario(data))
+    assert [c.forward_ms for c in w.costs.stages] == [1, 2, 3, 4]
+    assert all(c.backward_ms == 5 for c in w.costs.stages)
+    assert w.costs.p2p_ms(0) == pytest.approx(0.5)
+    # with two chunks every chunk costs half its rank's figure
+    w2 = build_workload(parse_scenario(data).with_overrides(schedule="interleaved-1f1b", chunks=2))
+    assert [c.forward_ms for c in w2.costs.stages] == [0.5, 1, 1.5, 2, 0.5, 1, 1.5, 2]

@@ -1,0 +1,143 @@
+"""The SimPy engine: communication semantics, links, end of step, memory, determinism."""
+
+from __future__ import annotations
+
+import pytest
+
+from ppsim import schedules
+from ppsim.costs import CostTable, Link, StageCost
+from ppsim.errors import PlanError
+from ppsim.metrics import summarize
+from ppsim.passes import lower
+from ppsim.plan import Action, Plan
+from ppsim.predict import predict
+from ppsim.scenario import load
+from ppsim.sim import simulate
+
+from conftest import SCENARIOS, run_schedule, uniform_costs
+
+
+def _custom(rows: list[str], m: int) -> Plan:
+    actions = tuple(tuple(Action.parse(t) for t in row.split()) for row in rows)
+    p = len(rows)
+    return Plan("custom", p, m, 1, tuple(range(p)), actions, lowered=True)
+
+
+def _span(trace, rank: int, text: str):  # noqa: ANN001, ANN202
+    return next(s for s in trace.spans if s.rank == rank and str(s.action) == text)
+
+
+def _costs(p2p: float) -> CostTable:
+    stage = StageCost(forward_ms=5.0, backward_ms=1.0)
+    return CostTable(stages=(stage, stage), message_bytes=1000, links=(Link(latency_ms=p2p),))
+
+
+def _late_receiver_plan() -> Plan:
+    """Stage 0 computes an extra forward (5 ms) before it posts the receive of the grad."""
+    rows = ["0F0 0SEND_F0 0F1 0RECV_B0 0B0", "1RECV_F0 1F0 1B0 1SEND_B0"]
+    return _custom(rows, m=2)
+
+
+def test_rendezvous_send_waits_for_the_receive() -> None:
+    plan = _late_receiver_plan()
+    trace = simulate(plan, _costs(0.5), "rendezvous")
+    send = _span(trace, 1, "1SEND_B0")
+    recv = _span(trace, 0, "0RECV_B0")
+    assert send.start == pytest.approx(5.5 + 5.0 + 1.0)  # F0, transfer, F0 and B0 on stage 1
+    assert recv.start == pytest.approx(10.5)  # F0, the send's rendezvous at 5 + 0.5, F1
+    assert send.end == pytest.approx(recv.end)
+    assert send.end == pytest.approx(max(send.start, recv.start) + 0.5)
+
+
+def test_async_send_does_not_block_the_sender() -> None:
+    plan = _late_receiver_plan()
+    trace = simulate(plan, _costs(0.5), "async")
+    f1 = _span(trace, 0, "0F1")
+    send = _span(trace, 0, "0SEND_F0")
+    assert f1.start == pytest.approx(send.start)  # the rank went on at once
+    assert send.end == pytest.approx(send.start + 0.5)
+
+
+def test_eager_send_blocks_for_the_transfer_only() -> None:
+    plan = _late_receiver_plan()
+    trace = simulate(plan, _costs(0.5), "eager")
+    f1 = _span(trace, 0, "0F1")
+    send = _span(trace, 0, "0SEND_F0")
+    assert f1.start == pytest.approx(send.end) == pytest.approx(send.start + 0.5)
+
+
+def test_gloo_like_rendezvous_charges_the_wait_to_the_send_span() -> None:
+    # the receiver is 4 ms late: the send span covers the wait, as measured on gloo
+    rows = ["0F0 0SEND_F0 0B0", "1F1 1RECV_F0 1F0 1B0"]
+    actions = tuple(tuple(Action.parse(t) for t in row.split()) for row in rows)
+    plan = Plan("custom", 2, 2, 1, (0, 1), actions, lowered=True)
+    stage = StageCost(forward_ms=1.0, backward_ms=1.0)
+    costs = CostTable(stages=(stage, StageCost(forward_ms=5.0, backward_ms=1.0)), message_bytes=0,
+                      links=(Link(latency_ms=0.0),))
+    trace = simulate(plan, costs, "rendezvous")
+    send = _span(trace, 0, "0SEND_F0")
+    assert send.start == pytest.approx(1.0) and send.end == pytest.approx(5.0)
+
+
+def test_gpipe_with_p2p_latency_matches_the_closed_form() -> None:
+    p, m, F, B, c = 4, 6, 1.0, 2.0, 0.25
+    trace = run_schedule("gpipe", p, m, forward=F, backward=B, p2p=c, comm="async")
+    assert summarize(trace).step_time_ms == pytest.approx((m + p - 1) * (F + B) + 2 * (p - 1) * c)
+
+
+def test_transfers_share_a_link_in_fifo_order() -> None:
+    # two sends back to back on one link: the second waits for the first's bytes to go through
+    plan = _custom(["0F0 0SEND_F0 0F1 0SEND_F1 0B0 0B1", "1RECV_F0 1RECV_F1 1F0 1F1 1B0 1B1"], m=2)
+    stage = StageCost(forward_ms=0.0, backward_ms=0.0)
+    costs = CostTable(stages=(stage, stage), message_bytes=1000, links=(Link(latency_ms=0.1, bandwidth_bytes_per_ms=1000),))
+    trace = simulate(plan, costs, "async")
+    first, second = _span(trace, 1, "1RECV_F0"), _span(trace, 1, "1RECV_F1")
+    assert first.end == pytest.approx(1.1)
+    assert second.end == pytest.approx(2.1)
+
+
+def test_simulator_reports_a_deadlock_with_the_grid() -> None:
+    plan = _custom(
+        ["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1", "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1"],
+        m=2,
+    )
+    with pytest.raises(PlanError, match="deadlocks with rendezvous") as exc:
+        simulate(plan, uniform_costs(2, 1.0, 2.0), "rendezvous")
+    assert ">>0SEND_F1<<" in (exc.value.detail or "")
+    # with buffered sends the same plan runs
+    simulate(plan, uniform_costs(2, 1.0, 2.0), "async")
+
+
+def test_data_parallel_allreduce_and_optimizer_close_the_step() -> None:
+    stage = StageCost(forward_ms=1.0, backward_ms=2.0, optimizer_ms=0.5, allreduce_ms=3.0, grad_bytes=10)
+    costs = CostTable(stages=(stage,) * 2, message_bytes=0, links=(Link(0.0),))
+    plan = lower(schedules.build("1f1b", 2, 4), data_parallel=2, duration=costs.compute_ms)
+    trace = simulate(plan, costs, "async")
+    assert summarize(trace).step_time_ms == pytest.approx((4 + 1) * 3 + 3.0 + 0.5)
+    reduce = [s for s in trace.spans if s.lane == "collective"]
+    assert len(reduce) == 2 and all(s.bytes == 10 for s in reduce)
+
+
+def test_activation_memory_counter_tracks_in_flight_microbatches() -> None:
+    trace = simulate(
+        lower(schedules.build("1f1b", 4, 8)), uniform_costs(4, 1.0, 2.0, activation_bytes=100), "async"
+    )
+    peaks = {c.rank: max(v for _, v in c.points) for c in trace.counters if c.name == "activation_bytes"}
+    assert peaks == {0: 400, 1: 300, 2: 200, 3: 100}
+    assert all(c.points[-1][1] == 0 for c in trace.counters)
+
+
+def test_same_scenario_same_trace() -> None:
+    a = predict(load(SCENARIOS / "gpt-interleaved.yaml")).trace.to_dict()
+    b = predict(load(SCENARIOS / "gpt-interleaved.yaml")).trace.to_dict()
+    assert a == b
+
+
+def test_trace_json_round_trip(tmp_path) -> None:  # noqa: ANN001
+    from ppsim.trace import Trace
+
+    trace = predict(load(SCENARIOS / "gpt.yaml").with_overrides(microbatches=16)).trace
+    trace.save(tmp_path / "t.json")
+    again = Trace.load(tmp_path / "t.json")
+    assert again.spans == trace.spans and again.meta == trace.meta and again.counters == trace.counters
+    assert summarize(again) == summarize(trace)
