@@ -54,7 +54,7 @@ def balanced(layer_costs: Sequence[float], parts: int, first_extra: float = 0.0,
     if parts < 1 or n < parts:
         raise ScenarioError(f"cannot split {n} layers into {parts} stages of at least one layer", field="pipeline.stages")
     lo = max(max(layer_costs), (sum(layer_costs) + first_extra + last_extra) / parts)
-    hi = sum(layer_costs) + first_extra + last_extra
+    hi = (sum(layer_costs) + first_extra + last_extra) * (1 + 1e-9) + 1e-12  # everything fits, whatever the rounding
     best = _fits(layer_costs, parts, hi, first_extra, last_extra)
     assert best is not None
     for _ in range(100):

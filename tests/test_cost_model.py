@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ppsim import partition
@@ -90,6 +90,7 @@ def _brute_force(costs: list[float], parts: int, first: float, last: float) -> f
 
 
 @settings(max_examples=80, deadline=None)
+@example(costs=[1.0] * 7 + [7.0, 9.300511071936267], parts=1, first=9.181714306911495, last=1.5838154803282478)
 @given(
     costs=st.lists(st.floats(0.1, 10), min_size=1, max_size=9),
     parts=st.integers(1, 5),
