@@ -255,19 +255,38 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
     """
     if any(a.kind in COMM_KINDS for r in plan.actions for a in r):
         raise PlanError("plan already has communication actions; add_comms runs once")
-    starts, ends = ideal_times(plan, duration)
-    end_of = {a: ends[r][i] for r, ra in enumerate(plan.actions) for i, a in enumerate(ra)}
     grads = grad_producers(plan)
     where = plan.stage_to_rank
-    # entries sort by (time, depth, 0 for messages / 1 for compute, message order, stage, mb)
-    entries: list[list[tuple[Any, ...]]] = [[] for _ in plan.actions]
     n_stages = plan.num_stages
     act = _action
+    SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
+    if not rendezvous:
+        # receives right before their consumer, sends right after their producer: no sort needed
+        ideal_times(plan, duration)  # rejects plans that cannot finish
+        out: list[list[Action]] = []
+        for r, ra in enumerate(plan.actions):
+            seq: list[Action] = []
+            add = seq.append
+            for a in ra:
+                if a.kind in COMPUTE_KINDS:
+                    for d in dependencies(a, n_stages, grads):
+                        if where[d.stage] != r:
+                            add(act((a.stage, RECV_F if d.kind is Kind.F else RECV_B, a.microbatch)))
+                add(a)
+                s, k, mb = a
+                if k is Kind.F and s < n_stages - 1 and where[s + 1] != r:
+                    add(act((s, SEND_F, mb)))
+                elif (k is Kind.B or k is Kind.I) and s > 0 and where[s - 1] != r:
+                    add(act((s, SEND_B, mb)))
+            out.append(seq)
+        return plan.with_actions(out, lowered=True)
+    starts, _ = ideal_times(plan, duration)
+    # entries sort by (time, depth, 0 for messages / 1 for compute, message order, stage, mb)
+    entries: list[list[tuple[Any, ...]]] = [[] for _ in plan.actions]
     for r, ra in enumerate(plan.actions):
         mine = entries[r].append
         for i, a in enumerate(ra):
-            start = starts[r][i]
-            t, depth = start
+            t, depth = starts[r][i]
             mine((t, depth, 1, 0, 0, 0, a))
             if a.kind not in COMPUTE_KINDS:
                 continue
@@ -278,10 +297,8 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
                 is_act = d.kind is Kind.F
                 order = 1 if is_act else 0  # within one moment, grads before activations
                 mb = d.microbatch
-                sent = start if rendezvous else end_of[d]
-                send = act((d.stage, Kind.SEND_F if is_act else Kind.SEND_B, mb))
-                entries[pr].append((sent[0], sent[1], 0, order, d.stage, mb, send))
-                mine((t, depth, 0, order, d.stage, mb, act((a.stage, Kind.RECV_F if is_act else Kind.RECV_B, mb))))
+                entries[pr].append((t, depth, 0, order, d.stage, mb, act((d.stage, SEND_F if is_act else SEND_B, mb))))
+                mine((t, depth, 0, order, d.stage, mb, act((a.stage, RECV_F if is_act else RECV_B, mb))))
     lowered = []
     for es in entries:
         es.sort()
