@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 OUT    ?= out
+TORCH_VERSION     ?= 2.13.0
+DEEPSPEED_VERSION ?= 0.19.8
 
 .PHONY: run test bench lint clean
 
@@ -16,7 +18,11 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/activate
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
+# torch first and pinned (the CPU build on disk; an unpinned torch pulls a multi-GB CUDA build), then
+# deepspeed as pure Python against that torch (no op builds, no build isolation)
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/activate
+	$(BIN)/pip install --quiet torch==$(TORCH_VERSION)
+	DS_BUILD_OPS=0 $(BIN)/pip install --quiet --no-build-isolation deepspeed==$(DEEPSPEED_VERSION)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@ $(VENV)/.installed-run
 
@@ -28,7 +34,6 @@ test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -n 2 tests
 
 bench: $(VENV)/.installed-test
-	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/python bench/sim_speed.py
 
 lint: $(VENV)/.installed-test

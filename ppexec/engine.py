@@ -1,0 +1,102 @@
+"""DeepSpeed's PipelineEngine, running a translated ppsim Plan and timing it at one dispatch point.
+
+The subclass changes three things and nothing else:
+- the schedule it runs is the plan's (``_train_schedule``);
+- ``_exec_schedule`` records the start and end of every plan action (the group of DeepSpeed
+  instructions it became) on ``time.perf_counter_ns`` (CLOCK_MONOTONIC: one clock for every
+  process of a machine) — the only timing code;
+- the last stage keeps one loss per micro-batch (the stock engine keeps one, which breaks any
+  schedule that runs two forwards before a backward), and micro-batches are loaded by id.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from ppsim.plan import Action
+
+Batch = tuple[Any, Any]
+
+
+def engine_class() -> type:
+    """The engine class (built on first use, so importing ppexec does not import deepspeed)."""
+    global _ENGINE
+    if _ENGINE is None:
+        _ENGINE = _make_engine_class()
+    return _ENGINE
+
+
+_ENGINE: type | None = None
+
+
+def _make_engine_class() -> type:
+    from deepspeed.runtime.pipe.engine import PipelineEngine
+
+    class TimedPipelineEngine(PipelineEngine):
+        """PipelineEngine that runs a ppsim plan and records one span per plan action."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.ppexec_schedule: Any = None
+            self.ppexec_batch: Callable[[int], Batch] | None = None
+            self.ppexec_spans: list[tuple[Action, int, int]] = []
+            self.ppexec_current: Action | None = None
+            self._ppexec_losses: dict[int, Any] = {}
+            self._ppexec_loading: int | None = None
+
+        def _train_schedule(self) -> Any:
+            if self.ppexec_schedule is None:
+                raise RuntimeError("set engine.ppexec_schedule before train_batch()")
+            return self.ppexec_schedule
+
+        def _exec_schedule(self, pipe_schedule: Any) -> None:
+            self._reserve_pipe_buffers(pipe_schedule.num_pipe_buffers())
+            self.fwd_outputs = []
+            record = self.ppexec_spans.append
+            # the stock map holds PipelineEngine's functions; bind by name so overrides here count
+            table = {kind: getattr(self, fn.__name__) for kind, fn in self._INSTRUCTION_MAP.items()}
+            clock = time.perf_counter_ns
+            for action, cmds in zip(pipe_schedule.actions, pipe_schedule.steps()):
+                self.ppexec_current = action
+                start = clock()
+                for cmd in cmds:
+                    table[type(cmd)](**cmd.kwargs)
+                record((action, start, clock()))
+            self.ppexec_current = None
+
+        def _exec_forward_pass(self, buffer_id: int) -> None:
+            super()._exec_forward_pass(buffer_id)
+            if self.is_last_stage():
+                self._ppexec_losses[buffer_id] = self.loss
+
+        def _exec_backward_pass(self, buffer_id: int) -> None:
+            if self.is_last_stage():
+                self.loss = self._ppexec_losses.pop(buffer_id)
+            super()._exec_backward_pass(buffer_id)
+
+        def _exec_load_micro_batch(self, buffer_id: int) -> None:
+            self._ppexec_loading = buffer_id
+            super()._exec_load_micro_batch(buffer_id)
+
+        def _next_batch(self) -> Batch:
+            if self.ppexec_batch is None or self._ppexec_loading is None:
+                raise RuntimeError("set engine.ppexec_batch before train_batch()")
+            return self.ppexec_batch(self._ppexec_loading)
+
+    return TimedPipelineEngine
+
+
+@contextmanager
+def pipeline_engine(cls: type) -> Iterator[None]:
+    """Make ``deepspeed.initialize`` build ``cls`` for a PipelineModule (it looks the engine class
+    up by its module-level name when called)."""
+    import deepspeed
+
+    saved = deepspeed.PipelineEngine
+    deepspeed.PipelineEngine = cls
+    try:
+        yield
+    finally:
+        deepspeed.PipelineEngine = saved

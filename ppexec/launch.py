@@ -1,0 +1,186 @@
+"""Start the ranks of a run and watch them: locally (one process per rank, CPU and gloo) or through
+the ``deepspeed`` launcher on a cluster. Whatever the launcher, each rank runs ``ppexec.worker``.
+
+Faults: when a rank fails, the others are stopped at once and the error names the rank and the
+action it was in; when the run outlives its deadline, every rank is stopped and the error names
+where each was. No process is left behind, and everything recorded so far stays in the run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ppsim.errors import PpsimError
+
+
+class RunFailed(PpsimError):
+    """A rank crashed, deadlocked or the run timed out."""
+
+
+@dataclass
+class RankState:
+    rank: int
+    ready: dict[str, Any] | None = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+    done: bool = False
+    offset: int = 0  #: bytes of the event file already read
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def read_events(run_dir: Path, states: list[RankState]) -> None:
+    """Read the new lines of every rank's event file into ``states``."""
+    for st in states:
+        path = run_dir / "ranks" / f"rank-{st.rank}.jsonl"
+        if not path.exists():
+            continue
+        with path.open("rb") as fh:
+            fh.seek(st.offset)
+            chunk = fh.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        st.offset += len(complete)
+        for line in complete.splitlines():
+            event = json.loads(line)
+            kind = event["type"]
+            if kind == "ready":
+                st.ready = event
+            elif kind == "step":
+                st.steps.append(event)
+            elif kind == "error":
+                st.error = event
+            elif kind == "done":
+                st.done = True
+
+
+def _where(st: RankState) -> str:
+    if st.error and st.error.get("action"):
+        return f"in action {st.error['action']}"
+    if st.steps:
+        last = st.steps[-1]["spans"][-1][0] if st.steps[-1]["spans"] else "?"
+        return f"after step {st.steps[-1]['step']} (last action {last})"
+    return "before its first recorded step"
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 5
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+
+
+def run_local(run_dir: Path, world: int, deadline_s: float,
+              on_progress: Callable[[list[RankState]], None] | None = None) -> list[RankState]:
+    """Run ``world`` ranks on this machine (CPU, gloo) and wait for them; raise RunFailed on a fault."""
+    port = free_port()
+    logs = run_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_RANK", "WORLD_SIZE"))}
+    try:
+        for r in range(world):
+            env = dict(base_env, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                       DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"), PYTHONUNBUFFERED="1")
+            with (logs / f"rank-{r}.log").open("wb") as log:
+                procs.append(subprocess.Popen([sys.executable, "-m", "ppexec.worker", str(run_dir)], env=env,
+                                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        return watch(procs, run_dir, world, deadline_s, on_progress, per_rank=True)
+    finally:
+        _stop(procs)
+
+
+def run_deepspeed(run_dir: Path, world: int, hostfile: Path, deadline_s: float,
+                  on_progress: Callable[[list[RankState]], None] | None = None) -> list[RankState]:
+    """Start every rank through DeepSpeed's launcher (one per GPU of each host in the hostfile)."""
+    logs = run_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with (logs / "launcher.log").open("wb") as log:
+        proc = subprocess.Popen(deepspeed_command(run_dir, hostfile, free_port()), stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        return watch([proc], run_dir, world, deadline_s, on_progress, per_rank=False)
+    finally:
+        _stop([proc])
+
+
+def watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, deadline_s: float,
+          on_progress: Callable[[list[RankState]], None] | None, *, per_rank: bool) -> list[RankState]:
+    """Follow the ranks' event files until every rank is done; stop everything on the first fault."""
+    states = [RankState(r) for r in range(world)]
+    start = time.monotonic()
+    while True:
+        time.sleep(0.1)
+        read_events(run_dir, states)
+        if on_progress:
+            on_progress(states)
+        codes = [p.poll() for p in procs]
+        reported = [st.rank for st in states if st.error]
+        failed = [r for r, c in enumerate(codes) if c not in (None, 0)] if per_rank else []
+        if failed or reported or (not per_rank and codes[0] not in (None, 0)):
+            time.sleep(0.3)  # let the failing rank's last line land
+            read_events(run_dir, states)
+            _stop(procs)
+            raise RunFailed(_failure_message(run_dir, states, failed or [0], codes))
+        if all(st.done for st in states) and (not per_rank or all(c is not None for c in codes)):
+            return states
+        if all(c is not None for c in codes):
+            read_events(run_dir, states)
+            if all(st.done for st in states):
+                return states
+            missing = [st.rank for st in states if not st.done]
+            raise RunFailed(f"the launcher ended but ranks {missing} never finished; logs in {run_dir / 'logs'}")
+        if time.monotonic() - start > deadline_s:
+            _stop(procs)
+            read_events(run_dir, states)
+            where = "; ".join(f"rank {st.rank} {_where(st)}" for st in states if not st.done)
+            raise RunFailed(f"the run did not finish within {deadline_s:.0f} s and was stopped: {where}; "
+                            f"logs in {run_dir / 'logs'}")
+
+
+def _failure_message(run_dir: Path, states: list[RankState], failed: list[int], codes: list[int | None]) -> str:
+    # the first rank that reported an error is the cause; others fail because it went away
+    reported = [st for st in states if st.error]
+    if reported:
+        first = min(reported, key=lambda st: st.rank if "Timeout" not in st.error["error"] else st.rank + 10**6)
+        err = first.error or {}
+        return (f"rank {first.rank} failed {_where(first)}: {err.get('error')}; "
+                f"log: {run_dir / 'logs' / f'rank-{first.rank}.log'}")
+    r = failed[0]
+    code = codes[r] if r < len(codes) else codes[0]
+    return (f"rank {r} exited with code {code} {_where(states[r])} without reporting an error; "
+            f"log: {run_dir / 'logs' / f'rank-{r}.log'}")
+
+
+def deepspeed_command(run_dir: Path, hostfile: Path, master_port: int | None = None) -> list[str]:
+    """The command that starts every rank through DeepSpeed's launcher (one rank per GPU of each
+    host in the hostfile); the run folder must be on a filesystem all hosts share."""
+    cmd = ["deepspeed", "--hostfile", str(hostfile)]
+    if master_port:
+        cmd += ["--master_port", str(master_port)]
+    return cmd + ["--module", "ppexec.worker", str(run_dir)]

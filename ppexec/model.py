@@ -1,0 +1,131 @@
+"""A real GPT-style network built from a ppsim Scenario, as layers a DeepSpeed PipelineModule can split.
+
+Layers: token + position embedding, ``model.layers`` pre-LayerNorm transformer blocks (causal
+self-attention and a GELU MLP), final LayerNorm + LM head. Every layer initialises its weights from
+its own seed, so a layer has the same weights whether it is built on a pipeline stage or in one
+process, which is what the parity checks rely on. Data is synthetic tokens drawn from a seed.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ppsim.scenario import ModelSpec
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _init_(module: nn.Module, seed: int) -> None:
+    """Re-initialise every parameter of ``module`` from ``seed`` (GPT-2 style: normal(0, 0.02))."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("bias"):
+                p.zero_()
+            elif "norm" in name:
+                p.fill_(1.0)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32) * 0.02)
+
+
+class Embedding(nn.Module):
+    """Token and learned position embeddings."""
+
+    def __init__(self, spec: ModelSpec, seed: int) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(spec.vocab, spec.hidden)
+        self.positions = nn.Embedding(spec.seq_len, spec.hidden)
+        _init_(self, seed)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        return self.tokens(ids) + self.positions(pos)[None]
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: causal self-attention and a GELU MLP, both residual."""
+
+    def __init__(self, spec: ModelSpec, seed: int) -> None:
+        super().__init__()
+        h = spec.hidden
+        self.heads = spec.heads
+        self.norm1 = nn.LayerNorm(h)
+        self.qkv = nn.Linear(h, 3 * h)
+        self.proj = nn.Linear(h, h)
+        self.norm2 = nn.LayerNorm(h)
+        self.fc1 = nn.Linear(h, spec.ffn)
+        self.fc2 = nn.Linear(spec.ffn, h)
+        _init_(self, seed)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(h, dim=-1)
+        shape = (b, s, self.heads, h // self.heads)
+        q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(att.transpose(1, 2).reshape(b, s, h))
+        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+
+
+class Head(nn.Module):
+    """Final LayerNorm and the LM head (logits over the vocabulary)."""
+
+    def __init__(self, spec: ModelSpec, seed: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(spec.hidden)
+        self.lm_head = nn.Linear(spec.hidden, spec.vocab, bias=False)
+        _init_(self, seed)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.norm(x))
+
+
+def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy (computed in fp32)."""
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+def layer_factories(spec: ModelSpec, seed: int) -> list[tuple[type[nn.Module], tuple[ModelSpec, int]]]:
+    """(class, args) of every layer in order: embedding, blocks, head; layer i is seeded seed + i."""
+    classes: list[type[nn.Module]] = [Embedding] + [Block] * spec.layers + [Head]
+    return [(cls, (spec, seed + i)) for i, cls in enumerate(classes)]
+
+
+def stage_boundaries(blocks_per_stage: list[int]) -> list[int]:
+    """DeepSpeed ``parts`` (layer index where each stage starts, plus the end) for block counts,
+    the embedding going to the first stage and the head to the last."""
+    parts = [0]
+    for k, count in enumerate(blocks_per_stage):
+        parts.append(parts[-1] + count + (1 if k == 0 else 0))
+    parts[-1] += 1  # the head
+    return parts
+
+
+def reference_model(spec: ModelSpec, seed: int) -> nn.Sequential:
+    """The whole network in one process, with the same weights as the pipeline's stages."""
+    return nn.Sequential(*(cls(*args) for cls, args in layer_factories(spec, seed)))
+
+
+def synthetic_batch(spec: ModelSpec, micro_batch: int, seed: int, step: int, replica: int, microbatch: int
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and next-token labels of one micro-batch, a pure function of its coordinates."""
+    g = torch.Generator().manual_seed(hash((seed, step, replica, microbatch)) & 0x7FFF_FFFF)
+    tokens = torch.randint(spec.vocab, (micro_batch, spec.seq_len + 1), generator=g)
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def parameter_count(spec: ModelSpec) -> int:
+    h, f, V, s = spec.hidden, spec.ffn, spec.vocab, spec.seq_len
+    block = 3 * h * h + 3 * h + h * h + h + 2 * h * f + f + h + 4 * h
+    return V * h + s * h + spec.layers * block + 2 * h + h * V
+
+
+def memory_estimate_bytes(spec: ModelSpec, micro_batch: int, microbatches: int, stages: int) -> int:
+    """A rough upper bound of host memory for a whole local run (all ranks on this machine): fp32
+    weights, grads and Adam state (16 bytes / parameter) plus every micro-batch's activations."""
+    act_per_block = spec.seq_len * micro_batch * spec.hidden * (34 + 5 * spec.heads * spec.seq_len / spec.hidden) * 2
+    acts = act_per_block * spec.layers * microbatches + 4 * spec.seq_len * micro_batch * spec.vocab * microbatches
+    return int(16 * parameter_count(spec) + acts + stages * 400e6)  # ~400 MB of torch + deepspeed per process
+

@@ -1,0 +1,60 @@
+"""Turn what the ranks recorded into ppsim Traces: the same format, metrics and exports as a prediction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ppsim.plan import COMM_KINDS, Action, Plan
+from ppsim.trace import Span, Trace
+
+from ppexec.launch import RankState
+
+
+def clock_offsets(states: list[RankState]) -> tuple[dict[int, int], str]:
+    """ns to subtract from each rank's clock. Ranks of one host share CLOCK_MONOTONIC; across hosts
+    the clocks are aligned on the barrier every rank passed just before its ``ready`` event."""
+    hosts = {st.ready["host"] for st in states if st.ready}
+    if len(hosts) <= 1:
+        return {st.rank: 0 for st in states}, "CLOCK_MONOTONIC, one host"
+    ref = states[0].ready["clock_ns"] if states[0].ready else 0
+    return {st.rank: (st.ready["clock_ns"] - ref) if st.ready else 0 for st in states}, "aligned at a barrier across hosts"
+
+
+def step_trace(states: list[RankState], plan: Plan, step: int, meta: dict[str, Any], message_bytes: int,
+               replica: int = 0) -> Trace:
+    """The measured Trace of recorded step ``step`` of data-parallel replica ``replica``."""
+    offsets, clock = clock_offsets(states)
+    ranks = sorted((st for st in states if st.ready and st.ready["replica"] == replica), key=lambda st: st.ready["stage"])
+    raw: list[tuple[int, Action, int, int]] = []
+    for st in ranks:
+        stage = st.ready["stage"]  # type: ignore[index]
+        for text, t0, t1 in st.steps[step]["spans"]:
+            raw.append((stage, Action.parse(text), t0 - offsets[st.rank], t1 - offsets[st.rank]))
+    origin = min(t0 for _, _, t0, _ in raw)
+    where = plan.stage_to_rank
+    spans = []
+    for rank, a, t0, t1 in raw:
+        comm = a.kind in COMM_KINDS
+        peer = None
+        if comm:
+            from ppsim.passes import peer_stage
+
+            peer = where[peer_stage(a)]
+        spans.append(Span(rank, a.lane, a, (t0 - origin) / 1e6, (t1 - origin) / 1e6,
+                          message_bytes if comm else None, peer))
+    losses = [st.steps[step]["loss"] for st in ranks if st.steps[step].get("loss") is not None]
+    full_meta = dict(meta)
+    full_meta.update({
+        "source": "measured",
+        "clock": clock,
+        "step": step,
+        "loss": losses[0] if losses else None,
+        "schedule": plan.schedule,
+        "num_ranks": plan.num_ranks,
+        "num_microbatches": plan.num_microbatches,
+        "chunks": plan.chunks,
+        "stage_to_rank": list(plan.stage_to_rank),
+        "comm": "rendezvous",
+        "message_bytes": message_bytes,
+    })
+    return Trace(spans=spans, meta=full_meta)

@@ -1,0 +1,165 @@
+"""``ppexec run``: the scenario's plan, trained for real, recorded, summarised with ppsim's metrics."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ppsim.errors import PpsimError
+from ppsim.metrics import Summary, summarize
+from ppsim.plan import Plan
+from ppsim.scenario import Scenario
+from ppsim.trace import Trace
+
+from ppexec.launch import RankState, run_local
+from ppexec.results import step_trace
+
+
+@dataclass
+class RunOptions:
+    out: Path
+    steps: int = 3
+    warmup: int = 1
+    seed: int = 1234
+    lr: float = 1e-3
+    timeout_s: float = 60.0  #: distributed timeout: a rank that waits this long on a peer fails
+    backend: str = "gloo"
+    save_params: bool = False
+
+
+@dataclass
+class RunResult:
+    plan: Plan
+    traces: list[Trace]  #: one per recorded step (replica 0)
+    losses: list[float]
+    representative: Trace  #: the step with the median step time
+    summary: Summary
+    states: list[RankState]
+
+
+def check_environment() -> None:
+    for module in ("torch", "deepspeed"):
+        if importlib.util.find_spec(module) is None:
+            raise PpsimError(
+                f"{module} is not installed; install the executor with: pip install torch==2.13.0 && "
+                "DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed (or `make test`, which does it)"
+            )
+
+
+def check_fits(s: Scenario, world: int) -> None:
+    """Refuse a scenario whose local run would not fit in this machine's memory."""
+    from ppexec.model import memory_estimate_bytes
+
+    assert s.model is not None
+    need = memory_estimate_bytes(s.model, s.training.micro_batch, s.microbatches, world)
+    try:
+        avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError):  # pragma: no cover - non-POSIX
+        return
+    if need > avail:
+        raise PpsimError(
+            f"this run needs about {need / 2**30:.1f} GiB of memory and {avail / 2**30:.1f} GiB are free; "
+            "use a smaller model (model.layers / hidden / seq_len), fewer micro-batches, or a cluster",
+            field="model",
+        )
+
+
+def prepare(s: Scenario) -> tuple[Scenario, Plan, list[int]]:
+    """The scenario as ppexec runs it (blocking sends, as DeepSpeed's p2p), its plan and partition."""
+    from ppexec.translate import check_runnable
+    from ppsim.cost_model import build_workload
+    from ppsim.predict import lowered_plan
+
+    if s.model is None:
+        raise PpsimError("ppexec needs a 'model' section to build a network; this scenario has only costs",
+                         field="model")
+    s = s.with_overrides(comm="rendezvous")
+    workload = build_workload(s)
+    plan = lowered_plan(s, workload)
+    check_runnable(plan)
+    assert workload.partition is not None
+    return s, plan, workload.partition
+
+
+def prepare_run(s: Scenario, opts: RunOptions) -> tuple[Scenario, Plan, int]:
+    """Write ``run.json`` into the run folder: what every worker needs, whoever launches it.
+    Returns the scenario as run, its plan and the world size."""
+    s, plan, partition = prepare(s)
+    world = s.pipeline.stages * s.data_parallel
+    opts.out.mkdir(parents=True, exist_ok=True)
+    (opts.out / "ranks").mkdir(exist_ok=True)
+    for old in (opts.out / "ranks").glob("*"):
+        old.unlink()  # a previous run's events in this folder would be read as this run's
+    spec: dict[str, Any] = {
+        "format": "ppexec-run",
+        "scenario": s.model_dump(exclude_none=True),
+        "plan": plan.to_dict(),
+        "partition": partition,
+        "world_size": world,
+        "steps": opts.steps,
+        "warmup": opts.warmup,
+        "seed": opts.seed,
+        "lr": opts.lr,
+        "timeout_s": opts.timeout_s,
+        "backend": opts.backend,
+        "save_params": opts.save_params,
+    }
+    (opts.out / "run.json").write_text(json.dumps(spec, indent=1))
+    return s, plan, world
+
+
+def deadline_s(opts: RunOptions) -> float:
+    """How long a whole run may take before the watcher stops it (the ranks' own timeout is shorter)."""
+    return 120 + opts.timeout_s * 2 + 30 * (opts.steps + opts.warmup)
+
+
+def execute(s: Scenario, opts: RunOptions, on_progress: Callable[[list[RankState]], None] | None = None,
+            hostfile: Path | None = None) -> RunResult:
+    """Run the scenario (locally, one process per rank; or through DeepSpeed's launcher with a
+    hostfile) and collect the measured traces."""
+    from ppexec.launch import run_deepspeed
+
+    check_environment()
+    s, plan, world = prepare_run(s, opts)
+    if hostfile is None:
+        check_fits(s, world)
+        states = run_local(opts.out, world, deadline_s(opts), on_progress)
+    else:
+        states = run_deepspeed(opts.out, world, hostfile, deadline_s(opts), on_progress)
+    return collect(opts.out, states)
+
+
+def collect(out: Path, states: list[RankState] | None = None) -> RunResult:
+    """Read a finished run folder (after any launcher) into measured traces and a summary."""
+    from ppexec.launch import read_events
+    from ppsim.cost_model import build_workload
+    from ppsim.metrics import step_time_ms
+    from ppsim.predict import workload_meta
+    from ppsim.scenario import parse_scenario
+
+    spec_path = out / "run.json"
+    if not spec_path.is_file():
+        raise PpsimError(f"{out} is not a ppexec run folder (no run.json); run `ppexec run` or `ppexec prepare`")
+    spec = json.loads(spec_path.read_text())
+    s = parse_scenario(spec["scenario"], source=str(spec_path))
+    plan = Plan.from_dict(spec["plan"])
+    if states is None:
+        states = [RankState(r) for r in range(spec["world_size"])]
+        read_events(out, states)
+    unfinished = [st.rank for st in states if not st.done]
+    if unfinished:
+        raise PpsimError(f"ranks {unfinished} of the run in {out} did not finish; see {out / 'logs'}")
+    workload = build_workload(s)
+    meta = workload_meta(s, workload, training=True)
+    meta["backend"] = spec["backend"]
+    traces = [step_trace(states, plan, k, meta, workload.costs.message_bytes) for k in range(spec["steps"])]
+    times = [step_time_ms(t) for t in traces]
+    rep = traces[times.index(statistics.median_low(times))]
+    losses = [t.meta["loss"] for t in traces]
+    return RunResult(plan=plan, traces=traces, losses=losses, representative=rep, summary=summarize(rep),
+                     states=states)

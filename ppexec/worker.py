@@ -1,0 +1,146 @@
+"""One rank of a ppexec run: ``python -m ppexec.worker RUN_DIR``.
+
+Any launcher can start it (ppexec's local launcher, ``deepspeed``, ``torchrun``, Slurm's ``srun``):
+it reads RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT from the environment and the
+run description from ``RUN_DIR/run.json``, and writes JSON lines to ``RUN_DIR/ranks/rank-R.jsonl``:
+``ready`` (stage, replica, host, clock reference), one ``step`` per recorded step (loss and one
+span per plan action, in ns on CLOCK_MONOTONIC), and ``error`` (with the action it was in) if it
+fails. The files are flushed line by line, so whatever was recorded survives a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+
+class EventLog:
+    """Append-only JSON lines, flushed per line."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = path.open("a", encoding="utf-8")
+
+    def write(self, kind: str, **fields: Any) -> None:
+        self._fh.write(json.dumps({"type": kind, **fields}) + "\n")
+        self._fh.flush()
+
+
+def _env_int(name: str, default: int | None = None) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        if default is None:
+            raise RuntimeError(f"environment variable {name} is not set: start the worker with a launcher")
+        return default
+    return int(value)
+
+
+def run(run_dir: Path) -> int:
+    spec = json.loads((run_dir / "run.json").read_text())
+    rank = _env_int("RANK")
+    world = _env_int("WORLD_SIZE")
+    log = EventLog(run_dir / "ranks" / f"rank-{rank}.jsonl")
+    try:
+        return _train(spec, rank, world, run_dir, log)
+    except BaseException as exc:  # report every failure, then exit non-zero
+        current = getattr(ENGINE, "ppexec_current", None)
+        current = str(current) if current is not None else None
+        log.write("error", rank=rank, action=current, error=f"{type(exc).__name__}: {exc}",
+                  traceback=traceback.format_exc(limit=8))
+        return 1
+
+
+ENGINE: Any = None  #: this process's engine, so a failure can name the action it was in
+
+
+def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: EventLog) -> int:
+    global ENGINE
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    import deepspeed
+    import deepspeed.ops
+    from deepspeed.pipe import LayerSpec, PipelineModule
+
+    from ppexec.engine import engine_class, pipeline_engine
+    from ppexec.model import TORCH_DTYPES, layer_factories, loss_fn, stage_boundaries, synthetic_batch
+    from ppexec.translate import plan_schedule
+    from ppsim.plan import Plan
+    from ppsim.scenario import parse_scenario
+
+    scenario = parse_scenario(spec["scenario"], source="run.json")
+    plan = Plan.from_dict(spec["plan"])
+    model = scenario.model
+    assert model is not None
+    p, d = plan.num_ranks, scenario.data_parallel
+    if world != p * d:
+        raise RuntimeError(f"WORLD_SIZE is {world}, the plan needs stages x data_parallel = {p} x {d} = {p * d}")
+    # the shared-memory all-reduce op would be JIT-compiled on first use (about 35 s): not needed
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    deepspeed.init_distributed(dist_backend=spec["backend"], timeout=timedelta(seconds=spec["timeout_s"]),
+                               verbose=False)
+
+    parts = stage_boundaries(spec["partition"])
+
+    class PlannedPipelineModule(PipelineModule):
+        """A PipelineModule cut exactly where ppsim's partition says."""
+
+        def _partition_layers(self, method: str = "uniform") -> None:
+            self.parts = parts
+            stage_id = self._topo.get_coord(self.global_rank).pipe
+            self._set_bounds(start=parts[stage_id], stop=parts[stage_id + 1])
+
+    specs = [LayerSpec(cls, *args) for cls, args in layer_factories(model, spec["seed"])]
+    module = PlannedPipelineModule(layers=specs, num_stages=p, loss_fn=loss_fn, partition_method="uniform")
+    dtype = TORCH_DTYPES[model.dtype]
+    config = {
+        "train_micro_batch_size_per_gpu": scenario.training.micro_batch,
+        "gradient_accumulation_steps": plan.num_microbatches,
+        "train_batch_size": scenario.training.micro_batch * plan.num_microbatches * d,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+        "bf16": {"enabled": dtype is torch.bfloat16},
+        "fp16": {"enabled": dtype is torch.float16},
+    }
+    optimizer = torch.optim.AdamW(module.parameters(), lr=spec["lr"], weight_decay=0.0)
+    with pipeline_engine(engine_class()):
+        engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, config=config)
+    ENGINE = engine
+    stage, replica = engine.stage_id, engine.grid.data_parallel_id
+    engine.ppexec_schedule = plan_schedule(plan, stage)
+    torch.distributed.barrier()
+    log.write("ready", rank=rank, stage=stage, replica=replica, host=socket.gethostname(),
+              clock_ns=time.perf_counter_ns(), pid=os.getpid())
+    for step in range(spec["warmup"] + spec["steps"]):
+        engine.ppexec_batch = lambda mb, step=step: synthetic_batch(
+            model, scenario.training.micro_batch, spec["seed"], step, replica, mb)
+        engine.ppexec_spans = []
+        loss = engine.train_batch()
+        if step >= spec["warmup"]:
+            log.write("step", step=step - spec["warmup"], loss=float(loss) if engine.is_last_stage() else None,
+                      spans=[[str(a), t0, t1] for a, t0, t1 in engine.ppexec_spans])
+    if spec.get("save_params"):
+        state = {k: v.detach().cpu() for k, v in engine.module.state_dict().items()}
+        torch.save({"parts": parts, "stage": stage, "state": state}, run_dir / "ranks" / f"params-{rank}.pt")
+    log.write("done", rank=rank)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+    return 0
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        print("usage: python -m ppexec.worker RUN_DIR", file=sys.stderr)
+        raise SystemExit(2)
+    raise SystemExit(run(Path(sys.argv[1])))
+
+
+if __name__ == "__main__":
+    main()
