@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 from ppsim import schedules
 from ppsim.costs import CostTable, Link, StageCost

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -43,12 +42,12 @@ def run(
     out: Path = typer.Option(..., "--out", help="Run folder: traces, summary, per-rank logs."),
     steps: int = typer.Option(3, "--steps", min=1, help="Training steps to record."),
     warmup: int = typer.Option(1, "--warmup", min=0, help="Steps to run first and not record."),
-    schedule: Optional[str] = typer.Option(None, "--schedule", help="Schedule (gpipe or 1f1b)."),
-    stages: Optional[int] = typer.Option(None, "--stages", min=1, help="Pipeline stages p."),
-    microbatches: Optional[int] = typer.Option(None, "--microbatches", min=1, help="Micro-batches per step m."),
-    partition: Optional[str] = typer.Option(None, "--partition", help="uniform | balanced"),
+    schedule: str | None = typer.Option(None, "--schedule", help="Schedule (gpipe or 1f1b)."),
+    stages: int | None = typer.Option(None, "--stages", min=1, help="Pipeline stages p."),
+    microbatches: int | None = typer.Option(None, "--microbatches", min=1, help="Micro-batches per step m."),
+    partition: str | None = typer.Option(None, "--partition", help="uniform | balanced"),
     launcher: str = typer.Option("local", "--launcher", help="local (one process per rank here) or deepspeed."),
-    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help="DeepSpeed hostfile (--launcher deepspeed)."),
+    hostfile: Path | None = typer.Option(None, "--hostfile", help="DeepSpeed hostfile (--launcher deepspeed)."),
     timeout: float = typer.Option(60.0, "--timeout", min=1, help="Seconds a rank may wait on a peer before failing."),
     seed: int = typer.Option(1234, "--seed", help="Seed of the weights and the synthetic data."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),

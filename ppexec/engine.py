@@ -12,8 +12,9 @@ The subclass changes three things and nothing else:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ppsim.plan import Action
 

@@ -15,9 +15,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ppsim.errors import PpsimError
 
@@ -163,18 +164,24 @@ def watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, deadl
                             f"logs in {run_dir / 'logs'}")
 
 
+_SECONDARY = ("Connection reset", "Connection closed", "Timed out", "timed out", "Timeout", "Broken pipe")
+
+
 def _failure_message(run_dir: Path, states: list[RankState], failed: list[int], codes: list[int | None]) -> str:
-    # the first rank that reported an error is the cause; others fail because it went away
+    """Name the rank that caused the failure: one that died without a word (killed, out of memory)
+    comes first, then one whose own error is not about losing a peer, then the rest."""
+    logs = run_dir / "logs"
+    silent = [r for r in failed if r < len(states) and states[r].error is None]
+    if silent:
+        r = silent[0]
+        return (f"rank {r} exited with code {codes[r]} {_where(states[r])} without reporting an error "
+                f"(killed, or out of memory?); log: {logs / f'rank-{r}.log'}")
     reported = [st for st in states if st.error]
     if reported:
-        first = min(reported, key=lambda st: st.rank if "Timeout" not in st.error["error"] else st.rank + 10**6)
-        err = first.error or {}
-        return (f"rank {first.rank} failed {_where(first)}: {err.get('error')}; "
-                f"log: {run_dir / 'logs' / f'rank-{first.rank}.log'}")
+        first = min(reported, key=lambda st: (any(w in st.error["error"] for w in _SECONDARY), st.rank))
+        return f"rank {first.rank} failed {_where(first)}: {first.error['error']}; log: {logs / f'rank-{first.rank}.log'}"
     r = failed[0]
-    code = codes[r] if r < len(codes) else codes[0]
-    return (f"rank {r} exited with code {code} {_where(states[r])} without reporting an error; "
-            f"log: {run_dir / 'logs' / f'rank-{r}.log'}")
+    return f"rank {r} exited with code {codes[0]} without reporting an error; logs in {logs}"
 
 
 def deepspeed_command(run_dir: Path, hostfile: Path, master_port: int | None = None) -> list[str]:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ppsim.scenario import Scenario
-
 from ppexec.model import loss_fn, reference_model, synthetic_batch
+from ppsim.scenario import Scenario
 
 
 def train_reference(s: Scenario, steps: int, seed: int, lr: float) -> tuple[list[float], dict[str, torch.Tensor]]:

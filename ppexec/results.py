@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ppexec.launch import RankState
 from ppsim.plan import COMM_KINDS, Action, Plan
 from ppsim.trace import Span, Trace
-
-from ppexec.launch import RankState
 
 
 def clock_offsets(states: list[RankState]) -> tuple[dict[int, int], str]:

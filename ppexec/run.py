@@ -6,18 +6,18 @@ import importlib.util
 import json
 import os
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from ppexec.launch import RankState, run_local
+from ppexec.results import step_trace
 from ppsim.errors import PpsimError
 from ppsim.metrics import Summary, summarize
 from ppsim.plan import Plan
 from ppsim.scenario import Scenario
 from ppsim.trace import Trace
-
-from ppexec.launch import RankState, run_local
-from ppexec.results import step_trace
 
 
 @dataclass

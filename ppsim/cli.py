@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -56,16 +55,16 @@ def _scenario(path: Path, schedule: str | None, stages: int | None, microbatches
 def run(
     scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as one JSON document."),
-    trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto, chrome://tracing)."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained Plotly timeline (HTML)."),
-    save_trace: Optional[Path] = typer.Option(None, "--save-trace", help="Write ppsim's own Trace JSON."),
+    trace: Path | None = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto, chrome://tracing)."),
+    html: Path | None = typer.Option(None, "--html", help="Write a self-contained Plotly timeline (HTML)."),
+    save_trace: Path | None = typer.Option(None, "--save-trace", help="Write ppsim's own Trace JSON."),
     force: bool = typer.Option(False, "--force", help="Overwrite output files not written by ppsim."),
-    schedule: Optional[str] = SCHEDULE,
-    stages: Optional[int] = STAGES,
-    microbatches: Optional[int] = MICROBATCHES,
-    chunks: Optional[int] = CHUNKS,
-    partition: Optional[str] = PARTITION,
-    comm: Optional[str] = COMM,
+    schedule: str | None = SCHEDULE,
+    stages: int | None = STAGES,
+    microbatches: int | None = MICROBATCHES,
+    chunks: int | None = CHUNKS,
+    partition: str | None = PARTITION,
+    comm: str | None = COMM,
 ) -> None:
     """Simulate one training step of SCENARIO and print step time, throughput, MFU and bubbles."""
     from ppsim import outputs
@@ -123,13 +122,13 @@ def schedules() -> None:
 def plan(
     file: Path = typer.Argument(..., help="Scenario YAML, or a plan JSON written by --save."),
     comms: bool = typer.Option(False, "--comms", help="Show the lowered plan (sends, receives, end of step)."),
-    save: Optional[Path] = typer.Option(None, "--save", help="Write the plan as JSON."),
+    save: Path | None = typer.Option(None, "--save", help="Write the plan as JSON."),
     csv_out: bool = typer.Option(False, "--csv", help="Print the plan as CSV (one row per rank, torch's layout)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an output file not written by ppsim."),
-    schedule: Optional[str] = SCHEDULE,
-    stages: Optional[int] = STAGES,
-    microbatches: Optional[int] = MICROBATCHES,
-    chunks: Optional[int] = CHUNKS,
+    schedule: str | None = SCHEDULE,
+    stages: int | None = STAGES,
+    microbatches: int | None = MICROBATCHES,
+    chunks: int | None = CHUNKS,
 ) -> None:
     """Print the plan of FILE as the step x rank grid of action texts."""
     from ppsim import outputs

@@ -48,7 +48,7 @@ class Link:
         return self.latency_ms + self.serialization_ms(nbytes)
 
     @classmethod
-    def from_gb_s(cls, bandwidth_gb_s: float, latency_us: float) -> "Link":
+    def from_gb_s(cls, bandwidth_gb_s: float, latency_us: float) -> Link:
         """From bandwidth in GB/s (1e9 bytes per second) and latency in microseconds."""
         bw = math.inf if bandwidth_gb_s <= 0 or math.isinf(bandwidth_gb_s) else bandwidth_gb_s * 1e9 / 1e3
         return cls(latency_ms=latency_us / 1e3, bandwidth_bytes_per_ms=bw)

@@ -15,9 +15,9 @@ which is why Megatron and torch use non-blocking sends for them (``comm: async``
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
+from typing import Any
 
 from ppsim.errors import PlanError
 from ppsim.plan import (

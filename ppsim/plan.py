@@ -14,9 +14,10 @@ import csv
 import io
 import json
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 
 class Kind(str, Enum):
@@ -83,7 +84,7 @@ class Action(NamedTuple):
         return LANE_OF_KIND[self.kind]
 
     @classmethod
-    def parse(cls, text: str) -> "Action":
+    def parse(cls, text: str) -> Action:
         """Parse the text form (``2F0``, ``0SEND_B3``, ``1OPT``) back into an Action."""
         m = _ACTION_RE.match(text.strip())
         if not m:
@@ -132,7 +133,7 @@ class Plan:
     def num_actions(self) -> int:
         return sum(len(a) for a in self.actions)
 
-    def with_actions(self, actions: Sequence[Sequence[Action]], *, lowered: bool | None = None) -> "Plan":
+    def with_actions(self, actions: Sequence[Sequence[Action]], *, lowered: bool | None = None) -> Plan:
         return Plan(
             schedule=self.schedule,
             num_ranks=self.num_ranks,
@@ -160,7 +161,7 @@ class Plan:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Plan":
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
         if data.get("format") != "ppsim-plan":
             raise ValueError("not a ppsim plan: the 'format' field must be 'ppsim-plan'")
         try:
@@ -181,7 +182,7 @@ class Plan:
         return json.dumps(self.to_dict())
 
     @classmethod
-    def from_json(cls, text: str) -> "Plan":
+    def from_json(cls, text: str) -> Plan:
         return cls.from_dict(json.loads(text))
 
     def to_csv(self) -> str:

@@ -6,7 +6,7 @@ This is the only module that reads scenario files. Every error names the key and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -15,7 +15,7 @@ from ppsim.errors import ScenarioError
 
 Dtype = Literal["bf16", "fp16", "fp32"]
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-PerStage = Union[float, list[float]]
+PerStage = float | list[float]
 
 
 class _Strict(BaseModel):
@@ -34,7 +34,7 @@ class ModelSpec(_Strict):
     dtype: Dtype = "bf16"
 
     @model_validator(mode="after")
-    def _heads_divide_hidden(self) -> "ModelSpec":
+    def _heads_divide_hidden(self) -> ModelSpec:
         if self.hidden % self.heads:
             raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
         return self
@@ -54,7 +54,7 @@ class PipelineSpec(_Strict):
     microbatches: int | None = Field(default=None, gt=0, description="micro-batches per step m")
     schedule: str = "1f1b"
     chunks: int = Field(default=1, gt=0, description="virtual stages per rank v")
-    partition: Union[Literal["uniform", "balanced"], list[int]] = "balanced"
+    partition: Literal["uniform", "balanced"] | list[int] = "balanced"
     comm: Literal["rendezvous", "eager", "async"] = "async"
 
     @field_validator("partition")
@@ -107,7 +107,7 @@ class Scenario(_Strict):
     costs: CostsSpec | None = None
 
     @model_validator(mode="after")
-    def _needs_model_or_costs(self) -> "Scenario":
+    def _needs_model_or_costs(self) -> Scenario:
         if self.model is None and self.costs is None:
             raise ValueError("a scenario needs a 'model' section or a 'costs' section (or both)")
         return self
@@ -126,7 +126,7 @@ class Scenario(_Strict):
     def global_batch(self) -> int:
         return self.microbatches * self.training.micro_batch * self.data_parallel
 
-    def with_overrides(self, **overrides: Any) -> "Scenario":
+    def with_overrides(self, **overrides: Any) -> Scenario:
         """A copy with pipeline keys replaced (``stages``, ``microbatches``, ``schedule``, ``chunks``,
         ``partition``, ``comm``); ``None`` values are ignored. A new micro-batch count sets the global
         batch to micro-batch x m x data-parallel."""
@@ -290,7 +290,8 @@ def check(s: Scenario) -> None:
         for i, (b, w) in enumerate(zip(bw, wg)):
             if w > b:
                 raise ScenarioError(
-                    f"weight_grad_ms ({w}) of stage {i} exceeds backward_ms ({b}); it is the part of backward that is weight grad",
+                    f"weight_grad_ms ({w}) of stage {i} exceeds backward_ms ({b}); "
+                    "it is the part of backward that is weight grad",
                     field="costs.weight_grad_ms",
                 )
     from ppsim.hardware import get_device  # local: keeps the catalogue out of schema import time

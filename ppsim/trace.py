@@ -9,9 +9,10 @@ Everything downstream (metrics, exports, the TUI, compare) reads only this.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 from ppsim.errors import TraceError
 from ppsim.plan import Action
@@ -40,7 +41,7 @@ class Span(NamedTuple):
         return [self.rank, self.lane, str(self.action), self.start, self.end, self.bytes, self.peer]
 
     @classmethod
-    def from_row(cls, row: list[Any]) -> "Span":
+    def from_row(cls, row: list[Any]) -> Span:
         rank, lane, action, start, end, nbytes, peer = row
         return cls(int(rank), str(lane), Action.parse(action), float(start), float(end), nbytes, peer)
 
@@ -96,7 +97,7 @@ class Trace:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Trace":
+    def from_dict(cls, data: dict[str, Any]) -> Trace:
         if not isinstance(data, dict) or data.get("format") != TRACE_FORMAT:
             raise TraceError(f"not a ppsim trace: the 'format' field must be {TRACE_FORMAT!r}")
         if data.get("version") != TRACE_VERSION:
@@ -104,7 +105,9 @@ class Trace:
         try:
             spans = [Span.from_row(r) for r in data["spans"]]
             counters = [
-                Counter(int(c["rank"]), str(c["name"]), str(c.get("unit", "")), tuple((float(t), float(v)) for t, v in c["points"]))
+                Counter(
+                    int(c["rank"]), str(c["name"]), str(c.get("unit", "")), tuple((float(t), float(v)) for t, v in c["points"])
+                )
                 for c in data.get("counters", [])
             ]
         except (KeyError, ValueError, TypeError) as exc:
@@ -115,7 +118,7 @@ class Trace:
         Path(path).write_text(json.dumps(self.to_dict(), separators=(",", ":")))
 
     @classmethod
-    def load(cls, path: str | Path) -> "Trace":
+    def load(cls, path: str | Path) -> Trace:
         p = Path(path)
         if not p.is_file():
             raise TraceError(f"trace file {str(p)!r} does not exist")

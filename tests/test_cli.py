@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from conftest import SCENARIOS
 from ppsim.cli import app
 from ppsim.trace import Trace
-
-from conftest import SCENARIOS
 
 runner = CliRunner()
 GPT = str(SCENARIOS / "gpt.yaml")

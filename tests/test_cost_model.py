@@ -8,14 +8,13 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from conftest import SCENARIOS
 from ppsim import partition
 from ppsim.cost_model import build_workload, gpt_layers, ring_allreduce_ms
 from ppsim.costs import Link
 from ppsim.errors import ScenarioError
 from ppsim.hardware import DEVICES
 from ppsim.scenario import ModelSpec, load, parse_scenario
-
-from conftest import SCENARIOS
 
 MODEL = ModelSpec(layers=24, hidden=2048, heads=16, seq_len=1024, vocab=50304)
 

@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SCENARIOS
 from ppsim.cost_model import build_workload
 from ppsim.errors import PpsimError, ScenarioError
 from ppsim.predict import predict
 from ppsim.scenario import load, parse_scenario
-
-from conftest import SCENARIOS
 
 BASE = {
     "model": {"layers": 8, "hidden": 256, "heads": 4, "seq_len": 128, "vocab": 1000},

@@ -6,13 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import run_schedule
 from ppsim import schedules
 from ppsim.errors import ScheduleError
 from ppsim.metrics import summarize
 from ppsim.passes import lower, validate
 from ppsim.plan import COMPUTE_KINDS, Kind
-
-from conftest import run_schedule
 
 CASES = [(p, m) for p in (2, 4, 8, 16) for m in (1, p, 4 * p)]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import SCENARIOS, run_schedule, uniform_costs
 from ppsim import schedules
 from ppsim.costs import CostTable, Link, StageCost
 from ppsim.errors import PlanError
@@ -13,8 +14,6 @@ from ppsim.plan import Action, Plan
 from ppsim.predict import predict
 from ppsim.scenario import load
 from ppsim.sim import simulate
-
-from conftest import SCENARIOS, run_schedule, uniform_costs
 
 
 def _custom(rows: list[str], m: int) -> Plan:

@@ -52,7 +52,8 @@ def summary_renderable(s: Summary) -> Group:
         row = [str(st.stage)]
         if meta.get("partition"):
             counts = meta["partition"]
-            row.append("+".join(str(counts[c * s.stages + st.stage]) for c in range(chunks)) if len(counts) == s.stages * chunks else "-")
+            per_chunk = [str(counts[c * s.stages + st.stage]) for c in range(chunks)] if len(counts) == s.stages * chunks else []
+            row.append("+".join(per_chunk) or "-")
         row += [
             f"{st.busy_ms:,.3f}",
             f"{100 * st.bubble_fraction:.2f} %",

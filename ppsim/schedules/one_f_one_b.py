@@ -37,6 +37,12 @@ def _virtual(k: int, p: int, v: int, backward: bool) -> tuple[int, int]:
     return chunk, microbatch
 
 
+def _nth(k: int, p: int, v: int, rank: int, kind: Kind) -> Action:
+    """Rank ``rank``'s k-th forward (or backward) in Megatron's interleaved order."""
+    chunk, microbatch = _virtual(k, p, v, backward=kind is Kind.B)
+    return Action(chunk * p + rank, kind, microbatch)
+
+
 def interleaved_1f1b(num_ranks: int, num_microbatches: int, chunks: int = 2) -> Plan:
     """Megatron's interleaved 1F1B: v chunks per rank, rank r warms up with (v-1)p + 2(p-1-r)
     forwards, micro-batches advance in groups of p per chunk. Needs m to be a multiple of p."""
@@ -56,18 +62,10 @@ def interleaved_1f1b(num_ranks: int, num_microbatches: int, chunks: int = 2) -> 
     for r in range(p):
         warmup = min((v - 1) * p + 2 * (p - 1 - r), total)
 
-        def fwd(k: int) -> Action:
-            c, mb = _virtual(k, p, v, backward=False)
-            return Action(c * p + r, Kind.F, mb)
-
-        def bwd(k: int) -> Action:
-            c, mb = _virtual(k, p, v, backward=True)
-            return Action(c * p + r, Kind.B, mb)
-
-        order = [fwd(k) for k in range(warmup)]
+        order = [_nth(k, p, v, r, Kind.F) for k in range(warmup)]
         for i in range(total - warmup):
-            order.append(fwd(warmup + i))
-            order.append(bwd(i))
-        order.extend(bwd(k) for k in range(total - warmup, total))
+            order.append(_nth(warmup + i, p, v, r, Kind.F))
+            order.append(_nth(i, p, v, r, Kind.B))
+        order.extend(_nth(k, p, v, r, Kind.B) for k in range(total - warmup, total))
         orders.append(order)
     return make_plan("interleaved-1f1b", p, m, v, orders)

@@ -21,9 +21,10 @@ cost one event, not one per action.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from enum import Enum
 from functools import partial
-from typing import Any, Generator
+from typing import Any
 
 import simpy
 from simpy.core import NORMAL
@@ -31,7 +32,7 @@ from simpy.core import NORMAL
 from ppsim.costs import CostTable
 from ppsim.errors import PlanError
 from ppsim.passes import render_grid
-from ppsim.plan import Action, Kind, Plan
+from ppsim.plan import Kind, Plan
 from ppsim.trace import Counter, Span, Trace
 from ppsim.util import gc_paused
 

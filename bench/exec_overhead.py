@@ -1,0 +1,367 @@
+"""Step-time overhead of ppexec's instrumented engine against DeepSpeed's stock PipelineEngine.
+
+What is compared. Both engines train the same GPT (ppexec.model), cut at the same exact
+partition, with the same weights, optimizer (AdamW), DeepSpeed config and synthetic data:
+
+- stock: DeepSpeed's own ``PipelineEngine`` running its own 1F1B ``TrainSchedule``, fed by a plain
+  iterator of (ids, labels) micro-batches in micro-batch order;
+- timed: ppexec's ``TimedPipelineEngine`` running ppsim's lowered 1F1B plan for the scenario
+  (``ppexec.run.prepare`` + ``plan_schedule``) and recording one span per plan action.
+
+So the measured overhead is everything ppexec adds: the span recording, the per-micro-batch loss
+bookkeeping, one buffer per micro-batch and ppsim's order of sends and receives in place of
+DeepSpeed's.
+
+Method. The script starts 2 local ranks itself (pipeline of 2 stages, gloo, one torch thread each,
+RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in the environment, like ``ppexec.launch.run_local``).
+Each rank builds BOTH engines in one process, on the same process group; their steps are then
+ALTERNATED: iteration i runs one step of each engine, the stock one first on even i and the timed one
+first on odd i, so slow drifts of the machine (frequency, other load, caches) hit both alike. Before
+every step both ranks run ``gc.collect()`` and meet on a ``torch.distributed.barrier()``; the step is
+timed with ``time.perf_counter_ns`` (CLOCK_MONOTONIC, one clock for both processes of this machine)
+around ``train_batch()``, and the step time is from the earliest start to the latest end over the
+ranks. Both engines get micro-batch data of step i in iteration i, so their losses must agree
+(printed as a check that they really do the same work). The first W iterations are warm-up.
+
+Estimate. For every measured iteration, ratio_i = timed_i / stock_i (paired, same iteration). The
+overhead is median(timed) / median(stock) - 1, with a 95 % bootstrap interval that resamples
+iterations (keeping pairs together); the median of the paired ratios and the ratio of the minimums
+are printed beside it. 'ok' when the estimate is under the target (2 %), 'MISSED' otherwise.
+
+Run it (2 cores are enough; more ranks would share cores and distort the timing):
+
+    .venv/bin/python bench/exec_overhead.py                        # defaults: ~100 ms steps
+    .venv/bin/python bench/exec_overhead.py --steps 80 --warmup 10
+    .venv/bin/python bench/exec_overhead.py --scenario scenarios/tiny-cpu.yaml --hidden 0   # model as in the file
+
+Model flags (--layers, --hidden, --heads, --seq-len, --micro-batch; 0 keeps the scenario's value) scale
+the scenario's model; the defaults make tiny-cpu large enough for a step of about 100 ms on one core
+per rank, so fixed per-step costs do not dominate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run from a checkout without installing
+    sys.path.insert(0, str(ROOT))
+
+from ppsim.plan import Plan  # noqa: E402
+from ppsim.scenario import Scenario, load, parse_scenario  # noqa: E402
+
+WORLD = 2  #: pipeline stages = processes; 2 cores on the reference machine
+TARGET = 0.02  #: overhead target: 2 %
+ENGINES = ("stock", "timed")
+
+
+# ----------------------------------------------------------------------------------------------
+# scenario
+# ----------------------------------------------------------------------------------------------
+def bench_scenario(args: argparse.Namespace) -> tuple[Scenario, Plan, list[int]]:
+    """The scenario as benchmarked (model flags applied, 2 stages, 1F1B), its lowered plan and partition."""
+    from ppexec.run import prepare
+
+    s = load(args.scenario)
+    data = s.model_dump(exclude_none=True)
+    if "model" not in data:
+        raise SystemExit(f"{args.scenario} has no 'model' section: the benchmark needs a real network")
+    for flag, key in (("layers", "layers"), ("hidden", "hidden"), ("heads", "heads"), ("seq_len", "seq_len")):
+        if getattr(args, flag):
+            data["model"][key] = getattr(args, flag)
+    if args.micro_batch:
+        data.setdefault("training", {})["micro_batch"] = args.micro_batch
+    data.setdefault("training", {}).pop("global_batch", None)
+    data["model"].pop("ffn_hidden", None)
+    data["data_parallel"] = 1
+    data.setdefault("pipeline", {}).update(stages=WORLD, schedule="1f1b", chunks=1)
+    s = parse_scenario(data, source="bench/exec_overhead.py flags")
+    s = s.with_overrides(microbatches=args.microbatches)
+    return prepare(s)
+
+
+# ----------------------------------------------------------------------------------------------
+# one rank
+# ----------------------------------------------------------------------------------------------
+def worker(args: argparse.Namespace, out: Path) -> None:
+    """One rank: build both engines, alternate their steps, write this rank's step times to ``out``."""
+    import torch
+
+    torch.set_num_threads(1)
+    import deepspeed
+    import deepspeed.ops
+    from deepspeed.pipe import LayerSpec, PipelineModule
+
+    from ppexec.engine import engine_class, pipeline_engine
+    from ppexec.model import TORCH_DTYPES, layer_factories, loss_fn, stage_boundaries, synthetic_batch
+    from ppexec.translate import plan_schedule
+
+    rank = int(os.environ["RANK"])
+    s, plan, partition = bench_scenario(args)
+    model = s.model
+    assert model is not None
+    m, micro = plan.num_microbatches, s.training.micro_batch
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # no 35 s JIT build of an unused op
+    deepspeed.init_distributed(dist_backend="gloo", timeout=timedelta(seconds=args.timeout), verbose=False)
+    parts = stage_boundaries(partition)
+
+    class PlannedPipelineModule(PipelineModule):
+        """A PipelineModule cut exactly where ppsim's partition says (as in ppexec.worker)."""
+
+        def _partition_layers(self, method: str = "uniform") -> None:
+            self.parts = parts
+            stage_id = self._topo.get_coord(self.global_rank).pipe
+            self._set_bounds(start=parts[stage_id], stop=parts[stage_id + 1])
+
+    dtype = TORCH_DTYPES[model.dtype]
+    config = {
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": m,
+        "train_batch_size": micro * m,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+        "bf16": {"enabled": dtype is torch.bfloat16},
+        "fp16": {"enabled": dtype is torch.float16},
+    }
+
+    def build(engine_cls: type | None) -> Any:
+        specs = [LayerSpec(cls, *a) for cls, a in layer_factories(model, args.seed)]
+        module = PlannedPipelineModule(layers=specs, num_stages=WORLD, loss_fn=loss_fn, partition_method="uniform")
+        optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3, weight_decay=0.0)
+        if engine_cls is None:
+            engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, config=config)
+        else:
+            with pipeline_engine(engine_cls):
+                engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, config=config)
+        return engine
+
+    stock = build(None)
+    timed = build(engine_class())
+    if type(stock) is type(timed):
+        raise RuntimeError("both engines have the same class: the stock engine was not restored")
+    stage = timed.stage_id
+    timed.ppexec_schedule = plan_schedule(plan, stage)
+
+    def batch(step: int, mb: int) -> tuple[Any, Any]:
+        return synthetic_batch(model, micro, args.seed, step, 0, mb)
+
+    def stock_step(step: int) -> Any:
+        data: Iterator[tuple[Any, Any]] = (batch(step, mb) for mb in range(m))
+        return stock.train_batch(data_iter=data)
+
+    def timed_step(step: int) -> Any:
+        timed.ppexec_batch = lambda mb: batch(step, mb)
+        timed.ppexec_spans = []
+        return timed.train_batch()
+
+    runs: dict[str, Callable[[int], Any]] = {"stock": stock_step, "timed": timed_step}
+    times: dict[str, list[list[int]]] = {name: [] for name in ENGINES}  # per iteration: [start_ns, end_ns]
+    losses: dict[str, list[float]] = {name: [] for name in ENGINES}
+    clock = time.perf_counter_ns
+    for i in range(args.warmup + args.steps):
+        order = ENGINES if i % 2 == 0 else ENGINES[::-1]
+        for name in order:
+            gc.collect()
+            torch.distributed.barrier()
+            t0 = clock()
+            loss = runs[name](i)
+            t1 = clock()
+            times[name].append([t0, t1])
+            losses[name].append(float(loss))
+    result = {"rank": rank, "stage": stage, "times": times, "losses": losses,
+              "spans_per_step": len(timed.ppexec_spans), "warmup": args.warmup}
+    (out / f"rank-{rank}.json").write_text(json.dumps(result))
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------------------------
+# launcher
+# ----------------------------------------------------------------------------------------------
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Terminate every rank still running (its whole process group), then kill what is left after 5 s."""
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 5
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+
+
+def launch(argv: list[str], out: Path, deadline_s: float) -> list[dict[str, Any]]:
+    """Start the ranks (this script with --worker), wait for all of them; on any failure or past the
+    deadline, stop every rank and raise with the failing rank's log."""
+    port = free_port()
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_RANK", "WORLD_SIZE"))}
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for r in range(WORLD):
+            env = dict(base, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(WORLD), LOCAL_WORLD_SIZE=str(WORLD),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                       DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"), PYTHONUNBUFFERED="1")
+            with (out / f"rank-{r}.log").open("wb") as log:
+                procs.append(subprocess.Popen([sys.executable, __file__, *argv, "--worker", str(out)], env=env,
+                                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        start = time.monotonic()
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                time.sleep(0.5)  # let a peer's own error land in its log too
+                r = failed[0]
+                raise RuntimeError(f"rank {r} exited with code {codes[r]}; its log:\n{tail(out / f'rank-{r}.log')}")
+            if all(c == 0 for c in codes):
+                break
+            if time.monotonic() - start > deadline_s:
+                raise RuntimeError(f"the ranks did not finish within {deadline_s:.0f} s and were stopped; rank 0 log:\n"
+                                   f"{tail(out / 'rank-0.log')}")
+            time.sleep(0.1)
+    finally:
+        stop(procs)
+    return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(WORLD)]
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# ----------------------------------------------------------------------------------------------
+# statistics and report
+# ----------------------------------------------------------------------------------------------
+def step_times_ms(results: list[dict[str, Any]], name: str) -> list[float]:
+    """Measured step times of one engine: earliest start to latest end over the ranks, warm-up dropped."""
+    warmup = results[0]["warmup"]
+    per_rank = [r["times"][name] for r in results]
+    steps = zip(*per_rank)
+    return [(max(t1 for _, t1 in spans) - min(t0 for t0, _ in spans)) / 1e6 for spans in steps][warmup:]
+
+
+def bootstrap_overhead(stock: list[float], timed: list[float], rounds: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95 % interval of median(timed) / median(stock) - 1, resampling iterations as pairs."""
+    rng = random.Random(seed)
+    n = len(stock)
+    estimates = []
+    for _ in range(rounds):
+        idx = [rng.randrange(n) for _ in range(n)]
+        estimates.append(statistics.median(timed[i] for i in idx) / statistics.median(stock[i] for i in idx) - 1)
+    estimates.sort()
+    return estimates[int(0.025 * rounds)], estimates[int(0.975 * rounds) - 1]
+
+
+def report(s: Scenario, plan: Plan, partition: list[int], results: list[dict[str, Any]], args: argparse.Namespace) -> bool:
+    """Print the table; True when the overhead estimate is under the target."""
+    model = s.model
+    assert model is not None
+    stock, timed = step_times_ms(results, "stock"), step_times_ms(results, "timed")
+    print(f"exec overhead: {s.name or args.scenario} | layers {model.layers}, hidden {model.hidden}, "
+          f"heads {model.heads}, seq {model.seq_len}, vocab {model.vocab}, {model.dtype} | micro-batch "
+          f"{s.training.micro_batch} x {plan.num_microbatches} micro-batches | 2 stages, partition {partition}, 1f1b")
+    print(f"{args.steps} alternated iterations after {args.warmup} warm-up (order swapped every iteration); "
+          f"timed engine records {results[0]['spans_per_step']}/{results[1]['spans_per_step']} spans per step "
+          f"on stage 0/1\n")
+    print(f"{'engine':<8}{'median ms':>11}{'mean ms':>10}{'min ms':>9}{'p90 ms':>9}{'stdev ms':>10}")
+    for name, xs in (("stock", stock), ("timed", timed)):
+        p90 = statistics.quantiles(xs, n=10)[-1] if len(xs) > 1 else xs[0]
+        sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+        print(f"{name:<8}{statistics.median(xs):>11.2f}{statistics.mean(xs):>10.2f}{min(xs):>9.2f}{p90:>9.2f}{sd:>10.2f}")
+    ratio_medians = statistics.median(timed) / statistics.median(stock)
+    ratio_means = statistics.mean(timed) / statistics.mean(stock)
+    paired = statistics.median(t / b for t, b in zip(timed, stock))
+    ratio_min = min(timed) / min(stock)
+    lo, hi = bootstrap_overhead(stock, timed) if len(stock) > 1 else (ratio_medians - 1, ratio_medians - 1)
+    overhead = ratio_medians - 1
+    print()
+    print(f"ratio timed/stock: medians {ratio_medians:.4f}, means {ratio_means:.4f}, "
+          f"median of paired ratios {paired:.4f}, minimums {ratio_min:.4f}")
+    ok = overhead < TARGET
+    verdict = "ok" if ok else "MISSED"
+    note = "" if hi < TARGET else " (the interval reaches past the target: rerun with more --steps)" if ok else ""
+    print(f"overhead: {overhead * 100:+.2f} % (95 % bootstrap interval {lo * 100:+.2f} .. {hi * 100:+.2f} %), "
+          f"target < {TARGET * 100:.0f} %: {verdict}{note}")
+    ls, lt = results[0]["losses"]["stock"], results[0]["losses"]["timed"]
+    diff = max(abs(a - b) for a, b in zip(ls, lt))
+    print(f"same work check: losses of the two engines differ by at most {diff:.2e} over {len(ls)} steps "
+          f"(first {ls[0]:.4f}, last stock {ls[-1]:.4f} / timed {lt[-1]:.4f})")
+    return ok
+
+
+# ----------------------------------------------------------------------------------------------
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=40, help="measured iterations (one step of each engine)")
+    ap.add_argument("--warmup", type=int, default=5, help="iterations run first and not measured")
+    ap.add_argument("--scenario", type=Path, default=ROOT / "scenarios" / "tiny-cpu.yaml")
+    ap.add_argument("--microbatches", type=int, default=8, help="micro-batches per step m")
+    ap.add_argument("--layers", type=int, default=4, help="transformer blocks (0: the scenario's)")
+    ap.add_argument("--hidden", type=int, default=128, help="model width (0: the scenario's)")
+    ap.add_argument("--heads", type=int, default=0, help="attention heads (0: the scenario's)")
+    ap.add_argument("--seq-len", type=int, default=64, help="tokens per sequence (0: the scenario's)")
+    ap.add_argument("--micro-batch", type=int, default=8, help="sequences per micro-batch (0: the scenario's)")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds a rank may wait on its peer")
+    ap.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0:
+        ap.error("--steps must be at least 1 and --warmup at least 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.worker is not None:
+        worker(args, args.worker)
+        return 0
+    s, plan, partition = bench_scenario(args)  # fail here, before starting ranks, on a bad scenario
+    deadline = 120 + 2 * args.timeout + 10 * (args.steps + args.warmup)
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="exec-overhead-") as tmp:
+        try:
+            results = launch(argv, Path(tmp), deadline)
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    report(s, plan, partition, results, args)
+    print(f"machine: {os.cpu_count()} cores, 1-min load average {load_before:.2f} before the run, "
+          f"{os.getloadavg()[0]:.2f} after (anything above ~2 besides this run makes the timing noisy)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

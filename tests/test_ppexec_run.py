@@ -1,0 +1,165 @@
+"""ppexec end to end: the measured trace is a ppsim Trace of the plan; faults end cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("deepspeed")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from conftest import SCENARIOS  # noqa: E402
+from ppexec.cli import app  # noqa: E402
+from ppexec.launch import RunFailed  # noqa: E402
+from ppexec.run import RunOptions, execute  # noqa: E402
+from ppsim.export.chrome import validate_chrome_trace  # noqa: E402
+from ppsim.metrics import summarize  # noqa: E402
+from ppsim.plan import Plan  # noqa: E402
+from ppsim.scenario import load  # noqa: E402
+from ppsim.trace import Trace  # noqa: E402
+
+TINY = SCENARIOS / "tiny-cpu.yaml"
+runner = CliRunner()
+
+
+def _no_workers_left() -> bool:
+    out = subprocess.run(["pgrep", "-f", "ppexec.worker"], capture_output=True, text=True)
+    return out.stdout.strip() == ""
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny")
+    res = runner.invoke(app, ["run", str(TINY), "--out", str(out), "--steps", "2", "--warmup", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_cli_writes_the_run_folder(tiny_run: Path) -> None:
+    for name in ("trace.json", "trace.chrome.json", "summary.json", "plan.json", "run.json",
+                 "steps/step-0.trace.json", "steps/step-1.trace.json", "logs/rank-0.log"):
+        assert (tiny_run / name).exists(), name
+    summary = json.loads((tiny_run / "summary.json").read_text())
+    for key in ("step_time_ms", "bubble_fraction", "throughput_samples_per_s", "stages", "losses"):
+        assert key in summary
+    assert summary["source"] == "measured" and len(summary["losses"]) == 2
+
+
+def test_measured_trace_is_the_plans_actions(tiny_run: Path) -> None:
+    trace = Trace.load(tiny_run / "trace.json")
+    plan = Plan.from_dict(json.loads((tiny_run / "plan.json").read_text()))
+    assert trace.meta["source"] == "measured"
+    assert [list(map(str, r)) for r in trace.actions_by_rank()] == [list(map(str, r)) for r in plan.actions]
+    # the same actions as the prediction of the same scenario, action by action
+    from ppexec.run import prepare
+
+    _, predicted_plan, _ = prepare(load(TINY))
+    assert predicted_plan == plan
+
+
+def test_measured_trace_works_with_ppsims_metrics_and_exports(tiny_run: Path) -> None:
+    trace = Trace.load(tiny_run / "trace.json")
+    s = summarize(trace)
+    assert s.step_time_ms > 0 and 0 <= s.bubble_fraction < 1
+    assert s.throughput_samples_per_s and s.tokens_per_s
+    assert [st.peak_activation_microbatches for st in s.per_stage] == [2, 1]  # 1F1B on 2 stages
+    for span in trace.spans:
+        assert span.end >= span.start >= 0
+    assert validate_chrome_trace(json.loads((tiny_run / "trace.chrome.json").read_text())) == []
+    from ppsim.render.gantt import write_html
+
+    write_html(trace, tiny_run / "t.html")
+    assert (tiny_run / "t.html").stat().st_size > 100_000
+
+
+def test_unrunnable_schedules_are_refused(tmp_path: Path) -> None:
+    for schedule, words in (("zb-h1", "input grad and weight grad"), ("inference", "no backward")):
+        res = runner.invoke(app, ["run", str(TINY), "--out", str(tmp_path / schedule), "--schedule", schedule])
+        assert res.exit_code == 1 and words in res.output and "gpipe, 1f1b" in res.output
+    res = runner.invoke(app, ["run", str(SCENARIOS / "gpt-interleaved.yaml"), "--out", str(tmp_path / "il")])
+    assert res.exit_code == 1 and "chunks" in res.output
+
+
+def test_bad_input_is_one_line(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["run", str(SCENARIOS / "gpt.yaml"), "--out", str(tmp_path / "big")])
+    assert res.exit_code == 1 and "GiB" in res.output  # GPT-3 13B does not fit on this machine
+    res = runner.invoke(app, ["run", str(SCENARIOS / "zero-bubble-costs.yaml"), "--out", str(tmp_path / "c")])
+    assert res.exit_code == 1 and "needs a 'model' section" in res.output
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    res = runner.invoke(app, ["run", str(TINY), "--out", str(mine)])
+    assert res.exit_code == 1 and "not a ppexec run" in res.output
+    assert (mine / "notes.txt").read_text() == "keep me"
+    res = runner.invoke(app, ["run", str(TINY), "--out", str(tmp_path / "x"), "--launcher", "deepspeed"])
+    assert res.exit_code == 1 and "--hostfile" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_missing_deepspeed_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else real(name, *a))
+    res = runner.invoke(app, ["run", str(TINY), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 1 and "deepspeed is not installed" in res.output
+
+
+def test_worker_refuses_a_world_size_that_does_not_fit_the_plan(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["prepare", str(TINY), "--out", str(tmp_path), "--backend", "gloo"])
+    assert res.exit_code == 0, res.output
+    env = dict(os.environ, RANK="0", WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT="29555")
+    proc = subprocess.run([sys.executable, "-m", "ppexec.worker", str(tmp_path)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1
+    event = json.loads((tmp_path / "ranks" / "rank-0.jsonl").read_text().splitlines()[-1])
+    assert event["type"] == "error" and "stages x data_parallel = 2 x 1 = 2" in event["error"]
+
+
+def test_a_plan_that_deadlocks_ends_within_the_timeout(tmp_path: Path) -> None:
+    # the non-blocking order of 1F1B: both stages send before they receive, which deadlocks on gloo
+    from ppexec import run as run_mod
+    from ppsim import schedules
+    from ppsim.passes import lower
+
+    s = load(TINY).with_overrides(microbatches=2)
+    real_prepare = run_mod.prepare
+
+    def deadlocking(scenario):  # noqa: ANN001, ANN202
+        s2, plan, partition = real_prepare(scenario)
+        bad = lower(schedules.build("1f1b", 2, 2), 1, rendezvous=False)
+        return s2, bad, partition
+
+    run_mod.prepare = deadlocking
+    try:
+        with pytest.raises(RunFailed, match=r"rank \d failed in action \dSEND_\w\d") as exc:
+            execute(s, RunOptions(out=tmp_path, steps=1, warmup=0, timeout_s=8))
+    finally:
+        run_mod.prepare = real_prepare
+    assert "log:" in str(exc.value)
+    assert _no_workers_left()
+
+
+def test_a_crashed_rank_stops_the_run_and_keeps_what_was_recorded(tmp_path: Path) -> None:
+    killed: list[int] = []
+
+    def kill_rank1_after_first_step(states) -> None:  # noqa: ANN001
+        st = states[1]
+        if st.steps and not killed and st.ready:
+            os.kill(st.ready["pid"], signal.SIGKILL)
+            killed.append(st.ready["pid"])
+
+    with pytest.raises(RunFailed, match=r"rank 1 exited with code -9 after step \d+ \(last action 1\w+\)") as exc:
+        execute(load(TINY), RunOptions(out=tmp_path, steps=20, warmup=0, timeout_s=20), kill_rank1_after_first_step)
+    assert "without reporting an error" in str(exc.value)
+    assert _no_workers_left()
+    lines = (tmp_path / "ranks" / "rank-1.jsonl").read_text().splitlines()
+    assert any(json.loads(line)["type"] == "step" for line in lines)  # the recorded step is kept
