@@ -50,10 +50,12 @@ def run(
     hostfile: Path | None = typer.Option(None, "--hostfile", help="DeepSpeed hostfile (--launcher deepspeed)."),
     timeout: float = typer.Option(60.0, "--timeout", min=1, help="Seconds a rank may wait on a peer before failing."),
     seed: int = typer.Option(1234, "--seed", help="Seed of the weights and the synthetic data."),
+    lr: float = typer.Option(1e-3, "--lr", min=0, help="AdamW learning rate."),
+    save_params: bool = typer.Option(False, "--save-params", help="Save every rank's weights at the end."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Train SCENARIO's plan for --steps steps and write the measured trace into --out."""
-    from ppexec.run import RunOptions, execute
+    from ppexec.run import RunOptions, check_run_folder, execute
     from ppsim.scenario import load
 
     try:
@@ -65,14 +67,11 @@ def run(
             raise PpsimError("--launcher deepspeed needs --hostfile FILE", field="--hostfile")
         if hostfile is not None and not hostfile.is_file():
             raise PpsimError(f"hostfile {hostfile} does not exist", field="--hostfile")
-        if out.exists() and not out.is_dir():
-            raise PpsimError(f"{out} exists and is not a folder; choose another --out", field="--out")
-        if out.is_dir() and any(out.iterdir()) and not (out / "run.json").exists():
-            raise PpsimError(f"{out} holds files that are not a ppexec run; choose an empty or new folder", field="--out")
+        check_run_folder(out)
         s = load(scenario).with_overrides(schedule=schedule, stages=stages, microbatches=microbatches,
                                           partition=partition)
-        opts = RunOptions(out=out, steps=steps, warmup=warmup, timeout_s=timeout, seed=seed,
-                          backend="nccl" if launcher == "deepspeed" else "gloo")
+        opts = RunOptions(out=out, steps=steps, warmup=warmup, timeout_s=timeout, seed=seed, lr=lr,
+                          save_params=save_params, backend="nccl" if launcher == "deepspeed" else "gloo")
         progress = _Progress(steps + warmup, warmup)
         result = execute(s, opts, progress, hostfile=hostfile if launcher == "deepspeed" else None)
         progress.close()
@@ -92,6 +91,11 @@ def prepare(
     backend: str = typer.Option("nccl", "--backend", help="nccl (GPUs) or gloo (CPUs)."),
     timeout: float = typer.Option(300.0, "--timeout", min=1),
     seed: int = typer.Option(1234, "--seed"),
+    lr: float = typer.Option(1e-3, "--lr", min=0, help="AdamW learning rate."),
+    schedule: str | None = typer.Option(None, "--schedule", help="Schedule (gpipe or 1f1b)."),
+    stages: int | None = typer.Option(None, "--stages", min=1, help="Pipeline stages p."),
+    microbatches: int | None = typer.Option(None, "--microbatches", min=1, help="Micro-batches per step m."),
+    partition: str | None = typer.Option(None, "--partition", help="uniform | balanced"),
 ) -> None:
     """Write RUN_DIR/run.json for any launcher (torchrun, srun, deepspeed) to start
     `python -m ppexec.worker RUN_DIR` on every rank; then `ppexec collect RUN_DIR`."""
@@ -101,8 +105,12 @@ def prepare(
     try:
         if backend not in ("nccl", "gloo"):
             raise PpsimError(f"--backend must be nccl or gloo, got {backend!r}", field="--backend")
-        _, _, world = prepare_run(load(scenario), RunOptions(out=out, steps=steps, warmup=warmup, timeout_s=timeout,
-                                                             seed=seed, backend=backend))
+        if partition is not None and partition not in ("uniform", "balanced"):
+            raise PpsimError(f"--partition must be uniform or balanced, got {partition!r}", field="--partition")
+        s = load(scenario).with_overrides(schedule=schedule, stages=stages, microbatches=microbatches,
+                                          partition=partition)
+        opts = RunOptions(out=out, steps=steps, warmup=warmup, timeout_s=timeout, seed=seed, lr=lr, backend=backend)
+        _, _, world = prepare_run(s, opts)
     except PpsimError as exc:
         _fail(exc)
         return

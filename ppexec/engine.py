@@ -4,7 +4,7 @@ The subclass changes three things and nothing else:
 - the schedule it runs is the plan's (``_train_schedule``);
 - ``_exec_schedule`` records the start and end of every plan action (the group of DeepSpeed
   instructions it became) on ``time.perf_counter_ns`` (CLOCK_MONOTONIC: one clock for every
-  process of a machine) — the only timing code;
+  process of a machine), synchronising the device first on GPUs — the only timing code;
 - the last stage keeps one loss per micro-batch (the stock engine keeps one, which breaks any
   schedule that runs two forwards before a backward), and micro-batches are loaded by id.
 """
@@ -46,6 +46,10 @@ def _make_engine_class() -> type:
             self.ppexec_current: Action | None = None
             self._ppexec_losses: dict[int, Any] = {}
             self._ppexec_loading: int | None = None
+            from deepspeed.accelerator import get_accelerator
+
+            accel = get_accelerator()
+            self._ppexec_sync = None if accel.device_name() == "cpu" else accel.synchronize
 
         def _train_schedule(self) -> Any:
             if self.ppexec_schedule is None:
@@ -59,11 +63,15 @@ def _make_engine_class() -> type:
             # the stock map holds PipelineEngine's functions; bind by name so overrides here count
             table = {kind: getattr(self, fn.__name__) for kind, fn in self._INSTRUCTION_MAP.items()}
             clock = time.perf_counter_ns
+            # on a GPU, work is queued asynchronously: wait for it, or a span measures only the queueing
+            sync = self._ppexec_sync
             for action, cmds in zip(pipe_schedule.actions, pipe_schedule.steps()):
                 self.ppexec_current = action
                 start = clock()
                 for cmd in cmds:
                     table[type(cmd)](**cmd.kwargs)
+                if sync is not None:
+                    sync()
                 record((action, start, clock()))
             self.ppexec_current = None
 

@@ -143,11 +143,15 @@ def watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, deadl
         codes = [p.poll() for p in procs]
         reported = [st.rank for st in states if st.error]
         failed = [r for r, c in enumerate(codes) if c not in (None, 0)] if per_rank else []
-        if failed or reported or (not per_rank and codes[0] not in (None, 0)):
+        launcher_failed = not per_rank and codes[0] not in (None, 0)
+        if failed or reported or launcher_failed:
             time.sleep(0.3)  # let the failing rank's last line land
             read_events(run_dir, states)
             _stop(procs)
-            raise RunFailed(_failure_message(run_dir, states, failed or [0], codes))
+            if launcher_failed and not any(st.error for st in states):
+                raise RunFailed(f"the launcher exited with code {codes[0]} before any rank reported an error; "
+                                f"see {run_dir / 'logs' / 'launcher.log'}")
+            raise RunFailed(_failure_message(run_dir, states, failed, codes))
         if all(st.done for st in states) and (not per_rank or all(c is not None for c in codes)):
             return states
         if all(c is not None for c in codes):
@@ -171,23 +175,28 @@ def _failure_message(run_dir: Path, states: list[RankState], failed: list[int], 
     """Name the rank that caused the failure: one that died without a word (killed, out of memory)
     comes first, then one whose own error is not about losing a peer, then the rest."""
     logs = run_dir / "logs"
+
+    def log_of(rank: int) -> Path:
+        own = logs / f"rank-{rank}.log"
+        return own if own.exists() else logs / "launcher.log"  # the deepspeed launcher keeps one log
+
     silent = [r for r in failed if r < len(states) and states[r].error is None]
     if silent:
         r = silent[0]
         return (f"rank {r} exited with code {codes[r]} {_where(states[r])} without reporting an error "
-                f"(killed, or out of memory?); log: {logs / f'rank-{r}.log'}")
+                f"(killed, or out of memory?); log: {log_of(r)}")
     reported = [st for st in states if st.error]
     if reported:
         first = min(reported, key=lambda st: (any(w in st.error["error"] for w in _SECONDARY), st.rank))
-        return f"rank {first.rank} failed {_where(first)}: {first.error['error']}; log: {logs / f'rank-{first.rank}.log'}"
-    r = failed[0]
-    return f"rank {r} exited with code {codes[0]} without reporting an error; logs in {logs}"
+        return f"rank {first.rank} failed {_where(first)}: {first.error['error']}; log: {log_of(first.rank)}"
+    return f"a rank exited with codes {codes} without reporting an error; logs in {logs}"
 
 
 def deepspeed_command(run_dir: Path, hostfile: Path, master_port: int | None = None) -> list[str]:
     """The command that starts every rank through DeepSpeed's launcher (one rank per GPU of each
     host in the hostfile); the run folder must be on a filesystem all hosts share."""
-    cmd = ["deepspeed", "--hostfile", str(hostfile)]
+    # --no_local_rank: the worker reads LOCAL_RANK from the environment and takes no other argument
+    cmd = ["deepspeed", "--hostfile", str(hostfile), "--no_local_rank"]
     if master_port:
         cmd += ["--master_port", str(master_port)]
     return cmd + ["--module", "ppexec.worker", str(run_dir)]

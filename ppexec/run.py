@@ -86,15 +86,27 @@ def prepare(s: Scenario) -> tuple[Scenario, Plan, list[int]]:
     return s, plan, workload.partition
 
 
+def check_run_folder(out: Path) -> None:
+    """A run folder is new, empty, or a previous ppexec run (whose files it may replace)."""
+    if out.exists() and not out.is_dir():
+        raise PpsimError(f"{out} exists and is not a folder; choose another --out", field="--out")
+    if out.is_dir() and any(out.iterdir()) and not (out / "run.json").exists():
+        raise PpsimError(f"{out} holds files that are not a ppexec run; choose an empty or new folder", field="--out")
+
+
 def prepare_run(s: Scenario, opts: RunOptions) -> tuple[Scenario, Plan, int]:
     """Write ``run.json`` into the run folder: what every worker needs, whoever launches it.
     Returns the scenario as run, its plan and the world size."""
+    check_run_folder(opts.out)
     s, plan, partition = prepare(s)
     world = s.pipeline.stages * s.data_parallel
     opts.out.mkdir(parents=True, exist_ok=True)
-    (opts.out / "ranks").mkdir(exist_ok=True)
-    for old in (opts.out / "ranks").glob("*"):
-        old.unlink()  # a previous run's events in this folder would be read as this run's
+    # a previous run's files in this folder would be read, or shown, as this run's
+    for sub in ("ranks", "logs", "steps"):
+        (opts.out / sub).mkdir(exist_ok=True)
+        for old in (opts.out / sub).iterdir():
+            if old.is_file():
+                old.unlink()
     spec: dict[str, Any] = {
         "format": "ppexec-run",
         "scenario": s.model_dump(exclude_none=True),

@@ -163,3 +163,13 @@ def test_a_crashed_rank_stops_the_run_and_keeps_what_was_recorded(tmp_path: Path
     assert _no_workers_left()
     lines = (tmp_path / "ranks" / "rank-1.jsonl").read_text().splitlines()
     assert any(json.loads(line)["type"] == "step" for line in lines)  # the recorded step is kept
+
+
+def test_cluster_launch_command_runs_the_same_worker(tmp_path: Path) -> None:
+    from ppexec.launch import deepspeed_command
+
+    cmd = deepspeed_command(tmp_path, Path("hosts.txt"), 29600)
+    assert cmd[:3] == ["deepspeed", "--hostfile", "hosts.txt"]
+    assert "--no_local_rank" in cmd  # the worker takes the run folder only, LOCAL_RANK comes from the env
+    assert cmd[-3:] == ["--module", "ppexec.worker", str(tmp_path)]
+    assert "--master_port" in cmd
