@@ -35,12 +35,12 @@ load-sensitive figure that sees the added computation but not any added waiting.
 
 Run it (2 cores are enough; more ranks would share cores and distort the timing):
 
-    .venv/bin/python bench/exec_overhead.py                        # defaults: ~100 ms steps
+    .venv/bin/python bench/exec_overhead.py                        # defaults: ~200 ms steps, ~50 s
     .venv/bin/python bench/exec_overhead.py --steps 80 --warmup 10
-    .venv/bin/python bench/exec_overhead.py --scenario scenarios/tiny-cpu.yaml --hidden 0   # model as in the file
+    .venv/bin/python bench/exec_overhead.py --layers 0 --hidden 0 --seq-len 0 --micro-batch 0   # tiny-cpu as is
 
 Model flags (--layers, --hidden, --heads, --seq-len, --micro-batch; 0 keeps the scenario's value) scale
-the scenario's model; the defaults make tiny-cpu large enough for a step of about 100 ms on one core
+the scenario's model; the defaults make tiny-cpu large enough for a step of about 200 ms on one core
 per rank, so fixed per-step costs do not dominate.
 """
 
