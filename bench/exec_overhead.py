@@ -66,6 +66,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
+from ppexec.launch import free_port, stop_processes  # noqa: E402
 from ppsim.plan import Plan  # noqa: E402
 from ppsim.scenario import Scenario, load, parse_scenario  # noqa: E402
 
@@ -198,34 +199,6 @@ def worker(args: argparse.Namespace, out: Path) -> None:
 # ----------------------------------------------------------------------------------------------
 # launcher
 # ----------------------------------------------------------------------------------------------
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    """Terminate every rank still running (its whole process group), then kill what is left after 5 s."""
-    for proc in procs:
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + 5
-    for proc in procs:
-        try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-
-
 def launch(argv: list[str], out: Path, deadline_s: float) -> list[dict[str, Any]]:
     """Start the ranks (this script with --worker), wait for all of them; on any failure or past the
     deadline, stop every rank and raise with the failing rank's log."""
@@ -257,7 +230,7 @@ def launch(argv: list[str], out: Path, deadline_s: float) -> list[dict[str, Any]
                                    f"{tail(out / 'rank-0.log')}")
             time.sleep(0.1)
     finally:
-        stop(procs)
+        stop_processes(procs)
     return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(WORLD)]
 
 

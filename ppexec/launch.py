@@ -76,7 +76,8 @@ def _where(st: RankState) -> str:
     return "before its first recorded step"
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every process group still running, then SIGKILL what is left after 5 s."""
     for proc in procs:
         if proc.poll() is None:
             try:
@@ -113,7 +114,7 @@ def run_local(run_dir: Path, world: int, deadline_s: float,
                                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         return watch(procs, run_dir, world, deadline_s, on_progress, per_rank=True)
     finally:
-        _stop(procs)
+        stop_processes(procs)
 
 
 def run_deepspeed(run_dir: Path, world: int, hostfile: Path, deadline_s: float,
@@ -127,7 +128,7 @@ def run_deepspeed(run_dir: Path, world: int, hostfile: Path, deadline_s: float,
     try:
         return watch([proc], run_dir, world, deadline_s, on_progress, per_rank=False)
     finally:
-        _stop([proc])
+        stop_processes([proc])
 
 
 def watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, deadline_s: float,
@@ -147,7 +148,7 @@ def watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, deadl
         if failed or reported or launcher_failed:
             time.sleep(0.3)  # let the failing rank's last line land
             read_events(run_dir, states)
-            _stop(procs)
+            stop_processes(procs)
             if launcher_failed and not any(st.error for st in states):
                 raise RunFailed(f"the launcher exited with code {codes[0]} before any rank reported an error; "
                                 f"see {run_dir / 'logs' / 'launcher.log'}")
@@ -161,7 +162,7 @@ def watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, deadl
             missing = [st.rank for st in states if not st.done]
             raise RunFailed(f"the launcher ended but ranks {missing} never finished; logs in {run_dir / 'logs'}")
         if time.monotonic() - start > deadline_s:
-            _stop(procs)
+            stop_processes(procs)
             read_events(run_dir, states)
             where = "; ".join(f"rank {st.rank} {_where(st)}" for st in states if not st.done)
             raise RunFailed(f"the run did not finish within {deadline_s:.0f} s and was stopped: {where}; "
