@@ -54,6 +54,9 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     tmp_path = Path(tmp)
     try:
         write(tmp_path)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp makes the file private; outputs are ordinary files
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():

@@ -141,3 +141,14 @@ def test_console_script_bad_input_is_one_clear_line(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[0].startswith("error: pipeline.stages")
     assert proc.stdout == ""
+
+
+def test_outputs_are_ordinary_files(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    out = tmp_path / "t.json"
+    assert invoke("run", GPT, *SMALL, "--save-trace", str(out)).exit_code == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
