@@ -66,7 +66,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from ppexec.launch import free_port, stop_processes  # noqa: E402
+from ppexec.launch import free_port, local_rank_env, stop_processes  # noqa: E402
 from ppsim.plan import Plan  # noqa: E402
 from ppsim.scenario import Scenario, load, parse_scenario  # noqa: E402
 
@@ -203,15 +203,12 @@ def launch(argv: list[str], out: Path, deadline_s: float) -> list[dict[str, Any]
     """Start the ranks (this script with --worker), wait for all of them; on any failure or past the
     deadline, stop every rank and raise with the failing rank's log."""
     port = free_port()
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_RANK", "WORLD_SIZE"))}
     procs: list[subprocess.Popen[bytes]] = []
     # the ranks run in their own sessions: turn a SIGTERM of this process into an exit that stops them
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         for r in range(WORLD):
-            env = dict(base, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(WORLD), LOCAL_WORLD_SIZE=str(WORLD),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-                       DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"), PYTHONUNBUFFERED="1")
+            env = local_rank_env(r, WORLD, port)
             with (out / f"rank-{r}.log").open("wb") as log:
                 procs.append(subprocess.Popen([sys.executable, __file__, *argv, "--worker", str(out)], env=env,
                                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True))

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
+from ppsim.cli import check_partition_option, err, fail
 from ppsim.errors import PpsimError
 
 app = typer.Typer(
@@ -21,19 +21,11 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-err = Console(stderr=True, highlight=False)
 
 
 @app.callback()
 def _root() -> None:
     """ppexec: run the same plan ppsim simulates, with DeepSpeed, and record it."""
-
-
-def _fail(exc: PpsimError) -> None:
-    err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
-    if exc.detail:
-        err.print(exc.detail, markup=False, highlight=False, soft_wrap=True)
-    raise typer.Exit(1)
 
 
 @app.command()
@@ -59,8 +51,7 @@ def run(
     from ppsim.scenario import load
 
     try:
-        if partition is not None and partition not in ("uniform", "balanced"):
-            raise PpsimError(f"--partition must be uniform or balanced, got {partition!r}", field="--partition")
+        check_partition_option(partition)
         if launcher not in ("local", "deepspeed"):
             raise PpsimError(f"--launcher must be local or deepspeed, got {launcher!r}", field="--launcher")
         if launcher == "deepspeed" and hostfile is None:
@@ -77,7 +68,7 @@ def run(
         progress.close()
         _write_outputs(result, out)
     except PpsimError as exc:
-        _fail(exc)
+        fail(exc)
         return
     _report(result, out, json_out)
 
@@ -105,14 +96,13 @@ def prepare(
     try:
         if backend not in ("nccl", "gloo"):
             raise PpsimError(f"--backend must be nccl or gloo, got {backend!r}", field="--backend")
-        if partition is not None and partition not in ("uniform", "balanced"):
-            raise PpsimError(f"--partition must be uniform or balanced, got {partition!r}", field="--partition")
+        check_partition_option(partition)
         s = load(scenario).with_overrides(schedule=schedule, stages=stages, microbatches=microbatches,
                                           partition=partition)
         opts = RunOptions(out=out, steps=steps, warmup=warmup, timeout_s=timeout, seed=seed, lr=lr, backend=backend)
         _, _, world = prepare_run(s, opts)
     except PpsimError as exc:
-        _fail(exc)
+        fail(exc)
         return
     typer.echo(f"wrote {out}/run.json: start {world} ranks with `python -m ppexec.worker {out}`")
 
@@ -129,7 +119,7 @@ def collect(
         result = collect_run(out)
         _write_outputs(result, out)
     except PpsimError as exc:
-        _fail(exc)
+        fail(exc)
         return
     _report(result, out, json_out)
 
@@ -168,6 +158,7 @@ class _Progress:
 
 def _write_outputs(result, out: Path) -> None:  # noqa: ANN001 - RunResult
     from ppsim.export.chrome import to_chrome_trace
+    from ppsim.metrics import step_time_ms
 
     steps_dir = out / "steps"
     steps_dir.mkdir(exist_ok=True)
@@ -177,7 +168,7 @@ def _write_outputs(result, out: Path) -> None:  # noqa: ANN001 - RunResult
     (out / "trace.chrome.json").write_text(json.dumps(to_chrome_trace(result.representative), separators=(",", ":")))
     doc = result.summary.to_json_dict()
     doc["losses"] = result.losses
-    doc["step_times_ms"] = [t.spans and max(s.end for s in t.spans) - min(s.start for s in t.spans) for t in result.traces]
+    doc["step_times_ms"] = [step_time_ms(t) for t in result.traces]
     (out / "summary.json").write_text(json.dumps(doc, indent=2))
     (out / "plan.json").write_text(json.dumps(result.plan.to_dict(), indent=1))
 

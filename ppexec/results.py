@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ppexec.launch import RankState
+from ppsim.passes import peer_stage
 from ppsim.plan import COMM_KINDS, Action, Plan
 from ppsim.trace import Span, Trace
 
@@ -34,11 +35,7 @@ def step_trace(states: list[RankState], plan: Plan, step: int, meta: dict[str, A
     spans = []
     for rank, a, t0, t1 in raw:
         comm = a.kind in COMM_KINDS
-        peer = None
-        if comm:
-            from ppsim.passes import peer_stage
-
-            peer = where[peer_stage(a)]
+        peer = where[peer_stage(a)] if comm else None
         spans.append(Span(rank, a.lane, a, (t0 - origin) / 1e6, (t1 - origin) / 1e6,
                           message_bytes if comm else None, peer))
     losses = [st.steps[step]["loss"] for st in ranks if st.steps[step].get("loss") is not None]

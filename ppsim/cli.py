@@ -31,19 +31,25 @@ PARTITION = typer.Option(None, "--partition", help="uniform | balanced")
 COMM = typer.Option(None, "--comm", help="Send semantics: rendezvous | eager | async")
 
 
-def _fail(exc: PpsimError) -> None:
+def fail(exc: PpsimError) -> None:
+    """Print a user-facing error (and its picture, if any) on stderr and exit 1."""
     err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
     if exc.detail:
         err.print(exc.detail, markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 
+def check_partition_option(partition: str | None) -> None:
+    """The --partition option takes uniform or balanced (explicit counts go in the scenario)."""
+    if partition is not None and partition not in ("uniform", "balanced"):
+        raise PpsimError(f"--partition must be uniform or balanced, got {partition!r}", field="--partition")
+
+
 def _scenario(path: Path, schedule: str | None, stages: int | None, microbatches: int | None,
               chunks: int | None, partition: str | None, comm: str | None):  # noqa: ANN202
     from ppsim.scenario import load
 
-    if partition is not None and partition not in ("uniform", "balanced"):
-        raise PpsimError(f"--partition must be uniform or balanced, got {partition!r}", field="--partition")
+    check_partition_option(partition)
     if comm is not None and comm not in ("rendezvous", "eager", "async"):
         raise PpsimError(f"--comm must be rendezvous, eager or async, got {comm!r}", field="--comm")
     return load(path).with_overrides(
@@ -96,7 +102,7 @@ def run(
 
             outputs.atomic_write(targets["--html"], lambda p: write_html(prediction.trace, p))
     except PpsimError as exc:
-        _fail(exc)
+        fail(exc)
         return
     if json_out:
         sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
@@ -153,7 +159,7 @@ def plan(
         if target:
             outputs.write_text(target, json.dumps(the_plan.to_dict(), indent=1))
     except PpsimError as exc:
-        _fail(exc)
+        fail(exc)
         return
     if csv_out:
         sys.stdout.write(the_plan.to_csv())

@@ -15,7 +15,7 @@ which is why Megatron and torch use non-blocking sends for them (``comm: async``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -24,8 +24,6 @@ from ppsim.plan import (
     BACKWARD_KINDS,
     COMM_KINDS,
     COMPUTE_KINDS,
-    RECV_KINDS,
-    SEND_KINDS,
     Action,
     Kind,
     Plan,
@@ -486,11 +484,3 @@ def _check_runs_with_rendezvous(plan: Plan) -> None:
     if marks:
         stuck = ", ".join(f"rank {r} at {acts[r][i]}" for r, i in marks.items())
         raise _fail(f"plan {plan.schedule!r} deadlocks when sends block until received ({stuck})", acts, marks)
-
-
-def sends(actions: Iterable[Action]) -> list[Action]:
-    return [a for a in actions if a.kind in SEND_KINDS]
-
-
-def recvs(actions: Iterable[Action]) -> list[Action]:
-    return [a for a in actions if a.kind in RECV_KINDS]

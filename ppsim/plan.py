@@ -14,7 +14,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
@@ -202,7 +202,3 @@ class Plan:
 def loop_placement(num_ranks: int, chunks: int) -> tuple[int, ...]:
     """Virtual stage ``c * ranks + r`` runs on rank ``r`` (Megatron's interleaved placement)."""
     return tuple(s % num_ranks for s in range(num_ranks * chunks))
-
-
-def compute_only(actions: Iterable[Action]) -> list[Action]:
-    return [a for a in actions if a.kind in COMPUTE_KINDS]

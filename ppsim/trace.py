@@ -9,7 +9,6 @@ Everything downstream (metrics, exports, the TUI, compare) reads only this.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -72,9 +71,6 @@ class Trace:
             return int(n)
         return 1 + max((s.rank for s in self.spans), default=-1)
 
-    def spans_of(self, rank: int, lane: str | None = None) -> list[Span]:
-        return [s for s in self.spans if s.rank == rank and (lane is None or s.lane == lane)]
-
     def actions_by_rank(self) -> list[list[Action]]:
         """Actions per rank in start order (the executed order)."""
         out: list[list[tuple[float, int, Action]]] = [[] for _ in range(self.num_ranks)]
@@ -127,8 +123,3 @@ class Trace:
         except json.JSONDecodeError as exc:
             raise TraceError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
         return cls.from_dict(data)
-
-
-def sorted_spans(spans: Iterable[Span]) -> list[Span]:
-    """Spans in a canonical order (rank, start, lane, action) for comparisons and exports."""
-    return sorted(spans, key=lambda s: (s.rank, s.start, s.end, s.lane, str(s.action)))
