@@ -10,7 +10,7 @@ top to bottom by rank: ``rank R`` (compute), then thinner ``rank R send`` / ``re
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ppsim.errors import TraceError
 from ppsim.metrics import summarize
@@ -37,7 +37,8 @@ KIND_COLORS: dict[Kind, str] = {
 _COMPUTE_WIDTH = 0.8  # bar thickness on a compute row, in row units
 _COMM_WIDTH = 0.4  # thinner bars on the communication rows
 
-_HOVER = (
+#: hover text of a bar; its customdata row is :func:`hover_row`
+HOVER = (
     "<b>%{customdata[0]}</b><br>rank %{customdata[1]} · %{customdata[2]}"
     "<br>start %{customdata[3]:.3f} ms<br>end %{customdata[4]:.3f} ms"
     "<br>duration %{customdata[5]:.3f} ms%{customdata[6]}<extra></extra>"
@@ -67,6 +68,11 @@ def bar_text(span: Span, chunks: int, num_ranks: int) -> str:
     return str(a.microbatch)
 
 
+def bar_width(lane: str) -> float:
+    """Bar thickness in row units: full on a compute row, thinner for communication."""
+    return _COMPUTE_WIDTH if lane == "compute" else _COMM_WIDTH
+
+
 def _extra_hover(span: Span) -> str:
     out = ""
     if span.bytes is not None:
@@ -74,6 +80,28 @@ def _extra_hover(span: Span) -> str:
     if span.peer is not None:
         out += f"<br>peer rank {span.peer}"
     return out
+
+
+def hover_row(span: Span, label: str | None = None, extra: str = "") -> list[Any]:
+    """The customdata row :data:`HOVER` shows: ``label`` replaces the lane, ``extra`` is appended (HTML)."""
+    return [str(span.action), span.rank, label or span.lane, span.start, span.end, span.end - span.start,
+            _extra_hover(span) + extra]
+
+
+def timeline_layout(rows: list[str], title: str) -> dict[str, Any]:
+    """Layout of a timeline figure: numeric ms axis, ``rows`` top to bottom, overlaid bars."""
+    return {
+        "title": {"text": title, "x": 0.01},
+        "barmode": "overlay",
+        "bargap": 0.0,
+        "uniformtext": {"mode": "hide", "minsize": 8},
+        "xaxis": {"type": "linear", "title": {"text": "time (ms)"}, "showgrid": True},
+        "yaxis": {"type": "category", "categoryorder": "array", "categoryarray": rows, "autorange": "reversed"},
+        "legend": {"title": {"text": "kind"}, "traceorder": "normal"},
+        "height": max(320, 120 + 22 * len(rows)),
+        "margin": {"l": 110, "r": 20, "t": 80, "b": 50},
+        "plot_bgcolor": "white",
+    }
 
 
 def figure_title(trace: Trace) -> str:
@@ -113,15 +141,13 @@ def gantt_figure(trace: Trace, title: str | None = None) -> go.Figure:
                 base=[s.start for s in spans],
                 x=[s.end - s.start for s in spans],
                 y=[row_label(s.rank, s.lane) for s in spans],
-                width=[_COMPUTE_WIDTH if s.lane == "compute" else _COMM_WIDTH for s in spans],
+                width=[bar_width(s.lane) for s in spans],
                 marker={"color": KIND_COLORS[kind], "line": {"width": 0}},
                 text=[bar_text(s, chunks, ranks) for s in spans],
                 textposition="inside",
                 insidetextanchor="middle",
-                customdata=[
-                    [str(s.action), s.rank, s.lane, s.start, s.end, s.end - s.start, _extra_hover(s)] for s in spans
-                ],
-                hovertemplate=_HOVER,
+                customdata=[hover_row(s) for s in spans],
+                hovertemplate=HOVER,
             )
         )
 
@@ -129,18 +155,7 @@ def gantt_figure(trace: Trace, title: str | None = None) -> go.Figure:
     header = figure_title(trace)
     if title:
         header = title + "<br>" + header.split("<br>", 1)[1]
-    fig.update_layout(
-        title={"text": header, "x": 0.01},
-        barmode="overlay",
-        bargap=0.0,
-        uniformtext={"mode": "hide", "minsize": 8},
-        xaxis={"type": "linear", "title": {"text": "time (ms)"}, "showgrid": True},
-        yaxis={"type": "category", "categoryorder": "array", "categoryarray": rows, "autorange": "reversed"},
-        legend={"title": {"text": "kind"}, "traceorder": "normal"},
-        height=max(320, 120 + 22 * len(rows)),
-        margin={"l": 110, "r": 20, "t": 80, "b": 50},
-        plot_bgcolor="white",
-    )
+    fig.update_layout(**timeline_layout(rows, header))
     return fig
 
 
@@ -149,8 +164,13 @@ HTML_MARKER = "<!-- ppsim -->"
 
 def write_html(trace: Trace, path: str | Path, title: str | None = None) -> Path:
     """Write the Gantt as one self-contained HTML file (plotly.js inlined, works offline); returns the path."""
+    return write_figure(gantt_figure(trace, title), path)
+
+
+def write_figure(fig: go.Figure, path: str | Path) -> Path:
+    """Write ``fig`` as one self-contained HTML page that starts with :data:`HTML_MARKER`; returns the path."""
     p = Path(path)
-    html = gantt_figure(trace, title).to_html(include_plotlyjs=True, full_html=True)
+    html = fig.to_html(include_plotlyjs=True, full_html=True)
     # the marker lets ppsim recognise its own pages, which it may overwrite without --force
     p.write_text(HTML_MARKER + "\n" + html, encoding="utf-8")
     return p

@@ -1,0 +1,298 @@
+"""ppsim compare: matching, the figures, refusals, the CLI and the overlay page (stored traces only, no torch)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from conftest import ROOT
+from ppsim.cli import app
+from ppsim.compare import compare_traces, percentile
+from ppsim.errors import TraceError
+from ppsim.metrics import stage_metrics, step_time_ms, summarize
+from ppsim.plan import Action
+from ppsim.render.compare_html import compare_figure
+from ppsim.render.gantt import HTML_MARKER
+from ppsim.trace import Span, Trace
+
+DATA = ROOT / "tests" / "data"
+PAIRS = {
+    "1f1b": (DATA / "tiny-1f1b.predicted.trace.json", DATA / "tiny-1f1b.measured.trace.json"),
+    "gpipe": (DATA / "tiny-gpipe.predicted.trace.json", DATA / "tiny-gpipe.measured.trace.json"),
+}
+PRED, MEAS = (str(p) for p in PAIRS["1f1b"])
+PRED_M8 = str(DATA / "tiny-1f1b-m8.predicted.trace.json")
+runner = CliRunner()
+
+
+def invoke(*args: str):  # noqa: ANN201
+    return runner.invoke(app, ["compare", *args])
+
+
+def _span(rank: int, lane: str, action: str, start: float, end: float) -> Span:
+    return Span(rank, lane, Action.parse(action), start, end)
+
+
+def _synthetic() -> Trace:
+    """Two ranks, one micro-batch: F, send, B, receive, OPT; the step lasts 8 ms."""
+    spans = [
+        _span(0, "compute", "0F0", 0, 1), _span(0, "send", "0SEND_F0", 1, 1.5), _span(0, "recv", "0RECV_B0", 1.5, 5),
+        _span(0, "compute", "0B0", 5, 7), _span(0, "compute", "0OPT", 7, 8),
+        _span(1, "recv", "1RECV_F0", 0, 1.5), _span(1, "compute", "1F0", 1.5, 2.5), _span(1, "compute", "1B0", 2.5, 4.5),
+        _span(1, "send", "1SEND_B0", 4.5, 5), _span(1, "compute", "1OPT", 5, 6),
+    ]
+    return Trace(spans=spans, meta={"schedule": "1f1b", "num_ranks": 2, "num_microbatches": 1, "scenario": "toy"})
+
+
+def _transform(trace: Trace, fn) -> Trace:  # noqa: ANN001
+    return Trace(spans=[fn(s) for s in trace.spans], meta=dict(trace.meta))
+
+
+# ----- the figures -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_a_trace_against_itself_has_no_error(name: str) -> None:
+    t = Trace.load(PAIRS[name][1])
+    c = compare_traces(t, t)
+    assert c.step_time_error == 0 and c.max_abs_bubble_error_pp == 0
+    assert c.matched == len(t.spans) and not c.unmatched and not c.meta_differences
+    assert all(s.bubble_error_pp == 0 and s.predicted_busy_ms == s.measured_busy_ms for s in c.stages)
+    for k in c.by_kind.values():
+        assert (k.start_error_ms_median, k.start_error_ms_p90, k.duration_error_ms_median, k.duration_error_ms_p90) == (0,) * 4
+        assert k.relative_duration_error_median == 0
+    assert c.start_error_ms_p90 == c.duration_error_ms_p90 == 0
+    assert len(c.worst) == 10
+    assert all(d.description.endswith("starts on time and lasts as long as predicted") for d in c.worst)
+
+
+def test_a_shift_and_a_stretch_give_the_expected_errors() -> None:
+    pred = _synthetic()
+
+    def measured_span(s: Span) -> Span:  # another clock (+100 ms); 0B0 takes 1 ms longer, delaying 0OPT
+        start, end = s.start, s.end
+        if str(s.action) == "0B0":
+            end += 1
+        if str(s.action) == "0OPT":
+            start, end = start + 1, end + 1
+        return s._replace(start=start + 100, end=end + 100)
+
+    meas = _transform(pred, measured_span)
+    c = compare_traces(pred, meas, top=3)
+    assert (c.predicted_step_time_ms, c.measured_step_time_ms) == (8, 9)
+    assert c.step_time_error == pytest.approx(-1 / 9)
+    assert [(s.predicted_busy_ms, s.measured_busy_ms) for s in c.stages] == [(4, 5), (4, 4)]
+    assert [s.bubble_error_pp for s in c.stages] == pytest.approx([100 * (1 / 2 - 4 / 9), 100 * (1 / 2 - 5 / 9)])
+    assert c.max_abs_bubble_error_pp == pytest.approx(100 / 18)
+    assert [d.description for d in c.worst[:2]] == [
+        "rank 0 0B0 starts on time and lasts 1.00 ms longer than predicted",
+        "rank 0 0OPT starts 1.00 ms late and lasts as long as predicted",
+    ]
+    b0 = c.worst[0]
+    assert (b0.predicted_start_ms, b0.predicted_end_ms, b0.measured_start_ms, b0.measured_end_ms) == (5, 7, 5, 8)
+    assert (b0.start_delta_ms, b0.duration_delta_ms) == (0, 1)
+    assert c.worst[2].start_delta_ms == c.worst[2].duration_delta_ms == 0
+    b, opt, f = c.by_kind["B"], c.by_kind["OPT"], c.by_kind["F"]
+    assert (b.count, b.duration_error_ms_median, b.duration_error_ms_p90, b.start_error_ms_p90) == (2, 0.5, pytest.approx(0.9), 0)
+    assert b.relative_duration_error_median == pytest.approx((0 + (2 - 3) / 3) / 2)
+    assert (opt.start_error_ms_median, opt.duration_error_ms_median) == (0.5, 0)
+    assert f.start_error_ms_p90 == f.duration_error_ms_p90 == 0
+    assert list(c.by_kind) == ["F", "B", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "OPT"]
+    assert c.matched == 10
+    assert c.start_error_ms_median == 0 and c.duration_error_ms_p90 == pytest.approx(0.1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(k=st.floats(min_value=0.05, max_value=20), offset=st.floats(min_value=-1e3, max_value=1e3))
+def test_uniform_scaling_is_a_pure_step_time_error(k: float, offset: float) -> None:
+    measured = Trace.load(PAIRS["1f1b"][1])
+    predicted = _transform(measured, lambda s: s._replace(start=s.start * k + offset, end=s.end * k + offset))
+    c = compare_traces(predicted, measured)
+    assert c.step_time_error == pytest.approx(k - 1, rel=1e-9, abs=1e-9)
+    assert c.max_abs_bubble_error_pp == pytest.approx(0, abs=1e-7)
+    for kind in c.by_kind.values():
+        assert kind.relative_duration_error_median == pytest.approx(k - 1, rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_stored_pairs_give_the_metrics_of_their_files(name: str) -> None:
+    pred, meas = (Trace.load(p) for p in PAIRS[name])
+    c = compare_traces(pred, meas)
+    p_step, m_step = step_time_ms(pred), step_time_ms(meas)
+    assert (c.predicted_step_time_ms, c.measured_step_time_ms) == (p_step, m_step)
+    assert c.step_time_error == (p_step - m_step) / m_step
+    assert -1 < c.step_time_error < 1
+    assert (c.predicted_bubble_fraction, c.measured_bubble_fraction) == (
+        summarize(pred).bubble_fraction, summarize(meas).bubble_fraction)
+    for s, p, m in zip(c.stages, stage_metrics(pred), stage_metrics(meas), strict=True):
+        assert (s.predicted_bubble_fraction, s.measured_bubble_fraction) == (p.bubble_fraction, m.bubble_fraction)
+        assert (s.predicted_busy_ms, s.measured_busy_ms) == (p.busy_ms, m.busy_ms)
+        assert s.bubble_error_pp == pytest.approx(100 * (p.bubble_fraction - m.bubble_fraction))
+    assert c.matched == len(pred.spans) == len(meas.spans)
+    assert sum(k.count for k in c.by_kind.values()) == c.matched
+    for k in c.by_kind.values():
+        assert 0 <= k.start_error_ms_median <= k.start_error_ms_p90
+        assert 0 <= k.duration_error_ms_median <= k.duration_error_ms_p90
+    scores = [abs(d.start_delta_ms) + abs(d.duration_delta_ms) for d in c.worst]
+    assert scores == sorted(scores, reverse=True) and len(c.worst) == 10
+
+
+def test_percentile_interpolates() -> None:
+    assert percentile([3, 1, 2], 50) == 2 and percentile([0, 1], 90) == pytest.approx(0.9)
+    assert percentile([5], 90) == 5
+
+
+def test_communication_on_one_side_only_is_a_note() -> None:
+    pred = _synthetic()
+    meas = Trace(spans=[s for s in pred.spans if s.lane != "send"], meta=dict(pred.meta))
+    c = compare_traces(pred, meas)
+    assert c.matched == len(meas.spans)
+    assert c.unmatched == ("2 communication actions only in the predicted trace: rank 0 0SEND_F0, rank 1 1SEND_B0",)
+
+
+# ----- refusals ----------------------------------------------------------------------------------
+
+
+def test_different_compute_actions_name_the_difference() -> None:
+    with pytest.raises(TraceError) as info:
+        compare_traces(Trace.load(PRED_M8), Trace.load(MEAS))
+    msg = str(info.value)
+    assert "predicted has 34, measured has 18" in msg
+    assert "only in predicted: rank 0 0F4, " in msg and "(+12 more)" in msg and "only in measured" not in msg
+    assert "micro-batch count differs (predicted 8, measured 4)" in msg
+
+
+def test_other_refusals() -> None:
+    t = _synthetic()
+    one_rank = Trace(spans=[s for s in t.spans if s.rank == 0], meta={"num_ranks": 1})
+    with pytest.raises(TraceError, match="different numbers of ranks: predicted 2, measured 1"):
+        compare_traces(t, one_rank)
+    with pytest.raises(TraceError, match="measured trace has no spans"):
+        compare_traces(t, Trace(spans=[], meta={"num_ranks": 2}))
+    twice = Trace(spans=[*t.spans, t.spans[0]], meta=t.meta)
+    with pytest.raises(TraceError, match="action 0F0 twice on rank 0"):
+        compare_traces(twice, t)
+    no_b = Trace(spans=[s for s in t.spans if str(s.action) != "1B0"], meta=dict(t.meta))
+    with pytest.raises(TraceError, match="only in predicted: rank 1 1B0; likely cause: they come from different"):
+        compare_traces(t, no_b)
+
+
+# ----- the command -------------------------------------------------------------------------------
+
+
+def test_cli_prints_the_report() -> None:
+    res = invoke(PRED, MEAS, "--top", "2")
+    assert res.exit_code == 0, res.output
+    for words in ("step time", "error", "per stage", "per kind", "largest disagreements (top 2)", "SEND_F", "OPT"):
+        assert words in res.output
+    assert " 2. rank " in res.output and " 3. rank " not in res.output
+
+
+def test_cli_json_has_the_documented_keys(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    shutil.copy(MEAS, run_dir / "trace.json")  # a ppexec run folder works as MEASURED
+    res = invoke(PRED, str(run_dir), "--json", "--top", "3")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    for key in ("predicted_step_time_ms", "measured_step_time_ms", "step_time_error", "stages", "by_kind", "worst",
+                "max_abs_bubble_error_pp", "unmatched", "start_error_ms_median", "duration_error_ms_p90"):
+        assert key in doc
+    assert doc == compare_traces(Trace.load(PRED), Trace.load(MEAS), top=3).to_json_dict()
+    assert len(doc["worst"]) == 3 and {"rank", "action", "description"} <= set(doc["worst"][0])
+    assert {"bubble_error_pp", "predicted_busy_ms"} <= set(doc["stages"][0])
+    assert doc["by_kind"]["F"]["count"] == 8
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        ([PRED_M8, MEAS], "micro-batch count differs"),
+        ([PRED, "missing.trace.json"], "measured: trace file 'missing.trace.json' does not exist"),
+        ([str(ROOT / "scenarios" / "tiny-cpu.yaml"), MEAS], "predicted: "),
+        ([PRED, MEAS, "--html", MEAS], "is an input of this command"),
+        ([PRED, MEAS, "--html", str(ROOT / "nowhere" / "c.html")], "does not exist"),
+    ],
+)
+def test_cli_bad_input_is_one_error_line(args: list[str], words: str) -> None:
+    res = invoke(*args)
+    assert res.exit_code == 1, res.output
+    assert res.output.startswith("error: ") and words in res.output
+    assert "Traceback" not in res.output
+
+
+def test_cli_bad_usage_is_exit_2() -> None:
+    assert invoke(PRED, MEAS, "--bogus").exit_code == 2
+    assert invoke(PRED, MEAS, "--top", "-1").exit_code == 2
+
+
+def test_not_a_trace_file_is_one_clear_line(tmp_path: Path) -> None:
+    odd = tmp_path / "odd.json"
+    for text in ('{"format": "ppsim-trace", "version": 1, "spans": [[0, "compute", 5, 0, 1, null, null]], "meta": []}',
+                 '["a list"]', "\x00\xff binary"):
+        odd.write_bytes(text.encode("latin-1"))
+        proc = subprocess.run([sys.executable, "-m", "ppsim.cli", "compare", PRED, str(odd)], capture_output=True, text=True)
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr.startswith("error: measured:") and "Traceback" not in proc.stderr
+
+
+# ----- the overlay page --------------------------------------------------------------------------
+
+
+def test_html_overlay(tmp_path: Path) -> None:
+    out = tmp_path / "c.html"
+    res = invoke(PRED, MEAS, "--html", str(out))
+    assert res.exit_code == 0, res.output
+    html = out.read_text()
+    assert html.startswith(HTML_MARKER) and html.rstrip().endswith("</html>")
+    assert "rank 0 predicted" in html and "rank 0 measured" in html and "rank 1 measured" in html
+    assert re.search(r"plotly\.js v\d", html), "plotly.js bundle not inlined"
+    assert not re.findall(r"<script[^>]*\bsrc\s*=", html)
+    assert invoke(PRED, MEAS, "--html", str(out)).exit_code == 0  # its own page is overwritten without --force
+
+
+def test_overlay_figure_draws_every_span_once_on_a_numeric_axis() -> None:
+    pred, meas = Trace.load(PRED), Trace.load(MEAS)
+    c = compare_traces(pred, meas)
+    fig = compare_figure(pred, meas, c)
+    assert sum(len(bar.x) for bar in fig.data) == len(pred.spans) + len(meas.spans)
+    assert len({bar.name for bar in fig.data}) == len(fig.data)
+    rows = list(fig.layout.yaxis.categoryarray)
+    assert rows == ["rank 0 predicted", "rank 0 measured", "rank 1 predicted", "rank 1 measured"]
+    assert fig.layout.xaxis.type == "linear" and fig.layout.barmode == "overlay"
+    for bar in fig.data:
+        assert bar.type == "bar" and bar.orientation == "h" and set(bar.y) <= set(rows)
+    ys = [y for bar in fig.data for y in bar.y]
+    assert ys.count("rank 0 predicted") == sum(s.rank == 0 for s in pred.spans)
+    assert ys.count("rank 1 measured") == sum(s.rank == 1 for s in meas.spans)
+    measured_starts = sorted(b for bar in fig.data for b, y in zip(bar.base, bar.y) if y.endswith("measured"))
+    lo = min(s.start for s in meas.spans)
+    assert measured_starts == pytest.approx(sorted(s.start - lo for s in meas.spans))
+    f = next(bar for bar in fig.data if bar.name == "F")
+    hovers = [cd[6] for cd, y in zip(f.customdata, f.y) if y.endswith("measured")]
+    assert all("vs predicted:" in h and "than predicted" in h for h in hovers)
+    assert f"{c.predicted_step_time_ms:.2f} ms" in fig.layout.title.text and f"{c.step_time_error:+.1%}" in fig.layout.title.text
+
+
+def test_html_never_overwrites_a_users_file(tmp_path: Path) -> None:
+    mine = tmp_path / "notes.html"
+    mine.write_text("<html>my notes</html>")
+    res = invoke(PRED, MEAS, "--html", str(mine))
+    assert res.exit_code == 1 and "not written by ppsim" in res.output and "--force" in res.output
+    assert mine.read_text() == "<html>my notes</html>"
+    assert invoke(PRED, MEAS, "--html", str(mine), "--force").exit_code == 0
+    assert mine.read_text().startswith(HTML_MARKER)
+
+
+def test_plotly_is_not_imported_by_the_library() -> None:
+    code = "import sys, ppsim.compare\nassert 'plotly' not in sys.modules\n"
+    subprocess.run([sys.executable, "-c", code], check=True)
