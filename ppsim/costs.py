@@ -20,6 +20,7 @@ class StageCost:
     backward_ms: float  #: the whole backward: input grad + weight grad
     weight_grad_ms: float = 0.0  #: the part of backward_ms that is weight grad
     optimizer_ms: float = 0.0
+    clip_ms: float = 0.0  #: gradient clipping's own work (the local gradient norm), before its all-reduce
     allreduce_ms: float = 0.0  #: gradient all-reduce across data-parallel replicas, once per step
     grad_bytes: int = 0  #: bytes all-reduced per step
     activation_bytes: int = 0  #: activations held per micro-batch between forward and backward
@@ -34,10 +35,14 @@ class StageCost:
 @dataclass(frozen=True)
 class Link:
     """Latency + bytes / bandwidth between consecutive stages. Transfers on one directed link queue
-    behind each other (bandwidth is shared in FIFO order); latency is pipelined."""
+    behind each other (bandwidth is shared in FIFO order); latency is pipelined. Around a transfer
+    the sender spends ``send_overhead_ms`` before the data moves and the receiver
+    ``recv_overhead_ms`` after it has arrived (packing, copying out of the receive buffer)."""
 
     latency_ms: float
     bandwidth_bytes_per_ms: float = math.inf
+    send_overhead_ms: float = 0.0
+    recv_overhead_ms: float = 0.0
 
     def serialization_ms(self, nbytes: int) -> float:
         if math.isinf(self.bandwidth_bytes_per_ms):
@@ -65,6 +70,9 @@ class CostTable:
     stages: tuple[StageCost, ...]
     message_bytes: int
     links: tuple[Link, ...]
+    #: gradient clipping (CLIP) all-reduces the gradient norm over every stage of the pipeline, so
+    #: each rank waits for the last one to get there; this is what the all-reduce itself costs
+    clip_allreduce_ms: float = 0.0
 
     def link(self, boundary: int) -> Link:
         return self.links[boundary] if len(self.links) > 1 else self.links[0]
@@ -84,5 +92,6 @@ class CostTable:
         return 0.0
 
     def p2p_ms(self, boundary: int = 0) -> float:
-        """Time of one unloaded stage-to-stage transfer across ``boundary``."""
-        return self.link(boundary).transfer_ms(self.message_bytes)
+        """Time of one unloaded stage-to-stage transfer across ``boundary``, overheads included."""
+        link = self.link(boundary)
+        return link.send_overhead_ms + link.transfer_ms(self.message_bytes) + link.recv_overhead_ms

@@ -304,9 +304,10 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
     return plan.with_actions(lowered, lowered=True)
 
 
-def add_step_end(plan: Plan, data_parallel: int = 1) -> Plan:
+def add_step_end(plan: Plan, data_parallel: int = 1, clip: bool = False) -> Plan:
     """Append, on every rank, the gradient all-reduce across data-parallel replicas (when there are
-    several) and the optimizer step of each of its stages. Forward-only plans get neither."""
+    several), with ``clip`` the gradient-norm all-reduce over the pipeline (once per rank, on its
+    last virtual stage), and the optimizer step of each of its stages. Forward-only plans get none."""
     has_backward = any(a.kind in BACKWARD_KINDS for r in plan.actions for a in r)
     if not has_backward:
         return plan.with_actions(plan.actions, lowered=True)
@@ -316,12 +317,15 @@ def add_step_end(plan: Plan, data_parallel: int = 1) -> Plan:
         tail: list[Action] = []
         if data_parallel > 1:
             tail += [Action(s, Kind.REDUCE_GRAD) for s in stages]
+        if clip:
+            tail.append(Action(stages[0], Kind.CLIP))
         tail += [Action(s, Kind.OPT) for s in stages]
         out.append(list(ra) + tail)
     return plan.with_actions(out, lowered=True)
 
 
-def lower(plan: Plan, data_parallel: int = 1, duration: Duration = default_duration, *, rendezvous: bool = True) -> Plan:
+def lower(plan: Plan, data_parallel: int = 1, duration: Duration = default_duration, *, rendezvous: bool = True,
+          clip: bool = False) -> Plan:
     """The full lowering of a compute-only plan: communication, then end-of-step actions.
 
     The input is validated; the output is valid by construction (the property tests check it with
@@ -334,7 +338,7 @@ def lower(plan: Plan, data_parallel: int = 1, duration: Duration = default_durat
         except PlanError:
             validate_structure(plan)  # a misordered pair is a clearer message than the deadlock
             raise
-        return add_step_end(with_comms, data_parallel)
+        return add_step_end(with_comms, data_parallel, clip)
 
 
 def _structure_is_sound(plan: Plan) -> bool:

@@ -32,6 +32,7 @@ class Kind(str, Enum):
     SEND_B = "SEND_B"  #: send input grads to the previous stage
     RECV_B = "RECV_B"  #: receive grads from the next stage
     REDUCE_GRAD = "REDUCE_GRAD"  #: all-reduce of weight grads across data-parallel replicas
+    CLIP = "CLIP"  #: gradient clipping: the gradient norm all-reduced over the pipeline's stages
     OPT = "OPT"  #: optimizer step
 
     # str's own C hash instead of Enum's Python-level one: Actions are hashed in every pass
@@ -49,7 +50,7 @@ BACKWARD_KINDS = frozenset({Kind.B, Kind.I, Kind.W})
 SEND_KINDS = frozenset({Kind.SEND_F, Kind.SEND_B})
 RECV_KINDS = frozenset({Kind.RECV_F, Kind.RECV_B})
 COMM_KINDS = SEND_KINDS | RECV_KINDS
-STEP_KINDS = frozenset({Kind.REDUCE_GRAD, Kind.OPT})
+STEP_KINDS = frozenset({Kind.REDUCE_GRAD, Kind.CLIP, Kind.OPT})
 
 #: the lane of the timeline each kind occupies
 LANE_OF_KIND: dict[Kind, str] = {
@@ -63,6 +64,7 @@ LANE_OF_KIND: dict[Kind, str] = {
     Kind.RECV_F: "recv",
     Kind.RECV_B: "recv",
     Kind.REDUCE_GRAD: "collective",
+    Kind.CLIP: "collective",
 }
 
 _ACTION_RE = re.compile(r"^(\d+)([A-Z_]+?)(\d*)$")

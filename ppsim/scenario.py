@@ -47,6 +47,7 @@ class ModelSpec(_Strict):
 class TrainingSpec(_Strict):
     global_batch: int | None = Field(default=None, gt=0, description="sequences per optimizer step, all replicas")
     micro_batch: int = Field(default=1, gt=0, description="sequences per micro-batch")
+    grad_clip: float = Field(default=1.0, ge=0, description="gradient clipping norm; 0: off (no gradient-norm sync)")
 
 
 class PipelineSpec(_Strict):

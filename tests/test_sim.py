@@ -140,3 +140,45 @@ def test_trace_json_round_trip(tmp_path) -> None:  # noqa: ANN001
     again = Trace.load(tmp_path / "t.json")
     assert again.spans == trace.spans and again.meta == trace.meta and again.counters == trace.counters
     assert summarize(again) == summarize(trace)
+
+
+def test_link_overheads_surround_the_transfer() -> None:
+    """The sender spends its overhead before the data moves, the receiver its overhead after."""
+    stage = StageCost(forward_ms=1.0, backward_ms=2.0)
+    link = Link(latency_ms=0.2, send_overhead_ms=0.1, recv_overhead_ms=0.3)
+    costs = CostTable(stages=(stage, stage), message_bytes=0, links=(link,))
+    plan = _custom(["0F0 0SEND_F0 0RECV_B0 0B0", "1RECV_F0 1F0 1B0 1SEND_B0"], m=1)
+    for comm in ("rendezvous", "eager", "async"):
+        trace = simulate(plan, costs, comm)
+        send, recv = _span(trace, 0, "0SEND_F0"), _span(trace, 1, "1RECV_F0")
+        assert recv.end == pytest.approx(1.0 + 0.1 + 0.2 + 0.3), comm
+        assert _span(trace, 1, "1F0").start == pytest.approx(recv.end)
+        if comm != "async":
+            assert send.end == pytest.approx(1.0 + 0.1 + 0.2), comm  # the sender does not wait for the copy-out
+        assert costs.p2p_ms() == pytest.approx(0.6)
+
+
+def test_gradient_clipping_waits_for_the_slowest_stage() -> None:
+    """CLIP: each rank's own part, then every rank leaves the norm all-reduce together."""
+    fast, slow = StageCost(forward_ms=1.0, backward_ms=1.0, clip_ms=0.5, optimizer_ms=2.0), \
+        StageCost(forward_ms=1.0, backward_ms=5.0, clip_ms=0.25, optimizer_ms=3.0)
+    costs = CostTable(stages=(slow, fast), message_bytes=0, links=(Link(latency_ms=0.0),), clip_allreduce_ms=0.125)
+    plan = lower(schedules.build("1f1b", 2, 2), 1, costs.compute_ms, clip=True)
+    trace = simulate(plan, costs, "rendezvous")
+    clips = [_span(trace, r, f"{r}CLIP") for r in (0, 1)]
+    last_arrival = max(c.start + costs.stages[c.action.stage].clip_ms for c in clips)
+    assert all(c.end == pytest.approx(last_arrival + 0.125) for c in clips)
+    assert all(c.lane == "collective" for c in clips)
+    for r, c in enumerate(clips):
+        opt = _span(trace, r, f"{r}OPT")
+        assert opt.start == pytest.approx(c.end) and opt.duration == pytest.approx(costs.stages[r].optimizer_ms)
+    # the wait is idle time, not busy time: stage 1 is busy F + B + OPT only
+    busy = summarize(trace).per_stage[1].busy_ms
+    assert busy == pytest.approx(2 * 1.0 + 2 * 1.0 + 2.0)
+
+
+def test_without_clipping_there_is_no_clip_action() -> None:
+    plan = lower(schedules.build("1f1b", 2, 2), 1)
+    assert not any(a.kind.value == "CLIP" for r in plan.actions for a in r)
+    clipped = lower(schedules.build("1f1b", 2, 2), 1, clip=True)
+    assert [str(r[-2]) for r in clipped.actions] == ["0CLIP", "1CLIP"]

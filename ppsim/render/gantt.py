@@ -32,6 +32,7 @@ KIND_COLORS: dict[Kind, str] = {
     Kind.RECV_F: "#9D755D",
     Kind.RECV_B: "#BAB0AC",
     Kind.REDUCE_GRAD: "#EECA3B",
+    Kind.CLIP: "#79706E",
 }
 
 _COMPUTE_WIDTH = 0.8  # bar thickness on a compute row, in row units

@@ -5,14 +5,18 @@ Model
   resource of its device (one action at a time).
 - Every directed link between two ranks is a FIFO resource: a transfer occupies it for
   bytes / bandwidth, and arrives ``latency`` after that (latency is pipelined).
-- A receive blocks its rank until the data has arrived. What a send does is the communication
-  semantics (``CommSemantics``):
+- A receive blocks its rank until the data has arrived. Around a transfer the sender spends the
+  link's send overhead before the data moves and the receiver its receive overhead after the data
+  has arrived. What a send does is the communication semantics (``CommSemantics``):
     * ``async``: the send is posted and the rank goes on at once (unbounded buffering);
     * ``eager``: the send blocks its rank until the transfer has completed, but not for the peer;
     * ``rendezvous``: the send blocks until the peer has posted the matching receive, then both
       wait for the transfer (gloo and NCCL send/recv pairs behave like this).
 - End of step: ``REDUCE_GRAD`` (all-reduce across data-parallel replicas) occupies the collective
-  lane and blocks the rank; ``OPT`` (optimizer step) occupies the compute lane.
+  lane and blocks the rank; ``CLIP`` (gradient clipping) does the rank's own part (its local
+  gradient norm), then waits on the collective lane until every rank of the pipeline has got
+  there and the norm is all-reduced (``CostTable.clip_allreduce_ms``): the slowest stage holds
+  up the optimizer step of all the others; ``OPT`` (optimizer step) occupies the compute lane.
 
 The engine knows no schedule: it only executes actions. Ranks keep a local clock and only
 synchronise with SimPy's clock when they interact with another rank, so long runs of local work
@@ -75,7 +79,7 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
     semantics = CommSemantics(comm)
     rendezvous = semantics is CommSemantics.RENDEZVOUS
     blocking_send = semantics is not CommSemantics.ASYNC
-    F, B, I, W, OPT = Kind.F, Kind.B, Kind.I, Kind.W, Kind.OPT
+    F, B, I, W, OPT, CLIP = Kind.F, Kind.B, Kind.I, Kind.W, Kind.OPT, Kind.CLIP
     SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
     stage_costs = costs.stages
     split = {a.stage for r in plan.actions for a in r if a.kind is W}
@@ -94,6 +98,8 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
     n_boundaries = max(1, plan.num_stages - 1)
     ser = [costs.link(b).serialization_ms(nbytes) for b in range(n_boundaries)]
     lat = [costs.link(b).latency_ms for b in range(n_boundaries)]
+    send_pre = [costs.link(b).send_overhead_ms for b in range(n_boundaries)]
+    recv_post = [costs.link(b).recv_overhead_ms for b in range(n_boundaries)]
     link_free: dict[tuple[int, int], float] = {}
     messages: dict[tuple[int, int, int | None], _Message] = {}
     spans: list[Span] = []
@@ -101,6 +107,11 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
     mem_points: list[list[tuple[float, float]]] = [[(0.0, 0.0)] for _ in plan.actions]
     position = [0] * plan.num_ranks
     finished = [False] * plan.num_ranks
+    sync_ms = costs.clip_allreduce_ms
+    # the gradient-norm all-reduce of gradient clipping: one arrival per rank
+    sync_arrivals: list[float] = []
+    sync_done = env.event()
+    sync_end: list[float] = []
 
     def transfer(src: int, dst: int, key: tuple[int, int, Any], start: float) -> float:
         """Book the link src -> dst for message ``key`` from ``start``; return the arrival time."""
@@ -122,6 +133,19 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
         append = spans.append
         for i, a in enumerate(plan.actions[r]):
             s, k, mb = a
+            if k is CLIP:
+                start = t
+                t += stage_costs[s].clip_ms
+                sync_arrivals.append(t)
+                if len(sync_arrivals) == n_syncing:  # the last to arrive completes the all-reduce
+                    sync_end.append(max(sync_arrivals) + sync_ms)
+                    _fire_at(env, sync_done, sync_end[0] - env.now)
+                else:
+                    position[r] = i
+                    yield sync_done
+                t = sync_end[0]
+                append(make_span((r, "collective", a, start, t, 4, None)))
+                continue
             op = compute.get((s, k))
             if op is not None:
                 dur, alloc, free = op
@@ -152,6 +176,10 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
             msg = messages.get(key)
             if msg is None:
                 msg = messages[key] = _Message(env.event())
+            begin = t
+            boundary = key[0] - key[1]
+            if sending:
+                t += send_pre[boundary]
             if rendezvous:
                 # the transfer starts when the second side posts; the first side waits for it
                 other = msg.recv_posted if sending else msg.send_posted
@@ -172,18 +200,21 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
                 if msg.recv_posted is not None:  # the receiver is already waiting
                     _fire_at(env, msg.done, end - env.now)
                 if not blocking_send:
-                    append(make_span((r, "send", a, t, end, nbytes, peer)))
-                    continue
+                    append(make_span((r, "send", a, begin, end, nbytes, peer)))
+                    continue  # the rank goes on after its send overhead
             else:
                 if msg.end is None:
                     msg.recv_posted = t
                     position[r] = i
                     yield msg.done
                 end = max(t, msg.end)  # type: ignore[type-var]
-            append(make_span((r, "send" if sending else "recv", a, t, end, nbytes, peer)))
+            if not sending:
+                end += recv_post[boundary]  # type: ignore[operator]
+            append(make_span((r, "send" if sending else "recv", a, begin, end, nbytes, peer)))
             t = end  # type: ignore[assignment]
         finished[r] = True
 
+    n_syncing = sum(1 for actions in plan.actions if any(a.kind is CLIP for a in actions))
     with gc_paused():
         for r in range(plan.num_ranks):
             env.process(rank_process(r))
