@@ -44,10 +44,11 @@ def run(
     seed: int = typer.Option(1234, "--seed", help="Seed of the weights and the synthetic data."),
     lr: float = typer.Option(1e-3, "--lr", min=0, help="AdamW learning rate."),
     save_params: bool = typer.Option(False, "--save-params", help="Save every rank's weights at the end."),
+    profile: Path | None = typer.Option(None, "--profile", help="Plan with measured costs (as `ppsim run --profile`)."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Train SCENARIO's plan for --steps steps and write the measured trace into --out."""
-    from ppexec.run import RunOptions, check_run_folder, execute
+    from ppexec.run import RunOptions, check_run_folder, execute, write_run_outputs
     from ppsim.scenario import load
 
     try:
@@ -64,9 +65,10 @@ def run(
         opts = RunOptions(out=out, steps=steps, warmup=warmup, timeout_s=timeout, seed=seed, lr=lr,
                           save_params=save_params, backend="nccl" if launcher == "deepspeed" else "gloo")
         progress = _Progress(steps + warmup, warmup)
-        result = execute(s, opts, progress, hostfile=hostfile if launcher == "deepspeed" else None)
+        measured = _load_profile(profile)
+        result = execute(s, opts, progress, hostfile=hostfile if launcher == "deepspeed" else None, profile=measured)
         progress.close()
-        _write_outputs(result, out)
+        write_run_outputs(result, out)
     except PpsimError as exc:
         fail(exc)
         return
@@ -114,14 +116,129 @@ def collect(
 ) -> None:
     """Assemble the measured traces and summary of a run started by another launcher."""
     from ppexec.run import collect as collect_run
+    from ppexec.run import write_run_outputs
 
     try:
         result = collect_run(out)
-        _write_outputs(result, out)
+        write_run_outputs(result, out)
     except PpsimError as exc:
         fail(exc)
         return
     _report(result, out, json_out)
+
+
+@app.command("profile")
+def profile_cmd(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file (needs a model section)."),
+    out: Path = typer.Option(..., "--out", help="Profile file to write (YAML), for `ppsim run --profile`."),
+    timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds a rank may wait on a peer before failing."),
+    keep_run: Path | None = typer.Option(None, "--keep-run", help="Keep the profiling run's folder here."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an output file not written by ppsim."),
+) -> None:
+    """Measure SCENARIO's layer times, framework overheads and link on this machine (two ranks)."""
+    from ppexec.profile import measure_profile
+    from ppsim import outputs
+    from ppsim.scenario import load
+
+    try:
+        target = outputs.check_output(out, "--out", [scenario], force)
+        if keep_run is not None:
+            from ppexec.run import check_run_folder
+
+            check_run_folder(keep_run)
+        s = load(scenario)
+        err.print("profiling on 2 ranks: layer times, a short GPipe run, message ping-pong ...", highlight=False)
+        measured = measure_profile(s, timeout_s=timeout, keep=keep_run)
+        outputs.write_text(target, measured.to_yaml())
+    except PpsimError as exc:
+        fail(exc)
+        return
+    _print_profile(measured)
+    err.print(f"wrote {target}: use it with `ppsim run {scenario} --profile {target}`", highlight=False)
+
+
+@app.command("validate")
+def validate_cmd(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file (needs a model section)."),
+    out: Path = typer.Option(..., "--out", help="Folder: profile, prediction, run, comparison (JSON and HTML)."),
+    profile: Path | None = typer.Option(None, "--profile", help="Use this profile instead of measuring one."),
+    steps: int = typer.Option(10, "--steps", min=1, help="Training steps to record (the median step is compared)."),
+    warmup: int = typer.Option(2, "--warmup", min=0, help="Steps to run first and not record."),
+    schedule: str | None = typer.Option(None, "--schedule", help="Schedule (gpipe or 1f1b)."),
+    microbatches: int | None = typer.Option(None, "--microbatches", min=1, help="Micro-batches per step m."),
+    partition: str | None = typer.Option(None, "--partition", help="uniform | balanced"),
+    timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds a rank may wait on a peer before failing."),
+    json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+) -> None:
+    """Profile this machine, predict SCENARIO with the profile, run it for real and compare."""
+    from ppexec.profile import measure_profile
+    from ppexec.validate import PROFILE_FILE, check_validation_folder, validate, write_outputs
+    from ppsim.scenario import load
+
+    try:
+        check_partition_option(partition)
+        check_validation_folder(out)
+        s = load(scenario).with_overrides(schedule=schedule, microbatches=microbatches, partition=partition)
+        measured = _load_profile(profile)
+        out.mkdir(parents=True, exist_ok=True)
+        if measured is None:
+            err.print("1/3 profiling this machine (2 ranks) ...", highlight=False)
+            measured = measure_profile(s, timeout_s=timeout)
+            (out / PROFILE_FILE).write_text(measured.to_yaml())
+        err.print(f"2/3 predicting and running {steps + warmup} steps ...", highlight=False)
+        result = validate(s, measured, out / "run", steps=steps, warmup=warmup, timeout_s=timeout)
+        err.print("3/3 comparing", highlight=False)
+        write_outputs(result, out)
+    except PpsimError as exc:
+        fail(exc)
+        return
+    c = result.comparison
+    if json_out:
+        doc = c.to_json_dict()
+        doc["median_bubble_error_pp"] = list(result.bubble_error_pp)
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    from ppsim.compare import print_comparison
+
+    print_comparison(c)
+    err.print("bubble error per stage, median over the recorded steps: "
+              + ", ".join(f"stage {k} {x:+.2f} pp" for k, x in enumerate(result.bubble_error_pp)), highlight=False)
+    err.print(f"wrote {out}/comparison.html, comparison.json, predicted.trace.json, run/", highlight=False)
+
+
+def _load_profile(path: Path | None):  # noqa: ANN202 - Profile | None, imported lazily
+    if path is None:
+        return None
+    from ppsim.profile import load_profile
+
+    return load_profile(path)
+
+
+def _print_profile(p) -> None:  # noqa: ANN001 - Profile
+    from rich.table import Table
+
+    table = Table(title="measured per micro-batch (ms)", title_justify="left")
+    for col in ("layer", "forward", "backward", "weight grad", "optimizer", "params"):
+        table.add_column(col, justify="right" if col != "layer" else "left")
+    for name in ("embedding", "block", "head"):
+        x = getattr(p, name)
+        table.add_row(name, f"{x.forward_ms:.3f}", f"{x.backward_ms:.3f}", f"{x.weight_grad_ms:.3f}",
+                      f"{x.optimizer_ms:.3f}", f"{x.params:,}")
+    over = Table(title="framework overhead per action (ms)", title_justify="left")
+    for col in ("stage", "forward", "backward", "clip", "optimizer"):
+        over.add_column(col, justify="right" if col != "stage" else "left")
+    for pos in ("first", "middle", "last"):
+        o = p.overheads[pos]
+        over.add_row(pos, f"{o.forward_ms:.3f}", f"{o.backward_ms:.3f}", f"{o.clip_ms:.3f}", f"{o.optimizer_ms:.3f}")
+    from rich.console import Console
+
+    console = Console()
+    console.print(table)
+    console.print(over)
+    link = p.link
+    console.print(f"link: latency {link.latency_us:.1f} us, bandwidth {link.bandwidth_gb_s:.3f} GB/s, "
+                  f"send overhead {link.send_overhead_us:.1f} us, receive overhead {link.recv_overhead_us:.1f} us; "
+                  f"gradient-norm all-reduce {p.clip_allreduce_us:.1f} us", highlight=False)
 
 
 def _report(result, out: Path, json_out: bool) -> None:  # noqa: ANN001 - RunResult
@@ -154,23 +271,6 @@ class _Progress:
 
     def close(self) -> None:
         pass
-
-
-def _write_outputs(result, out: Path) -> None:  # noqa: ANN001 - RunResult
-    from ppsim.export.chrome import to_chrome_trace
-    from ppsim.metrics import step_time_ms
-
-    steps_dir = out / "steps"
-    steps_dir.mkdir(exist_ok=True)
-    for k, trace in enumerate(result.traces):
-        trace.save(steps_dir / f"step-{k}.trace.json")
-    result.representative.save(out / "trace.json")
-    (out / "trace.chrome.json").write_text(json.dumps(to_chrome_trace(result.representative), separators=(",", ":")))
-    doc = result.summary.to_json_dict()
-    doc["losses"] = result.losses
-    doc["step_times_ms"] = [step_time_ms(t) for t in result.traces]
-    (out / "summary.json").write_text(json.dumps(doc, indent=2))
-    (out / "plan.json").write_text(json.dumps(result.plan.to_dict(), indent=1))
 
 
 def main() -> None:

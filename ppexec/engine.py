@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ppsim.plan import Action
+from ppexec.translate import clip_instruction
+from ppsim.plan import Action, Kind
 
 Batch = tuple[Any, Any]
 
@@ -43,9 +44,12 @@ def _make_engine_class() -> type:
             self.ppexec_schedule: Any = None
             self.ppexec_batch: Callable[[int], Batch] | None = None
             self.ppexec_spans: list[tuple[Action, int, int]] = []
+            self.ppexec_marks: list[tuple[str, int]] = []  #: named moments inside actions (ns)
             self.ppexec_current: Action | None = None
             self._ppexec_losses: dict[int, Any] = {}
             self._ppexec_loading: int | None = None
+            self._ppexec_clipping = False
+            self._ppexec_plan_clips = False
             from deepspeed.accelerator import get_accelerator
 
             accel = get_accelerator()
@@ -54,6 +58,7 @@ def _make_engine_class() -> type:
         def _train_schedule(self) -> Any:
             if self.ppexec_schedule is None:
                 raise RuntimeError("set engine.ppexec_schedule before train_batch()")
+            self._ppexec_plan_clips = any(a.kind is Kind.CLIP for a in self.ppexec_schedule.actions)
             return self.ppexec_schedule
 
         def _exec_schedule(self, pipe_schedule: Any) -> None:
@@ -62,6 +67,7 @@ def _make_engine_class() -> type:
             record = self.ppexec_spans.append
             # the stock map holds PipelineEngine's functions; bind by name so overrides here count
             table = {kind: getattr(self, fn.__name__) for kind, fn in self._INSTRUCTION_MAP.items()}
+            table[clip_instruction()] = self._ppexec_clip
             clock = time.perf_counter_ns
             # on a GPU, work is queued asynchronously: wait for it, or a span measures only the queueing
             sync = self._ppexec_sync
@@ -74,6 +80,23 @@ def _make_engine_class() -> type:
                     sync()
                 record((action, start, clock()))
             self.ppexec_current = None
+
+        def _ppexec_clip(self) -> None:
+            """Gradient clipping as the plan's CLIP action (fp32; with fp16 / bf16 DeepSpeed's
+            optimizer wrapper clips inside its step, and this only marks the place)."""
+            self.ppexec_marks.append(("clip", time.perf_counter_ns()))  # own work before: reducing grads
+            self._ppexec_clipping = True
+            try:
+                if self.gradient_clipping() > 0.0 and not (self.fp16_enabled() or self.bfloat16_enabled()
+                                                           or self.zero_optimization()):
+                    self.clip_fp32_gradients()
+            finally:
+                self._ppexec_clipping = False
+
+        def clip_fp32_gradients(self) -> None:
+            # clipped by the CLIP action already when the plan has one
+            if self._ppexec_clipping or not self._ppexec_plan_clips:
+                super().clip_fp32_gradients()
 
         def _exec_forward_pass(self, buffer_id: int) -> None:
             super()._exec_forward_pass(buffer_id)

@@ -34,6 +34,7 @@ class RankState:
     steps: list[dict[str, Any]] = field(default_factory=list)
     error: dict[str, Any] | None = None
     done: bool = False
+    measurements: dict[str, Any] = field(default_factory=dict)  #: a profiling rank's ``measure`` events
     offset: int = 0  #: bytes of the event file already read
 
 
@@ -65,6 +66,8 @@ def read_events(run_dir: Path, states: list[RankState]) -> None:
                 st.error = event
             elif kind == "done":
                 st.done = True
+            elif kind == "measure":
+                st.measurements[event["name"]] = event["data"]
 
 
 def _where(st: RankState) -> str:

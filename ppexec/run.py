@@ -16,6 +16,7 @@ from ppexec.results import step_trace
 from ppsim.errors import PpsimError
 from ppsim.metrics import Summary, summarize
 from ppsim.plan import Plan
+from ppsim.profile import Profile
 from ppsim.scenario import Scenario
 from ppsim.trace import Trace
 
@@ -30,6 +31,7 @@ class RunOptions:
     timeout_s: float = 60.0  #: distributed timeout: a rank that waits this long on a peer fails
     backend: str = "gloo"
     save_params: bool = False
+    mode: str = "train"  #: "profile": the ranks also measure layer times and the link (ppexec.profile)
 
 
 @dataclass
@@ -69,8 +71,10 @@ def check_fits(s: Scenario, world: int) -> None:
         )
 
 
-def prepare(s: Scenario) -> tuple[Scenario, Plan, list[int]]:
-    """The scenario as ppexec runs it (blocking sends, as DeepSpeed's p2p), its plan and partition."""
+def prepare(s: Scenario, profile: Profile | None = None) -> tuple[Scenario, Plan, list[int]]:
+    """The scenario as ppexec runs it (blocking sends, as DeepSpeed's p2p; the partition made
+    explicit), its plan and partition. With a profile, the partition and the order of sends and
+    receives come from the measured costs, exactly as in ``ppsim run --profile``."""
     from ppexec.translate import check_runnable
     from ppsim.cost_model import build_workload
     from ppsim.predict import lowered_plan
@@ -79,7 +83,9 @@ def prepare(s: Scenario) -> tuple[Scenario, Plan, list[int]]:
         raise PpsimError("ppexec needs a 'model' section to build a network; this scenario has only costs",
                          field="model")
     s = s.with_overrides(comm="rendezvous")
-    workload = build_workload(s)
+    workload = build_workload(s, profile)
+    assert workload.partition is not None
+    s = s.with_overrides(partition=workload.partition)
     plan = lowered_plan(s, workload)
     check_runnable(plan)
     assert workload.partition is not None
@@ -94,11 +100,11 @@ def check_run_folder(out: Path) -> None:
         raise PpsimError(f"{out} holds files that are not a ppexec run; choose an empty or new folder", field="--out")
 
 
-def prepare_run(s: Scenario, opts: RunOptions) -> tuple[Scenario, Plan, int]:
+def prepare_run(s: Scenario, opts: RunOptions, profile: Profile | None = None) -> tuple[Scenario, Plan, int]:
     """Write ``run.json`` into the run folder: what every worker needs, whoever launches it.
     Returns the scenario as run, its plan and the world size."""
     check_run_folder(opts.out)
-    s, plan, partition = prepare(s)
+    s, plan, partition = prepare(s, profile)
     world = s.pipeline.stages * s.data_parallel
     opts.out.mkdir(parents=True, exist_ok=True)
     # a previous run's files in this folder would be read, or shown, as this run's
@@ -120,6 +126,7 @@ def prepare_run(s: Scenario, opts: RunOptions) -> tuple[Scenario, Plan, int]:
         "timeout_s": opts.timeout_s,
         "backend": opts.backend,
         "save_params": opts.save_params,
+        "mode": opts.mode,
     }
     (opts.out / "run.json").write_text(json.dumps(spec, indent=1))
     return s, plan, world
@@ -131,13 +138,13 @@ def deadline_s(opts: RunOptions) -> float:
 
 
 def execute(s: Scenario, opts: RunOptions, on_progress: Callable[[list[RankState]], None] | None = None,
-            hostfile: Path | None = None) -> RunResult:
+            hostfile: Path | None = None, profile: Profile | None = None) -> RunResult:
     """Run the scenario (locally, one process per rank; or through DeepSpeed's launcher with a
     hostfile) and collect the measured traces."""
     from ppexec.launch import run_deepspeed
 
     check_environment()
-    s, plan, world = prepare_run(s, opts)
+    s, plan, world = prepare_run(s, opts, profile)
     if hostfile is None:
         check_fits(s, world)
         states = run_local(opts.out, world, deadline_s(opts), on_progress)
@@ -175,3 +182,21 @@ def collect(out: Path, states: list[RankState] | None = None) -> RunResult:
     losses = [t.meta["loss"] for t in traces]
     return RunResult(plan=plan, traces=traces, losses=losses, representative=rep, summary=summarize(rep),
                      states=states)
+
+
+def write_run_outputs(result: RunResult, out: Path) -> None:
+    """Write a run's measured traces (each step and the median one), Chrome trace, summary and plan."""
+    from ppsim.export.chrome import to_chrome_trace
+    from ppsim.metrics import step_time_ms
+
+    steps_dir = out / "steps"
+    steps_dir.mkdir(exist_ok=True)
+    for k, trace in enumerate(result.traces):
+        trace.save(steps_dir / f"step-{k}.trace.json")
+    result.representative.save(out / "trace.json")
+    (out / "trace.chrome.json").write_text(json.dumps(to_chrome_trace(result.representative), separators=(",", ":")))
+    doc = result.summary.to_json_dict()
+    doc["losses"] = result.losses
+    doc["step_times_ms"] = [step_time_ms(t) for t in result.traces]
+    (out / "summary.json").write_text(json.dumps(doc, indent=2))
+    (out / "plan.json").write_text(json.dumps(result.plan.to_dict(), indent=1))

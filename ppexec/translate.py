@@ -47,7 +47,24 @@ def check_runnable(plan: Plan) -> None:
         raise TranslationError("ppexec needs a lowered plan (with sends, receives and the optimizer step)")
 
 
-def instructions(a: Action, *, first: bool, last: bool, reduce_in_plan: bool) -> list[Any]:
+def clip_instruction() -> type:
+    """A PipeInstruction for gradient clipping on its own (the engine clips there, not inside
+    DeepSpeed's optimizer step), so its gradient-norm all-reduce is timed as its own action."""
+    global _CLIP
+    if _CLIP is None:
+        from deepspeed.runtime.pipe.schedule import PipeInstruction
+
+        class ClipGradients(PipeInstruction):
+            """Clip the gradients to the configured norm (all-reducing the norm over the pipeline)."""
+
+        _CLIP = ClipGradients
+    return _CLIP
+
+
+_CLIP: type | None = None
+
+
+def instructions(a: Action, *, first: bool, last: bool, reduce_in_plan: bool, clip_in_plan: bool = False) -> list[Any]:
     """DeepSpeed instructions for one action of a stage (``first`` / ``last`` stage)."""
     from deepspeed.runtime.pipe import schedule as ds
 
@@ -66,13 +83,15 @@ def instructions(a: Action, *, first: bool, last: bool, reduce_in_plan: bool) ->
         return [ds.SendGrad(buffer_id=mb)]
     if k is Kind.RECV_B:
         return [ds.RecvGrad(buffer_id=mb)]
+    # without data parallelism the plan has no REDUCE_GRAD; DeepSpeed still expects its reduce
+    # calls before the step (they only mark the gradient-accumulation boundary then)
+    reduce = [] if reduce_in_plan else [ds.ReduceTiedGrads(), ds.ReduceGrads()]
     if k is Kind.REDUCE_GRAD:
         return [ds.ReduceTiedGrads(), ds.ReduceGrads()]
+    if k is Kind.CLIP:
+        return reduce + [clip_instruction()()]
     if k is Kind.OPT:
-        # without data parallelism the plan has no REDUCE_GRAD; DeepSpeed still expects its reduce
-        # calls before the step (they only mark the gradient-accumulation boundary then)
-        pre = [] if reduce_in_plan else [ds.ReduceTiedGrads(), ds.ReduceGrads()]
-        return pre + [ds.OptimizerStep()]
+        return ([] if clip_in_plan else reduce) + [ds.OptimizerStep()]
     raise TranslationError(f"action {a} has no DeepSpeed instruction")
 
 
@@ -84,7 +103,9 @@ def plan_schedule(plan: Plan, rank: int) -> Any:
     p = plan.num_ranks
     actions = list(plan.actions[rank])
     reduce_in_plan = any(a.kind is Kind.REDUCE_GRAD for a in actions)
-    steps = [instructions(a, first=rank == 0, last=rank == p - 1, reduce_in_plan=reduce_in_plan) for a in actions]
+    clip_in_plan = any(a.kind is Kind.CLIP for a in actions)
+    steps = [instructions(a, first=rank == 0, last=rank == p - 1, reduce_in_plan=reduce_in_plan,
+                          clip_in_plan=clip_in_plan) for a in actions]
 
     class PlanSchedule(PipeSchedule):
         """One DeepSpeed step per plan action; ``actions[i]`` is what step i does."""

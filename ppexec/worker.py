@@ -65,6 +65,9 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    bind = os.environ.get("PPEXEC_BIND_CORE")
+    if bind:
+        os.sched_setaffinity(0, {int(bind)})
     import deepspeed
     import deepspeed.ops
     from deepspeed.pipe import LayerSpec, PipelineModule
@@ -105,6 +108,7 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
         "gradient_accumulation_steps": plan.num_microbatches,
         "train_batch_size": scenario.training.micro_batch * plan.num_microbatches * d,
         "steps_per_print": 10**9,
+        "gradient_clipping": scenario.training.grad_clip,
         "wall_clock_breakdown": False,
         "bf16": {"enabled": dtype is torch.bfloat16},
         "fp16": {"enabled": dtype is torch.float16},
@@ -115,17 +119,32 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
     ENGINE = engine
     stage, replica = engine.stage_id, engine.grid.data_parallel_id
     engine.ppexec_schedule = plan_schedule(plan, stage)
+    profiling = spec.get("mode") == "profile"
+    if profiling:  # every rank times the layers at once, as they contend in training
+        from ppexec.measure import layer_times
+
+        torch.distributed.barrier()
+        log.write("measure", name="layers", data=layer_times(model, scenario.training.micro_batch, spec["seed"]))
     torch.distributed.barrier()
     log.write("ready", rank=rank, stage=stage, replica=replica, host=socket.gethostname(),
-              clock_ns=time.perf_counter_ns(), pid=os.getpid())
+              clock_ns=time.perf_counter_ns(), pid=os.getpid(), backend=spec["backend"])
     for step in range(spec["warmup"] + spec["steps"]):
         engine.ppexec_batch = lambda mb, step=step: synthetic_batch(
             model, scenario.training.micro_batch, spec["seed"], step, replica, mb)
         engine.ppexec_spans = []
+        engine.ppexec_marks = []
         loss = engine.train_batch()
         if step >= spec["warmup"]:
             log.write("step", step=step - spec["warmup"], loss=float(loss) if engine.is_last_stage() else None,
-                      spans=[[str(a), t0, t1] for a, t0, t1 in engine.ppexec_spans])
+                      spans=[[str(a), t0, t1] for a, t0, t1 in engine.ppexec_spans],
+                      marks=[list(m) for m in engine.ppexec_marks])
+    if profiling and p == 2:
+        from ppexec.measure import ping_pong
+        from ppexec.profile import message_sizes
+        from ppsim.scenario import DTYPE_BYTES
+
+        message = model.seq_len * scenario.training.micro_batch * model.hidden * DTYPE_BYTES[model.dtype]
+        log.write("measure", name="link", data=ping_pong(rank, 1 - rank, message_sizes(message)))
     if spec.get("save_params"):
         state = {k: v.detach().cpu() for k, v in engine.module.state_dict().items()}
         torch.save({"parts": parts, "stage": stage, "state": state}, run_dir / "ranks" / f"params-{rank}.pt")

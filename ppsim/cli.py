@@ -65,6 +65,7 @@ def run(
     html: Path | None = typer.Option(None, "--html", help="Write a self-contained Plotly timeline (HTML)."),
     save_trace: Path | None = typer.Option(None, "--save-trace", help="Write ppsim's own Trace JSON."),
     force: bool = typer.Option(False, "--force", help="Overwrite output files not written by ppsim."),
+    profile: Path | None = typer.Option(None, "--profile", help="Measured costs from `ppexec profile` (YAML)."),
     schedule: str | None = SCHEDULE,
     stages: int | None = STAGES,
     microbatches: int | None = MICROBATCHES,
@@ -83,11 +84,17 @@ def run(
             "--html": html,
             "--save-trace": save_trace,
         }
-        targets = {opt: outputs.check_output(p, opt, [scenario], force) for opt, p in outs.items() if p is not None}
+        inputs = [scenario] + ([profile] if profile else [])
+        targets = {opt: outputs.check_output(p, opt, inputs, force) for opt, p in outs.items() if p is not None}
         if len({t.resolve() for t in targets.values()}) < len(targets):
             raise PpsimError("two outputs name the same file; give each its own name")
         s = _scenario(scenario, schedule, stages, microbatches, chunks, partition, comm)
-        prediction = predict(s)
+        measured = None
+        if profile is not None:
+            from ppsim.profile import load_profile
+
+            measured = load_profile(profile)
+        prediction = predict(s, measured)
         summary = summarize(prediction.trace)
         if "--save-trace" in targets:
             tr = prediction.trace
@@ -169,6 +176,41 @@ def plan(
         f"{the_plan.chunks} chunk(s) per rank, {the_plan.num_actions()} actions"
     )
     typer.echo(aligned_grid(the_plan))
+
+
+@app.command()
+def compare(
+    predicted: Path = typer.Argument(..., help="Predicted Trace JSON (`ppsim run --save-trace`)."),
+    measured: Path = typer.Argument(..., help="Measured Trace JSON, or a `ppexec run` folder (its trace.json)."),
+    html: Path | None = typer.Option(None, "--html", help="Write both timelines on one time axis (HTML)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the comparison as one JSON document."),
+    top: int = typer.Option(10, "--top", min=0, help="How many of the largest disagreements to list."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an output file not written by ppsim."),
+) -> None:
+    """Compare a predicted trace with a measured one: step time, bubbles per stage, errors per action."""
+    from ppsim import outputs
+    from ppsim.compare import compare_traces, load_trace
+
+    try:
+        inputs = [f / "trace.json" if f.is_dir() else f for f in (predicted, measured)]
+        target = outputs.check_output(html, "--html", inputs, force) if html else None
+        pred, meas = load_trace(predicted, "predicted"), load_trace(measured, "measured")
+        result = compare_traces(pred, meas, top)
+        if target:
+            from ppsim.render.compare_html import write_compare_html
+
+            outputs.atomic_write(target, lambda p: write_compare_html(pred, meas, result, p))
+    except PpsimError as exc:
+        fail(exc)
+        return
+    if json_out:
+        sys.stdout.write(json.dumps(result.to_json_dict(), indent=2) + "\n")
+    else:
+        from ppsim.compare import print_comparison
+
+        print_comparison(result)
+        if target:
+            err.print(f"wrote {target} (html)", highlight=False)
 
 
 def main() -> None:

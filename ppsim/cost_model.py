@@ -10,8 +10,9 @@ Per transformer block and micro-batch (b sequences of s tokens, width h, MLP wid
 - activations held per micro-batch (16-bit, no recompute, Korthikanti et al.): sbh(34 + 5as/h)
   bytes per block; the message between stages: s x b x h elements.
 Time = FLOPs / (peak x efficiency). Optimizer step: 32 bytes of memory traffic per parameter at
-HBM bandwidth (mixed-precision Adam). Gradient all-reduce: ring, 2(d-1)/d x bytes / bandwidth +
-2(d-1) x latency.
+HBM bandwidth (mixed-precision Adam). Gradient clipping: one read of every gradient for the norm,
+which is then all-reduced over the pipeline's stages (2(p-1) x link latency) before the update. Gradient all-reduce: ring,
+2(d-1)/d x bytes / bandwidth + 2(d-1) x latency.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ppsim import partition as part
 from ppsim.costs import CostTable, Link, StageCost
 from ppsim.errors import ScenarioError
 from ppsim.hardware import Device, get_device
+from ppsim.profile import LayerTimes, Profile
 from ppsim.scenario import DTYPE_BYTES, ModelSpec, Scenario, per_stage
 
 OPTIMIZER_BYTES_PER_PARAM = 32
@@ -112,8 +114,14 @@ class Workload:
     tokens_per_step: int | None
 
 
-def build_workload(s: Scenario) -> Workload:
-    """Costs of every virtual stage for the scenario: from explicit costs if given, else from the model."""
+def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
+    """Costs of every virtual stage for the scenario: from explicit costs if given, else from a
+    measured profile if given, else from the model's FLOPs on the device's roofline."""
+    if profile is not None:
+        if s.costs is not None:
+            raise ScenarioError("the scenario gives explicit costs; a profile replaces model-based costs only: "
+                                "remove the 'costs' section or the --profile option", field="--profile")
+        profile.check_applies(s)
     device = get_device(s.hardware.device)
     p, v, m, d = s.pipeline.stages, s.pipeline.chunks, s.microbatches, s.data_parallel
     n_virtual = p * v
@@ -128,7 +136,10 @@ def build_workload(s: Scenario) -> Workload:
     stage_act: list[int] = []
     if s.model and layers:
         emb, block, head = layers
-        counts = _partition(s, emb, block, head, n_virtual)
+        if profile is not None:
+            counts = _partition(s, n_virtual, *_profile_loads(profile, n_virtual))
+        else:
+            counts = _partition(s, n_virtual, block.total_flops, emb.total_flops, head.total_flops)
         for k, c in enumerate(counts):
             parts = [block] * c + ([emb] if k == 0 else []) + ([head] if k == n_virtual - 1 else [])
             stage_flops.append(
@@ -167,7 +178,11 @@ def build_workload(s: Scenario) -> Workload:
         # p values: the transfer out of rank r; p - 1 values: one per boundary
         p2p = [float(x) for x in c.p2p_ms] if isinstance(c.p2p_ms, list) else [float(c.p2p_ms)] * p
         links = tuple(Link(latency_ms=p2p[b % len(p2p)]) for b in range(max(1, n_virtual - 1)))
-        costs = CostTable(stages=tuple(stages), message_bytes=message_bytes, links=links)
+        costs = CostTable(stages=tuple(stages), message_bytes=message_bytes, links=links,
+                          clip_allreduce_ms=2 * (p - 1) * links[0].latency_ms)
+    elif profile is not None:
+        assert counts is not None
+        costs = profiled_costs(profile, counts, stage_params, stage_act, message_bytes, d, dtype_bytes)
     else:
         assert s.model is not None
         eff = s.hardware.efficiency or device.efficiency
@@ -183,6 +198,7 @@ def build_workload(s: Scenario) -> Workload:
                     backward_ms=(i_ + w_) / rate,
                     weight_grad_ms=w_ / rate,
                     optimizer_ms=stage_params[vs] * OPTIMIZER_BYTES_PER_PARAM / hbm,
+                    clip_ms=stage_params[vs] * dtype_bytes / hbm,
                     allreduce_ms=ring_allreduce_ms(grad_bytes, d, dp_link),
                     grad_bytes=grad_bytes,
                     activation_bytes=stage_act[vs],
@@ -190,7 +206,8 @@ def build_workload(s: Scenario) -> Workload:
                     layers=counts[vs] if counts else 0,
                 )
             )
-        costs = CostTable(stages=tuple(stages), message_bytes=message_bytes, links=(p2p_link,))
+        costs = CostTable(stages=tuple(stages), message_bytes=message_bytes, links=(p2p_link,),
+                          clip_allreduce_ms=2 * (p - 1) * p2p_link.latency_ms)
     flops = sum(sum(x) for x in stage_flops) * m * d if stage_flops else None
     fwd_flops = sum(x[0] for x in stage_flops) * m * d if stage_flops else None
     return Workload(
@@ -204,7 +221,9 @@ def build_workload(s: Scenario) -> Workload:
     )
 
 
-def _partition(s: Scenario, emb: LayerCost, block: LayerCost, head: LayerCost, n_virtual: int) -> list[int]:
+def _partition(s: Scenario, n_virtual: int, block: float, first_extra: float, last_extra: float) -> list[int]:
+    """Blocks per virtual stage; ``balanced`` evens out ``block`` per layer plus the extras of the
+    first and last stage (FLOPs, or measured milliseconds)."""
     assert s.model is not None
     how = s.pipeline.partition
     layers = s.model.layers
@@ -213,5 +232,53 @@ def _partition(s: Scenario, emb: LayerCost, block: LayerCost, head: LayerCost, n
     if how == "uniform":
         return part.uniform(layers, n_virtual)
     if how == "balanced":
-        return part.balanced([block.total_flops] * layers, n_virtual, emb.total_flops, head.total_flops)
+        return part.balanced([block] * layers, n_virtual, first_extra, last_extra)
     raise ScenarioError(f"unknown partition {how!r}; use uniform, balanced or a list of layer counts", field="pipeline.partition")
+
+
+def _layer_ms(x: LayerTimes) -> float:
+    return x.forward_ms + x.backward_ms
+
+
+def _profile_loads(profile: Profile, n_virtual: int) -> tuple[float, float, float]:
+    """(block, first extra, last extra) in measured ms of forward + backward, for balancing."""
+    o = profile.overheads
+    mid = o["middle"].forward_ms + o["middle"].backward_ms
+    first = _layer_ms(profile.embedding) + o["first"].forward_ms + o["first"].backward_ms - mid
+    last = _layer_ms(profile.head) + o["last"].forward_ms + o["last"].backward_ms - mid
+    return _layer_ms(profile.block), first, last
+
+
+def profiled_costs(profile: Profile, counts: list[int], params: list[int], activations: list[int], message_bytes: int,
+                   data_parallel: int, dtype_bytes: int) -> CostTable:
+    """Per virtual stage costs from measured layer times: the stage's layers plus the framework's
+    overheads for its position; the link and the gradient all-reduce from the measured link."""
+    n = len(counts)
+    lp = profile.link
+    link = Link(
+        latency_ms=lp.latency_us / 1e3,
+        bandwidth_bytes_per_ms=lp.bandwidth_gb_s * 1e6,
+        send_overhead_ms=lp.send_overhead_us / 1e3,
+        recv_overhead_ms=lp.recv_overhead_us / 1e3,
+    )
+    stages = []
+    for vs, c in enumerate(counts):
+        parts = [profile.block] * c + ([profile.embedding] if vs == 0 else []) + ([profile.head] if vs == n - 1 else [])
+        extra = profile.overhead(vs, n)
+        grad_bytes = params[vs] * dtype_bytes
+        stages.append(
+            StageCost(
+                forward_ms=max(0.0, extra.forward_ms + sum(x.forward_ms for x in parts)),
+                backward_ms=max(0.0, extra.backward_ms + sum(x.backward_ms for x in parts)),
+                weight_grad_ms=sum(x.weight_grad_ms for x in parts),
+                optimizer_ms=max(0.0, extra.optimizer_ms + sum(x.optimizer_ms for x in parts)),
+                clip_ms=max(0.0, extra.clip_ms),
+                allreduce_ms=ring_allreduce_ms(grad_bytes, data_parallel, link),
+                grad_bytes=grad_bytes,
+                activation_bytes=activations[vs],
+                params=params[vs],
+                layers=c,
+            )
+        )
+    return CostTable(stages=tuple(stages), message_bytes=message_bytes, links=(link,),
+                     clip_allreduce_ms=profile.clip_allreduce_us / 1e3)

@@ -20,6 +20,7 @@ _OUR_MARKERS = (
     b'"format": "ppsim-plan"',  # ppsim plan --save
     b'"traceEvents"',  # Chrome trace
     b"<!-- ppsim -->",  # HTML pages (render.gantt.HTML_MARKER)
+    b"format: ppsim-profile",  # Profile.to_yaml
 )
 
 

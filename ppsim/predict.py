@@ -8,6 +8,7 @@ from ppsim import schedules
 from ppsim.cost_model import Workload, build_workload
 from ppsim.passes import lower
 from ppsim.plan import Plan
+from ppsim.profile import Profile
 from ppsim.scenario import Scenario
 from ppsim.sim import simulate
 from ppsim.trace import Trace
@@ -30,10 +31,11 @@ def lowered_plan(s: Scenario, workload: Workload | None = None) -> Plan:
     """The plan with sends, receives and the end-of-step actions, validated. Messages are placed
     by the ideal timeline of the scenario's own costs and ordered for its send semantics."""
     w = workload or build_workload(s)
-    return lower(compute_plan(s), s.data_parallel, w.costs.compute_ms, rendezvous=s.pipeline.comm == "rendezvous")
+    return lower(compute_plan(s), s.data_parallel, w.costs.compute_ms, rendezvous=s.pipeline.comm == "rendezvous",
+                 clip=s.training.grad_clip > 0)
 
 
-def workload_meta(s: Scenario, w: Workload, training: bool) -> dict[str, object]:
+def workload_meta(s: Scenario, w: Workload, training: bool, profile: Profile | None = None) -> dict[str, object]:
     """Trace metadata the metrics read (what a step does, on how many devices)."""
     return {
         "scenario": s.name,
@@ -49,14 +51,14 @@ def workload_meta(s: Scenario, w: Workload, training: bool) -> dict[str, object]
         "peak_flops_per_device": w.peak_flops_per_device,
         "num_devices": s.pipeline.stages * s.data_parallel,
         "partition": w.partition,
-        "costs_from": "explicit" if s.costs is not None else "model",
+        "costs_from": "explicit" if s.costs is not None else "profile" if profile is not None else "model",
     }
 
 
-def predict(s: Scenario) -> Prediction:
-    """Simulate one training step of the scenario."""
-    workload = build_workload(s)
+def predict(s: Scenario, profile: Profile | None = None) -> Prediction:
+    """Simulate one training step of the scenario (with measured costs when a profile is given)."""
+    workload = build_workload(s, profile)
     plan = lowered_plan(s, workload)
     trace = simulate(plan, workload.costs, s.pipeline.comm)
-    trace.meta.update(workload_meta(s, workload, schedules.get(s.pipeline.schedule).training))
+    trace.meta.update(workload_meta(s, workload, schedules.get(s.pipeline.schedule).training, profile))
     return Prediction(scenario=s, plan=plan, workload=workload, trace=trace)

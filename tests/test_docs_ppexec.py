@@ -149,12 +149,23 @@ def test_run_folder_names_match_the_files_the_code_writes(doc: str) -> None:
     in_code = {
         _placeholder(m.group(2))
         for src in sorted(PPEXEC.glob("*.py"))
+        if src.name != "validate.py"  # writes a validation folder around a run folder (checked below)
         for m in literal.finditer(src.read_text(encoding="utf-8"))
     }
     assert {"trace.json", "run.json", "rank-N.jsonl"} <= in_code, "the scan of ppexec's sources found too little"
     in_doc = {_placeholder(Path(p).name) for p in _documented_paths(doc)}
     assert in_doc == in_code, (f"undocumented: {sorted(in_code - in_doc)}; "
                                f"documented but never written: {sorted(in_doc - in_code)}")
+
+
+def test_validation_files_are_in_the_validate_section(doc: str) -> None:
+    literal = re.compile(r"""(["'])([\w.-]+\.(?:json|html|yaml))\1""")
+    sources = (PPEXEC / "validate.py").read_text(encoding="utf-8") + (PPEXEC / "cli.py").read_text(encoding="utf-8")
+    written = {m.group(2) for m in literal.finditer(sources)}
+    assert {"predicted.trace.json", "comparison.json", "comparison.html", "profile.yaml"} <= written
+    section = _section(doc, "#### `ppexec validate`")
+    missing = sorted(name for name in written if f"`{name}`" not in section)
+    assert not missing, f"files `ppexec validate` writes but its section does not name: {missing}"
 
 
 @pytest.fixture(scope="module")

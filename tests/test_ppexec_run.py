@@ -133,8 +133,8 @@ def test_a_plan_that_deadlocks_ends_within_the_timeout(tmp_path: Path) -> None:
     s = load(TINY).with_overrides(microbatches=2)
     real_prepare = run_mod.prepare
 
-    def deadlocking(scenario):  # noqa: ANN001, ANN202
-        s2, plan, partition = real_prepare(scenario)
+    def deadlocking(scenario, profile=None):  # noqa: ANN001, ANN202
+        s2, plan, partition = real_prepare(scenario, profile)
         bad = lower(schedules.build("1f1b", 2, 2), 1, rendezvous=False)
         return s2, bad, partition
 

@@ -1,0 +1,233 @@
+"""How close ppsim's prediction comes to what DeepSpeed really does, over a matrix of plans.
+
+For each model it measures one profile (``ppexec profile``: layer times, framework overheads, the
+link) and then, for every case of the matrix — schedule x micro-batches x partition — predicts the
+step with that profile (``ppsim run --profile``, blocking sends), runs the same plan for real with
+ppexec (2 ranks, gloo, one core each) and compares the prediction with the run's median step
+(``ppsim compare``). Printed per case: predicted and measured step time, the signed step-time error
+(relative to measured), the largest per-stage bubble error in percentage points (per stage, the
+median over the recorded steps), the run's own step-to-step spread (half the inter-quartile range
+over the median) and the machine's drift since the profile. Then the median and maximum
+|step-time error| and the maximum bubble error, against the targets (median <= 5 %, maximum
+<= 10 %, bubble within 3 pp).
+
+Drift. This shared machine's speed wanders by several percent over minutes, and a profile is
+measured once per model. Before each case the bench times one block's forward and backward in its
+own process (a probe, ~0.3 s) and prints how much slower or faster the machine is than right after
+profiling. It is reported, and a second set of figures shows the errors with each prediction
+scaled by that drift (the model's own error, without the machine's); the verdicts use the raw
+errors. The first case of each model is also run again at the end (``--repeats``): how far apart
+the same measurement lands is the floor no prediction can beat.
+
+Only 2 ranks: this machine has 2 cores, and with more ranks than cores the timing says more about
+the OS scheduler than about the plan.
+
+    .venv/bin/python bench/accuracy.py                          # the whole matrix (~15 min)
+    .venv/bin/python bench/accuracy.py --models tiny --microbatches 4 --schedules 1f1b --steps 4
+    .venv/bin/python bench/accuracy.py --json results.json      # also write every figure as JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ppsim.scenario import Scenario, parse_scenario  # noqa: E402
+
+#: the models (4 blocks, fp32, 4 sequences per micro-batch); the default matrix uses small and
+#: medium: tiny's steps of a few ms are mostly Python overhead and the noise of this machine
+MODELS = {
+    "tiny": {"layers": 4, "hidden": 64, "heads": 4, "seq_len": 32, "vocab": 256, "dtype": "fp32"},
+    "small": {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 64, "vocab": 1024, "dtype": "fp32"},
+    "medium": {"layers": 4, "hidden": 384, "heads": 6, "seq_len": 64, "vocab": 2048, "dtype": "fp32"},
+}
+#: a deliberately uneven partition: one block on the first stage, three (and the head) on the last
+UNEVEN = [1, 3]
+TARGET_MEDIAN, TARGET_MAX, TARGET_BUBBLE_PP = 0.05, 0.10, 3.0
+
+
+@dataclass
+class Case:
+    model: str
+    schedule: str
+    microbatches: int
+    partition: str
+    blocks: list[int]
+    predicted_ms: float
+    measured_ms: float
+    step_time_error: float
+    max_bubble_error_pp: float
+    spread: float  #: half the IQR of the run's step times over their median
+    seconds: float
+    drift: float = 0.0  #: probe time before this case / probe time after profiling - 1
+
+    @property
+    def drift_adjusted_error(self) -> float:
+        return (self.predicted_ms * (1 + self.drift) - self.measured_ms) / self.measured_ms
+
+
+def scenario(model: str, schedule: str, m: int, partition: str) -> Scenario:
+    return parse_scenario({
+        "name": f"accuracy-{model}",
+        "model": MODELS[model],
+        "training": {"micro_batch": 4},
+        "pipeline": {"stages": 2, "microbatches": m, "schedule": schedule, "comm": "rendezvous",
+                     "partition": UNEVEN if partition == "uneven" else "balanced"},
+        "hardware": {"device": "cpu"},
+    }, source=f"bench case {model}")
+
+
+def probe_ms(model: str, budget_s: float = 0.3) -> float:
+    """Median time of one block's forward + backward in this process (one thread): the machine's speed now."""
+    import torch
+
+    from ppexec.measure import median_ms
+    from ppexec.model import Block
+
+    torch.set_num_threads(1)
+    spec = scenario(model, "1f1b", 2, "balanced").model
+    assert spec is not None
+    block = Block(spec, 0)
+    x = torch.randn(4, spec.seq_len, spec.hidden, requires_grad=True)
+
+    def step() -> None:
+        block(x).sum().backward()
+
+    return median_ms(step, budget_s)
+
+
+def spread(times: list[float]) -> float:
+    if len(times) < 4:
+        return 0.0
+    q = statistics.quantiles(times, n=4)
+    return (q[2] - q[0]) / 2 / statistics.median(times)
+
+
+def run_case(model: str, schedule: str, m: int, partition: str, profile, steps: int, warmup: int,  # noqa: ANN001
+             work: Path, baseline_ms: float) -> Case:
+    from ppexec.validate import validate
+    from ppsim.metrics import step_time_ms
+
+    drift = probe_ms(model) / baseline_ms - 1
+    t0 = time.perf_counter()
+    s = scenario(model, schedule, m, partition)
+    folder = work / f"{model}-{schedule}-m{m}-{partition}"
+    v = validate(s, profile, folder, steps=steps, warmup=warmup)
+    c = v.comparison
+    blocks = v.scenario.pipeline.partition
+    assert isinstance(blocks, list)
+    return Case(model=model, schedule=schedule, microbatches=m, partition=partition, blocks=list(blocks),
+                predicted_ms=c.predicted_step_time_ms, measured_ms=c.measured_step_time_ms,
+                step_time_error=c.step_time_error, max_bubble_error_pp=v.max_abs_bubble_error_pp,
+                spread=spread([step_time_ms(t) for t in v.run.traces]), seconds=time.perf_counter() - t0,
+                drift=drift)
+
+
+def row(c: Case) -> str:
+    return (f"{c.model:6} {c.schedule:8} {c.microbatches:>3} {c.partition:9} {'/'.join(map(str, c.blocks)):7} "
+            f"{c.predicted_ms:9.2f} {c.measured_ms:9.2f} {100 * c.step_time_error:+7.2f}% "
+            f"{c.max_bubble_error_pp:9.2f} {100 * c.spread:6.1f}% {100 * c.drift:+6.1f}%")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="small,medium", help="comma-separated: " + ", ".join(MODELS))
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="run each model's first case this many times in all, to show the run-to-run noise floor")
+    ap.add_argument("--schedules", default="gpipe,1f1b")
+    ap.add_argument("--microbatches", default="2,4,8,16")
+    ap.add_argument("--partitions", default="balanced,uneven")
+    ap.add_argument("--steps", type=int, default=12, help="recorded steps per run (the median step is compared)")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--json", type=Path, default=None, help="write the cases and the summary here")
+    args = ap.parse_args()
+    from ppexec.profile import measure_profile
+
+    models = args.models.split(",")
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        ap.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
+    schedules = args.schedules.split(",")
+    mbs = [int(x) for x in args.microbatches.split(",")]
+    partitions = args.partitions.split(",")
+    cases: list[Case] = []
+    drifts: list[float] = []
+    print(f"{'model':6} {'schedule':8} {'m':>3} {'partition':9} {'blocks':7} {'pred ms':>9} {'meas ms':>9} "
+          f"{'error':>8} {'bubble pp':>9} {'spread':>7} {'drift':>7}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="ppsim-accuracy-") as tmp:
+        work = Path(tmp)
+        for model in models:
+            t0 = time.perf_counter()
+            profile = measure_profile(scenario(model, "1f1b", 4, "balanced"))
+            baseline = probe_ms(model)
+            print(f"# {model}: profiled in {time.perf_counter() - t0:.0f} s: block F {profile.block.forward_ms:.2f} ms, "
+                  f"B {profile.block.backward_ms:.2f} ms; link {profile.link.latency_us:.0f} us + "
+                  f"{profile.link.bandwidth_gb_s:.2f} GB/s", flush=True)
+            first: Case | None = None
+            for schedule in schedules:
+                for m in mbs:
+                    for partition in partitions:
+                        c = run_case(model, schedule, m, partition, profile, args.steps, args.warmup, work,
+                                     baseline)
+                        cases.append(c)
+                        first = first or c
+                        print(row(c), flush=True)
+            if first is not None and args.repeats > 1:
+                again = [first] + [run_case(first.model, first.schedule, first.microbatches, first.partition, profile,
+                                            args.steps, args.warmup, work, baseline) for _ in range(args.repeats - 1)]
+                for c in again[1:]:
+                    print(row(c) + "  (repeat)", flush=True)
+                meds = [c.measured_ms for c in again]
+                drift = (max(meds) - min(meds)) / statistics.median(meds)
+                drifts.append(drift)
+                print(f"# {model}: the same case measured {len(again)} times: "
+                      f"{', '.join(f'{x:.1f}' for x in meds)} ms, range {100 * drift:.1f}% of the median", flush=True)
+    errors = [abs(c.step_time_error) for c in cases]
+    med, worst = statistics.median(errors), max(errors)
+    bubble = max(c.max_bubble_error_pp for c in cases)
+    noise = statistics.median(c.spread for c in cases)
+    signed = statistics.median(c.step_time_error for c in cases)
+
+    def verdict(ok: bool) -> str:
+        return "ok" if ok else "MISSED"
+
+    print()
+    print(f"cases: {len(cases)}   median |step-time error| {100 * med:.2f}% "
+          f"(target <= {100 * TARGET_MEDIAN:.0f}%): {verdict(med <= TARGET_MEDIAN)}")
+    print(f"max |step-time error| {100 * worst:.2f}% (target <= {100 * TARGET_MAX:.0f}%): {verdict(worst <= TARGET_MAX)}")
+    print(f"max per-stage bubble error {bubble:.2f} pp (target <= {TARGET_BUBBLE_PP:.0f} pp): "
+          f"{verdict(bubble <= TARGET_BUBBLE_PP)}")
+    print(f"median signed error {100 * signed:+.2f}%  (bias of the model)")
+    print(f"median step-to-step spread of the runs {100 * noise:.1f}%  (noise within one measurement)")
+    if drifts:
+        print(f"run-to-run range of one case's median step {', '.join(f'{100 * d:.1f}%' for d in drifts)}  "
+              "(noise between measurements: no prediction can be closer than this)")
+    adjusted = [abs(c.drift_adjusted_error) for c in cases]
+    drifts_seen = [c.drift for c in cases]
+    print(f"machine drift since each profile: {100 * min(drifts_seen):+.1f}% .. {100 * max(drifts_seen):+.1f}%; "
+          f"errors of predictions scaled by it: median {100 * statistics.median(adjusted):.2f}%, "
+          f"max {100 * max(adjusted):.2f}%  (the model without the machine's drift; not the verdict)")
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "cases": [asdict(c) for c in cases],
+            "median_abs_step_time_error": med, "max_abs_step_time_error": worst,
+            "max_bubble_error_pp": bubble, "median_signed_error": signed, "median_spread": noise,
+            "run_to_run_range": drifts,
+            "median_abs_drift_adjusted_error": statistics.median(adjusted), "max_abs_drift_adjusted_error": max(adjusted),
+        }, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,117 @@
+"""Micro-benchmarks a profiling rank runs: layer times in plain torch and point-to-point transfers.
+
+Every function here runs inside a worker process (one thread, like a training rank), and the ranks
+of a profiling run measure at the same time, so the figures include the contention for memory
+bandwidth and cores that a real run sees. Times are medians of repeated runs, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ppexec.model import TORCH_DTYPES, Block, Embedding, Head, loss_fn, synthetic_batch
+from ppsim.scenario import ModelSpec
+
+
+def median_ms(fn: Callable[[], Any], budget_s: float, min_reps: int = 5, max_reps: int = 200) -> float:
+    """Median wall time of ``fn`` over as many runs as fit in ``budget_s`` (after two warm-ups)."""
+    fn()
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t0, 1e-6)
+    reps = int(min(max_reps, max(min_reps, budget_s / once)))
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter_ns()
+        fn()
+        times.append(time.perf_counter_ns() - t)
+    return statistics.median(times) / 1e6
+
+
+def _split_ms(run: Callable[[], tuple[int, int, int]], reps: int) -> tuple[float, float, float]:
+    """Medians of the three phases timed by ``run`` (each call returns three durations in ns)."""
+    run()
+    samples = [run() for _ in range(reps)]
+    return tuple(statistics.median(x[i] for x in samples) / 1e6 for i in range(3))  # type: ignore[return-value]
+
+
+def layer_times(spec: ModelSpec, micro_batch: int, seed: int, budget_s: float = 1.0) -> dict[str, dict[str, float]]:
+    """Forward, backward (and its weight-grad part), optimizer step and parameters of the embedding,
+    one block and the head with its loss, at ``micro_batch`` sequences, in the model's dtype."""
+    dtype = TORCH_DTYPES[spec.dtype]
+    ids, labels = synthetic_batch(spec, micro_batch, seed, 0, 0, 0)
+    hidden = torch.randn(micro_batch, spec.seq_len, spec.hidden, dtype=dtype)
+    out: dict[str, dict[str, float]] = {}
+    layers: dict[str, tuple[torch.nn.Module, Callable[[], torch.Tensor], torch.Tensor | None]] = {}
+    emb = Embedding(spec, seed).to(dtype)
+    layers["embedding"] = (emb, lambda: emb(ids), None)
+    block = Block(spec, seed + 1).to(dtype)
+    x_block = hidden.clone().requires_grad_(True)
+    layers["block"] = (block, lambda: block(x_block), x_block)
+    head = Head(spec, seed + 2).to(dtype)
+    x_head = hidden.clone().requires_grad_(True)
+    layers["head"] = (head, lambda: loss_fn(head(x_head), labels), x_head)
+    for name, (module, forward, x) in layers.items():
+        params = [p for p in module.parameters() if p.requires_grad]
+        fwd = median_ms(forward, budget_s / 4)
+
+        def backward_phases(forward=forward, x=x, params=params) -> tuple[int, int, int]:
+            y = forward()
+            g = torch.ones_like(y)
+            t0 = time.perf_counter_ns()
+            y.backward(g)
+            t1 = time.perf_counter_ns()
+            # the same backward in two halves: input grad only, then weight grad only
+            y = forward()
+            t2 = time.perf_counter_ns()
+            if x is not None:
+                torch.autograd.grad(y, [x], g, retain_graph=True)
+            t3 = time.perf_counter_ns()
+            torch.autograd.grad(y, params, g)
+            t4 = time.perf_counter_ns()
+            return t1 - t0, t3 - t2, t4 - t3
+
+        reps = max(5, min(100, int(budget_s / 2 / max(fwd * 3e-3, 1e-6))))
+        full, input_grad, weight_grad = _split_ms(backward_phases, reps)
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.0)
+        step = median_ms(opt.step, budget_s / 4)
+        share = weight_grad / (input_grad + weight_grad) if input_grad + weight_grad > 0 else 0.0
+        out[name] = {
+            "forward_ms": fwd,
+            "backward_ms": full,
+            "weight_grad_ms": full * share,
+            "optimizer_ms": step,
+            "params": sum(p.numel() for p in params),
+        }
+    return out
+
+
+def ping_pong(rank: int, peer: int, sizes: list[int], reps: int = 30) -> list[tuple[int, float]]:
+    """One-way time of a blocking send/recv of each size between ``rank`` and ``peer`` (half the
+    median round trip); both ranks must call it with the same arguments."""
+    import torch.distributed as dist
+
+    out = []
+    for n in sizes:
+        buf = torch.zeros(max(1, n // 4), dtype=torch.float32)
+        times = []
+        for i in range(reps + 3):
+            t = time.perf_counter_ns()
+            if rank < peer:
+                dist.send(buf, peer)
+                dist.recv(buf, peer)
+            else:
+                dist.recv(buf, peer)
+                dist.send(buf, peer)
+            if i >= 3:
+                times.append(time.perf_counter_ns() - t)
+        out.append((buf.numel() * 4, statistics.median(times) / 2e6))
+    return out

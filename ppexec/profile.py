@@ -1,0 +1,283 @@
+"""``ppexec profile``: measure a scenario's costs on the machine at hand and write a ppsim profile.
+
+Two ranks (processes with one thread each locally; two GPUs on a cluster) are started like a
+training run, in a profiling mode of ``ppexec.worker``. At the same time, so that they contend for
+the machine as training ranks do, both
+
+1. time the embedding, one transformer block and the head with its loss in plain torch at the
+   scenario's micro-batch size, sequence length and dtype (forward, backward, its weight-grad part,
+   the optimizer step over the layer's parameters) — ``ppexec.measure.layer_times``;
+2. train the scenario's model cut into two stages with a GPipe plan through the same timed
+   DeepSpeed engine ``ppexec run`` uses, once with one block on the first stage and once with one
+   on the last; how a stage's forward, backward and optimizer step grow with its blocks is a
+   block's time inside the engine (a least-squares fit), what is left over beyond the embedding
+   or the head is the framework's overhead for that stage position, and the gaps between actions
+   are charged to the action that follows;
+3. ping-pong messages of several sizes around the scenario's activation size and fit
+   latency + bytes / bandwidth; from the engine run's transfers whose receiver was already waiting,
+   what a send and a receive spend around the transfer itself.
+
+Stages between the first and the last (only seen with three or more stages) take the smaller of
+the first and last stage's overheads: they load no data and compute no loss.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import socket
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ppexec.launch import RankState
+from ppsim.errors import PpsimError
+from ppsim.plan import Kind
+from ppsim.profile import LayerTimes, LinkProfile, Overheads, Profile, shape_of
+from ppsim.scenario import Scenario, parse_scenario
+
+PROFILE_MICROBATCHES = 4
+PROFILE_STEPS = 10
+PROFILE_WARMUP = 2
+#: message sizes of the ping-pong, as multiples of the scenario's activation message
+SIZE_FACTORS = (0.125, 0.5, 1.0, 2.0, 8.0)
+
+
+def profiling_scenario(s: Scenario) -> Scenario:
+    """The scenario as profiled: two stages, GPipe, a few micro-batches, no data parallelism."""
+    if s.model is None:
+        raise PpsimError("a profile measures a model's layers; this scenario has only costs", field="model")
+    if s.model.layers < 2:
+        raise PpsimError("profiling cuts the model into two stages; it needs at least 2 layers", field="model.layers")
+    data = s.model_dump(exclude_none=True)
+    data["data_parallel"] = 1
+    data.pop("costs", None)
+    data["pipeline"] = {**data.get("pipeline", {}), "stages": 2, "chunks": 1, "schedule": "gpipe",
+                        "microbatches": PROFILE_MICROBATCHES, "partition": "balanced"}
+    data.setdefault("training", {}).pop("global_batch", None)
+    data["training"]["grad_clip"] = 1.0  # measure gradient clipping, whether or not the scenario clips
+    return parse_scenario(data, source="the profiling run")
+
+
+def message_sizes(message_bytes: int) -> list[int]:
+    return sorted({max(1024, int(message_bytes * f) // 4 * 4) for f in SIZE_FACTORS})
+
+
+def fit_link(samples: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least-squares latency (ms) and bandwidth (bytes per ms) of one-way times over sizes."""
+    n = len(samples)
+    xs = [float(b) for b, _ in samples]
+    ys = [t for _, t in samples]
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx > 0 else 0.0
+    latency = max(0.0, my - slope * mx)
+    if slope <= 0:  # no measurable cost per byte at these sizes
+        return min(ys), 1e12
+    return latency, 1.0 / slope
+
+
+@dataclass(frozen=True)
+class _StageSpans:
+    """Median durations of one stage's actions over the recorded steps (ms)."""
+
+    forward: float
+    backward: float
+    optimizer: float
+    gap: float  #: between one action's end and the next one's start
+    clip: float  #: the whole CLIP action, waiting included
+    clip_own: float  #: CLIP from its start to the moment the engine starts clipping
+    clip_rest: float  #: from there to its end: the norm, its all-reduce (and any wait), the scaling
+
+
+def _stage_spans(st: RankState) -> _StageSpans:
+    from ppsim.plan import Action
+
+    by_kind: dict[Kind, list[float]] = {Kind.F: [], Kind.B: [], Kind.OPT: [], Kind.CLIP: []}
+    gaps: list[float] = []
+    own: list[float] = []
+    rest: list[float] = []
+    for step in st.steps:
+        prev_end = None
+        marks = [t for name, t in step.get("marks", []) if name == "clip"]
+        for text, t0, t1 in step["spans"]:
+            a = Action.parse(text)
+            if a.kind in by_kind:
+                by_kind[a.kind].append((t1 - t0) / 1e6)
+            if a.kind is Kind.CLIP and marks:
+                own.append((marks[0] - t0) / 1e6)
+                rest.append((t1 - marks[0]) / 1e6)
+            if prev_end is not None:
+                gaps.append(max(0.0, (t0 - prev_end) / 1e6))
+            prev_end = t1
+
+    def med(xs: list[float]) -> float:
+        return statistics.median(xs) if xs else 0.0
+
+    return _StageSpans(med(by_kind[Kind.F]), med(by_kind[Kind.B]), med(by_kind[Kind.OPT]), med(gaps),
+                       med(by_kind[Kind.CLIP]), med(own), med(rest))
+
+
+def _transfer_overheads(states: list[RankState], one_way_ms: float) -> tuple[float, float]:
+    """(send, receive) overhead in ms: from the transfers whose receiver was already waiting, the
+    send's time beyond the bare transfer and how long the receive ends after the send."""
+    from ppsim.passes import peer_stage
+    from ppsim.plan import Action
+
+    by_stage = {st.ready["stage"]: st for st in states if st.ready}
+    sends, recvs = [], []
+    for k in range(min(len(st.steps) for st in states)):
+        spans = {}
+        for stage, st in by_stage.items():
+            for text, t0, t1 in st.steps[k]["spans"]:
+                spans[(stage, text)] = (t0, t1)
+        for (_, text), (s0, s1) in spans.items():
+            a = Action.parse(text)
+            if a.kind not in (Kind.SEND_F, Kind.SEND_B):
+                continue
+            recv_kind = Kind.RECV_F if a.kind is Kind.SEND_F else Kind.RECV_B
+            peer = peer_stage(a)
+            match = spans.get((peer, str(Action(peer, recv_kind, a.microbatch))))
+            if match is None or match[0] > s0:
+                continue  # the receiver came later: the send's time includes waiting
+            sends.append((s1 - s0) / 1e6 - one_way_ms)
+            recvs.append((match[1] - s1) / 1e6)
+    if not sends:
+        return 0.0, 0.0
+    return max(0.0, statistics.median(sends)), max(0.0, statistics.median(recvs))
+
+
+def profiling_partitions(layers: int) -> list[list[int]]:
+    """The two-stage partitions the profile trains: the two most uneven ones, so that the time per
+    block inside the engine can be fitted from how a stage's actions grow with its blocks."""
+    if layers < 3:
+        return [[1, layers - 1]]
+    return [[1, layers - 1], [layers - 1, 1]]
+
+
+def fit_blocks(points: dict[int, list[tuple[int, float]]], fallback: float) -> tuple[float, dict[int, float]]:
+    """Time per block and a constant per stage from (blocks, time) points of each stage: a common
+    slope with one intercept per stage (least squares). Without two block counts on some stage,
+    the slope is ``fallback``."""
+    num = den = 0.0
+    for pts in points.values():
+        nbar = sum(n for n, _ in pts) / len(pts)
+        ybar = sum(y for _, y in pts) / len(pts)
+        num += sum((n - nbar) * (y - ybar) for n, y in pts)
+        den += sum((n - nbar) ** 2 for n, _ in pts)
+    slope = num / den if den > 0 else fallback
+    consts = {k: sum(y - slope * n for n, y in pts) / len(pts) for k, pts in points.items()}
+    return slope, consts
+
+
+def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Profile:
+    """Build the profile from what the profiling ranks recorded in each run (partition, states).
+
+    Per block, the forward, backward and optimizer times are fitted from the engine's own spans
+    over the runs' partitions (what a block costs inside DeepSpeed); what is left per stage, less
+    the embedding (first) or head (last) as timed alone, is the stage position's overhead. The
+    weight-grad share of a block's backward comes from timing it alone."""
+    states = [st for _, sts in runs for st in sts]
+    layer_runs = [st.measurements["layers"] for st in states if "layers" in st.measurements]
+    alone = {
+        name: LayerTimes(**{k: statistics.median(run[name][k] for run in layer_runs) for k in layer_runs[0][name]
+                            if k != "params"}, params=int(layer_runs[0][name]["params"]))
+        for name in ("embedding", "block", "head")
+    }
+    per_run = []
+    for partition, sts in runs:
+        by_stage = {st.ready["stage"]: st for st in sts if st.ready}
+        per_run.append((partition, {stage: _stage_spans(by_stage[stage]) for stage in (0, 1)}))
+    fitted: dict[str, tuple[float, dict[int, float]]] = {}
+    for field, fallback in (("forward", alone["block"].forward_ms), ("backward", alone["block"].backward_ms),
+                            ("optimizer", alone["block"].optimizer_ms)):
+        points = {k: [(part[k], getattr(spans[k], field)) for part, spans in per_run] for k in (0, 1)}
+        fitted[field] = fit_blocks(points, fallback)
+    share = alone["block"].weight_grad_ms / alone["block"].backward_ms if alone["block"].backward_ms > 0 else 0.0
+    block = LayerTimes(forward_ms=max(0.0, fitted["forward"][0]), backward_ms=max(0.0, fitted["backward"][0]),
+                       weight_grad_ms=max(0.0, fitted["backward"][0]) * share,
+                       optimizer_ms=max(0.0, fitted["optimizer"][0]), params=alone["block"].params)
+    layers = {"embedding": alone["embedding"], "block": block, "head": alone["head"]}
+    all_spans = [sp for _, spans in per_run for sp in spans.values()]
+    gap = statistics.median(sp.gap for sp in all_spans)
+    overheads: dict[str, Overheads] = {}
+    for stage, position in ((0, "first"), (1, "last")):
+        own = layers["embedding" if stage == 0 else "head"]
+        overheads[position] = Overheads(
+            forward_ms=fitted["forward"][1][stage] - own.forward_ms + gap,
+            backward_ms=fitted["backward"][1][stage] - own.backward_ms + gap,
+            optimizer_ms=fitted["optimizer"][1][stage] - own.optimizer_ms + gap,
+            clip_ms=statistics.median(spans[stage].clip_own for _, spans in per_run) + gap,
+        )
+    # the stage that reaches the gradient-norm all-reduce last does not wait there: what the rest
+    # of its CLIP takes is the norm, the all-reduce and the scaling
+    clip_allreduce_ms = statistics.median(min(sp.clip_rest for sp in spans.values()) for _, spans in per_run)
+    overheads["middle"] = Overheads(**{k: min(getattr(overheads["first"], k), getattr(overheads["last"], k))
+                                       for k in Overheads.model_fields})
+    first_run = {st.ready["stage"]: st for st in runs[0][1] if st.ready}
+    samples = [(int(b), float(t)) for b, t in first_run[0].measurements["link"]]
+    latency_ms, bytes_per_ms = fit_link(samples)
+    assert s.model is not None
+    from ppsim.scenario import DTYPE_BYTES
+
+    message = s.model.seq_len * s.training.micro_batch * s.model.hidden * DTYPE_BYTES[s.model.dtype]
+    one_way = latency_ms + message / bytes_per_ms
+    pairs = [_transfer_overheads(sts, one_way) for _, sts in runs]
+    send_over = statistics.median(x for x, _ in pairs)
+    recv_over = statistics.median(y for _, y in pairs)
+    import deepspeed
+    import torch
+
+    return Profile(
+        shape=shape_of(s),
+        machine={
+            "host": socket.gethostname(),
+            "cpu": platform.processor() or platform.machine(),
+            "backend": states[0].ready.get("backend", "gloo") if states[0].ready else "gloo",
+            "ranks": len(runs[0][1]),
+            "profiling_partitions": [part for part, _ in runs],
+            "torch": torch.__version__,
+            "deepspeed": deepspeed.__version__,
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        },
+        embedding=layers["embedding"],
+        block=layers["block"],
+        head=layers["head"],
+        overheads=overheads,  # type: ignore[arg-type]
+        link=LinkProfile(
+            latency_us=latency_ms * 1e3,
+            bandwidth_gb_s=bytes_per_ms * 1e3 / 1e9,
+            send_overhead_us=(send_over + gap) * 1e3,
+            recv_overhead_us=(recv_over + gap) * 1e3,
+            samples=samples,
+        ),
+        clip_allreduce_us=clip_allreduce_ms * 1e3,
+    )
+
+
+def measure_profile(s: Scenario, timeout_s: float = 120.0, keep: Path | None = None) -> Profile:
+    """Run the profiling ranks locally (once per profiling partition) and return the profile. The
+    run folders are temporary unless ``keep`` names a folder for them."""
+    from ppexec.launch import run_local
+    from ppexec.run import RunOptions, check_environment, check_fits, deadline_s, prepare_run
+
+    check_environment()
+    base = profiling_scenario(s)
+    assert base.model is not None
+    top = keep or Path(tempfile.mkdtemp(prefix="ppexec-profile-"))
+    runs: list[tuple[list[int], list[RankState]]] = []
+    for k, partition in enumerate(profiling_partitions(base.model.layers)):
+        folder = top / f"run-{k}"
+        opts = RunOptions(out=folder, steps=PROFILE_STEPS, warmup=PROFILE_WARMUP, timeout_s=timeout_s, mode="profile")
+        ps, plan, world = prepare_run(base.with_overrides(partition=partition), opts)
+        check_fits(ps, world)
+        try:
+            runs.append((partition, run_local(folder, world, deadline_s(opts) + 60)))
+        except PpsimError as exc:
+            raise PpsimError(f"{exc} (the profiling run's logs are in {folder})") from None
+    profile = assemble(base, runs)
+    if keep is None:
+        shutil.rmtree(top, ignore_errors=True)
+    return profile

@@ -1,0 +1,165 @@
+"""Measured profiles: the file format, how ppsim turns one into costs, and the fits that make one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from conftest import ROOT, SCENARIOS
+from ppexec import profile as fits
+from ppsim.cli import app
+from ppsim.cost_model import build_workload
+from ppsim.errors import ScenarioError
+from ppsim.profile import LayerTimes, LinkProfile, Overheads, Profile, load_profile, shape_of
+from ppsim.scenario import load
+
+TINY = SCENARIOS / "tiny-cpu.yaml"
+RECORDED = ROOT / "tests" / "data" / "tiny-cpu.profile.yaml"  # measured by `ppexec profile` on this kind of machine
+runner = CliRunner()
+
+
+def make_profile(*, block_f: float = 1.0, head_f: float = 0.5, first_f: float = 0.2, last_f: float = 0.3,
+                 mid_f: float = 0.1) -> Profile:
+    s = load(TINY)
+    return Profile(
+        shape=shape_of(s),
+        embedding=LayerTimes(forward_ms=0.05, backward_ms=0.1, optimizer_ms=0.2, params=100),
+        block=LayerTimes(forward_ms=block_f, backward_ms=2 * block_f, weight_grad_ms=block_f, optimizer_ms=0.4,
+                         params=1000),
+        head=LayerTimes(forward_ms=head_f, backward_ms=2 * head_f, weight_grad_ms=head_f, optimizer_ms=0.1, params=50),
+        overheads={
+            "first": Overheads(forward_ms=first_f, backward_ms=0.2, optimizer_ms=1.0, clip_ms=0.5),
+            "middle": Overheads(forward_ms=mid_f, backward_ms=0.1, optimizer_ms=1.0, clip_ms=0.5),
+            "last": Overheads(forward_ms=last_f, backward_ms=0.4, optimizer_ms=2.0, clip_ms=0.7),
+        },
+        link=LinkProfile(latency_us=100.0, bandwidth_gb_s=2.0, send_overhead_us=10.0, recv_overhead_us=50.0),
+        clip_allreduce_us=300.0,
+    )
+
+
+def test_yaml_round_trip(tmp_path: Path) -> None:
+    p = make_profile()
+    path = tmp_path / "p.yaml"
+    path.write_text(p.to_yaml())
+    assert load_profile(path) == p
+
+
+def test_recorded_profile_loads_and_applies() -> None:
+    p = load_profile(RECORDED)
+    p.check_applies(load(TINY))
+    assert p.block.forward_ms > 0 and p.block.backward_ms > p.block.forward_ms
+    assert p.link.bandwidth_gb_s > 0 and len(p.link.samples) >= 3
+
+
+def test_stage_costs_are_overheads_plus_layers() -> None:
+    p = make_profile()
+    s = load(TINY).with_overrides(stages=2, partition=[1, 3])
+    w = build_workload(s, p)
+    first, last = w.costs.stages
+    assert w.partition == [1, 3]
+    assert first.forward_ms == pytest.approx(0.2 + 0.05 + 1 * 1.0)
+    assert last.forward_ms == pytest.approx(0.3 + 0.5 + 3 * 1.0)
+    assert first.backward_ms == pytest.approx(0.2 + 0.1 + 2.0)
+    assert last.weight_grad_ms == pytest.approx(3 * 1.0 + 0.5)
+    assert first.optimizer_ms == pytest.approx(1.0 + 0.2 + 0.4)
+    assert last.clip_ms == pytest.approx(0.7)
+    link = w.costs.links[0]
+    assert link.latency_ms == pytest.approx(0.1)
+    assert link.bandwidth_bytes_per_ms == pytest.approx(2e6)
+    assert (link.send_overhead_ms, link.recv_overhead_ms) == pytest.approx((0.01, 0.05))
+    assert w.costs.clip_allreduce_ms == pytest.approx(0.3)
+
+
+def test_middle_stages_and_a_single_stage() -> None:
+    p = make_profile()
+    w = build_workload(load(TINY).with_overrides(stages=4, partition="uniform"), p)
+    assert [round(c.forward_ms, 9) for c in w.costs.stages] == [1.25, 1.1, 1.1, 1.8]
+    one = build_workload(load(TINY).with_overrides(stages=1, partition="uniform"), p).costs.stages[0]
+    # first and last at once: both overheads, less the middle one every stage pays
+    assert one.forward_ms == pytest.approx(0.2 + 0.3 - 0.1 + 0.05 + 4 * 1.0 + 0.5)
+
+
+def test_balanced_partition_follows_the_measured_times() -> None:
+    s = load(TINY).with_overrides(stages=2, partition="balanced")
+    # a head as costly as three blocks pushes blocks to the first stage
+    heavy = build_workload(s, make_profile(head_f=3.0))
+    assert heavy.partition == [3, 1]
+    light = build_workload(s, make_profile(head_f=0.0, last_f=0.0, first_f=0.0, mid_f=0.0))
+    assert light.partition == [2, 2]
+
+
+def test_profile_of_another_shape_is_refused() -> None:
+    p = make_profile()
+    other = load(SCENARIOS / "gpt.yaml")
+    with pytest.raises(ScenarioError, match=r"--profile: .*hidden 64 \(scenario: 5120\).*ppexec profile"):
+        build_workload(other, p)
+
+
+@pytest.mark.parametrize("content, words", [
+    (None, "does not exist"),
+    ("format: something-else\n", "is not a ppsim profile"),
+    ("a: [1, 2", "not a readable YAML"),
+    ("format: ppsim-profile\nversion: 1\n", "shape: Field required"),
+])
+def test_bad_profile_files(tmp_path: Path, content: str | None, words: str) -> None:
+    path = tmp_path / "p.yaml"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ScenarioError, match=words) as exc:
+        load_profile(path)
+    assert exc.value.field == "--profile"
+
+
+def test_run_with_a_profile_cli(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["run", str(TINY), "--profile", str(RECORDED), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["step_time_ms"] > 0
+    plain = json.loads(runner.invoke(app, ["run", str(TINY), "--json"]).output)
+    assert doc["step_time_ms"] != plain["step_time_ms"]  # measured costs, not the nominal CPU roofline
+
+
+def test_run_with_a_profile_of_another_model_is_one_clear_line() -> None:
+    res = runner.invoke(app, ["run", str(SCENARIOS / "gpt.yaml"), "--profile", str(RECORDED)])
+    assert res.exit_code == 1
+    assert "error: --profile:" in res.output and "Traceback" not in res.output
+
+
+def test_profile_is_never_an_output(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(make_profile().to_yaml())
+    res = runner.invoke(app, ["run", str(TINY), "--profile", str(path), "--save-trace", str(path)])
+    assert res.exit_code == 1 and "input" in res.output
+    assert load_profile(path) == make_profile()
+
+
+# ----- the fits ppexec profile makes (pure functions; no torch needed) ------------------------------
+
+
+@given(st.floats(0.0, 5.0), st.floats(0.1, 100.0))
+def test_link_fit_recovers_latency_and_bandwidth(latency_ms: float, gb_s: float) -> None:
+    bytes_per_ms = gb_s * 1e6
+    samples = [(n, latency_ms + n / bytes_per_ms) for n in (1024, 8192, 65536, 524288)]
+    lat, bw = fits.fit_link(samples)
+    assert lat == pytest.approx(latency_ms, abs=1e-6)
+    assert bw == pytest.approx(bytes_per_ms, rel=1e-6)
+
+
+@given(st.floats(0.01, 50.0), st.floats(0.0, 20.0), st.floats(0.0, 20.0), st.integers(3, 12))
+def test_block_fit_recovers_slope_and_constants(per_block: float, c0: float, c1: float, layers: int) -> None:
+    parts = fits.profiling_partitions(layers)
+    points = {0: [(p[0], c0 + p[0] * per_block) for p in parts], 1: [(p[1], c1 + p[1] * per_block) for p in parts]}
+    slope, consts = fits.fit_blocks(points, fallback=-1.0)
+    assert slope == pytest.approx(per_block, rel=1e-9, abs=1e-9)
+    assert consts[0] == pytest.approx(c0, abs=1e-6) and consts[1] == pytest.approx(c1, abs=1e-6)
+
+
+def test_block_fit_with_one_partition_uses_the_fallback() -> None:
+    assert fits.profiling_partitions(2) == [[1, 1]]
+    slope, consts = fits.fit_blocks({0: [(1, 3.0)], 1: [(1, 5.0)]}, fallback=2.0)
+    assert slope == 2.0 and consts == {0: 1.0, 1: 3.0}
