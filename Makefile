@@ -8,7 +8,7 @@ OUT    ?= out
 TORCH_VERSION     ?= 2.13.0
 DEEPSPEED_VERSION ?= 0.19.8
 
-.PHONY: run test bench lint clean
+.PHONY: run test bench bench-accuracy lint clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ test: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/sim_speed.py
+
+# prediction against DeepSpeed over the matrix of bench/accuracy.py (~20 min on 2 cores)
+bench-accuracy: $(VENV)/.installed-test
+	$(BIN)/python bench/accuracy.py
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check ppsim ppexec tests bench

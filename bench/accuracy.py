@@ -6,23 +6,18 @@ step with that profile (``ppsim run --profile``, blocking sends), runs the same 
 ppexec (2 ranks, gloo, one core each) and compares the prediction with the run's median step
 (``ppsim compare``). Printed per case: predicted and measured step time, the signed step-time error
 (relative to measured), the largest per-stage bubble error in percentage points (per stage, the
-median over the recorded steps), the run's own step-to-step spread (half the inter-quartile range
-over the median) and the machine's drift since the profile. Then the median and maximum
-|step-time error| and the maximum bubble error, against the targets (median <= 5 %, maximum
-<= 10 %, bubble within 3 pp).
+median over the recorded steps) and the run's own step-to-step spread (half the inter-quartile
+range over the median). Then the median and maximum |step-time error| and the maximum bubble
+error, against the targets (median <= 5 %, maximum <= 10 %, bubble within 3 pp).
 
-Drift. This shared machine's speed wanders by several percent over minutes, and a profile is
-measured once per model. Before each case the bench times one block's forward and backward in its
-own process (a probe, ~0.3 s) and prints how much slower or faster the machine is than right after
-profiling. It is reported, and a second set of figures shows the errors with each prediction
-scaled by that drift (the model's own error, without the machine's); the verdicts use the raw
-errors. The first case of each model is also run again at the end (``--repeats``): how far apart
-the same measurement lands is the floor no prediction can beat.
+Noise. This shared machine's speed wanders, by up to tens of percent over minutes, and a profile is
+measured once per model. The first case of each model is therefore run again at the end
+(``--repeats``): how far apart the same measurement lands is the floor no prediction can beat.
 
 Only 2 ranks: this machine has 2 cores, and with more ranks than cores the timing says more about
 the OS scheduler than about the plan.
 
-    .venv/bin/python bench/accuracy.py                          # the whole matrix (~15 min)
+    .venv/bin/python bench/accuracy.py                          # the whole matrix (~20 min)
     .venv/bin/python bench/accuracy.py --models tiny --microbatches 4 --schedules 1f1b --steps 4
     .venv/bin/python bench/accuracy.py --json results.json      # also write every figure as JSON
 """
@@ -69,11 +64,6 @@ class Case:
     max_bubble_error_pp: float
     spread: float  #: half the IQR of the run's step times over their median
     seconds: float
-    drift: float = 0.0  #: probe time before this case / probe time after profiling - 1
-
-    @property
-    def drift_adjusted_error(self) -> float:
-        return (self.predicted_ms * (1 + self.drift) - self.measured_ms) / self.measured_ms
 
 
 def scenario(model: str, schedule: str, m: int, partition: str) -> Scenario:
@@ -87,25 +77,6 @@ def scenario(model: str, schedule: str, m: int, partition: str) -> Scenario:
     }, source=f"bench case {model}")
 
 
-def probe_ms(model: str, budget_s: float = 0.3) -> float:
-    """Median time of one block's forward + backward in this process (one thread): the machine's speed now."""
-    import torch
-
-    from ppexec.measure import median_ms
-    from ppexec.model import Block
-
-    torch.set_num_threads(1)
-    spec = scenario(model, "1f1b", 2, "balanced").model
-    assert spec is not None
-    block = Block(spec, 0)
-    x = torch.randn(4, spec.seq_len, spec.hidden, requires_grad=True)
-
-    def step() -> None:
-        block(x).sum().backward()
-
-    return median_ms(step, budget_s)
-
-
 def spread(times: list[float]) -> float:
     if len(times) < 4:
         return 0.0
@@ -114,29 +85,28 @@ def spread(times: list[float]) -> float:
 
 
 def run_case(model: str, schedule: str, m: int, partition: str, profile, steps: int, warmup: int,  # noqa: ANN001
-             work: Path, baseline_ms: float) -> Case:
+             work: Path) -> Case:
     from ppexec.validate import validate
     from ppsim.metrics import step_time_ms
 
-    drift = probe_ms(model) / baseline_ms - 1
     t0 = time.perf_counter()
     s = scenario(model, schedule, m, partition)
     folder = work / f"{model}-{schedule}-m{m}-{partition}"
     v = validate(s, profile, folder, steps=steps, warmup=warmup)
+    seconds = time.perf_counter() - t0
     c = v.comparison
     blocks = v.scenario.pipeline.partition
     assert isinstance(blocks, list)
     return Case(model=model, schedule=schedule, microbatches=m, partition=partition, blocks=list(blocks),
                 predicted_ms=c.predicted_step_time_ms, measured_ms=c.measured_step_time_ms,
                 step_time_error=c.step_time_error, max_bubble_error_pp=v.max_abs_bubble_error_pp,
-                spread=spread([step_time_ms(t) for t in v.run.traces]), seconds=time.perf_counter() - t0,
-                drift=drift)
+                spread=spread([step_time_ms(t) for t in v.run.traces]), seconds=seconds)
 
 
 def row(c: Case) -> str:
     return (f"{c.model:6} {c.schedule:8} {c.microbatches:>3} {c.partition:9} {'/'.join(map(str, c.blocks)):7} "
             f"{c.predicted_ms:9.2f} {c.measured_ms:9.2f} {100 * c.step_time_error:+7.2f}% "
-            f"{c.max_bubble_error_pp:9.2f} {100 * c.spread:6.1f}% {100 * c.drift:+6.1f}%")
+            f"{c.max_bubble_error_pp:9.2f} {100 * c.spread:6.1f}%")
 
 
 def main() -> int:
@@ -163,13 +133,12 @@ def main() -> int:
     cases: list[Case] = []
     drifts: list[float] = []
     print(f"{'model':6} {'schedule':8} {'m':>3} {'partition':9} {'blocks':7} {'pred ms':>9} {'meas ms':>9} "
-          f"{'error':>8} {'bubble pp':>9} {'spread':>7} {'drift':>7}", flush=True)
+          f"{'error':>8} {'bubble pp':>9} {'spread':>7}", flush=True)
     with tempfile.TemporaryDirectory(prefix="ppsim-accuracy-") as tmp:
         work = Path(tmp)
         for model in models:
             t0 = time.perf_counter()
             profile = measure_profile(scenario(model, "1f1b", 4, "balanced"))
-            baseline = probe_ms(model)
             print(f"# {model}: profiled in {time.perf_counter() - t0:.0f} s: block F {profile.block.forward_ms:.2f} ms, "
                   f"B {profile.block.backward_ms:.2f} ms; link {profile.link.latency_us:.0f} us + "
                   f"{profile.link.bandwidth_gb_s:.2f} GB/s", flush=True)
@@ -177,14 +146,13 @@ def main() -> int:
             for schedule in schedules:
                 for m in mbs:
                     for partition in partitions:
-                        c = run_case(model, schedule, m, partition, profile, args.steps, args.warmup, work,
-                                     baseline)
+                        c = run_case(model, schedule, m, partition, profile, args.steps, args.warmup, work)
                         cases.append(c)
                         first = first or c
                         print(row(c), flush=True)
             if first is not None and args.repeats > 1:
                 again = [first] + [run_case(first.model, first.schedule, first.microbatches, first.partition, profile,
-                                            args.steps, args.warmup, work, baseline) for _ in range(args.repeats - 1)]
+                                            args.steps, args.warmup, work) for _ in range(args.repeats - 1)]
                 for c in again[1:]:
                     print(row(c) + "  (repeat)", flush=True)
                 meds = [c.measured_ms for c in again]
@@ -212,11 +180,6 @@ def main() -> int:
     if drifts:
         print(f"run-to-run range of one case's median step {', '.join(f'{100 * d:.1f}%' for d in drifts)}  "
               "(noise between measurements: no prediction can be closer than this)")
-    adjusted = [abs(c.drift_adjusted_error) for c in cases]
-    drifts_seen = [c.drift for c in cases]
-    print(f"machine drift since each profile: {100 * min(drifts_seen):+.1f}% .. {100 * max(drifts_seen):+.1f}%; "
-          f"errors of predictions scaled by it: median {100 * statistics.median(adjusted):.2f}%, "
-          f"max {100 * max(adjusted):.2f}%  (the model without the machine's drift; not the verdict)")
     print(f"load average {os.getloadavg()[0]:.2f}")
     if args.json:
         args.json.write_text(json.dumps({
@@ -224,7 +187,6 @@ def main() -> int:
             "median_abs_step_time_error": med, "max_abs_step_time_error": worst,
             "max_bubble_error_pp": bubble, "median_signed_error": signed, "median_spread": noise,
             "run_to_run_range": drifts,
-            "median_abs_drift_adjusted_error": statistics.median(adjusted), "max_abs_drift_adjusted_error": max(adjusted),
         }, indent=1))
     return 0
 

@@ -163,3 +163,12 @@ def test_block_fit_with_one_partition_uses_the_fallback() -> None:
     assert fits.profiling_partitions(2) == [[1, 1]]
     slope, consts = fits.fit_blocks({0: [(1, 3.0)], 1: [(1, 5.0)]}, fallback=2.0)
     assert slope == 2.0 and consts == {0: 1.0, 1: 3.0}
+
+
+def test_calibration_doc_names_every_profile_key() -> None:
+    doc = (ROOT / "docs" / "calibration.md").read_text(encoding="utf-8")
+    from ppsim.profile import Shape
+
+    for model in (Profile, LayerTimes, Overheads, LinkProfile, Shape):
+        for key in model.model_fields:
+            assert f"`{key}`" in doc, f"docs/calibration.md does not name profile key {key!r} ({model.__name__})"
