@@ -82,6 +82,12 @@ def prepare(s: Scenario, profile: Profile | None = None) -> tuple[Scenario, Plan
     if s.model is None:
         raise PpsimError("ppexec needs a 'model' section to build a network; this scenario has only costs",
                          field="model")
+    if s.training.recompute != "none":
+        raise PpsimError(f"ppexec does not run activation recomputation yet ({s.training.recompute!r}); "
+                         "ppsim predicts it, ppexec runs recompute: none", field="training.recompute")
+    if s.training.zero_stage:
+        raise PpsimError(f"ppexec does not run ZeRO yet (stage {s.training.zero_stage}); ppsim predicts it, "
+                         "ppexec runs zero_stage: 0", field="training.zero_stage")
     s = s.with_overrides(comm="rendezvous")
     workload = build_workload(s, profile)
     assert workload.partition is not None

@@ -23,6 +23,7 @@ from ppsim import partition as part
 from ppsim.costs import CostTable, Link, StageCost
 from ppsim.errors import ScenarioError
 from ppsim.hardware import Device, get_device
+from ppsim.memory import Recompute, StaticMemory, block_activation_bytes, static_memory
 from ppsim.profile import LayerTimes, Profile
 from ppsim.scenario import DTYPE_BYTES, ModelSpec, Scenario, per_stage
 
@@ -39,25 +40,28 @@ class LayerCost:
     weight_grad_flops: float
     params: int
     activation_bytes: int
+    recompute_flops: float = 0.0  #: the part of input_grad_flops that recomputes the forward
 
     @property
     def total_flops(self) -> float:
         return self.forward_flops + self.input_grad_flops + self.weight_grad_flops
 
 
-def gpt_layers(model: ModelSpec, micro_batch: int) -> tuple[LayerCost, LayerCost, LayerCost]:
-    """(embedding, one transformer block, LM head) for one micro-batch."""
+def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none") -> tuple[LayerCost, LayerCost, LayerCost]:
+    """(embedding, one transformer block, LM head) for one micro-batch. With recompute, the block's
+    input-grad pass also runs the recomputed forward (all of it, or the attention core)."""
     b, s, h, f, a, V = micro_batch, model.seq_len, model.hidden, model.ffn, model.heads, model.vocab
-    scale = DTYPE_BYTES[model.dtype] / 2  # the activation formula counts 16-bit values
     matmul = 8 * b * s * h * h + 4 * b * s * h * f
     attention = 4 * b * s * s * h
+    again = {"none": 0, "selective": attention, "full": matmul + attention}[recompute]
     block = LayerCost(
         name="block",
         forward_flops=matmul + attention,
-        input_grad_flops=matmul + 2 * attention,
+        input_grad_flops=matmul + 2 * attention + again,
         weight_grad_flops=matmul,
         params=4 * h * h + 2 * h * f + 9 * h + f,
-        activation_bytes=int(s * b * h * (34 + 5 * a * s / h) * scale),
+        activation_bytes=block_activation_bytes(s, b, h, a, DTYPE_BYTES[model.dtype], recompute),
+        recompute_flops=again,
     )
     embedding = LayerCost(
         name="embedding",
@@ -129,9 +133,10 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
     samples = micro * m * d
     tokens = samples * s.model.seq_len if s.model else None
     p2p_link, dp_link = _links(s, device)
-    layers = gpt_layers(s.model, micro) if s.model else None
+    layers = gpt_layers(s.model, micro, s.training.recompute) if s.model else None
     counts: list[int] | None = None
     stage_flops: list[tuple[float, float, float]] = []
+    stage_recompute: list[float] = []
     stage_params: list[int] = []
     stage_act: list[int] = []
     if s.model and layers:
@@ -149,10 +154,16 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
                     sum(x.weight_grad_flops for x in parts),
                 )
             )
+            stage_recompute.append(sum(x.recompute_flops for x in parts))
             stage_params.append(sum(x.params for x in parts))
             stage_act.append(sum(x.activation_bytes for x in parts))
     dtype_bytes = DTYPE_BYTES[s.model.dtype] if s.model else 2
     message_bytes = s.model.seq_len * micro * s.model.hidden * dtype_bytes if s.model else 0
+    statics = [
+        static_memory(params, dtype_bytes, zero_stage=s.training.zero_stage, data_parallel=d,
+                      message_bytes=message_bytes, neighbours=(vs > 0) + (vs < n_virtual - 1))
+        for vs, params in enumerate(stage_params)
+    ]
 
     if s.costs is not None:
         c = s.costs
@@ -173,6 +184,7 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
                     activation_bytes=stage_act[vs] if stage_act else 0,
                     params=stage_params[vs] if stage_params else 0,
                     layers=counts[vs] if counts else 0,
+                    memory=statics[vs] if statics else None,
                 )
             )
         # p values: the transfer out of rank r; p - 1 values: one per boundary
@@ -182,7 +194,11 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
                           clip_allreduce_ms=2 * (p - 1) * links[0].latency_ms)
     elif profile is not None:
         assert counts is not None
-        costs = profiled_costs(profile, counts, stage_params, stage_act, message_bytes, d, dtype_bytes)
+        _, block, _ = layers
+        # a profile times blocks without recompute: the recomputed share of the measured forward
+        again_ms = profile.block.forward_ms * block.recompute_flops / block.forward_flops
+        costs = profiled_costs(profile, counts, stage_params, stage_act, message_bytes, d, dtype_bytes, statics,
+                               again_ms)
     else:
         assert s.model is not None
         eff = s.hardware.efficiency or device.efficiency
@@ -204,11 +220,13 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
                     activation_bytes=stage_act[vs],
                     params=stage_params[vs],
                     layers=counts[vs] if counts else 0,
+                    memory=statics[vs],
                 )
             )
         costs = CostTable(stages=tuple(stages), message_bytes=message_bytes, links=(p2p_link,),
                           clip_allreduce_ms=2 * (p - 1) * p2p_link.latency_ms)
-    flops = sum(sum(x) for x in stage_flops) * m * d if stage_flops else None
+    # model FLOPs (what MFU counts) leave out the recomputed forward
+    flops = (sum(sum(x) for x in stage_flops) - sum(stage_recompute)) * m * d if stage_flops else None
     fwd_flops = sum(x[0] for x in stage_flops) * m * d if stage_flops else None
     return Workload(
         costs=costs,
@@ -250,9 +268,11 @@ def _profile_loads(profile: Profile, n_virtual: int) -> tuple[float, float, floa
 
 
 def profiled_costs(profile: Profile, counts: list[int], params: list[int], activations: list[int], message_bytes: int,
-                   data_parallel: int, dtype_bytes: int) -> CostTable:
+                   data_parallel: int, dtype_bytes: int, statics: list[StaticMemory] | None = None,
+                   recompute_ms_per_block: float = 0.0) -> CostTable:
     """Per virtual stage costs from measured layer times: the stage's layers plus the framework's
-    overheads for its position; the link and the gradient all-reduce from the measured link."""
+    overheads for its position (and any recomputed forward in the backward); the link and the
+    gradient all-reduce from the measured link."""
     n = len(counts)
     lp = profile.link
     link = Link(
@@ -269,7 +289,7 @@ def profiled_costs(profile: Profile, counts: list[int], params: list[int], activ
         stages.append(
             StageCost(
                 forward_ms=max(0.0, extra.forward_ms + sum(x.forward_ms for x in parts)),
-                backward_ms=max(0.0, extra.backward_ms + sum(x.backward_ms for x in parts)),
+                backward_ms=max(0.0, extra.backward_ms + sum(x.backward_ms for x in parts) + c * recompute_ms_per_block),
                 weight_grad_ms=sum(x.weight_grad_ms for x in parts),
                 optimizer_ms=max(0.0, extra.optimizer_ms + sum(x.optimizer_ms for x in parts)),
                 clip_ms=max(0.0, extra.clip_ms),
@@ -278,6 +298,7 @@ def profiled_costs(profile: Profile, counts: list[int], params: list[int], activ
                 activation_bytes=activations[vs],
                 params=params[vs],
                 layers=c,
+                memory=statics[vs] if statics else None,
             )
         )
     return CostTable(stages=tuple(stages), message_bytes=message_bytes, links=(link,),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ppsim.memory import StaticMemory
 from ppsim.plan import Action, Kind
 
 
@@ -26,6 +27,7 @@ class StageCost:
     activation_bytes: int = 0  #: activations held per micro-batch between forward and backward
     params: int = 0
     layers: int = 0  #: transformer blocks in this stage (0 when costs are explicit)
+    memory: StaticMemory | None = None  #: what the stage holds all step: model states and buffers
 
     @property
     def input_grad_ms(self) -> float:

@@ -9,6 +9,9 @@ Definitions (used everywhere in ppsim):
 - peak activation micro-batches of a stage: the most micro-batches whose activations it holds at
   once, a micro-batch counting from the start of its forward to the end of its last backward piece
   (B, or W when the backward is split); with v chunks per rank each chunk's micro-batch counts 1/v.
+- peak memory of a stage: the highest value of its ``memory_bytes`` counter (model states, buffers
+  and the activations held), with the action running then; the plan fits when every stage's peak
+  is within ``meta["device_memory_bytes"]``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ class StageMetrics:
     peak_activation_microbatches: float
     compute_ms: dict[str, float]  #: busy time split by kind (F, B, I, W, OPT)
     comm_wait_ms: float  #: time the rank spends blocked in send / receive / collective outside compute
+    peak_memory_bytes: float | None = None  #: highest ``memory_bytes`` counter value (simulated traces)
+    peak_memory_at: str | None = None  #: the action running when the peak was reached
+    static_memory_bytes: dict[str, int] | None = None  #: weights, gradients, optimizer, buffers, total
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,13 @@ class Summary:
     mfu: float | None
     per_stage: tuple[StageMetrics, ...]
     meta: dict[str, Any]
+    memory_capacity_bytes: float | None = None  #: the device's memory
+    fits: bool | None = None  #: every stage's peak within the capacity (None: memory not modelled)
+
+    def over_capacity(self) -> list[StageMetrics]:
+        """Stages whose peak memory exceeds the device's."""
+        cap = self.memory_capacity_bytes
+        return [s for s in self.per_stage if cap and s.peak_memory_bytes is not None and s.peak_memory_bytes > cap]
 
     def to_json_dict(self) -> dict[str, Any]:
         """The document ``ppsim run --json`` prints."""
@@ -66,6 +79,8 @@ class Summary:
             "samples_per_step": self.meta.get("samples_per_step"),
             "tokens_per_step": self.meta.get("tokens_per_step"),
             "comm": self.meta.get("comm"),
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "fits": self.fits,
         }
 
 
@@ -118,9 +133,21 @@ def peak_activations(spans: list[Span], chunks: int) -> float:
     return round(peak, 9)
 
 
+def memory_peak(trace: Trace, rank: int) -> tuple[float, str | None] | None:
+    """(peak of the rank's ``memory_bytes`` counter, the compute action running then), if it has one."""
+    counter = next((c for c in trace.counters if c.rank == rank and c.name == "memory_bytes"), None)
+    if counter is None or not counter.points:
+        return None
+    t, peak = max(counter.points, key=lambda p: (p[1], -p[0]))
+    compute = [s for s in trace.spans if s.rank == rank and s.lane == "compute" and s.start <= t <= s.end]
+    at = min(compute, key=lambda s: (abs(s.start - t), s.start)) if compute else None
+    return peak, str(at.action) if at else None
+
+
 def stage_metrics(trace: Trace) -> list[StageMetrics]:
     step = step_time_ms(trace)
     chunks = int(trace.meta.get("chunks", 1))
+    static = trace.meta.get("memory_static_bytes")
     out = []
     by_rank: list[list[Span]] = [[] for _ in range(trace.num_ranks)]
     for s in trace.spans:
@@ -132,6 +159,7 @@ def stage_metrics(trace: Trace) -> list[StageMetrics]:
         for s in compute:
             by_kind[s.action.kind.value] = by_kind.get(s.action.kind.value, 0.0) + s.duration
         waiting = union_length([(s.start, s.end) for s in spans]) - busy
+        peak = memory_peak(trace, r)
         out.append(
             StageMetrics(
                 stage=r,
@@ -140,6 +168,9 @@ def stage_metrics(trace: Trace) -> list[StageMetrics]:
                 peak_activation_microbatches=peak_activations(compute, chunks),
                 compute_ms=by_kind,
                 comm_wait_ms=max(0.0, waiting),
+                peak_memory_bytes=peak[0] if peak else None,
+                peak_memory_at=peak[1] if peak else None,
+                static_memory_bytes=static[r] if static and r < len(static) else None,
             )
         )
     return out
@@ -161,7 +192,12 @@ def summarize(trace: Trace) -> Summary:
     sps = samples / step_s if samples and step_s > 0 else None
     tps = tokens / step_s if tokens and step_s > 0 else None
     mfu = flops / (step_s * devices * peak) if flops and peak and devices and step_s > 0 else None
+    capacity = meta.get("device_memory_bytes")
+    peaks = [s.peak_memory_bytes for s in per_stage]
+    fits = None if not capacity or any(p is None for p in peaks) else all(p <= capacity for p in peaks)  # type: ignore[operator]
     return Summary(
+        memory_capacity_bytes=capacity,
+        fits=fits,
         source=str(meta.get("source", "simulated")),
         schedule=str(meta.get("schedule", "?")),
         stages=p,

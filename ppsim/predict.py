@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ppsim import schedules
 from ppsim.cost_model import Workload, build_workload
+from ppsim.hardware import get_device
 from ppsim.passes import lower
 from ppsim.plan import Plan
 from ppsim.profile import Profile
@@ -52,6 +53,9 @@ def workload_meta(s: Scenario, w: Workload, training: bool, profile: Profile | N
         "num_devices": s.pipeline.stages * s.data_parallel,
         "partition": w.partition,
         "costs_from": "explicit" if s.costs is not None else "profile" if profile is not None else "model",
+        "device_memory_bytes": get_device(s.hardware.device).memory_gb * 2**30,
+        "recompute": s.training.recompute,
+        "zero_stage": s.training.zero_stage,
     }
 
 

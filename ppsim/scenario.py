@@ -48,6 +48,8 @@ class TrainingSpec(_Strict):
     global_batch: int | None = Field(default=None, gt=0, description="sequences per optimizer step, all replicas")
     micro_batch: int = Field(default=1, gt=0, description="sequences per micro-batch")
     grad_clip: float = Field(default=1.0, ge=0, description="gradient clipping norm; 0: off (no gradient-norm sync)")
+    recompute: Literal["none", "selective", "full"] = "none"
+    zero_stage: int = Field(default=0, ge=0, le=3, description="DeepSpeed ZeRO stage; pipelines allow 0 or 1")
 
 
 class PipelineSpec(_Strict):
@@ -249,6 +251,12 @@ def check(s: Scenario) -> None:
                 f"global_batch ({gb}) is smaller than micro_batch x data_parallel ({per_step})",
                 field="training.global_batch",
             )
+    if s.training.zero_stage >= 2 and p > 1:
+        raise ScenarioError(
+            f"ZeRO stage {s.training.zero_stage} cannot be used with pipeline parallelism (DeepSpeed refuses it: "
+            "stages 2 and 3 partition gradients, which the pipeline engine does not support); use 0 or 1",
+            field="training.zero_stage",
+        )
     if s.model is not None and s.costs is None:
         n_virtual = p * v
         part = s.pipeline.partition

@@ -40,12 +40,16 @@ def summary_renderable(s: Summary) -> Group:
     )
     head.add_row("MFU", _fmt(None if s.mfu is None else 100 * s.mfu, ".1f", " %"))
     head.add_row("bubble", f"{100 * s.bubble_fraction:.2f} %  (idle / total over all stages)")
+    memory = memory_line(s)
+    if memory:
+        head.add_row("memory", memory)
 
     table = Table(title="per stage", title_justify="left")
     table.add_column("stage", justify="right")
     if meta.get("partition"):
         table.add_column("layers", justify="right")
-    for col in ("busy ms", "bubble", "peak act. mb", "comm wait ms"):
+    with_memory = any(st.peak_memory_bytes is not None for st in s.per_stage)
+    for col in ("busy ms", "bubble", "peak act. mb", "comm wait ms") + (("peak mem GiB",) if with_memory else ()):
         table.add_column(col, justify="right")
     chunks = max(1, s.chunks)
     for st in s.per_stage:
@@ -60,8 +64,31 @@ def summary_renderable(s: Summary) -> Group:
             f"{st.peak_activation_microbatches:g}",
             f"{st.comm_wait_ms:,.3f}",
         ]
+        if with_memory:
+            over = s.memory_capacity_bytes and (st.peak_memory_bytes or 0) > s.memory_capacity_bytes
+            row.append(f"{'[red]' if over else ''}{_fmt(_gib(st.peak_memory_bytes), ',.2f')}")
         table.add_row(*row)
     return Group(head, Text(""), table)
+
+
+def _gib(x: float | None) -> float | None:
+    return None if x is None else x / 2**30
+
+
+def memory_line(s: Summary) -> str | None:
+    """Peak memory against the device's, naming every stage that does not fit, by how much and where."""
+    peaks = [st for st in s.per_stage if st.peak_memory_bytes is not None]
+    if not peaks or not s.memory_capacity_bytes:
+        return None
+    cap = s.memory_capacity_bytes
+    top = max(peaks, key=lambda st: st.peak_memory_bytes or 0.0)
+    line = f"peak {_gib(top.peak_memory_bytes):,.2f} GiB on stage {top.stage} of {cap / 2**30:,.0f} GiB per device"
+    over = s.over_capacity()
+    if not over:
+        return line + ": fits"
+    parts = [f"stage {st.stage} needs {_gib(st.peak_memory_bytes):,.2f} GiB, "
+             f"{_gib((st.peak_memory_bytes or 0.0) - cap):,.2f} GiB too many, at {st.peak_memory_at}" for st in over]
+    return "[bold red]DOES NOT FIT[/]: " + "; ".join(parts)
 
 
 def print_summary(s: Summary, console: Console | None = None) -> None:

@@ -229,6 +229,12 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
     counters = []
     if any(c.activation_bytes for c in costs.stages):
         counters = [Counter(r, "activation_bytes", "bytes", tuple(points)) for r, points in enumerate(mem_points)]
+    static = _static_memory(plan, costs)
+    if static is not None:
+        counters += [
+            Counter(r, "memory_bytes", "bytes", tuple((t, v + static[r]["total"]) for t, v in points))
+            for r, points in enumerate(mem_points)
+        ]
     meta = {
         "source": "simulated",
         "clock": "simulated",
@@ -242,4 +248,19 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
         "message_bytes": nbytes,
         "p2p_ms": [costs.p2p_ms(b) for b in range(plan.num_stages - 1)],
     }
+    if static is not None:
+        meta["memory_static_bytes"] = static
     return Trace(spans=spans, meta=meta, counters=counters)
+
+
+def _static_memory(plan: Plan, costs: CostTable) -> list[dict[str, int]] | None:
+    """Per rank, what its stages hold all step (weights, gradients, optimizer, buffers, total)."""
+    if not all(c.memory is not None for c in costs.stages):
+        return None
+    out = []
+    for r in range(plan.num_ranks):
+        mine = [costs.stages[s].memory for s in plan.stages_of_rank(r)]
+        parts = {k: sum(getattr(m, k) for m in mine) for k in ("weights", "gradients", "optimizer", "buffers")}
+        parts["total"] = sum(parts.values())
+        out.append(parts)
+    return out

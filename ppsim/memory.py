@@ -1,0 +1,69 @@
+"""Device memory of a stage: model states (weights, gradients, optimizer), buffers and activations.
+
+Model states per parameter, mixed-precision Adam (16-bit dtypes): 2 bytes of weights, 2 of
+gradients and 12 of optimizer state (fp32 master weights, momentum, variance); in fp32: 4 + 4 + 8
+(momentum, variance). ZeRO stage 1 shards the optimizer state over the d data-parallel replicas.
+
+Activations kept per transformer block and micro-batch, from Korthikanti et al. (2022), in 16-bit
+values (scaled by dtype bytes / 2), for s tokens, b sequences, width h and a heads:
+
+- ``none``:      sbh(34 + 5as/h)  — everything the backward needs;
+- ``selective``: 34 sbh           — the attention core (QK^T, softmax, dropout, AV) is recomputed;
+- ``full``:      2 sbh            — only the block's input; the backward runs the forward again.
+
+Communication buffers: a receive and a send buffer of one stage-to-stage message for each
+neighbouring stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Recompute = Literal["none", "selective", "full"]
+RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+
+
+def block_activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, dtype_bytes: int,
+                           recompute: Recompute = "none") -> int:
+    """Bytes one transformer block keeps per micro-batch between its forward and its backward."""
+    sbh = seq_len * micro_batch * hidden
+    scale = dtype_bytes / 2
+    if recompute == "none":
+        return int(sbh * (34 + 5 * heads * seq_len / hidden) * scale)
+    if recompute == "selective":
+        return int(34 * sbh * scale)
+    if recompute == "full":
+        return int(2 * sbh * scale)
+    raise ValueError(f"unknown recompute mode {recompute!r}; use one of {', '.join(RECOMPUTE_MODES)}")
+
+
+def model_state_bytes_per_param(dtype_bytes: int) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer state) bytes per parameter with (mixed-precision) Adam."""
+    if dtype_bytes >= 4:
+        return 4, 4, 8
+    return dtype_bytes, dtype_bytes, 12
+
+
+@dataclass(frozen=True)
+class StaticMemory:
+    """What a stage holds for the whole step, in bytes."""
+
+    weights: int
+    gradients: int
+    optimizer: int
+    buffers: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.gradients + self.optimizer + self.buffers
+
+
+def static_memory(params: int, dtype_bytes: int, *, zero_stage: int = 0, data_parallel: int = 1,
+                  message_bytes: int = 0, neighbours: int = 0) -> StaticMemory:
+    """Model states of ``params`` parameters (optimizer sharded over ``data_parallel`` replicas with
+    ZeRO-1) plus send and receive buffers for each of ``neighbours`` neighbouring stages."""
+    w, g, o = model_state_bytes_per_param(dtype_bytes)
+    shards = data_parallel if zero_stage >= 1 else 1
+    return StaticMemory(weights=params * w, gradients=params * g, optimizer=-(-params * o // shards),
+                        buffers=2 * message_bytes * neighbours)

@@ -1,0 +1,123 @@
+"""Memory per stage: model states, ZeRO-1, activations per recompute mode, peaks and the capacity check."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from conftest import SCENARIOS
+from ppsim.cli import app
+from ppsim.cost_model import build_workload
+from ppsim.errors import ScenarioError
+from ppsim.memory import block_activation_bytes, model_state_bytes_per_param, static_memory
+from ppsim.metrics import summarize
+from ppsim.predict import predict
+from ppsim.scenario import load, parse_scenario
+
+GPT = SCENARIOS / "gpt.yaml"
+runner = CliRunner()
+
+
+def small_gpt(**training: object):  # noqa: ANN201 - Scenario
+    """gpt.yaml's model on 4 stages, 16 micro-batches, one replica."""
+    data = load(GPT).model_dump(exclude_none=True)
+    data["pipeline"].update(stages=4, microbatches=16, partition="uniform")
+    data["data_parallel"] = 1
+    data["training"] = {"micro_batch": 1, **training}
+    return parse_scenario(data)
+
+
+def test_activation_bytes_per_recompute_mode() -> None:
+    s, b, h, a = 2048, 2, 5120, 40
+    sbh = s * b * h
+    assert block_activation_bytes(s, b, h, a, 2, "none") == int(sbh * (34 + 5 * a * s / h))
+    assert block_activation_bytes(s, b, h, a, 2, "selective") == 34 * sbh
+    assert block_activation_bytes(s, b, h, a, 2, "full") == 2 * sbh
+    assert block_activation_bytes(s, b, h, a, 4, "full") == 4 * sbh  # fp32 values are twice as large
+    with pytest.raises(ValueError, match="recompute mode"):
+        block_activation_bytes(s, b, h, a, 2, "sometimes")  # type: ignore[arg-type]
+
+
+def test_model_states_are_16_bytes_per_parameter() -> None:
+    assert sum(model_state_bytes_per_param(2)) == 16  # bf16 / fp16 mixed-precision Adam
+    assert sum(model_state_bytes_per_param(4)) == 16  # fp32 Adam
+    m = static_memory(1000, 2, message_bytes=10, neighbours=2)
+    assert (m.weights, m.gradients, m.optimizer, m.buffers) == (2000, 2000, 12000, 40)
+
+
+@given(st.integers(1, 10**9), st.integers(1, 64))
+def test_zero1_shards_the_optimizer_state_over_the_replicas(params: int, d: int) -> None:
+    plain = static_memory(params, 2, zero_stage=0, data_parallel=d)
+    zero1 = static_memory(params, 2, zero_stage=1, data_parallel=d)
+    assert zero1.optimizer == -(-plain.optimizer // d)
+    assert (zero1.weights, zero1.gradients) == (plain.weights, plain.gradients)
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_peak_memory_is_states_plus_the_schedules_micro_batches(schedule: str) -> None:
+    s = small_gpt().with_overrides(schedule=schedule)
+    pred = predict(s)
+    summary = summarize(pred.trace)
+    p, m = 4, 16
+    for st_metrics, cost in zip(summary.per_stage, pred.workload.costs.stages):
+        held = min(p - st_metrics.stage, m) if schedule == "1f1b" else m
+        assert cost.memory is not None
+        assert st_metrics.peak_memory_bytes == pytest.approx(cost.memory.total + held * cost.activation_bytes)
+        assert st_metrics.peak_memory_at is not None and "F" in st_metrics.peak_memory_at
+
+
+def test_recompute_trades_memory_for_time() -> None:
+    runs = {mode: predict(small_gpt(recompute=mode)) for mode in ("none", "selective", "full")}
+    acts = {mode: r.workload.costs.stages[1].activation_bytes for mode, r in runs.items()}
+    assert acts["none"] > acts["selective"] > acts["full"]
+    steps = {mode: summarize(r.trace).step_time_ms for mode, r in runs.items()}
+    assert steps["none"] < steps["selective"] < steps["full"]
+    # full recompute runs every block's forward again in the backward
+    none, full = (runs[k].workload.costs.stages[1] for k in ("none", "full"))
+    assert full.backward_ms == pytest.approx(none.backward_ms + none.forward_ms, rel=1e-9)
+    # model FLOPs, and so MFU's numerator, leave the recomputation out
+    assert runs["full"].workload.model_flops_per_step == runs["none"].workload.model_flops_per_step
+
+
+def test_zero1_lowers_the_peak_by_the_sharded_optimizer_state() -> None:
+    data = small_gpt().model_dump(exclude_none=True)
+    data["data_parallel"] = 8
+    plain = predict(parse_scenario(data))
+    data["training"]["zero_stage"] = 1
+    zero1 = predict(parse_scenario(data))
+    a, b = plain.trace.meta["memory_static_bytes"][0], zero1.trace.meta["memory_static_bytes"][0]
+    assert b["optimizer"] == pytest.approx(a["optimizer"] / 8, rel=1e-6)
+    saved = summarize(plain.trace).per_stage[0].peak_memory_bytes - summarize(zero1.trace).per_stage[0].peak_memory_bytes
+    assert saved == pytest.approx(a["optimizer"] - b["optimizer"])
+
+
+def test_a_plan_that_does_not_fit_is_reported() -> None:
+    res = runner.invoke(app, ["run", str(GPT), "--stages", "2", "--partition", "uniform"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())  # the table wraps at the terminal's width
+    assert "DOES NOT FIT" in text and "stage 0 needs" in text and "too many, at 0F" in text
+    doc = json.loads(runner.invoke(app, ["run", str(GPT), "--stages", "2", "--partition", "uniform", "--json"]).output)
+    assert doc["fits"] is False
+    assert doc["stages"][0]["peak_memory_bytes"] > doc["memory_capacity_bytes"]
+    fits = json.loads(runner.invoke(app, ["run", str(GPT), "--json"]).output)
+    assert fits["fits"] is True
+
+
+def test_zero_2_or_3_with_a_pipeline_is_refused() -> None:
+    data = small_gpt().model_dump(exclude_none=True)
+    data["training"]["zero_stage"] = 2
+    with pytest.raises(ScenarioError, match="training.zero_stage: ZeRO stage 2 cannot be used with pipeline"):
+        parse_scenario(data)
+    data["pipeline"]["stages"] = 1
+    parse_scenario(data)  # without a pipeline it is DeepSpeed's business
+
+
+def test_explicit_costs_without_a_model_have_no_memory_figures() -> None:
+    s = load(SCENARIOS / "zero-bubble-costs.yaml")
+    summary = summarize(predict(s).trace)
+    assert summary.fits is None and all(st.peak_memory_bytes is None for st in summary.per_stage)
+    assert build_workload(s).costs.stages[0].memory is None
