@@ -46,13 +46,17 @@ def check_partition_option(partition: str | None) -> None:
 
 
 def _scenario(path: Path, schedule: str | None, stages: int | None, microbatches: int | None,
-              chunks: int | None, partition: str | None, comm: str | None):  # noqa: ANN202
-    from ppsim.scenario import load
+              chunks: int | None, partition: str | None, comm: str | None,
+              ds_config: Path | None = None):  # noqa: ANN202
+    from ppsim.scenario import load_with_notes
 
     check_partition_option(partition)
     if comm is not None and comm not in ("rendezvous", "eager", "async"):
         raise PpsimError(f"--comm must be rendezvous, eager or async, got {comm!r}", field="--comm")
-    return load(path).with_overrides(
+    s, notes = load_with_notes(path, ds_config)
+    for note in notes:
+        err.print(f"[yellow]note:[/] {note}", markup=True, soft_wrap=True)
+    return s.with_overrides(
         schedule=schedule, stages=stages, microbatches=microbatches, chunks=chunks, partition=partition, comm=comm
     )
 
@@ -66,6 +70,8 @@ def run(
     save_trace: Path | None = typer.Option(None, "--save-trace", help="Write ppsim's own Trace JSON."),
     force: bool = typer.Option(False, "--force", help="Overwrite output files not written by ppsim."),
     profile: Path | None = typer.Option(None, "--profile", help="Measured costs from `ppexec profile` (YAML)."),
+    ds_config: Path | None = typer.Option(None, "--ds-config",
+                                          help="DeepSpeed config JSON: batch sizes, precision, ZeRO, checkpointing."),
     schedule: str | None = SCHEDULE,
     stages: int | None = STAGES,
     microbatches: int | None = MICROBATCHES,
@@ -84,11 +90,11 @@ def run(
             "--html": html,
             "--save-trace": save_trace,
         }
-        inputs = [scenario] + ([profile] if profile else [])
+        inputs = [scenario] + ([profile] if profile else []) + ([ds_config] if ds_config else [])
         targets = {opt: outputs.check_output(p, opt, inputs, force) for opt, p in outs.items() if p is not None}
         if len({t.resolve() for t in targets.values()}) < len(targets):
             raise PpsimError("two outputs name the same file; give each its own name")
-        s = _scenario(scenario, schedule, stages, microbatches, chunks, partition, comm)
+        s = _scenario(scenario, schedule, stages, microbatches, chunks, partition, comm, ds_config)
         measured = None
         if profile is not None:
             from ppsim.profile import load_profile

@@ -108,6 +108,7 @@ class Scenario(_Strict):
     data_parallel: int = Field(default=1, gt=0)
     hardware: HardwareSpec = HardwareSpec()
     costs: CostsSpec | None = None
+    deepspeed: str | None = Field(default=None, description="a DeepSpeed config JSON, relative to the scenario file")
 
     @model_validator(mode="after")
     def _needs_model_or_costs(self) -> Scenario:
@@ -203,8 +204,31 @@ def parse_scenario(data: Any, source: str = "the scenario") -> Scenario:
     return scenario
 
 
-def load(path: str | Path) -> Scenario:
-    """Read and validate a scenario YAML file."""
+def load(path: str | Path, ds_config: str | Path | None = None) -> Scenario:
+    """Read and validate a scenario YAML file (with its DeepSpeed config, if it names one)."""
+    return load_with_notes(path, ds_config)[0]
+
+
+def load_with_notes(path: str | Path, ds_config: str | Path | None = None) -> tuple[Scenario, list[str]]:
+    """The scenario and notes for the user (e.g. DeepSpeed config keys DeepSpeed ignores).
+    ``ds_config`` (a path) replaces the scenario's own ``deepspeed`` key."""
+    data, p = _read_yaml(path)
+    notes: list[str] = []
+    if ds_config is not None:
+        data["deepspeed"] = str(ds_config)
+        ds_path = Path(ds_config)
+    elif isinstance(data.get("deepspeed"), str):
+        ds_path = p.parent / data["deepspeed"]
+    else:
+        ds_path = None
+    if ds_path is not None:
+        from ppsim.ds_config import apply_ds_config, read_ds_config
+
+        data, notes = apply_ds_config(data, read_ds_config(ds_path), ds_path.name)
+    return parse_scenario(data, source=str(p)), notes
+
+
+def _read_yaml(path: str | Path) -> tuple[dict[str, Any], Path]:
     p = Path(path)
     if not p.exists():
         raise ScenarioError(f"scenario file {str(p)!r} does not exist; check the path")
@@ -223,7 +247,9 @@ def load(path: str | Path) -> Scenario:
         raise ScenarioError(f"{p}: malformed YAML{where}: {problem}; fix the syntax") from None
     if data is None:
         raise ScenarioError(f"{p} is empty; a scenario needs at least a 'model' or 'costs' section")
-    return parse_scenario(data, source=str(p))
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{p} must be a mapping of keys (model, training, pipeline, ...), got {type(data).__name__}")
+    return data, p
 
 
 def check(s: Scenario) -> None:

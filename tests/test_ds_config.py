@@ -1,0 +1,116 @@
+"""DeepSpeed configs in a scenario: what is imported, DeepSpeed's batch rule, and the keys it ignores."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from ppsim.cli import app
+from ppsim.ds_config import batch_sizes
+from ppsim.errors import ScenarioError
+from ppsim.scenario import load, load_with_notes
+
+runner = CliRunner()
+
+#: the three-stage example DeepSpeed's pipeline tutorials show
+TUTORIAL = {
+    "train_batch_size": 32,
+    "train_micro_batch_size_per_gpu": 4,
+    "gradient_accumulation_steps": 8,
+    "fp16": {"enabled": True},
+    "zero_optimization": {"stage": 0},
+    "pipeline": {"stages": 3, "stage_id": 0},
+}
+
+SCENARIO = """\
+name: three-stage
+model: {layers: 6, hidden: 256, heads: 4, seq_len: 128, vocab: 1024}
+pipeline: {stages: 3, schedule: 1f1b, partition: uniform}
+hardware: {device: a100-80g}
+deepspeed: ds_config.json
+"""
+
+
+def write(tmp_path: Path, ds: dict, scenario: str = SCENARIO) -> Path:
+    (tmp_path / "ds_config.json").write_text(json.dumps(ds))
+    path = tmp_path / "scenario.yaml"
+    path.write_text(scenario)
+    return path
+
+
+def test_the_tutorial_config_is_imported(tmp_path: Path) -> None:
+    s, notes = load_with_notes(write(tmp_path, TUTORIAL))
+    assert (s.training.micro_batch, s.microbatches, s.global_batch) == (4, 8, 32)
+    assert s.model is not None and s.model.dtype == "fp16"
+    assert s.training.zero_stage == 0
+    text = " ".join(notes)
+    assert "DeepSpeed ignores pipeline.stages (here 3, as the scenario's pipeline.stages)" in text
+    assert "DeepSpeed ignores pipeline.stage_id" in text and "PipelineModule(num_stages=...)" in text
+
+
+@given(st.integers(1, 64), st.integers(1, 64), st.integers(1, 16))
+def test_any_two_batch_sizes_give_the_third(micro: int, acc: int, dp: int) -> None:
+    train = micro * acc * dp
+    assert batch_sizes(train, micro, None, dp, "c") == (train, micro, acc)
+    assert batch_sizes(train, None, acc, dp, "c") == (train, micro, acc)
+    assert batch_sizes(None, micro, acc, dp, "c") == (train, micro, acc)
+    assert batch_sizes(train, micro, acc, dp, "c") == (train, micro, acc)
+
+
+def test_contradictory_batch_sizes_name_the_three_numbers(tmp_path: Path) -> None:
+    path = write(tmp_path, {**TUTORIAL, "train_batch_size": 64})
+    with pytest.raises(ScenarioError, match=r"train_batch_size \(64\) != 4 x 8 x 1 = 32"):
+        load(path)
+    res = runner.invoke(app, ["run", str(path)])
+    assert res.exit_code == 1 and "error: deepspeed:" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"bf16": {"enabled": True}}, "fp16 and bf16 are both enabled"),
+    ({"zero_optimization": {"stage": 3}}, "ZeRO stage 3 cannot be used with pipeline parallelism"),
+    ({"train_micro_batch_size_per_gpu": 0}, "must be a positive integer"),
+    ({"train_batch_size": None, "train_micro_batch_size_per_gpu": None}, "gives none of"),
+])
+def test_bad_configs_are_one_clear_error(tmp_path: Path, change: dict, words: str) -> None:
+    ds = {**TUTORIAL, **change}
+    res = runner.invoke(app, ["run", str(write(tmp_path, ds))])
+    assert res.exit_code == 1, res.output
+    assert words in " ".join(res.output.split()) and "Traceback" not in res.output
+
+
+def test_the_scenario_and_the_config_must_agree(tmp_path: Path) -> None:
+    scenario = SCENARIO.replace("pipeline: {", "training: {micro_batch: 2}\npipeline: {")
+    with pytest.raises(ScenarioError, match=r"training.micro_batch: the scenario says training.micro_batch: 2 but "
+                                            r"ds_config.json says train_micro_batch_size_per_gpu = 4"):
+        load(write(tmp_path, TUTORIAL, scenario))
+
+
+def test_checkpointing(tmp_path: Path) -> None:
+    s, _ = load_with_notes(write(tmp_path, {**TUTORIAL, "pipeline": {"activation_checkpoint_interval": 1}}))
+    assert s.training.recompute == "full"
+    s, notes = load_with_notes(write(tmp_path, {**TUTORIAL, "activation_checkpointing": {"partition_activations": True}}))
+    assert s.training.recompute == "none"
+    assert any("checkpoints its layers when pipeline.activation_checkpoint_interval" in n for n in notes)
+
+
+def test_ds_config_option_and_notes_on_the_command_line(tmp_path: Path) -> None:
+    path = write(tmp_path, TUTORIAL, SCENARIO.replace("deepspeed: ds_config.json\n", ""))
+    res = runner.invoke(app, ["run", str(path), "--ds-config", str(tmp_path / "ds_config.json"), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output[res.output.index("{"):])
+    assert (doc["microbatches"], doc["samples_per_step"]) == (8, 32)
+    assert "note:" in res.output and "pipeline.stages" in res.output
+    missing = runner.invoke(app, ["run", str(path), "--ds-config", str(tmp_path / "nope.json")])
+    assert missing.exit_code == 1 and "does not exist" in missing.output
+
+
+def test_a_config_that_is_not_json(tmp_path: Path) -> None:
+    path = write(tmp_path, TUTORIAL)
+    (tmp_path / "ds_config.json").write_text("{'not': json")
+    with pytest.raises(ScenarioError, match="not valid JSON at line 1"):
+        load(path)
