@@ -85,6 +85,9 @@ def prepare(s: Scenario, profile: Profile | None = None) -> tuple[Scenario, Plan
     if s.training.recompute != "none":
         raise PpsimError(f"ppexec does not run activation recomputation yet ({s.training.recompute!r}); "
                          "ppsim predicts it, ppexec runs recompute: none", field="training.recompute")
+    if s.tensor_parallel > 1:
+        raise PpsimError(f"ppexec does not run tensor parallelism yet (tensor_parallel {s.tensor_parallel}); "
+                         "ppsim predicts it, ppexec runs tensor_parallel: 1", field="tensor_parallel")
     if s.training.zero_stage:
         raise PpsimError(f"ppexec does not run ZeRO yet (stage {s.training.zero_stage}); ppsim predicts it, "
                          "ppexec runs zero_stage: 0", field="training.zero_stage")

@@ -47,20 +47,24 @@ class LayerCost:
         return self.forward_flops + self.input_grad_flops + self.weight_grad_flops
 
 
-def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none") -> tuple[LayerCost, LayerCost, LayerCost]:
-    """(embedding, one transformer block, LM head) for one micro-batch. With recompute, the block's
-    input-grad pass also runs the recomputed forward (all of it, or the attention core)."""
+def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none", tensor_parallel: int = 1
+               ) -> tuple[LayerCost, LayerCost, LayerCost]:
+    """(embedding, one transformer block, LM head) for one micro-batch, per device of a tensor-
+    parallel group of ``tensor_parallel`` (Megatron: the matmuls, the vocabulary and the heads are
+    split t ways). With recompute, the block's input-grad pass also runs the recomputed forward
+    (all of it, or the attention core)."""
     b, s, h, f, a, V = micro_batch, model.seq_len, model.hidden, model.ffn, model.heads, model.vocab
-    matmul = 8 * b * s * h * h + 4 * b * s * h * f
-    attention = 4 * b * s * s * h
+    t = tensor_parallel
+    matmul = (8 * b * s * h * h + 4 * b * s * h * f) / t
+    attention = 4 * b * s * s * h / t
     again = {"none": 0, "selective": attention, "full": matmul + attention}[recompute]
     block = LayerCost(
         name="block",
         forward_flops=matmul + attention,
         input_grad_flops=matmul + 2 * attention + again,
         weight_grad_flops=matmul,
-        params=4 * h * h + 2 * h * f + 9 * h + f,
-        activation_bytes=block_activation_bytes(s, b, h, a, DTYPE_BYTES[model.dtype], recompute),
+        params=(4 * h * h + 2 * h * f + 4 * h + f) // t + 5 * h,
+        activation_bytes=block_activation_bytes(s, b, h, a, DTYPE_BYTES[model.dtype], recompute, t),
         recompute_flops=again,
     )
     embedding = LayerCost(
@@ -68,19 +72,26 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         forward_flops=0.0,
         input_grad_flops=0.0,
         weight_grad_flops=0.0,
-        params=V * h + s * h,
+        params=V * h // t + s * h,
         activation_bytes=int(s * b * h * DTYPE_BYTES[model.dtype]),
     )
-    logits = 2 * b * s * h * V
+    logits = 2 * b * s * h * V / t
     head = LayerCost(
         name="lm_head",
         forward_flops=logits,
         input_grad_flops=logits,
         weight_grad_flops=logits,
-        params=V * h + 2 * h,
-        activation_bytes=4 * s * b * V,
+        params=V * h // t + 2 * h,
+        activation_bytes=4 * s * b * V // t,
     )
     return embedding, block, head
+
+
+def tensor_parallel_ms(model: ModelSpec, micro_batch: int, tensor_parallel: int, link: Link) -> float:
+    """One of the all-reduces of a block's activations (s x b x h values) over its tensor-parallel
+    group; Megatron runs two in each block's forward and two in its backward."""
+    nbytes = model.seq_len * micro_batch * model.hidden * DTYPE_BYTES[model.dtype]
+    return ring_allreduce_ms(nbytes, tensor_parallel, link)
 
 
 def ring_allreduce_ms(nbytes: float, ranks: int, link: Link) -> float:
@@ -133,7 +144,14 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
     samples = micro * m * d
     tokens = samples * s.model.seq_len if s.model else None
     p2p_link, dp_link = _links(s, device)
-    layers = gpt_layers(s.model, micro, s.training.recompute) if s.model else None
+    tp = s.tensor_parallel
+    hw = s.hardware
+    tp_link = (Link.from_gb_s(hw.tp_link.bandwidth_gb_s, hw.tp_link.latency_us) if hw.tp_link
+               else Link.from_gb_s(device.intra_node_gb_s, device.intra_node_latency_us))
+    if profile is not None and tp > 1:
+        raise ScenarioError("a profile is measured without tensor parallelism; predict tensor_parallel > 1 from the "
+                            "model (no --profile)", field="--profile")
+    layers = gpt_layers(s.model, micro, s.training.recompute, tp) if s.model else None
     counts: list[int] | None = None
     stage_flops: list[tuple[float, float, float]] = []
     stage_recompute: list[float] = []
@@ -205,13 +223,16 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
         rate = device.peak_flops(s.model.dtype) * eff / 1e3  # FLOPs per millisecond
         hbm = device.hbm_gb_s * 1e9 / 1e3  # bytes per millisecond
         stages = []
+        # two all-reduces of the activations per block and pass when the block is tensor-parallel
+        tp_ms = 2 * tensor_parallel_ms(s.model, micro, tp, tp_link) if tp > 1 else 0.0
         for vs in range(n_virtual):
             f_, i_, w_ = stage_flops[vs]
             grad_bytes = stage_params[vs] * dtype_bytes
+            blocks = counts[vs] if counts else 0
             stages.append(
                 StageCost(
-                    forward_ms=f_ / rate,
-                    backward_ms=(i_ + w_) / rate,
+                    forward_ms=f_ / rate + blocks * tp_ms,
+                    backward_ms=(i_ + w_) / rate + blocks * tp_ms,
                     weight_grad_ms=w_ / rate,
                     optimizer_ms=stage_params[vs] * OPTIMIZER_BYTES_PER_PARAM / hbm,
                     clip_ms=stage_params[vs] * dtype_bytes / hbm,
@@ -225,9 +246,9 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
             )
         costs = CostTable(stages=tuple(stages), message_bytes=message_bytes, links=(p2p_link,),
                           clip_allreduce_ms=2 * (p - 1) * p2p_link.latency_ms)
-    # model FLOPs (what MFU counts) leave out the recomputed forward
-    flops = (sum(sum(x) for x in stage_flops) - sum(stage_recompute)) * m * d if stage_flops else None
-    fwd_flops = sum(x[0] for x in stage_flops) * m * d if stage_flops else None
+    # per device figures x t devices; model FLOPs (what MFU counts) leave out the recomputed forward
+    flops = (sum(sum(x) for x in stage_flops) - sum(stage_recompute)) * m * d * tp if stage_flops else None
+    fwd_flops = sum(x[0] for x in stage_flops) * m * d * tp if stage_flops else None
     return Workload(
         costs=costs,
         partition=counts,

@@ -11,6 +11,9 @@ values (scaled by dtype bytes / 2), for s tokens, b sequences, width h and a hea
 - ``selective``: 34 sbh           — the attention core (QK^T, softmax, dropout, AV) is recomputed;
 - ``full``:      2 sbh            — only the block's input; the backward runs the forward again.
 
+With tensor parallelism over t devices (no sequence parallelism) each device keeps
+sbh(10 + 24/t + 5as/(ht)), sbh(10 + 24/t) and 2 sbh.
+
 Communication buffers: a receive and a send buffer of one stage-to-stage message for each
 neighbouring stage.
 """
@@ -25,14 +28,17 @@ RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
 
 
 def block_activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, dtype_bytes: int,
-                           recompute: Recompute = "none") -> int:
-    """Bytes one transformer block keeps per micro-batch between its forward and its backward."""
+                           recompute: Recompute = "none", tensor_parallel: int = 1) -> int:
+    """Bytes one transformer block keeps per micro-batch between its forward and its backward, on
+    each of ``tensor_parallel`` devices (Megatron's tensor parallelism, no sequence parallelism:
+    the layer norms' and dropouts' 10 sbh stay whole, the rest is split)."""
     sbh = seq_len * micro_batch * hidden
     scale = dtype_bytes / 2
+    t = tensor_parallel
     if recompute == "none":
-        return int(sbh * (34 + 5 * heads * seq_len / hidden) * scale)
+        return int(sbh * (10 + 24 / t + 5 * heads * seq_len / (hidden * t)) * scale)
     if recompute == "selective":
-        return int(34 * sbh * scale)
+        return int(sbh * (10 + 24 / t) * scale)
     if recompute == "full":
         return int(2 * sbh * scale)
     raise ValueError(f"unknown recompute mode {recompute!r}; use one of {', '.join(RECOMPUTE_MODES)}")

@@ -78,6 +78,7 @@ class HardwareSpec(_Strict):
     efficiency: float | None = Field(default=None, gt=0, le=1, description="fraction of peak reached")
     link: LinkSpec | None = None  #: between consecutive stages; default: the device's inter-node NIC
     dp_link: LinkSpec | None = None  #: for the gradient all-reduce; default: the device's intra-node link
+    tp_link: LinkSpec | None = None  #: for tensor parallelism's all-reduces; default: the device's intra-node link
 
 
 class CostsSpec(_Strict):
@@ -106,6 +107,7 @@ class Scenario(_Strict):
     training: TrainingSpec = TrainingSpec()
     pipeline: PipelineSpec = PipelineSpec()
     data_parallel: int = Field(default=1, gt=0)
+    tensor_parallel: int = Field(default=1, gt=0, le=8, description="Megatron tensor parallelism inside a node")
     hardware: HardwareSpec = HardwareSpec()
     costs: CostsSpec | None = None
     deepspeed: str | None = Field(default=None, description="a DeepSpeed config JSON, relative to the scenario file")
@@ -277,6 +279,13 @@ def check(s: Scenario) -> None:
                 f"global_batch ({gb}) is smaller than micro_batch x data_parallel ({per_step})",
                 field="training.global_batch",
             )
+    tp = s.tensor_parallel
+    if tp > 1 and s.model is not None and (s.model.heads % tp or s.model.ffn % tp):
+        raise ScenarioError(
+            f"tensor_parallel ({tp}) must divide model.heads ({s.model.heads}) and the MLP width ({s.model.ffn}); "
+            "choose a divisor of both",
+            field="tensor_parallel",
+        )
     if s.training.zero_stage >= 2 and p > 1:
         raise ScenarioError(
             f"ZeRO stage {s.training.zero_stage} cannot be used with pipeline parallelism (DeepSpeed refuses it: "

@@ -175,13 +175,15 @@ def test_cluster_launch_command_runs_the_same_worker(tmp_path: Path) -> None:
     assert "--master_port" in cmd
 
 
-@pytest.mark.parametrize("key, value", [("recompute", "full"), ("zero_stage", 1)])
+@pytest.mark.parametrize("key, value", [("training.recompute", "full"), ("training.zero_stage", 1),
+                                        ("tensor_parallel", 2)])
 def test_what_ppexec_cannot_run_yet_is_refused_by_name(key: str, value: object) -> None:
     from ppexec.run import prepare
     from ppsim.errors import PpsimError
     from ppsim.scenario import parse_scenario
 
     data = load(TINY).model_dump(exclude_none=True)
-    data["training"][key] = value
-    with pytest.raises(PpsimError, match=f"training.{key}: ppexec does not run"):
+    *section, name = key.split(".")
+    (data[section[0]] if section else data)[name] = value
+    with pytest.raises(PpsimError, match=f"{key}: ppexec does not run"):
         prepare(parse_scenario(data))
