@@ -11,12 +11,15 @@ Per transformer block and micro-batch (b sequences of s tokens, width h, MLP wid
   bytes per block; the message between stages: s x b x h elements.
 Time = FLOPs / (peak x efficiency). Optimizer step: 32 bytes of memory traffic per parameter at
 HBM bandwidth (mixed-precision Adam). Gradient clipping: one read of every gradient for the norm,
-which is then all-reduced over the pipeline's stages (2(p-1) x link latency) before the update. Gradient all-reduce: ring,
-2(d-1)/d x bytes / bandwidth + 2(d-1) x latency.
+which is then all-reduced over the pipeline's stages (2(p-1) x link latency) before the update.
+Gradient all-reduce over the d replicas: ring, 2(d-1)/d x bytes / bandwidth + 2(d-1) x latency, or
+tree, 2 x bytes / bandwidth + 2 ceil(log2 d) x latency, in buckets of ``training.bucket_mb``; with
+``overlap_grad_reduce`` each bucket starts as soon as the last backward has produced it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ppsim import partition as part
@@ -94,6 +97,23 @@ def tensor_parallel_ms(model: ModelSpec, micro_batch: int, tensor_parallel: int,
     return ring_allreduce_ms(nbytes, tensor_parallel, link)
 
 
+def tree_allreduce_ms(nbytes: float, ranks: int, link: Link) -> float:
+    """(Double binary) tree all-reduce: reduce up and broadcast down a tree of depth log2(n):
+    2 x bytes / bandwidth + 2 ceil(log2 n) x latency."""
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0
+    return 2 * link.serialization_ms(int(nbytes)) + 2 * math.ceil(math.log2(ranks)) * link.latency_ms
+
+
+def grad_allreduce(grad_bytes: float, ranks: int, link: Link, algorithm: str, bucket_bytes: float) -> tuple[float, int]:
+    """(total ms, buckets) of the data-parallel gradient all-reduce, run in buckets of ``bucket_bytes``."""
+    if ranks <= 1 or grad_bytes <= 0:
+        return 0.0, 1
+    buckets = max(1, math.ceil(grad_bytes / bucket_bytes))
+    one = (tree_allreduce_ms if algorithm == "tree" else ring_allreduce_ms)(grad_bytes / buckets, ranks, link)
+    return one * buckets, buckets
+
+
 def ring_allreduce_ms(nbytes: float, ranks: int, link: Link) -> float:
     """Ring all-reduce over ``ranks`` devices: 2(n-1)/n x bytes / bandwidth + 2(n-1) x latency."""
     if ranks <= 1 or nbytes <= 0:
@@ -146,6 +166,10 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
     p2p_link, dp_link = _links(s, device)
     tp = s.tensor_parallel
     hw = s.hardware
+
+    def reduce(grad_bytes: float) -> tuple[float, int]:
+        return grad_allreduce(grad_bytes, d, dp_link, s.training.allreduce, s.training.bucket_mb * 1e6)
+
     tp_link = (Link.from_gb_s(hw.tp_link.bandwidth_gb_s, hw.tp_link.latency_us) if hw.tp_link
                else Link.from_gb_s(device.intra_node_gb_s, device.intra_node_latency_us))
     if profile is not None and tp > 1:
@@ -236,7 +260,8 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
                     weight_grad_ms=w_ / rate,
                     optimizer_ms=stage_params[vs] * OPTIMIZER_BYTES_PER_PARAM / hbm,
                     clip_ms=stage_params[vs] * dtype_bytes / hbm,
-                    allreduce_ms=ring_allreduce_ms(grad_bytes, d, dp_link),
+                    allreduce_ms=reduce(grad_bytes)[0],
+                    allreduce_buckets=reduce(grad_bytes)[1],
                     grad_bytes=grad_bytes,
                     activation_bytes=stage_act[vs],
                     params=stage_params[vs],
@@ -245,7 +270,8 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
                 )
             )
         costs = CostTable(stages=tuple(stages), message_bytes=message_bytes, links=(p2p_link,),
-                          clip_allreduce_ms=2 * (p - 1) * p2p_link.latency_ms)
+                          clip_allreduce_ms=2 * (p - 1) * p2p_link.latency_ms,
+                          overlap_grad_reduce=s.training.overlap_grad_reduce)
     # per device figures x t devices; model FLOPs (what MFU counts) leave out the recomputed forward
     flops = (sum(sum(x) for x in stage_flops) - sum(stage_recompute)) * m * d * tp if stage_flops else None
     fwd_flops = sum(x[0] for x in stage_flops) * m * d * tp if stage_flops else None

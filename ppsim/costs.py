@@ -23,6 +23,7 @@ class StageCost:
     optimizer_ms: float = 0.0
     clip_ms: float = 0.0  #: gradient clipping's own work (the local gradient norm), before its all-reduce
     allreduce_ms: float = 0.0  #: gradient all-reduce across data-parallel replicas, once per step
+    allreduce_buckets: int = 1  #: the all-reduce runs in this many equal buckets
     grad_bytes: int = 0  #: bytes all-reduced per step
     activation_bytes: int = 0  #: activations held per micro-batch between forward and backward
     params: int = 0
@@ -75,6 +76,9 @@ class CostTable:
     #: gradient clipping (CLIP) all-reduces the gradient norm over every stage of the pipeline, so
     #: each rank waits for the last one to get there; this is what the all-reduce itself costs
     clip_allreduce_ms: float = 0.0
+    #: start a stage's gradient all-reduce bucket by bucket while its last backward produces them
+    #: (Megatron's --overlap-grad-reduce, DeepSpeed's overlap_comm), instead of after it
+    overlap_grad_reduce: bool = False
 
     def link(self, boundary: int) -> Link:
         return self.links[boundary] if len(self.links) > 1 else self.links[0]

@@ -2,7 +2,8 @@
 
 What is imported: the batch sizes (``train_batch_size``, ``train_micro_batch_size_per_gpu``,
 ``gradient_accumulation_steps``, which for a pipeline is the micro-batch count per step),
-the precision (``fp16`` / ``bf16``), the ZeRO stage, ``gradient_clipping`` and activation
+the precision (``fp16`` / ``bf16``), the ZeRO stage with ``overlap_comm`` and ``reduce_bucket_size``
+(elements), ``gradient_clipping`` and activation
 checkpointing (``pipeline.activation_checkpoint_interval`` > 0: every block recomputed, i.e.
 ``recompute: full``). The rules are DeepSpeed's: train_batch_size = micro-batch x accumulation x
 data-parallel, any two giving the third; fp16 and bf16 not both; ZeRO 2 and 3 not with a pipeline
@@ -113,6 +114,12 @@ def apply_ds_config(data: dict[str, Any], ds: dict[str, Any], name: str) -> tupl
     zero = ds.get("zero_optimization")
     if isinstance(zero, dict) and "stage" in zero:
         _set(data, "training", "zero_stage", zero["stage"], "zero_optimization.stage", name)
+    if isinstance(zero, dict) and isinstance(zero.get("overlap_comm"), bool):
+        _set(data, "training", "overlap_grad_reduce", zero["overlap_comm"], "zero_optimization.overlap_comm", name)
+    if isinstance(zero, dict) and isinstance(zero.get("reduce_bucket_size"), int | float):
+        dtype_bytes = {"fp16": 2, "bf16": 2}.get(data.get("model", {}).get("dtype", ""), 4)
+        _set(data, "training", "bucket_mb", zero["reduce_bucket_size"] * dtype_bytes / 1e6,
+             "zero_optimization.reduce_bucket_size", name)
     if "gradient_clipping" in ds:
         _set(data, "training", "grad_clip", float(ds["gradient_clipping"]), "gradient_clipping", name)
     pipe = ds.get("pipeline") if isinstance(ds.get("pipeline"), dict) else {}

@@ -114,3 +114,10 @@ def test_a_config_that_is_not_json(tmp_path: Path) -> None:
     (tmp_path / "ds_config.json").write_text("{'not': json")
     with pytest.raises(ScenarioError, match="not valid JSON at line 1"):
         load(path)
+
+
+def test_zero_overlap_and_bucket_size_are_imported(tmp_path: Path) -> None:
+    ds = {**TUTORIAL, "zero_optimization": {"stage": 1, "overlap_comm": True, "reduce_bucket_size": 5e8}}
+    s = load(write(tmp_path, ds))
+    assert s.training.zero_stage == 1 and s.training.overlap_grad_reduce is True
+    assert s.training.bucket_mb == pytest.approx(1000.0)  # 5e8 fp16 elements

@@ -182,3 +182,42 @@ def test_without_clipping_there_is_no_clip_action() -> None:
     assert not any(a.kind.value == "CLIP" for r in plan.actions for a in r)
     clipped = lower(schedules.build("1f1b", 2, 2), 1, clip=True)
     assert [str(r[-2]) for r in clipped.actions] == ["0CLIP", "1CLIP"]
+
+
+def _dp_costs(overlap: bool, buckets: int) -> CostTable:
+    stage = StageCost(forward_ms=1.0, backward_ms=4.0, allreduce_ms=8.0, allreduce_buckets=buckets)
+    return CostTable(stages=(stage, stage), message_bytes=0, links=(Link(latency_ms=0.0),), overlap_grad_reduce=overlap)
+
+
+def test_overlapped_gradient_reduction_hides_behind_the_last_backward() -> None:
+    plan = lower(schedules.build("1f1b", 2, 4), 2)
+    plain = simulate(plan, _dp_costs(False, 4), "rendezvous")
+    one_bucket = simulate(plan, _dp_costs(True, 1), "rendezvous")
+    four = simulate(plan, _dp_costs(True, 4), "rendezvous")
+    for r in (0, 1):
+        last_b = _span(plain, r, f"{r}B3")
+        red = _span(plain, r, f"{r}REDUCE_GRAD")
+        assert red.start == pytest.approx(last_b.end) and red.duration == pytest.approx(8.0)
+        # one bucket is ready only when the whole backward is done: nothing to overlap
+        assert _span(one_bucket, r, f"{r}REDUCE_GRAD").end == pytest.approx(red.end)
+        # four buckets of 2 ms: the first goes out a quarter into the last backward (1 ms in);
+        # they queue on the lane, so the reduction ends 1 + 4 x 2 ms after the backward starts
+        b = _span(four, r, f"{r}B3")
+        red4 = _span(four, r, f"{r}REDUCE_GRAD")
+        assert red4.start == pytest.approx(b.start + 1.0)
+        assert red4.end == pytest.approx(b.start + 1.0 + 8.0)
+        assert _span(four, r, f"{r}OPT").start == pytest.approx(red4.end)
+    assert summarize(four).step_time_ms < summarize(plain).step_time_ms
+
+
+def test_tree_and_ring_all_reduce_formulas() -> None:
+    from ppsim.cost_model import grad_allreduce, ring_allreduce_ms, tree_allreduce_ms
+
+    link = Link.from_gb_s(100, 10)  # 1e8 bytes per ms, 0.01 ms latency
+    n, nbytes = 16, 1e9
+    assert ring_allreduce_ms(nbytes, n, link) == pytest.approx(2 * 15 / 16 * 10 + 2 * 15 * 0.01)
+    assert tree_allreduce_ms(nbytes, n, link) == pytest.approx(2 * 10 + 2 * 4 * 0.01)
+    total, buckets = grad_allreduce(nbytes, n, link, "ring", 25e6)
+    assert buckets == 40
+    assert total == pytest.approx(40 * ring_allreduce_ms(nbytes / 40, n, link))
+    assert grad_allreduce(nbytes, 1, link, "ring", 25e6) == (0.0, 1)

@@ -13,8 +13,10 @@ Model
     * ``rendezvous``: the send blocks until the peer has posted the matching receive, then both
       wait for the transfer (gloo and NCCL send/recv pairs behave like this).
 - End of step: ``REDUCE_GRAD`` (all-reduce across data-parallel replicas) occupies the collective
-  lane and blocks the rank; ``CLIP`` (gradient clipping) does the rank's own part (its local
-  gradient norm), then waits on the collective lane until every rank of the pipeline has got
+  lane and blocks the rank until it is done; with ``CostTable.overlap_grad_reduce`` its buckets
+  start while the stage's last backward (or weight grad) produces them, so only the tail is
+  exposed; ``CLIP`` (gradient clipping) does the rank's own part (its local gradient norm), then
+  waits on the collective lane until every rank of the pipeline has got
   there and the norm is all-reduced (``CostTable.clip_allreduce_ms``): the slowest stage holds
   up the optimizer step of all the others; ``OPT`` (optimizer step) occupies the compute lane.
 
@@ -108,6 +110,7 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
     position = [0] * plan.num_ranks
     finished = [False] * plan.num_ranks
     sync_ms = costs.clip_allreduce_ms
+    overlap = costs.overlap_grad_reduce
     # the gradient-norm all-reduce of gradient clipping: one arrival per rank
     sync_arrivals: list[float] = []
     sync_done = env.event()
@@ -129,6 +132,8 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
         # in the order its messages appear on both ranks, so bookings are in time order.
         t = 0.0
         held = 0.0
+        last_backward: dict[int, tuple[float, float]] = {}  # per stage: its latest B or W
+        collective_free = 0.0
         points = mem_points[r]
         append = spans.append
         for i, a in enumerate(plan.actions[r]):
@@ -149,6 +154,8 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
             op = compute.get((s, k))
             if op is not None:
                 dur, alloc, free = op
+                if k is B or k is W:
+                    last_backward[s] = (t, t + dur)
                 if alloc:
                     held += alloc
                     points.append((t, held))
@@ -160,8 +167,25 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
                 continue
             if k is Kind.REDUCE_GRAD:
                 c = stage_costs[s]
-                append(make_span((r, "collective", a, t, t + c.allreduce_ms, c.grad_bytes, None)))
-                t += c.allreduce_ms
+                bwd = last_backward.get(s)
+                if overlap and bwd is not None:
+                    # bucket j is ready once the last backward has produced (j + 1) / n of the
+                    # gradients; buckets go out one after the other on the collective lane
+                    b0, b1 = bwd
+                    n = max(1, c.allreduce_buckets)
+                    each = c.allreduce_ms / n
+                    free = first = max(collective_free, b0)
+                    for j in range(n):
+                        begin_j = max(free, b0 + (j + 1) / n * (b1 - b0))
+                        first = begin_j if j == 0 else first
+                        free = begin_j + each
+                    append(make_span((r, "collective", a, first, free, c.grad_bytes, None)))
+                    collective_free = free
+                    t = max(t, free)
+                else:
+                    append(make_span((r, "collective", a, t, t + c.allreduce_ms, c.grad_bytes, None)))
+                    t += c.allreduce_ms
+                    collective_free = t
                 continue
             if k is SEND_F:
                 key, peer, sending = (s, 0, mb), where[s + 1], True
