@@ -121,6 +121,29 @@ def ring_allreduce_ms(nbytes: float, ranks: int, link: Link) -> float:
     return 2 * (ranks - 1) / ranks * link.serialization_ms(int(nbytes)) + 2 * (ranks - 1) * link.latency_ms
 
 
+def _cluster_links(s: Scenario, device: Device, n_virtual: int) -> tuple[tuple[Link, ...], Link, Link]:
+    """(per stage boundary, data-parallel, tensor-parallel) links from the cluster's routes."""
+    from ppsim import cluster as cl
+
+    spec = s.cluster
+    assert spec is not None
+    intra = spec.intra_node or None
+    inter = spec.inter_node or None
+    c = cl.Cluster(
+        nodes=spec.nodes,
+        devices_per_node=spec.devices_per_node,
+        intra=cl.LinkKind(intra.bandwidth_gb_s, intra.latency_us) if intra
+        else cl.LinkKind(device.intra_node_gb_s, device.intra_node_latency_us),
+        inter=cl.LinkKind(inter.bandwidth_gb_s, inter.latency_us) if inter
+        else cl.LinkKind(device.inter_node_gb_s, device.inter_node_latency_us),
+        nics_per_node=spec.nics_per_node or spec.devices_per_node,
+    )
+    p, d, t = s.pipeline.stages, s.data_parallel, s.tensor_parallel
+    cl.check_fits(c, p, d, t)
+    boundaries = tuple(cl.stage_links(c, n_virtual, p, d, t, spec.placement))
+    return boundaries, cl.data_parallel_link(c, p, d, t, spec.placement), cl.tensor_parallel_link(c, p, d, t, spec.placement)
+
+
 def _links(s: Scenario, device: Device) -> tuple[Link, Link]:
     hw = s.hardware
     p2p = (
@@ -166,12 +189,16 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
     p2p_link, dp_link = _links(s, device)
     tp = s.tensor_parallel
     hw = s.hardware
+    boundary_links: tuple[Link, ...] = (p2p_link,)
+    tp_link = (Link.from_gb_s(hw.tp_link.bandwidth_gb_s, hw.tp_link.latency_us) if hw.tp_link
+               else Link.from_gb_s(device.intra_node_gb_s, device.intra_node_latency_us))
+    if s.cluster is not None:
+        boundary_links, dp_link, tp_link = _cluster_links(s, device, n_virtual)
+        p2p_link = boundary_links[0]
 
     def reduce(grad_bytes: float) -> tuple[float, int]:
         return grad_allreduce(grad_bytes, d, dp_link, s.training.allreduce, s.training.bucket_mb * 1e6)
 
-    tp_link = (Link.from_gb_s(hw.tp_link.bandwidth_gb_s, hw.tp_link.latency_us) if hw.tp_link
-               else Link.from_gb_s(device.intra_node_gb_s, device.intra_node_latency_us))
     if profile is not None and tp > 1:
         raise ScenarioError("a profile is measured without tensor parallelism; predict tensor_parallel > 1 from the "
                             "model (no --profile)", field="--profile")
@@ -269,8 +296,8 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
                     memory=statics[vs],
                 )
             )
-        costs = CostTable(stages=tuple(stages), message_bytes=message_bytes, links=(p2p_link,),
-                          clip_allreduce_ms=2 * (p - 1) * p2p_link.latency_ms,
+        costs = CostTable(stages=tuple(stages), message_bytes=message_bytes, links=boundary_links,
+                          clip_allreduce_ms=2 * (p - 1) * max(x.latency_ms for x in boundary_links),
                           overlap_grad_reduce=s.training.overlap_grad_reduce)
     # per device figures x t devices; model FLOPs (what MFU counts) leave out the recomputed forward
     flops = (sum(sum(x) for x in stage_flops) - sum(stage_recompute)) * m * d * tp if stage_flops else None

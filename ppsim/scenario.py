@@ -84,6 +84,17 @@ class HardwareSpec(_Strict):
     tp_link: LinkSpec | None = None  #: for tensor parallelism's all-reduces; default: the device's intra-node link
 
 
+class ClusterSpec(_Strict):
+    """Nodes of devices; links inside a node and between nodes; where the ranks go."""
+
+    nodes: int = Field(gt=0)
+    devices_per_node: int = Field(default=8, gt=0)
+    nics_per_node: int | None = Field(default=None, gt=0, description="default: one per device")
+    intra_node: LinkSpec | None = None  #: default: the device's NVLink figures
+    inter_node: LinkSpec | None = None  #: per NIC; default: the device's NIC figures
+    placement: Literal["megatron", "pipeline-inner"] = "megatron"
+
+
 class CostsSpec(_Strict):
     """Explicit per-stage costs in milliseconds; a number for every stage, or one value per stage."""
 
@@ -113,6 +124,7 @@ class Scenario(_Strict):
     tensor_parallel: int = Field(default=1, gt=0, le=8, description="Megatron tensor parallelism inside a node")
     hardware: HardwareSpec = HardwareSpec()
     costs: CostsSpec | None = None
+    cluster: ClusterSpec | None = None
     deepspeed: str | None = Field(default=None, description="a DeepSpeed config JSON, relative to the scenario file")
 
     @model_validator(mode="after")
@@ -289,6 +301,14 @@ def check(s: Scenario) -> None:
             "choose a divisor of both",
             field="tensor_parallel",
         )
+    if s.cluster is not None:
+        given = [k for k in ("link", "dp_link", "tp_link") if getattr(s.hardware, k) is not None]
+        if given:
+            raise ScenarioError(
+                f"hardware.{given[0]} and a cluster section both set links; with a cluster, give the links as "
+                "cluster.intra_node and cluster.inter_node (the routes between ranks decide which is used)",
+                field=f"hardware.{given[0]}",
+            )
     if s.training.zero_stage >= 2 and p > 1:
         raise ScenarioError(
             f"ZeRO stage {s.training.zero_stage} cannot be used with pipeline parallelism (DeepSpeed refuses it: "
