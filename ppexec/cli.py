@@ -165,6 +165,7 @@ def validate_cmd(
     steps: int = typer.Option(10, "--steps", min=1, help="Training steps to record (the median step is compared)."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Steps to run first and not record."),
     schedule: str | None = typer.Option(None, "--schedule", help="Schedule (gpipe or 1f1b)."),
+    stages: int | None = typer.Option(None, "--stages", min=1, help="Pipeline stages p."),
     microbatches: int | None = typer.Option(None, "--microbatches", min=1, help="Micro-batches per step m."),
     partition: str | None = typer.Option(None, "--partition", help="uniform | balanced"),
     timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds a rank may wait on a peer before failing."),
@@ -178,7 +179,8 @@ def validate_cmd(
     try:
         check_partition_option(partition)
         check_validation_folder(out)
-        s = load(scenario).with_overrides(schedule=schedule, microbatches=microbatches, partition=partition)
+        s = load(scenario).with_overrides(schedule=schedule, stages=stages, microbatches=microbatches,
+                                          partition=partition)
         measured = _load_profile(profile)
         out.mkdir(parents=True, exist_ok=True)
         if measured is None:

@@ -155,6 +155,10 @@ def execute(s: Scenario, opts: RunOptions, on_progress: Callable[[list[RankState
     check_environment()
     s, plan, world = prepare_run(s, opts, profile)
     if hostfile is None:
+        assert s.model is not None
+        if s.model.dtype == "fp16":
+            raise PpsimError("DeepSpeed runs no fp16 on a CPU; for a local run set model.dtype (or the DeepSpeed "
+                             "config's fp16.enabled) to bf16 or fp32", field="model.dtype")
         check_fits(s, world)
         states = run_local(opts.out, world, deadline_s(opts), on_progress)
     else:

@@ -187,3 +187,10 @@ def test_what_ppexec_cannot_run_yet_is_refused_by_name(key: str, value: object) 
     (data[section[0]] if section else data)[name] = value
     with pytest.raises(PpsimError, match=f"{key}: ppexec does not run"):
         prepare(parse_scenario(data))
+
+
+def test_fp16_on_the_cpu_is_refused_before_any_rank_starts(tmp_path: Path) -> None:
+    fp16 = tmp_path / "fp16.yaml"
+    fp16.write_text(TINY.read_text().replace("dtype: fp32", "dtype: fp16"))
+    res = CliRunner().invoke(app, ["run", str(fp16), "--out", str(tmp_path / "run")])
+    assert res.exit_code == 1 and "model.dtype: DeepSpeed runs no fp16 on a CPU" in " ".join(res.output.split())
