@@ -180,7 +180,7 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
             raise ScenarioError("the scenario gives explicit costs; a profile replaces model-based costs only: "
                                 "remove the 'costs' section or the --profile option", field="--profile")
         profile.check_applies(s)
-    device = get_device(s.hardware.device)
+    device = get_device(s.hardware.device, s.hardware.device_file)
     p, v, m, d = s.pipeline.stages, s.pipeline.chunks, s.microbatches, s.data_parallel
     n_virtual = p * v
     micro = s.training.micro_batch

@@ -1,14 +1,23 @@
-"""Built-in device catalogue: dense peak throughput per dtype, memory, and the usual links.
+"""The device catalogue (``ppsim/data/devices.yaml``) and user-supplied device files.
 
-Figures are vendor datasheet values (dense, no sparsity). ``efficiency`` is the fraction of peak
-a large GPT matmul reaches in practice; a scenario may override it.
+Figures are vendor datasheet values (dense, no sparsity). ``efficiency`` is the fraction of peak a
+large GPT matmul reaches in practice; a scenario may override it (``hardware.efficiency``). A
+scenario may also describe its own device in a YAML file of the catalogue's format
+(``hardware.device_file``: one entry, or several with ``hardware.device`` naming one).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from ppsim.errors import ScenarioError
+
+CATALOGUE = Path(__file__).parent / "data" / "devices.yaml"
 
 
 @dataclass(frozen=True)
@@ -28,33 +37,60 @@ class Device:
         return self.peak_tflops[dtype] * 1e12
 
 
-DEVICES: dict[str, Device] = {
-    d.name: d
-    for d in (
-        Device("a100-40g", "NVIDIA A100 SXM 40GB", {"bf16": 312, "fp16": 312, "fp32": 19.5}, 40, 1555, 0.6, 300, 3, 25, 5),
-        Device("a100-80g", "NVIDIA A100 SXM 80GB", {"bf16": 312, "fp16": 312, "fp32": 19.5}, 80, 2039, 0.6, 300, 3, 25, 5),
-        Device("h100-sxm", "NVIDIA H100 SXM 80GB", {"bf16": 989, "fp16": 989, "fp32": 67}, 80, 3350, 0.55, 450, 3, 50, 5),
-        Device("h200", "NVIDIA H200 SXM 141GB", {"bf16": 989, "fp16": 989, "fp32": 67}, 141, 4800, 0.55, 450, 3, 50, 5),
-        Device(
-            "cpu",
-            "one x86 CPU core per rank, gloo over shared memory (calibrate with a profile)",
-            {"bf16": 0.02, "fp16": 0.01, "fp32": 0.05},
-            24,
-            20,
-            0.5,
-            2,
-            50,
-            1,
-            100,
-        ),
-    )
-}
+def _device(name: str, entry: Any, source: str) -> Device:
+    try:
+        return Device(
+            name=name,
+            description=str(entry.get("description", name)),
+            peak_tflops={k: float(entry["peak_tflops"][k]) for k in ("bf16", "fp16", "fp32")},
+            memory_gb=float(entry["memory_gb"]),
+            hbm_gb_s=float(entry["hbm_gb_s"]),
+            efficiency=float(entry["efficiency"]),
+            intra_node_gb_s=float(entry["intra_node"]["bandwidth_gb_s"]),
+            intra_node_latency_us=float(entry["intra_node"]["latency_us"]),
+            inter_node_gb_s=float(entry["inter_node"]["bandwidth_gb_s"]),
+            inter_node_latency_us=float(entry["inter_node"]["latency_us"]),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ScenarioError(f"{source}: device {name!r} lacks or has a bad {exc}; see ppsim/data/devices.yaml for the format",
+                            field="hardware.device_file") from None
 
 
-def get_device(name: str) -> Device:
+def read_devices(path: Path) -> dict[str, Device]:
+    """The devices of a catalogue-format YAML file."""
+    if not path.is_file():
+        raise ScenarioError(f"device file {str(path)!r} does not exist; check the path", field="hardware.device_file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError):
+        raise ScenarioError(f"{path}: not a readable YAML file", field="hardware.device_file") from None
+    if not isinstance(data, dict) or not data:
+        raise ScenarioError(f"{path}: a device file maps device names to their figures", field="hardware.device_file")
+    return {str(name): _device(str(name), entry, str(path)) for name, entry in data.items()}
+
+
+@cache
+def catalogue() -> dict[str, Device]:
+    return read_devices(CATALOGUE)
+
+
+DEVICES: dict[str, Device] = catalogue()
+
+
+def get_device(name: str, device_file: str | Path | None = None) -> Device:
+    """A device by name from ``device_file`` (if given) or the catalogue. A file with a single
+    device returns it whatever ``name`` says."""
+    if device_file is not None:
+        devices = read_devices(Path(device_file))
+        if len(devices) == 1:
+            return next(iter(devices.values()))
+        if name in devices:
+            return devices[name]
+        raise ScenarioError(f"{device_file} has no device {name!r}; it has: {', '.join(devices)}", field="hardware.device")
     try:
         return DEVICES[name]
     except KeyError:
         raise ScenarioError(
-            f"unknown device {name!r}; choose one of: {', '.join(DEVICES)}", field="hardware.device"
+            f"unknown device {name!r}; choose one of: {', '.join(DEVICES)} (or describe yours in hardware.device_file)",
+            field="hardware.device",
         ) from None

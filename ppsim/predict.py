@@ -54,7 +54,7 @@ def workload_meta(s: Scenario, w: Workload, training: bool, profile: Profile | N
         "tensor_parallel": s.tensor_parallel,
         "partition": w.partition,
         "costs_from": "explicit" if s.costs is not None else "profile" if profile is not None else "model",
-        "device_memory_bytes": get_device(s.hardware.device).memory_gb * 2**30,
+        "device_memory_bytes": get_device(s.hardware.device, s.hardware.device_file).memory_gb * 2**30,
         "recompute": s.training.recompute,
         "zero_stage": s.training.zero_stage,
     }

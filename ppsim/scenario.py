@@ -78,6 +78,7 @@ class LinkSpec(_Strict):
 
 class HardwareSpec(_Strict):
     device: str = "a100-80g"
+    device_file: str | None = None  #: a YAML of the catalogue's format, relative to the scenario file
     efficiency: float | None = Field(default=None, gt=0, le=1, description="fraction of peak reached")
     link: LinkSpec | None = None  #: between consecutive stages; default: the device's inter-node NIC
     dp_link: LinkSpec | None = None  #: for the gradient all-reduce; default: the device's intra-node link
@@ -238,6 +239,9 @@ def load_with_notes(path: str | Path, ds_config: str | Path | None = None) -> tu
         ds_path = p.parent / data["deepspeed"]
     else:
         ds_path = None
+    hw = data.get("hardware")
+    if isinstance(hw, dict) and isinstance(hw.get("device_file"), str):
+        hw["device_file"] = str(p.parent / hw["device_file"])  # relative to the scenario file
     if ds_path is not None:
         from ppsim.ds_config import apply_ds_config, read_ds_config
 
@@ -363,7 +367,7 @@ def check(s: Scenario) -> None:
                 )
     from ppsim.hardware import get_device  # local: keeps the catalogue out of schema import time
 
-    get_device(s.hardware.device)
+    get_device(s.hardware.device, s.hardware.device_file)
 
 
 def per_stage(value: PerStage, p: int) -> list[float]:

@@ -167,3 +167,23 @@ def test_gpt3_175b_on_1024_gpus_simulates_and_lands_near_the_published_figures()
     assert summary.fits is True
     # published: 34-37 % MFU (45-49 % counting recomputation); ppsim's roofline lands a little above
     assert 0.30 < summary.mfu < 0.45
+
+
+def test_a_device_of_ones_own(tmp_path) -> None:  # noqa: ANN001
+    from ppsim.hardware import DEVICES
+
+    (tmp_path / "gpu.yaml").write_text(
+        "my-gpu:\n  description: a small accelerator\n  peak_tflops: {bf16: 100, fp16: 100, fp32: 10}\n"
+        "  memory_gb: 16\n  hbm_gb_s: 1000\n  efficiency: 0.5\n"
+        "  intra_node: {bandwidth_gb_s: 100, latency_us: 2}\n  inter_node: {bandwidth_gb_s: 10, latency_us: 5}\n")
+    text = (SCENARIOS / "gpt.yaml").read_text()
+    scen = tmp_path / "s.yaml"
+    scen.write_text(text.replace("device: a100-80g", "device: my-gpu\n  device_file: gpu.yaml"))
+    s = load(scen)
+    summary = summarize(predict(s).trace)
+    assert summary.memory_capacity_bytes == 16 * 2**30 and summary.fits is False
+    assert summary.meta["peak_flops_per_device"] == 100e12
+    assert "a100-80g" in DEVICES  # the catalogue itself is a data file
+    (tmp_path / "gpu.yaml").write_text("my-gpu:\n  description: no figures\n")
+    with pytest.raises(ScenarioError, match="hardware.device_file: .*device 'my-gpu' lacks or has a bad"):
+        load(scen)
