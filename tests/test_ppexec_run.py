@@ -30,8 +30,9 @@ TINY = SCENARIOS / "tiny-cpu.yaml"
 runner = CliRunner()
 
 
-def _no_workers_left() -> bool:
-    out = subprocess.run(["pgrep", "-f", "ppexec.worker"], capture_output=True, text=True)
+def _no_workers_left(run_dir: Path) -> bool:
+    """No worker of this run is alive (other tests may run workers of their own meanwhile)."""
+    out = subprocess.run(["pgrep", "-f", f"ppexec.worker {run_dir}"], capture_output=True, text=True)
     return out.stdout.strip() == ""
 
 
@@ -145,7 +146,7 @@ def test_a_plan_that_deadlocks_ends_within_the_timeout(tmp_path: Path) -> None:
     finally:
         run_mod.prepare = real_prepare
     assert "log:" in str(exc.value)
-    assert _no_workers_left()
+    assert _no_workers_left(tmp_path)
 
 
 def test_a_crashed_rank_stops_the_run_and_keeps_what_was_recorded(tmp_path: Path) -> None:
@@ -160,7 +161,7 @@ def test_a_crashed_rank_stops_the_run_and_keeps_what_was_recorded(tmp_path: Path
     with pytest.raises(RunFailed, match=r"rank 1 exited with code -9 after step \d+ \(last action 1\w+\)") as exc:
         execute(load(TINY), RunOptions(out=tmp_path, steps=20, warmup=0, timeout_s=20), kill_rank1_after_first_step)
     assert "without reporting an error" in str(exc.value)
-    assert _no_workers_left()
+    assert _no_workers_left(tmp_path)
     lines = (tmp_path / "ranks" / "rank-1.jsonl").read_text().splitlines()
     assert any(json.loads(line)["type"] == "step" for line in lines)  # the recorded step is kept
 
