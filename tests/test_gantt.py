@@ -174,3 +174,14 @@ def test_plotly_is_not_imported_by_ppsim() -> None:
         "assert 'plotly' not in sys.modules, 'plotly imported at module import time'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_title_shows_peak_memory_per_stage() -> None:
+    from conftest import SCENARIOS
+    from ppsim.predict import predict
+    from ppsim.scenario import load
+
+    fits = gantt_figure(predict(load(SCENARIOS / "gpt.yaml").with_overrides(microbatches=16)).trace).layout.title.text
+    assert "peak memory per stage" in fits and "of 80 GiB: fits" in fits
+    over = predict(load(SCENARIOS / "gpt.yaml").with_overrides(microbatches=16, stages=2, partition="uniform")).trace
+    assert "DOES NOT FIT" in gantt_figure(over).layout.title.text

@@ -109,10 +109,16 @@ def figure_title(trace: Trace) -> str:
     """Header: scenario, schedule, sizes, source, step time and bubble fraction."""
     s = summarize(trace)
     name = trace.meta.get("scenario") or "trace"
+    memory = ""
+    peaks = [st.peak_memory_bytes for st in s.per_stage]
+    if s.memory_capacity_bytes and all(x is not None for x in peaks):
+        verdict = "fits" if s.fits else "DOES NOT FIT"
+        memory = (f" · peak memory per stage {', '.join(f'{x / 2**30:.1f}' for x in peaks)} GiB"  # type: ignore[operator]
+                  f" of {s.memory_capacity_bytes / 2**30:.0f} GiB: {verdict}")
     return (
         f"{name} · {s.schedule} · {s.stages} stages × {s.microbatches} micro-batches"
         f" × {s.chunks} chunk{'s' if s.chunks != 1 else ''} · {s.source}"
-        f"<br><sup>step time {s.step_time_ms:.2f} ms · bubble {s.bubble_fraction:.1%}</sup>"
+        f"<br><sup>step time {s.step_time_ms:.2f} ms · bubble {s.bubble_fraction:.1%}{memory}</sup>"
     )
 
 
