@@ -34,7 +34,7 @@ from pathlib import Path
 
 from ppexec.launch import RankState
 from ppsim.errors import PpsimError
-from ppsim.plan import Kind
+from ppsim.plan import Action, Kind
 from ppsim.profile import LayerTimes, LinkProfile, Overheads, Profile, shape_of
 from ppsim.scenario import Scenario, parse_scenario
 
@@ -93,8 +93,6 @@ class _StageSpans:
 
 
 def _stage_spans(st: RankState) -> _StageSpans:
-    from ppsim.plan import Action
-
     by_kind: dict[Kind, list[float]] = {Kind.F: [], Kind.B: [], Kind.OPT: [], Kind.CLIP: []}
     gaps: list[float] = []
     own: list[float] = []
@@ -124,7 +122,6 @@ def _transfer_overheads(states: list[RankState], one_way_ms: float) -> tuple[flo
     """(send, receive) overhead in ms: from the transfers whose receiver was already waiting, the
     send's time beyond the bare transfer and how long the receive ends after the send."""
     from ppsim.passes import peer_stage
-    from ppsim.plan import Action
 
     by_stage = {st.ready["stage"]: st for st in states if st.ready}
     sends, recvs = [], []

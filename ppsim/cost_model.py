@@ -28,7 +28,7 @@ from ppsim.errors import ScenarioError
 from ppsim.hardware import Device, get_device
 from ppsim.memory import Recompute, StaticMemory, block_activation_bytes, static_memory
 from ppsim.profile import LayerTimes, Profile
-from ppsim.scenario import DTYPE_BYTES, ModelSpec, Scenario, per_stage
+from ppsim.scenario import DTYPE_BYTES, LinkSpec, ModelSpec, Scenario, per_stage
 
 OPTIMIZER_BYTES_PER_PARAM = 32
 
@@ -127,8 +127,7 @@ def _cluster_links(s: Scenario, device: Device, n_virtual: int) -> tuple[tuple[L
 
     spec = s.cluster
     assert spec is not None
-    intra = spec.intra_node or None
-    inter = spec.inter_node or None
+    intra, inter = spec.intra_node, spec.inter_node
     c = cl.Cluster(
         nodes=spec.nodes,
         devices_per_node=spec.devices_per_node,
@@ -144,19 +143,21 @@ def _cluster_links(s: Scenario, device: Device, n_virtual: int) -> tuple[tuple[L
     return boundaries, cl.data_parallel_link(c, p, d, t, spec.placement), cl.tensor_parallel_link(c, p, d, t, spec.placement)
 
 
-def _links(s: Scenario, device: Device) -> tuple[Link, Link]:
+def _link(spec: LinkSpec | None, default_gb_s: float, default_latency_us: float) -> Link:
+    """The scenario's link if it gives one, else the device's default."""
+    if spec is None:
+        return Link.from_gb_s(default_gb_s, default_latency_us)
+    return Link.from_gb_s(spec.bandwidth_gb_s, spec.latency_us)
+
+
+def _links(s: Scenario, device: Device) -> tuple[Link, Link, Link]:
+    """(stage to stage, data-parallel, tensor-parallel) links from ``hardware``, or the device's defaults."""
     hw = s.hardware
-    p2p = (
-        Link.from_gb_s(hw.link.bandwidth_gb_s, hw.link.latency_us)
-        if hw.link
-        else Link.from_gb_s(device.inter_node_gb_s, device.inter_node_latency_us)
+    return (
+        _link(hw.link, device.inter_node_gb_s, device.inter_node_latency_us),
+        _link(hw.dp_link, device.intra_node_gb_s, device.intra_node_latency_us),
+        _link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
     )
-    dp = (
-        Link.from_gb_s(hw.dp_link.bandwidth_gb_s, hw.dp_link.latency_us)
-        if hw.dp_link
-        else Link.from_gb_s(device.intra_node_gb_s, device.intra_node_latency_us)
-    )
-    return p2p, dp
 
 
 @dataclass(frozen=True)
@@ -186,18 +187,12 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
     micro = s.training.micro_batch
     samples = micro * m * d
     tokens = samples * s.model.seq_len if s.model else None
-    p2p_link, dp_link = _links(s, device)
+    p2p_link, dp_link, tp_link = _links(s, device)
     tp = s.tensor_parallel
-    hw = s.hardware
     boundary_links: tuple[Link, ...] = (p2p_link,)
-    tp_link = (Link.from_gb_s(hw.tp_link.bandwidth_gb_s, hw.tp_link.latency_us) if hw.tp_link
-               else Link.from_gb_s(device.intra_node_gb_s, device.intra_node_latency_us))
     if s.cluster is not None:
         boundary_links, dp_link, tp_link = _cluster_links(s, device, n_virtual)
         p2p_link = boundary_links[0]
-
-    def reduce(grad_bytes: float) -> tuple[float, int]:
-        return grad_allreduce(grad_bytes, d, dp_link, s.training.allreduce, s.training.bucket_mb * 1e6)
 
     if profile is not None and tp > 1:
         raise ScenarioError("a profile is measured without tensor parallelism; predict tensor_parallel > 1 from the "
@@ -267,7 +262,7 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
         # a profile times blocks without recompute: the recomputed share of the measured forward
         again_ms = profile.block.forward_ms * block.recompute_flops / block.forward_flops
         costs = profiled_costs(profile, counts, stage_params, stage_act, message_bytes, d, dtype_bytes, statics,
-                               again_ms)
+                               again_ms, s.training.allreduce, s.training.bucket_mb * 1e6)
     else:
         assert s.model is not None
         eff = s.hardware.efficiency or device.efficiency
@@ -279,6 +274,7 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
         for vs in range(n_virtual):
             f_, i_, w_ = stage_flops[vs]
             grad_bytes = stage_params[vs] * dtype_bytes
+            reduce_ms, buckets = grad_allreduce(grad_bytes, d, dp_link, s.training.allreduce, s.training.bucket_mb * 1e6)
             blocks = counts[vs] if counts else 0
             stages.append(
                 StageCost(
@@ -287,8 +283,8 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
                     weight_grad_ms=w_ / rate,
                     optimizer_ms=stage_params[vs] * OPTIMIZER_BYTES_PER_PARAM / hbm,
                     clip_ms=stage_params[vs] * dtype_bytes / hbm,
-                    allreduce_ms=reduce(grad_bytes)[0],
-                    allreduce_buckets=reduce(grad_bytes)[1],
+                    allreduce_ms=reduce_ms,
+                    allreduce_buckets=buckets,
                     grad_bytes=grad_bytes,
                     activation_bytes=stage_act[vs],
                     params=stage_params[vs],
@@ -343,7 +339,8 @@ def _profile_loads(profile: Profile, n_virtual: int) -> tuple[float, float, floa
 
 def profiled_costs(profile: Profile, counts: list[int], params: list[int], activations: list[int], message_bytes: int,
                    data_parallel: int, dtype_bytes: int, statics: list[StaticMemory] | None = None,
-                   recompute_ms_per_block: float = 0.0) -> CostTable:
+                   recompute_ms_per_block: float = 0.0, allreduce: str = "ring",
+                   bucket_bytes: float = 25e6) -> CostTable:
     """Per virtual stage costs from measured layer times: the stage's layers plus the framework's
     overheads for its position (and any recomputed forward in the backward); the link and the
     gradient all-reduce from the measured link."""
@@ -360,6 +357,7 @@ def profiled_costs(profile: Profile, counts: list[int], params: list[int], activ
         parts = [profile.block] * c + ([profile.embedding] if vs == 0 else []) + ([profile.head] if vs == n - 1 else [])
         extra = profile.overhead(vs, n)
         grad_bytes = params[vs] * dtype_bytes
+        reduce_ms, buckets = grad_allreduce(grad_bytes, data_parallel, link, allreduce, bucket_bytes)
         stages.append(
             StageCost(
                 forward_ms=max(0.0, extra.forward_ms + sum(x.forward_ms for x in parts)),
@@ -367,7 +365,8 @@ def profiled_costs(profile: Profile, counts: list[int], params: list[int], activ
                 weight_grad_ms=sum(x.weight_grad_ms for x in parts),
                 optimizer_ms=max(0.0, extra.optimizer_ms + sum(x.optimizer_ms for x in parts)),
                 clip_ms=max(0.0, extra.clip_ms),
-                allreduce_ms=ring_allreduce_ms(grad_bytes, data_parallel, link),
+                allreduce_ms=reduce_ms,
+                allreduce_buckets=buckets,
                 grad_bytes=grad_bytes,
                 activation_bytes=activations[vs],
                 params=params[vs],

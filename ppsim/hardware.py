@@ -9,7 +9,6 @@ scenario may also describe its own device in a YAML file of the catalogue's form
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -69,12 +68,7 @@ def read_devices(path: Path) -> dict[str, Device]:
     return {str(name): _device(str(name), entry, str(path)) for name, entry in data.items()}
 
 
-@cache
-def catalogue() -> dict[str, Device]:
-    return read_devices(CATALOGUE)
-
-
-DEVICES: dict[str, Device] = catalogue()
+DEVICES: dict[str, Device] = read_devices(CATALOGUE)
 
 
 def get_device(name: str, device_file: str | Path | None = None) -> Device:

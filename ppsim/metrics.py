@@ -133,14 +133,15 @@ def peak_activations(spans: list[Span], chunks: int) -> float:
     return round(peak, 9)
 
 
-def memory_peak(trace: Trace, rank: int) -> tuple[float, str | None] | None:
-    """(peak of the rank's ``memory_bytes`` counter, the compute action running then), if it has one."""
+def memory_peak(trace: Trace, rank: int, compute: list[Span]) -> tuple[float, str | None] | None:
+    """(peak of the rank's ``memory_bytes`` counter, the action of ``compute`` — the rank's compute
+    spans — running then), if the rank has that counter."""
     counter = next((c for c in trace.counters if c.rank == rank and c.name == "memory_bytes"), None)
     if counter is None or not counter.points:
         return None
     t, peak = max(counter.points, key=lambda p: (p[1], -p[0]))
-    compute = [s for s in trace.spans if s.rank == rank and s.lane == "compute" and s.start <= t <= s.end]
-    at = min(compute, key=lambda s: (abs(s.start - t), s.start)) if compute else None
+    running = [s for s in compute if s.start <= t <= s.end]
+    at = min(running, key=lambda s: (abs(s.start - t), s.start)) if running else None
     return peak, str(at.action) if at else None
 
 
@@ -159,7 +160,7 @@ def stage_metrics(trace: Trace) -> list[StageMetrics]:
         for s in compute:
             by_kind[s.action.kind.value] = by_kind.get(s.action.kind.value, 0.0) + s.duration
         waiting = union_length([(s.start, s.end) for s in spans]) - busy
-        peak = memory_peak(trace, r)
+        peak = memory_peak(trace, r, compute)
         out.append(
             StageMetrics(
                 stage=r,

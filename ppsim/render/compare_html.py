@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ppsim.compare import Comparison, aligned, describe
 from ppsim.plan import Kind
-from ppsim.render.gantt import HOVER, KIND_COLORS, bar_text, bar_width, hover_row, timeline_layout, write_figure
+from ppsim.render.gantt import bar_text, hover_row, kind_bars, timeline_layout, write_figure
 from ppsim.trace import Span, Trace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,26 +60,16 @@ def compare_figure(predicted: Trace, measured: Trace, comparison: Comparison) ->
     fig = go.Figure()
     for kind in [k for k in Kind if k in by_kind]:
         items = by_kind[kind]
-        fig.add_trace(
-            go.Bar(
-                name=kind.value,
-                orientation="h",
-                base=[s.start for _, s in items],
-                x=[s.end - s.start for _, s in items],
-                y=[row_label(s.rank, side) for side, s in items],
-                width=[bar_width(s.lane) for _, s in items],
-                marker={"color": KIND_COLORS[kind], "line": {"width": 0}, "opacity": [_OPACITY[side] for side, _ in items]},
-                text=[bar_text(s, chunks[side], ranks) for side, s in items],
-                textposition="inside",
-                insidetextanchor="middle",
-                customdata=[
-                    hover_row(s, f"{side} · {s.lane}",
-                              _error_hover(s, by_key.get((s.rank, str(s.action)))) if side == "measured" else "")
-                    for side, s in items
-                ],
-                hovertemplate=HOVER,
-            )
-        )
+        fig.add_trace(kind_bars(
+            kind,
+            [s for _, s in items],
+            [row_label(s.rank, side) for side, s in items],
+            [bar_text(s, chunks[side], ranks) for side, s in items],
+            [hover_row(s, f"{side} · {s.lane}",
+                       _error_hover(s, by_key.get((s.rank, str(s.action)))) if side == "measured" else "")
+             for side, s in items],
+            opacity=[_OPACITY[side] for side, _ in items],
+        ))
     rows = [row_label(r, side) for r in range(ranks) for side in SIDES]
     fig.update_layout(**timeline_layout(rows, compare_title(comparison)))
     return fig

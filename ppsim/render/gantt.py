@@ -105,6 +105,30 @@ def timeline_layout(rows: list[str], title: str) -> dict[str, Any]:
     }
 
 
+def kind_bars(kind: Kind, spans: list[Span], rows: list[str], texts: list[str], customdata: list[list[Any]],
+              opacity: list[float] | None = None) -> go.Bar:
+    """One Plotly bar trace for the spans of one kind: numeric base and length, the kind's colour."""
+    import plotly.graph_objects as go
+
+    marker: dict[str, Any] = {"color": KIND_COLORS[kind], "line": {"width": 0}}
+    if opacity is not None:
+        marker["opacity"] = opacity
+    return go.Bar(
+        name=kind.value,
+        orientation="h",
+        base=[s.start for s in spans],
+        x=[s.end - s.start for s in spans],
+        y=rows,
+        width=[bar_width(s.lane) for s in spans],
+        marker=marker,
+        text=texts,
+        textposition="inside",
+        insidetextanchor="middle",
+        customdata=customdata,
+        hovertemplate=HOVER,
+    )
+
+
 def figure_title(trace: Trace) -> str:
     """Header: scenario, schedule, sizes, source, step time and bubble fraction."""
     s = summarize(trace)
@@ -141,22 +165,8 @@ def gantt_figure(trace: Trace, title: str | None = None) -> go.Figure:
     fig = go.Figure()
     for kind in [k for k in Kind if k in by_kind]:
         spans = by_kind[kind]
-        fig.add_trace(
-            go.Bar(
-                name=kind.value,
-                orientation="h",
-                base=[s.start for s in spans],
-                x=[s.end - s.start for s in spans],
-                y=[row_label(s.rank, s.lane) for s in spans],
-                width=[bar_width(s.lane) for s in spans],
-                marker={"color": KIND_COLORS[kind], "line": {"width": 0}},
-                text=[bar_text(s, chunks, ranks) for s in spans],
-                textposition="inside",
-                insidetextanchor="middle",
-                customdata=[hover_row(s) for s in spans],
-                hovertemplate=HOVER,
-            )
-        )
+        fig.add_trace(kind_bars(kind, spans, [row_label(s.rank, s.lane) for s in spans],
+                                [bar_text(s, chunks, ranks) for s in spans], [hover_row(s) for s in spans]))
 
     rows = row_labels(trace)
     header = figure_title(trace)

@@ -138,23 +138,10 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
         append = spans.append
         for i, a in enumerate(plan.actions[r]):
             s, k, mb = a
-            if k is CLIP:
-                start = t
-                t += stage_costs[s].clip_ms
-                sync_arrivals.append(t)
-                if len(sync_arrivals) == n_syncing:  # the last to arrive completes the all-reduce
-                    sync_end.append(max(sync_arrivals) + sync_ms)
-                    _fire_at(env, sync_done, sync_end[0] - env.now)
-                else:
-                    position[r] = i
-                    yield sync_done
-                t = sync_end[0]
-                append(make_span((r, "collective", a, start, t, 4, None)))
-                continue
             op = compute.get((s, k))
             if op is not None:
                 dur, alloc, free = op
-                if k is B or k is W:
+                if overlap and (k is B or k is W):
                     last_backward[s] = (t, t + dur)
                 if alloc:
                     held += alloc
@@ -174,11 +161,9 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
                     b0, b1 = bwd
                     n = max(1, c.allreduce_buckets)
                     each = c.allreduce_ms / n
-                    free = first = max(collective_free, b0)
+                    first = free = max(collective_free, b0 + (b1 - b0) / n)
                     for j in range(n):
-                        begin_j = max(free, b0 + (j + 1) / n * (b1 - b0))
-                        first = begin_j if j == 0 else first
-                        free = begin_j + each
+                        free = max(free, b0 + (j + 1) / n * (b1 - b0)) + each
                     append(make_span((r, "collective", a, first, free, c.grad_bytes, None)))
                     collective_free = free
                     t = max(t, free)
@@ -186,6 +171,19 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
                     append(make_span((r, "collective", a, t, t + c.allreduce_ms, c.grad_bytes, None)))
                     t += c.allreduce_ms
                     collective_free = t
+                continue
+            if k is CLIP:
+                start = t
+                t += stage_costs[s].clip_ms
+                sync_arrivals.append(t)
+                if len(sync_arrivals) == n_syncing:  # the last to arrive completes the all-reduce
+                    sync_end.append(max(sync_arrivals) + sync_ms)
+                    _fire_at(env, sync_done, sync_end[0] - env.now)
+                else:
+                    position[r] = i
+                    yield sync_done
+                t = sync_end[0]
+                append(make_span((r, "collective", a, start, t, 4, None)))
                 continue
             if k is SEND_F:
                 key, peer, sending = (s, 0, mb), where[s + 1], True
