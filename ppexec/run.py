@@ -82,6 +82,15 @@ def prepare(s: Scenario, profile: Profile | None = None) -> tuple[Scenario, Plan
     if s.model is None:
         raise PpsimError("ppexec needs a 'model' section to build a network; this scenario has only costs",
                          field="model")
+    unbuilt = [(f"model.{k}", v, fix) for k, v, fix in (
+        ("kv_heads", s.model.kv_heads if s.model.kv != s.model.heads else None, "leave it out (kv_heads = heads)"),
+        ("mlp", s.model.mlp if s.model.mlp != "gelu" else None, "use mlp: gelu"),
+        ("positions", s.model.positions if s.model.positions != "learned" else None, "use positions: learned"),
+    ) if v is not None]
+    if unbuilt:
+        name, value, fix = unbuilt[0]
+        raise PpsimError(f"ppexec builds GPT-style blocks (multi-head attention, GELU MLP, learned positions), "
+                         f"not {name}: {value}; ppsim predicts it, for a run {fix}", field=name)
     if s.training.recompute != "none":
         raise PpsimError(f"ppexec does not run activation recomputation yet ({s.training.recompute!r}); "
                          "ppsim predicts it, ppexec runs recompute: none", field="training.recompute")

@@ -50,24 +50,36 @@ class LayerCost:
         return self.forward_flops + self.input_grad_flops + self.weight_grad_flops
 
 
-def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none", tensor_parallel: int = 1
+def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none", tensor_parallel: int = 1, *,
+               sequence_parallel: bool = False, flash_attention: bool = False
                ) -> tuple[LayerCost, LayerCost, LayerCost]:
     """(embedding, one transformer block, LM head) for one micro-batch, per device of a tensor-
     parallel group of ``tensor_parallel`` (Megatron: the matmuls, the vocabulary and the heads are
     split t ways). With recompute, the block's input-grad pass also runs the recomputed forward
-    (all of it, or the attention core)."""
+    (all of it, or the attention core); FlashAttention's backward recomputes the scores (QK^T)."""
     b, s, h, f, a, V = micro_batch, model.seq_len, model.hidden, model.ffn, model.heads, model.vocab
     t = tensor_parallel
-    matmul = (8 * b * s * h * h + 4 * b * s * h * f) / t
+    g = model.kv / a  # K and V projections are g x the size of Q's (grouped-query attention)
+    mlp_mats = 3 if model.mlp == "swiglu" else 2
+    matmul = ((4 + 4 * g) * b * s * h * h + 2 * mlp_mats * b * s * h * f) / t
     attention = 4 * b * s * s * h / t
     again = {"none": 0, "selective": attention, "full": matmul + attention}[recompute]
+    if flash_attention:
+        again = (matmul if recompute == "full" else 0) + (attention if recompute == "full" else 0) + attention / 2
+    if model.mlp == "swiglu":  # Llama-style block: no biases, two RMSNorms
+        block_params = int((2 + 2 * g) * h * h + 3 * h * f) // t + 2 * h
+    else:  # GPT-style block: biases, two LayerNorms
+        block_params = int((2 + 2 * g) * h * h + 2 * h * f + (2 + 2 * g) * h + f) // t + 5 * h
     block = LayerCost(
         name="block",
         forward_flops=matmul + attention,
         input_grad_flops=matmul + 2 * attention + again,
         weight_grad_flops=matmul,
-        params=(4 * h * h + 2 * h * f + 4 * h + f) // t + 5 * h,
-        activation_bytes=block_activation_bytes(s, b, h, a, DTYPE_BYTES[model.dtype], recompute, t),
+        params=block_params,
+        activation_bytes=block_activation_bytes(s, b, h, a, DTYPE_BYTES[model.dtype], recompute, t,
+                                                kv_heads=model.kv, ffn_hidden=f, mlp=model.mlp,
+                                                sequence_parallel=sequence_parallel, flash_attention=flash_attention,
+                                                dropout=model.dropout),
         recompute_flops=again,
     )
     embedding = LayerCost(
@@ -75,7 +87,7 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         forward_flops=0.0,
         input_grad_flops=0.0,
         weight_grad_flops=0.0,
-        params=V * h // t + s * h,
+        params=V * h // t + (s * h if model.positions == "learned" else 0),
         activation_bytes=int(s * b * h * DTYPE_BYTES[model.dtype]),
     )
     logits = 2 * b * s * h * V / t
@@ -197,7 +209,8 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
     if profile is not None and tp > 1:
         raise ScenarioError("a profile is measured without tensor parallelism; predict tensor_parallel > 1 from the "
                             "model (no --profile)", field="--profile")
-    layers = gpt_layers(s.model, micro, s.training.recompute, tp) if s.model else None
+    layers = gpt_layers(s.model, micro, s.training.recompute, tp, sequence_parallel=s.training.sequence_parallel,
+                        flash_attention=s.training.flash_attention) if s.model else None
     counts: list[int] | None = None
     stage_flops: list[tuple[float, float, float]] = []
     stage_recompute: list[float] = []
@@ -223,6 +236,8 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
             stage_act.append(sum(x.activation_bytes for x in parts))
     dtype_bytes = DTYPE_BYTES[s.model.dtype] if s.model else 2
     message_bytes = s.model.seq_len * micro * s.model.hidden * dtype_bytes if s.model else 0
+    if s.training.sequence_parallel:  # each tensor-parallel rank sends its own 1/t of the sequence
+        message_bytes //= tp
     statics = [
         static_memory(params, dtype_bytes, zero_stage=s.training.zero_stage, data_parallel=d,
                       message_bytes=message_bytes, neighbours=(vs > 0) + (vs < n_virtual - 1))

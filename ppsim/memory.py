@@ -12,7 +12,16 @@ values (scaled by dtype bytes / 2), for s tokens, b sequences, width h and a hea
 - ``full``:      2 sbh            — only the block's input; the backward runs the forward again.
 
 With tensor parallelism over t devices (no sequence parallelism) each device keeps
-sbh(10 + 24/t + 5as/(ht)), sbh(10 + 24/t) and 2 sbh.
+sbh(10 + 24/t + 5as/(ht)), sbh(10 + 24/t) and 2 sbh; with sequence parallelism the 10 sbh of layer
+norms and dropouts are split too: sbh(34/t + 5as/(ht)), 34 sbh / t and 2 sbh / t.
+
+The 24 sbh split by tensor parallelism are the attention's Q, K, V and output-projection inputs
+(8 sbh) and the MLP's intermediate values (16 sbh = 4 sbf for f = 4h). The same accounting covers
+grouped-query attention (K and V are kv/a of Q's size: (4 + 4 kv/a) sbh) and SwiGLU MLPs (gate, up
+and their product: 6 sbf). FlashAttention keeps no s x s scores: the 5as/h term goes (its backward
+recomputes them, as selective recomputation does). A model without dropout keeps neither the two
+1-byte masks of the block (2 sbh of the 10) nor the attention's dropout mask and output (3as/h of
+the 5as/h).
 
 Communication buffers: a receive and a send buffer of one stage-to-stage message for each
 neighbouring stage.
@@ -28,20 +37,29 @@ RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
 
 
 def block_activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, dtype_bytes: int,
-                           recompute: Recompute = "none", tensor_parallel: int = 1) -> int:
+                           recompute: Recompute = "none", tensor_parallel: int = 1, *,
+                           kv_heads: int | None = None, ffn_hidden: int | None = None, mlp: str = "gelu",
+                           sequence_parallel: bool = False, flash_attention: bool = False,
+                           dropout: bool = True) -> int:
     """Bytes one transformer block keeps per micro-batch between its forward and its backward, on
-    each of ``tensor_parallel`` devices (Megatron's tensor parallelism, no sequence parallelism:
-    the layer norms' and dropouts' 10 sbh stay whole, the rest is split)."""
+    each of ``tensor_parallel`` devices (Megatron's tensor parallelism: the layer norms' and
+    dropouts' 10 sbh stay whole unless ``sequence_parallel`` splits them too)."""
+    if recompute not in RECOMPUTE_MODES:
+        raise ValueError(f"unknown recompute mode {recompute!r}; use one of {', '.join(RECOMPUTE_MODES)}")
     sbh = seq_len * micro_batch * hidden
     scale = dtype_bytes / 2
     t = tensor_parallel
-    if recompute == "none":
-        return int(sbh * (10 + 24 / t + 5 * heads * seq_len / (hidden * t)) * scale)
-    if recompute == "selective":
-        return int(sbh * (10 + 24 / t) * scale)
+    whole_t = t if sequence_parallel else 1
     if recompute == "full":
-        return int(2 * sbh * scale)
-    raise ValueError(f"unknown recompute mode {recompute!r}; use one of {', '.join(RECOMPUTE_MODES)}")
+        return int(2 * sbh / whole_t * scale)
+    kv = heads if kv_heads is None else kv_heads
+    ffn = 4 * hidden if ffn_hidden is None else ffn_hidden
+    mlp_values = 6 if mlp == "swiglu" else 4  # 16-bit values of width f kept by the MLP
+    split = (4 + 4 * kv / heads) * sbh + mlp_values * seq_len * micro_batch * ffn
+    kept = (10 if dropout else 8) * sbh / whole_t + split / t
+    if recompute == "none" and not flash_attention:
+        kept += (5 if dropout else 2) * heads * seq_len * sbh / (hidden * t)
+    return int(kept * scale)
 
 
 def model_state_bytes_per_param(dtype_bytes: int) -> tuple[int, int, int]:

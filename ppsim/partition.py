@@ -70,9 +70,13 @@ def balanced(layer_costs: Sequence[float], parts: int, first_extra: float = 0.0,
 
 
 def explicit(counts: Sequence[int], layers: int, parts: int) -> list[int]:
-    if len(counts) != parts or sum(counts) != layers or min(counts) < 1:
+    """The user's counts: at least one layer per part, except that the first part (which holds the
+    embedding) and the last (the LM head) may have none, as in Llama 3's pipeline."""
+    inner = counts[1:-1] if parts > 1 else counts
+    if len(counts) != parts or sum(counts) != layers or min(counts, default=0) < 0 or min(inner, default=1) < 1:
         raise ScenarioError(
-            f"explicit layer counts {list(counts)} must be {parts} counts of at least 1 summing to {layers}",
+            f"explicit layer counts {list(counts)} must be {parts} counts summing to {layers}, at least 1 each "
+            "(the first and the last may be 0)",
             field="pipeline.partition",
         )
     return list(counts)

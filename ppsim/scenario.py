@@ -31,13 +31,25 @@ class ModelSpec(_Strict):
     seq_len: int = Field(gt=0, description="tokens per sequence s")
     vocab: int = Field(gt=0, description="vocabulary size V")
     ffn_hidden: int | None = Field(default=None, gt=0, description="MLP width, default 4h")
+    kv_heads: int | None = Field(default=None, gt=0, description="key/value heads (grouped-query attention); "
+                                 "default: heads")
+    mlp: Literal["gelu", "swiglu"] = "gelu"  #: swiglu: three h x f matrices (gate, up, down), as in Llama
+    positions: Literal["learned", "rope"] = "learned"  #: rope: no position-embedding table
+    dropout: bool = True  #: dropout layers (their masks are kept for the backward); Llama has none
     dtype: Dtype = "bf16"
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelSpec:
         if self.hidden % self.heads:
             raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        if self.heads % self.kv:
+            raise ValueError(f"kv_heads ({self.kv}) must divide heads ({self.heads})")
         return self
+
+    @property
+    def kv(self) -> int:
+        """Key/value heads."""
+        return self.kv_heads or self.heads
 
     @property
     def ffn(self) -> int:
@@ -53,6 +65,8 @@ class TrainingSpec(_Strict):
     allreduce: Literal["ring", "tree"] = "ring"
     overlap_grad_reduce: bool = False
     bucket_mb: float = Field(default=25.0, gt=0, description="gradient all-reduce bucket, MB (1e6 bytes)")
+    sequence_parallel: bool = False  #: Megatron's: layer norms and dropouts split over the tensor-parallel group
+    flash_attention: bool = False  #: no s x s scores kept; the backward recomputes them
 
 
 class PipelineSpec(_Strict):
@@ -66,8 +80,9 @@ class PipelineSpec(_Strict):
     @field_validator("partition")
     @classmethod
     def _positive_counts(cls, v: Any) -> Any:
-        if isinstance(v, list) and any(x < 1 for x in v):
-            raise ValueError("explicit layer counts must all be at least 1")
+        if isinstance(v, list) and (any(x < 0 for x in v) or any(x < 1 for x in v[1:-1])):
+            raise ValueError("explicit layer counts must be at least 1 (the first and the last may be 0: "
+                             "a stage with only the embedding or only the LM head)")
         return v
 
 
@@ -299,10 +314,10 @@ def check(s: Scenario) -> None:
                 field="training.global_batch",
             )
     tp = s.tensor_parallel
-    if tp > 1 and s.model is not None and (s.model.heads % tp or s.model.ffn % tp):
+    if tp > 1 and s.model is not None and (s.model.heads % tp or s.model.ffn % tp or s.model.kv % tp):
         raise ScenarioError(
-            f"tensor_parallel ({tp}) must divide model.heads ({s.model.heads}) and the MLP width ({s.model.ffn}); "
-            "choose a divisor of both",
+            f"tensor_parallel ({tp}) must divide model.heads ({s.model.heads}), model.kv_heads ({s.model.kv}) and "
+            f"the MLP width ({s.model.ffn}); choose a divisor of all three",
             field="tensor_parallel",
         )
     if s.cluster is not None:
@@ -332,6 +347,13 @@ def check(s: Scenario) -> None:
             if sum(part) != s.model.layers:
                 raise ScenarioError(
                     f"layer counts sum to {sum(part)}, but model.layers is {s.model.layers}; make them agree",
+                    field="pipeline.partition",
+                )
+            inner = part[1:-1] if n_virtual > 1 else part
+            if min(inner, default=1) < 1 or min(part) < 0 or (n_virtual == 1 and part[0] < 1):
+                raise ScenarioError(
+                    f"layer counts {part}: every virtual stage needs at least one layer, except the first (which "
+                    "also holds the embedding) and the last (the LM head), which may have 0",
                     field="pipeline.partition",
                 )
         elif s.model.layers < n_virtual:

@@ -195,3 +195,15 @@ def test_fp16_on_the_cpu_is_refused_before_any_rank_starts(tmp_path: Path) -> No
     fp16.write_text(TINY.read_text().replace("dtype: fp32", "dtype: fp16"))
     res = CliRunner().invoke(app, ["run", str(fp16), "--out", str(tmp_path / "run")])
     assert res.exit_code == 1 and "model.dtype: DeepSpeed runs no fp16 on a CPU" in " ".join(res.output.split())
+
+
+@pytest.mark.parametrize("key, value", [("model.mlp", "swiglu"), ("model.positions", "rope"), ("model.kv_heads", 1)])
+def test_model_features_ppexec_does_not_build_are_refused_by_name(key: str, value: object) -> None:
+    from ppexec.run import prepare
+    from ppsim.errors import PpsimError
+    from ppsim.scenario import parse_scenario
+
+    data = load(TINY).model_dump(exclude_none=True)
+    data["model"][key.split(".")[1]] = value
+    with pytest.raises(PpsimError, match=f"{key}: ppexec builds GPT-style blocks"):
+        prepare(parse_scenario(data))
