@@ -131,13 +131,14 @@ def route_links(cluster: Cluster, flows: list[tuple[int, int]], graph: nx.Graph 
 def stage_links(cluster: Cluster, p_virtual: int, p: int, d: int, t: int, placement: Placement) -> list[Link]:
     """One link per boundary between virtual stages s and s + 1 (ranks s % p and (s + 1) % p),
     with every replica and tensor rank sending across it at once."""
-    links = []
+    by_ranks: dict[tuple[int, int], Link] = {}  # chunks repeat the same rank pairs
     for boundary in range(max(1, p_virtual - 1)):
         a, b = boundary % p, (boundary + 1) % p
-        flows = [(device_of(a, r, k, p, d, t, placement), device_of(b, r, k, p, d, t, placement))
-                 for r in range(d) for k in range(t)]
-        links.append(route_links(cluster, flows)[0])
-    return links
+        if (a, b) not in by_ranks:
+            flows = [(device_of(a, r, k, p, d, t, placement), device_of(b, r, k, p, d, t, placement))
+                     for r in range(d) for k in range(t)]
+            by_ranks[(a, b)] = route_links(cluster, flows)[0]
+    return [by_ranks[(b % p, (b + 1) % p)] for b in range(max(1, p_virtual - 1))]
 
 
 def group_link(cluster: Cluster, devices_by_group: list[list[int]]) -> Link:
