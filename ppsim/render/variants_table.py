@@ -14,7 +14,7 @@ def _cell(value: float | None, spec: str) -> str:
 def variants_table(variants: list[Variant], keys: list[str], title: str) -> Table:
     """One row per variant: its ``keys`` (override names, e.g. schedule or stages), then the figures.
 
-    A variant that could not run gets its error in place of the figures.
+    A variant that could not run says so in place of the figures (the caller prints its error).
     """
     table = Table(title=title, title_justify="left")
     for key in keys:
@@ -24,7 +24,7 @@ def variants_table(variants: list[Variant], keys: list[str], title: str) -> Tabl
     for v in variants:
         row = [str(v.overrides.get(k, "-")) for k in keys]
         if v.summary is None:
-            table.add_row(*row, f"[red]cannot run: {v.error}[/]", *[""] * 6)
+            table.add_row(*row, "[red]cannot run[/]", *[""] * 6)  # the CLI prints the reason above
             continue
         s = v.summary
         peak = v.peak_memory_bytes()
