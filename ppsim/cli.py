@@ -200,6 +200,7 @@ def compare(
     predicted: Path = typer.Argument(..., help="Predicted Trace JSON (`ppsim run --save-trace`)."),
     measured: Path = typer.Argument(..., help="Measured Trace JSON, or a `ppexec run` folder (its trace.json)."),
     html: Path | None = typer.Option(None, "--html", help="Write both timelines on one time axis (HTML)."),
+    png: Path | None = typer.Option(None, "--png", help="Write the same picture as a PNG (needs Chrome or Chromium)."),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as one JSON document."),
     top: int = typer.Option(10, "--top", min=0, help="How many of the largest disagreements to list."),
     force: bool = typer.Option(False, "--force", help="Overwrite an output file not written by ppsim."),
@@ -211,12 +212,18 @@ def compare(
     try:
         inputs = [f / "trace.json" if f.is_dir() else f for f in (predicted, measured)]
         target = outputs.check_output(html, "--html", inputs, force) if html else None
+        png_target = _page_targets(None, png, inputs, force).get("--png")
         pred, meas = load_trace(predicted, "predicted"), load_trace(measured, "measured")
         result = compare_traces(pred, meas, top)
         if target:
             from ppsim.render.compare_html import write_compare_html
 
             outputs.atomic_write(target, lambda p: write_compare_html(pred, meas, result, p))
+        if png_target:
+            from ppsim.render.compare_html import compare_figure
+            from ppsim.render.png import write_png
+
+            outputs.atomic_write(png_target, lambda p: write_png(compare_figure(pred, meas, result), p))
     except PpsimError as exc:
         fail(exc)
         return
@@ -226,8 +233,9 @@ def compare(
         from ppsim.compare import print_comparison
 
         print_comparison(result)
-        if target:
-            err.print(f"wrote {target} (html)", highlight=False)
+        for written, kind in ((target, "html"), (png_target, "png")):
+            if written:
+                err.print(f"wrote {written} ({kind})", highlight=False)
 
 
 # ----- several predictions side by side: compare-schedules, sweep -----------------------------
