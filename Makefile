@@ -8,7 +8,7 @@ OUT    ?= out
 TORCH_VERSION     ?= 2.13.0
 DEEPSPEED_VERSION ?= 0.19.8
 
-.PHONY: run test bench bench-accuracy lint clean
+.PHONY: run test bench bench-accuracy lint clean browser
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,15 @@ run: $(VENV)/.installed-run
 	mkdir -p $(OUT)
 	$(BIN)/ppsim run scenarios/gpt.yaml --html $(OUT)/gpt.html --trace $(OUT)/gpt.trace.json
 
-test: $(VENV)/.installed-test
+# the browser tests load the HTML pages in headless Chromium: Debian's chromium, installed once
+# (as root, or through sudo) where no Chromium / Chrome is on PATH yet
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null \
+	|| { command -v apt-get >/dev/null && SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo) \
+	     && $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium; } \
+	|| echo "warning: could not install chromium; the browser tests will be skipped"
+
+test: $(VENV)/.installed-test browser
 	$(BIN)/python -m pytest -q -n 2 tests
 
 bench: $(VENV)/.installed-test

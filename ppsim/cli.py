@@ -67,6 +67,7 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="Print the figures as one JSON document."),
     trace: Path | None = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto, chrome://tracing)."),
     html: Path | None = typer.Option(None, "--html", help="Write a self-contained Plotly timeline (HTML)."),
+    png: Path | None = typer.Option(None, "--png", help="Write the timeline as a PNG (needs Chrome or Chromium)."),
     save_trace: Path | None = typer.Option(None, "--save-trace", help="Write ppsim's own Trace JSON."),
     force: bool = typer.Option(False, "--force", help="Overwrite output files not written by ppsim."),
     profile: Path | None = typer.Option(None, "--profile", help="Measured costs from `ppexec profile` (YAML)."),
@@ -88,12 +89,17 @@ def run(
         outs = {
             "--trace": trace,
             "--html": html,
+            "--png": png,
             "--save-trace": save_trace,
         }
         inputs = [scenario] + ([profile] if profile else []) + ([ds_config] if ds_config else [])
         targets = {opt: outputs.check_output(p, opt, inputs, force) for opt, p in outs.items() if p is not None}
         if len({t.resolve() for t in targets.values()}) < len(targets):
             raise PpsimError("two outputs name the same file; give each its own name")
+        if "--png" in targets:
+            from ppsim.render.png import check_png
+
+            check_png()
         s = _scenario(scenario, schedule, stages, microbatches, chunks, partition, comm, ds_config)
         measured = None
         if profile is not None:
@@ -114,6 +120,11 @@ def run(
             from ppsim.render.gantt import write_html
 
             outputs.atomic_write(targets["--html"], lambda p: write_html(prediction.trace, p))
+        if "--png" in targets:
+            from ppsim.render.gantt import gantt_figure
+            from ppsim.render.png import write_png
+
+            outputs.atomic_write(targets["--png"], lambda p: write_png(gantt_figure(prediction.trace), p))
     except PpsimError as exc:
         fail(exc)
         return
@@ -189,6 +200,7 @@ def compare(
     predicted: Path = typer.Argument(..., help="Predicted Trace JSON (`ppsim run --save-trace`)."),
     measured: Path = typer.Argument(..., help="Measured Trace JSON, or a `ppexec run` folder (its trace.json)."),
     html: Path | None = typer.Option(None, "--html", help="Write both timelines on one time axis (HTML)."),
+    png: Path | None = typer.Option(None, "--png", help="Write the same picture as a PNG (needs Chrome or Chromium)."),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as one JSON document."),
     top: int = typer.Option(10, "--top", min=0, help="How many of the largest disagreements to list."),
     force: bool = typer.Option(False, "--force", help="Overwrite an output file not written by ppsim."),
@@ -200,12 +212,18 @@ def compare(
     try:
         inputs = [f / "trace.json" if f.is_dir() else f for f in (predicted, measured)]
         target = outputs.check_output(html, "--html", inputs, force) if html else None
+        png_target = _page_targets(None, png, inputs, force).get("--png")
         pred, meas = load_trace(predicted, "predicted"), load_trace(measured, "measured")
         result = compare_traces(pred, meas, top)
         if target:
             from ppsim.render.compare_html import write_compare_html
 
             outputs.atomic_write(target, lambda p: write_compare_html(pred, meas, result, p))
+        if png_target:
+            from ppsim.render.compare_html import compare_figure
+            from ppsim.render.png import write_png
+
+            outputs.atomic_write(png_target, lambda p: write_png(compare_figure(pred, meas, result), p))
     except PpsimError as exc:
         fail(exc)
         return
@@ -215,8 +233,150 @@ def compare(
         from ppsim.compare import print_comparison
 
         print_comparison(result)
-        if target:
-            err.print(f"wrote {target} (html)", highlight=False)
+        for written, kind in ((target, "html"), (png_target, "png")):
+            if written:
+                err.print(f"wrote {written} ({kind})", highlight=False)
+
+
+# ----- several predictions side by side: compare-schedules, sweep -----------------------------
+def _page_targets(html: Path | None, png: Path | None, inputs: list[Path], force: bool) -> dict[str, Path]:
+    """Checked --html / --png targets (and kaleido's browser for --png), before any work is done."""
+    from ppsim import outputs
+
+    targets = {opt: outputs.check_output(p, opt, inputs, force) for opt, p in (("--html", html), ("--png", png)) if p}
+    if len({t.resolve() for t in targets.values()}) < len(targets):
+        raise PpsimError("--html and --png name the same file; give each its own name")
+    if "--png" in targets:
+        from ppsim.render.png import check_png
+
+        check_png()
+    return targets
+
+
+def _write_pages(targets: dict[str, Path], figure) -> None:  # noqa: ANN001
+    """Write the figure ``figure()`` builds to the --html / --png targets."""
+    from ppsim import outputs
+
+    if not targets:
+        return
+    fig = figure()
+    if "--html" in targets:
+        from ppsim.render.gantt import write_figure
+
+        outputs.atomic_write(targets["--html"], lambda p: write_figure(fig, p))
+    if "--png" in targets:
+        from ppsim.render.png import write_png
+
+        outputs.atomic_write(targets["--png"], lambda p: write_png(fig, p))
+
+
+def _int_list(text: str | None, option: str) -> list[int] | None:
+    from ppsim.sweep import parse_int_list
+
+    if text is None:
+        return None
+    try:
+        return parse_int_list(text, option)
+    except PpsimError as exc:
+        raise typer.BadParameter(str(exc).split(": ", 1)[1], param_hint=option) from None
+
+
+def _print_variants(variants, keys: list[str], title: str, targets: dict[str, Path]) -> None:  # noqa: ANN001
+    from ppsim.render.variants_table import variants_table
+
+    for v in variants:
+        for note in v.notes:
+            err.print(f"[yellow]note:[/] {note}", markup=True, soft_wrap=True)
+        if not v.ok:
+            err.print(f"[bold red]error:[/] {v.label} cannot run the scenario: {v.error}", markup=True,
+                      soft_wrap=True)
+    Console(highlight=False, width=None if sys.stdout.isatty() else 140).print(variants_table(variants, keys, title))
+    for opt, path in targets.items():
+        err.print(f"wrote {path} ({opt[2:]})", highlight=False)
+
+
+@app.command("compare-schedules")
+def compare_schedules(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+    schedules_list: str = typer.Option("gpipe,1f1b,interleaved-1f1b,zb-h1", "--schedules",
+                                       help="Comma-separated schedule names (see `ppsim schedules`)."),
+    html: Path | None = typer.Option(None, "--html", help="Write the timelines and bar charts (HTML)."),
+    png: Path | None = typer.Option(None, "--png", help="Write the same page as a PNG (needs Chrome or Chromium)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite output files not written by ppsim."),
+    profile: Path | None = typer.Option(None, "--profile", help="Measured costs from `ppexec profile` (YAML)."),
+    stages: int | None = STAGES,
+    microbatches: int | None = MICROBATCHES,
+    chunks: int | None = CHUNKS,
+) -> None:
+    """Predict SCENARIO under several schedules: a table, and their timelines on one time axis."""
+    from ppsim.schedules import SCHEDULES
+    from ppsim.sweep import schedule_variants
+
+    names = [n.strip() for n in schedules_list.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SCHEDULES]
+    if not names or unknown or len(set(names)) != len(names):
+        what = f"unknown {', '.join(map(repr, unknown))}" if unknown else "empty or repeated names"
+        raise typer.BadParameter(f"{what}; choose from {', '.join(SCHEDULES)}", param_hint="--schedules")
+    try:
+        targets = _page_targets(html, png, [scenario] + ([profile] if profile else []), force)
+        s = _scenario(scenario, None, stages, microbatches, chunks, None, None)
+        measured = None
+        if profile is not None:
+            from ppsim.profile import load_profile
+
+            measured = load_profile(profile)
+        variants = schedule_variants(s, names, measured)
+        if not any(v.ok for v in variants):
+            raise PpsimError("no schedule can run this scenario: " + "; ".join(f"{v.label}: {v.error}" for v in variants))
+        from ppsim.render.schedules_html import schedules_figure
+
+        _write_pages(targets, lambda: schedules_figure(variants, s.name))
+    except PpsimError as exc:
+        fail(exc)
+        return
+    _print_variants(variants, ["schedule"], f"{s.name}: {s.pipeline.stages} stages, {s.microbatches} micro-batches",
+                    targets)
+
+
+@app.command()
+def sweep(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+    microbatches: str | None = typer.Option(None, "--microbatches", help="Micro-batch counts to try, e.g. 4,8,16,32."),
+    stages: str | None = typer.Option(None, "--stages", help="Stage counts to try, e.g. 2,4,8."),
+    schedule: str | None = SCHEDULE,
+    html: Path | None = typer.Option(None, "--html", help="Write throughput and bubble against the swept value (HTML)."),
+    png: Path | None = typer.Option(None, "--png", help="Write the same plot as a PNG (needs Chrome or Chromium)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite output files not written by ppsim."),
+    profile: Path | None = typer.Option(None, "--profile", help="Measured costs from `ppexec profile` (YAML)."),
+) -> None:
+    """Predict SCENARIO over micro-batch counts and/or stage counts: throughput and bubble for each."""
+    from ppsim.sweep import grid_variants
+
+    mb_values = _int_list(microbatches, "--microbatches")
+    stage_values = _int_list(stages, "--stages")
+    if mb_values is None and stage_values is None:
+        raise typer.BadParameter("give the values to sweep, e.g. --microbatches 4,8,16,32 and/or --stages 2,4,8",
+                                 param_hint="--microbatches / --stages")
+    x_key, line_key = ("microbatches", "stages" if stage_values else None) if mb_values else ("stages", None)
+    try:
+        targets = _page_targets(html, png, [scenario] + ([profile] if profile else []), force)
+        s = _scenario(scenario, schedule, None, None, None, None, None)
+        measured = None
+        if profile is not None:
+            from ppsim.profile import load_profile
+
+            measured = load_profile(profile)
+        variants = grid_variants(s, stage_values, mb_values, measured)
+        if not any(v.ok for v in variants):
+            raise PpsimError("no point of the sweep can run: " + "; ".join(f"{v.label}: {v.error}" for v in variants))
+        from ppsim.render.sweep_html import sweep_figure
+
+        _write_pages(targets, lambda: sweep_figure(variants, x_key, line_key, s.name))
+    except PpsimError as exc:
+        fail(exc)
+        return
+    keys = [k for k in ("stages", "microbatches") if k in (x_key, line_key)]
+    _print_variants(variants, keys, f"{s.name}: {s.pipeline.schedule}", targets)
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Writing output files without ever destroying something the user wrote.
 
 An output path may be overwritten only if it does not exist or was itself written by ppsim (a ppsim
-trace or plan, a Chrome trace, a ppsim HTML page); anything else needs ``force``. Inputs of the same
+trace or plan, a Chrome trace, a ppsim HTML page or PNG); anything else needs ``force``. Inputs of the same
 command are never overwritten. Files are written to a temporary name and renamed into place, so an
 interrupted run leaves no half-written file.
 """
@@ -21,6 +21,7 @@ _OUR_MARKERS = (
     b'"traceEvents"',  # Chrome trace
     b"<!-- ppsim -->",  # HTML pages (render.gantt.HTML_MARKER)
     b"format: ppsim-profile",  # Profile.to_yaml
+    b"tEXtSoftware\x00ppsim",  # PNG images (render.png.PNG_MARKER)
 )
 
 

@@ -408,3 +408,32 @@ def test_any_trace_exports_validly_and_round_trips(trace: Trace) -> None:
     assert len(events(doc, "X")) == len(trace.spans)
     assert Tally(e["ph"] for e in doc["traceEvents"])["s"] == Tally(e["ph"] for e in doc["traceEvents"])["f"]
     _assert_same(from_chrome_trace(doc), trace)
+
+
+# ----- the memory counter track, and measured traces from ppexec ---------------------------------
+def test_predicted_trace_has_a_memory_counter_track_per_rank() -> None:
+    trace = variant("gpt")
+    doc = to_chrome_trace(trace)
+    memory = [c for c in trace.counters if c.name == "memory_bytes"]
+    assert len(memory) == trace.num_ranks
+    for c in memory:
+        track = [e for e in events(doc, "C", "memory_bytes") if e["pid"] == c.rank + 1]
+        assert [e["ts"] for e in track] == pytest.approx([t * 1000 for t, _ in c.points])
+        assert [e["args"]["memory_bytes"] for e in track] == [v for _, v in c.points]
+    assert {e["pid"] for e in events(doc, "C", "memory_bytes")} <= {e["pid"] for e in events(doc, "M", "process_name")}
+
+
+MEASURED = sorted((Path(__file__).resolve().parent / "data").glob("*.measured.trace.json"))
+
+
+@pytest.mark.parametrize("path", MEASURED, ids=[p.name for p in MEASURED])
+def test_measured_traces_export_validly_with_flows_and_round_trip(path: Path) -> None:
+    trace = Trace.load(path)
+    assert trace.meta["source"] == "measured"
+    doc = to_chrome_trace(trace)
+    assert validate_chrome_trace(json.loads(json.dumps(doc))) == []
+    sends = [s for s in trace.spans if s.action.kind in SEND_KINDS]
+    recvs = {s.action for s in trace.spans if s.action.kind in RECV_KINDS}
+    matched = [s for s in sends if matching(s.action) in recvs]
+    assert len(events(doc, "s")) == len(events(doc, "f")) == len(matched) > 0
+    _assert_same(from_chrome_trace(doc), trace)

@@ -1,4 +1,4 @@
-"""Gantt chart of a Trace as a Plotly figure / self-contained HTML page.
+"""Timeline page of a Trace: the Gantt, memory per stage under it, as a Plotly figure / offline HTML.
 
 The time axis is numeric (milliseconds on the trace's clock): bars are ``go.Bar(orientation="h")``
 with ``base`` = start and ``x`` = duration, never ``px.timeline`` (which turns numbers into dates).
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ppsim.errors import TraceError
-from ppsim.metrics import summarize
+from ppsim.metrics import step_bounds, summarize
 from ppsim.plan import Kind
 from ppsim.trace import LANES, Span, Trace
 
@@ -34,6 +34,9 @@ KIND_COLORS: dict[Kind, str] = {
     Kind.REDUCE_GRAD: "#EECA3B",
     Kind.CLIP: "#79706E",
 }
+
+#: line colours of the memory plot, one per stage (darker than the kind colours, so they read apart)
+MEMORY_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#a6761d", "#666666", "#17becf")
 
 _COMPUTE_WIDTH = 0.8  # bar thickness on a compute row, in row units
 _COMM_WIDTH = 0.4  # thinner bars on the communication rows
@@ -123,6 +126,7 @@ def kind_bars(kind: Kind, spans: list[Span], rows: list[str], texts: list[str], 
         marker=marker,
         text=texts,
         textposition="inside",
+        textangle=0,
         insidetextanchor="middle",
         customdata=customdata,
         hovertemplate=HOVER,
@@ -130,30 +134,37 @@ def kind_bars(kind: Kind, spans: list[Span], rows: list[str], texts: list[str], 
 
 
 def figure_title(trace: Trace) -> str:
-    """Header: scenario, schedule, sizes, source, step time and bubble fraction."""
+    """Header: scenario, schedule, sizes, source; step time, bubble, throughput, MFU, peak memory per stage."""
     s = summarize(trace)
     name = trace.meta.get("scenario") or "trace"
-    memory = ""
+    figures = [f"step time {s.step_time_ms:.2f} ms", f"bubble {s.bubble_fraction:.1%}"]
+    if s.throughput_samples_per_s is not None:
+        rate = f"throughput {s.throughput_samples_per_s:,.1f} samples/s"
+        if s.tokens_per_s is not None:
+            rate += f" ({s.tokens_per_s:,.0f} tokens/s)"
+        figures.append(rate)
+    if s.mfu is not None:
+        figures.append(f"MFU {s.mfu:.1%}")
     peaks = [st.peak_memory_bytes for st in s.per_stage]
-    if s.memory_capacity_bytes and all(x is not None for x in peaks):
-        verdict = "fits" if s.fits else "DOES NOT FIT"
-        memory = (f" · peak memory per stage {', '.join(f'{x / 2**30:.1f}' for x in peaks)} GiB"  # type: ignore[operator]
-                  f" of {s.memory_capacity_bytes / 2**30:.0f} GiB: {verdict}")
+    if all(x is not None for x in peaks) and peaks:
+        memory = f"peak memory per stage {', '.join(f'{x / 2**30:.1f}' for x in peaks)} GiB"  # type: ignore[operator]
+        if s.memory_capacity_bytes:
+            memory += f" of {s.memory_capacity_bytes / 2**30:.0f} GiB: {'fits' if s.fits else 'DOES NOT FIT'}"
+        figures.append(memory)
     return (
         f"{name} · {s.schedule} · {s.stages} stages × {s.microbatches} micro-batches"
         f" × {s.chunks} chunk{'s' if s.chunks != 1 else ''} · {s.source}"
-        f"<br><sup>step time {s.step_time_ms:.2f} ms · bubble {s.bubble_fraction:.1%}{memory}</sup>"
+        f"<br><sup>{' · '.join(figures)}</sup>"
     )
 
 
-def gantt_figure(trace: Trace, title: str | None = None) -> go.Figure:
-    """A Gantt figure of ``trace``: numeric ms x axis, one bar trace per action kind.
+def timeline_bars(trace: Trace, legend_shown: set[Kind] | None = None) -> list[go.Bar]:
+    """The bar traces of ``trace``'s Gantt, one per action kind present.
 
-    ``title`` replaces the first header line (the step time / bubble line is kept).
+    ``legend_shown`` collects the kinds already in the legend across several timelines, so a kind is
+    listed once (the bars of one kind share a legend group, so clicking it hides them everywhere).
     Raises :class:`~ppsim.errors.TraceError` when the trace has no spans.
     """
-    import plotly.graph_objects as go
-
     if not trace.spans:
         raise TraceError("the trace has no spans: there is nothing to draw")
     chunks = int(trace.meta.get("chunks", 1) or 1)
@@ -161,18 +172,82 @@ def gantt_figure(trace: Trace, title: str | None = None) -> go.Figure:
     by_kind: dict[Kind, list[Span]] = {}
     for s in trace.spans:
         by_kind.setdefault(s.action.kind, []).append(s)
-
-    fig = go.Figure()
+    shown = set() if legend_shown is None else legend_shown
+    bars = []
     for kind in [k for k in Kind if k in by_kind]:
         spans = by_kind[kind]
-        fig.add_trace(kind_bars(kind, spans, [row_label(s.rank, s.lane) for s in spans],
-                                [bar_text(s, chunks, ranks) for s in spans], [hover_row(s) for s in spans]))
+        bar = kind_bars(kind, spans, [row_label(s.rank, s.lane) for s in spans],
+                        [bar_text(s, chunks, ranks) for s in spans], [hover_row(s) for s in spans])
+        bar.update(legendgroup=kind.value, showlegend=kind not in shown)
+        shown.add(kind)
+        bars.append(bar)
+    return bars
 
+
+def memory_lines(trace: Trace) -> list[go.Scatter]:
+    """One step line per stage of its ``memory_bytes`` counter (GiB), held to the end of the step; [] without one."""
+    import plotly.graph_objects as go
+
+    counters = sorted((c for c in trace.counters if c.name == "memory_bytes" and c.points), key=lambda c: c.rank)
+    if not counters:
+        return []
+    _, end = step_bounds(trace)
+    lines = []
+    for c in counters:
+        times = [t for t, _ in c.points]
+        gib = [v / 2**30 for _, v in c.points]
+        if times[-1] < end:
+            times.append(end)
+            gib.append(gib[-1])
+        lines.append(go.Scatter(
+            x=times, y=gib, mode="lines", name=f"stage {c.rank} memory",
+            line={"shape": "hv", "width": 1.5, "color": MEMORY_COLORS[c.rank % len(MEMORY_COLORS)]},
+            legendgroup="memory", hovertemplate=f"stage {c.rank}<br>%{{x:.3f}} ms<br>%{{y:.2f}} GiB<extra></extra>",
+        ))
+    return lines
+
+
+def gantt_figure(trace: Trace, title: str | None = None) -> go.Figure:
+    """The timeline page of ``trace``: the Gantt on top, memory per stage over time under it.
+
+    Both plots share the time axis (zooming or panning one moves the other); a trace without a
+    ``memory_bytes`` counter (a measured one) gets the Gantt alone. ``title`` replaces the first
+    header line (the figures line is kept). Raises :class:`~ppsim.errors.TraceError` when the
+    trace has no spans.
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    bars = timeline_bars(trace)
+    memory = memory_lines(trace)
     rows = row_labels(trace)
     header = figure_title(trace)
     if title:
         header = title + "<br>" + header.split("<br>", 1)[1]
-    fig.update_layout(**timeline_layout(rows, header))
+    layout = timeline_layout(rows, header)
+    if not memory:
+        fig = go.Figure(data=bars)
+        fig.update_layout(**layout)
+        return fig
+    gantt_height = layout["height"]
+    memory_height = 260
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                        row_heights=[gantt_height, memory_height])
+    for bar in bars:
+        fig.add_trace(bar, row=1, col=1)
+    for line in memory:
+        fig.add_trace(line, row=2, col=1)
+    fig.update_layout(**{k: v for k, v in layout.items() if k not in ("xaxis", "yaxis")})
+    fig.update_layout(height=gantt_height + memory_height + 60)
+    fig.update_yaxes(**layout["yaxis"], row=1, col=1)
+    fig.update_xaxes(showgrid=True, row=1, col=1)
+    fig.update_xaxes(**layout["xaxis"], row=2, col=1)
+    fig.update_yaxes(title={"text": "memory (GiB)"}, rangemode="tozero", showgrid=True, gridcolor="#ddd", row=2, col=1)
+    capacity = trace.meta.get("device_memory_bytes")
+    peak = max(max(line.y) for line in memory)
+    if capacity and peak * 2**30 >= capacity / 2:  # a far-off capacity line would flatten the curves
+        fig.add_hline(y=capacity / 2**30, line={"dash": "dash", "color": "#c00", "width": 1}, row=2, col=1,
+                      annotation_text=f"device {capacity / 2**30:.0f} GiB", annotation_position="top left")
     return fig
 
 

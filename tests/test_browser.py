@@ -1,0 +1,106 @@
+"""The HTML pages in a real headless Chromium with the network cut off: they load, Plotly draws them,
+every span is one drawn bar, and zooming the time axis moves the plots that share it.
+
+Chromium comes from the test set-up (`make test` installs Debian's chromium); without one these
+tests are skipped with that reason.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from browser import ZOOM, find_chromium, probe
+from typer.testing import CliRunner
+
+from conftest import ROOT, SCENARIOS
+from ppsim.cli import app
+from ppsim.compare import compare_traces
+from ppsim.predict import predict
+from ppsim.render.compare_html import write_compare_html
+from ppsim.render.gantt import write_html
+from ppsim.scenario import load
+from ppsim.sweep import schedule_variants
+from ppsim.trace import Trace
+
+CHROMIUM = find_chromium()
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine: `make test` installs it "
+                                                          "(apt-get install chromium), or set PPSIM_CHROMIUM")
+DATA = ROOT / "tests" / "data"
+
+
+def kinds(spans: list) -> dict[str, int]:
+    return dict(Counter(s.action.kind.value for s in spans))
+
+
+def assert_loaded(found: dict) -> None:
+    assert found["errors"] == []
+    assert found["plotly"] and found["rendered"]
+    assert not [r for r in found["resources"] if r.startswith(("http:", "https:"))]
+
+
+def test_timeline_page_draws_one_bar_per_span_and_zooms_both_plots(tmp_path: Path) -> None:
+    trace = predict(load(SCENARIOS / "gpt.yaml").with_overrides(stages=4, microbatches=8)).trace
+    found = probe(write_html(trace, tmp_path / "run.html"), CHROMIUM)
+    assert_loaded(found)
+    assert found["bars"] == kinds(trace.spans)
+    assert sum(found["bars"].values()) == len(trace.spans)
+    assert found["ranges"] == {"xaxis": list(ZOOM), "xaxis2": list(ZOOM)}  # Gantt and memory plot in step
+
+
+def test_the_network_is_really_cut_off(tmp_path: Path) -> None:
+    """A page that loads plotly.js from the CDN must not render: proof the probe runs offline."""
+    from ppsim.render.gantt import HTML_MARKER, gantt_figure
+
+    trace = Trace.load(DATA / "tiny-1f1b.predicted.trace.json")
+    page = tmp_path / "cdn.html"
+    page.write_text(HTML_MARKER + "\n" + gantt_figure(trace).to_html(include_plotlyjs="cdn", full_html=True))
+    found = probe(page, CHROMIUM)
+    assert not found["plotly"]
+
+
+def test_measured_timeline_without_memory_draws_every_span(tmp_path: Path) -> None:
+    trace = Trace.load(DATA / "tiny-gpipe.measured.trace.json")
+    found = probe(write_html(trace, tmp_path / "measured.html"), CHROMIUM)
+    assert_loaded(found)
+    assert sum(found["bars"].values()) == len(trace.spans)
+    assert found["ranges"] == {"xaxis": list(ZOOM)}
+
+
+def test_predicted_vs_measured_page_draws_both_traces(tmp_path: Path) -> None:
+    pred = Trace.load(DATA / "tiny-1f1b.predicted.trace.json")
+    meas = Trace.load(DATA / "tiny-1f1b.measured.trace.json")
+    page = write_compare_html(pred, meas, compare_traces(pred, meas, 5), tmp_path / "compare.html")
+    found = probe(page, CHROMIUM)
+    assert_loaded(found)
+    assert found["bars"] == kinds(pred.spans + meas.spans)
+
+
+def test_compare_schedules_page_stacks_timelines_on_one_time_axis(tmp_path: Path) -> None:
+    names = ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"]
+    page = tmp_path / "schedules.html"
+    result = CliRunner().invoke(app, ["compare-schedules", str(SCENARIOS / "gpt-interleaved.yaml"), "--microbatches",
+                                      "8", "--schedules", ",".join(names), "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    found = probe(page, CHROMIUM)
+    assert_loaded(found)
+    variants = schedule_variants(load(SCENARIOS / "gpt-interleaved.yaml").with_overrides(microbatches=8), names)
+    spans = [s for v in variants for s in v.trace.spans]
+    summary = {name: len(names) for name in ("step time", "bubble", "peak memory")}
+    assert found["bars"] == {**kinds(spans), **summary}
+    timelines = ["xaxis"] + [f"xaxis{i}" for i in range(2, len(names) + 1)]
+    assert {k: found["ranges"][k] for k in timelines} == {k: list(ZOOM) for k in timelines}
+    bar_charts = set(found["ranges"]) - set(timelines)
+    assert len(bar_charts) == 3 and all(found["ranges"][k] != list(ZOOM) for k in bar_charts)
+
+
+def test_sweep_page_renders(tmp_path: Path) -> None:
+    page = tmp_path / "sweep.html"
+    result = CliRunner().invoke(app, ["sweep", str(SCENARIOS / "gpt.yaml"), "--microbatches", "4,8,16",
+                                      "--stages", "4,8", "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    found = probe(page, CHROMIUM)
+    assert_loaded(found)
+    assert found["bars"] == {}
+    assert set(found["ranges"]) == {"xaxis", "xaxis2"}

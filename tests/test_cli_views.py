@@ -1,0 +1,185 @@
+"""`ppsim compare-schedules`, `ppsim sweep` and `--png`: tables, pages, figures that match the
+predictions, exit codes, and never overwriting what the user wrote."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from browser import find_chromium
+from typer.testing import CliRunner
+
+from conftest import SCENARIOS
+from ppsim.cli import app
+from ppsim.metrics import summarize
+from ppsim.predict import predict
+from ppsim.render import png as png_module
+from ppsim.render.schedules_html import schedules_figure
+from ppsim.render.sweep_html import sweep_figure
+from ppsim.scenario import load
+from ppsim.sweep import grid_variants, schedule_variants
+
+GPT = str(SCENARIOS / "gpt.yaml")
+INTERLEAVED = str(SCENARIOS / "gpt-interleaved.yaml")
+needs_browser = pytest.mark.skipif(find_chromium() is None, reason="no chromium: `make test` installs it")
+
+
+def invoke(*args: str, **kw: object):  # noqa: ANN201
+    return CliRunner().invoke(app, list(args), **kw)
+
+
+# ----- compare-schedules ---------------------------------------------------------------------------
+def test_compare_schedules_table_and_page(tmp_path: Path) -> None:
+    page = tmp_path / "s.html"
+    r = invoke("compare-schedules", GPT, "--stages", "4", "--microbatches", "8", "--schedules", "gpipe,1f1b,zb-h1",
+               "--html", str(page))
+    assert r.exit_code == 0, r.output
+    base = load(GPT).with_overrides(stages=4, microbatches=8)
+    for name in ("gpipe", "1f1b", "zb-h1"):
+        s = summarize(predict(base.with_overrides(schedule=name)).trace)
+        row = next(line for line in r.stdout.splitlines() if f" {name} " in line)
+        assert f"{s.step_time_ms:,.2f}" in row and f"{100 * s.bubble_fraction:.1f} %" in row
+    assert page.read_text().startswith("<!-- ppsim -->")
+
+
+def test_compare_schedules_figure_values_are_the_predictions() -> None:
+    base = load(INTERLEAVED)
+    variants = schedule_variants(base, ["1f1b", "interleaved-1f1b", "zb-h1"])
+    assert variants[0].overrides == {"schedule": "1f1b", "chunks": 1} and variants[0].notes
+    assert variants[1].overrides == {"schedule": "interleaved-1f1b"} and not variants[1].notes
+    fig = schedules_figure(variants, base.name)
+    step = next(d for d in fig.data if d.name == "step time")
+    bubble = next(d for d in fig.data if d.name == "bubble")
+    assert list(step.x) == ["1f1b", "interleaved-1f1b", "zb-h1"]
+    assert list(step.y) == pytest.approx([v.summary.step_time_ms for v in variants])
+    assert list(bubble.y) == pytest.approx([100 * v.summary.bubble_fraction for v in variants])
+    # interleaving with 2 chunks shrinks the bubble against plain 1F1B on the same model and batch
+    assert bubble.y[1] < bubble.y[0]
+    timeline_bars = [d for d in fig.data if d.type == "bar" and d.orientation == "h"]
+    assert sum(len(d.base) for d in timeline_bars) == sum(len(v.trace.spans) for v in variants)
+    assert sum(1 for d in timeline_bars if d.showlegend) == len({d.name for d in timeline_bars})
+
+
+def test_a_schedule_that_cannot_run_is_named_and_the_others_still_run() -> None:
+    r = invoke("compare-schedules", INTERLEAVED, "--microbatches", "6")
+    assert r.exit_code == 0, r.output
+    assert "interleaved-1f1b cannot run the scenario" in r.stderr and "multiple of the stage count" in r.stderr
+    assert "cannot run" in next(line for line in r.stdout.splitlines() if "interleaved-1f1b" in line)
+    assert all(any(f" {n} " in line for line in r.stdout.splitlines()) for n in ("gpipe", "1f1b", "zb-h1"))
+
+
+def test_no_schedule_can_run_is_exit_1() -> None:
+    r = invoke("compare-schedules", INTERLEAVED, "--microbatches", "6", "--schedules", "interleaved-1f1b")
+    assert r.exit_code == 1 and "no schedule can run" in r.stderr and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("schedules", ["gpipe,nope", "", "1f1b,1f1b"])
+def test_bad_schedule_list_is_exit_2(schedules: str) -> None:
+    r = invoke("compare-schedules", GPT, "--schedules", schedules)
+    assert r.exit_code == 2 and "--schedules" in r.output
+
+
+# ----- sweep -------------------------------------------------------------------------------------
+def test_sweep_table_and_figure_match_the_predictions() -> None:
+    r = invoke("sweep", GPT, "--microbatches", "8,16", "--stages", "4,8")
+    assert r.exit_code == 0, r.output
+    base = load(GPT)
+    variants = grid_variants(base, [4, 8], [8, 16])
+    assert [v.overrides for v in variants] == [{"stages": p, "microbatches": m} for p in (4, 8) for m in (8, 16)]
+    for v in variants:
+        s = summarize(predict(base.with_overrides(**v.overrides)).trace)
+        assert v.summary.step_time_ms == pytest.approx(s.step_time_ms)
+        assert any(f"{s.step_time_ms:,.2f}" in line and f"{100 * s.bubble_fraction:.1f} %" in line
+                   for line in r.stdout.splitlines())
+    fig = sweep_figure(variants, "microbatches", "stages", base.name)
+    lines = {(d.name, d.yaxis): d for d in fig.data}
+    assert list(lines[("stages 8", "y")].x) == [8, 16]
+    assert list(lines[("stages 8", "y")].y) == pytest.approx([v.summary.throughput_samples_per_s for v in variants[2:]])
+    assert list(lines[("stages 4", "y2")].y) == pytest.approx([100 * v.summary.bubble_fraction for v in variants[:2]])
+    # more micro-batches: a smaller bubble (the FAQ this command answers)
+    assert lines[("stages 4", "y2")].y[1] < lines[("stages 4", "y2")].y[0]
+
+
+@pytest.mark.parametrize("args", [[], ["--microbatches", "4,x"], ["--stages", "0,2"], ["--microbatches", "4,4"]])
+def test_sweep_bad_values_are_exit_2(args: list[str]) -> None:
+    r = invoke("sweep", GPT, *args)
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+
+
+def test_sweep_where_nothing_runs_is_exit_1_naming_why() -> None:
+    r = invoke("sweep", GPT, "--stages", "1000")
+    assert r.exit_code == 1 and "no point of the sweep can run" in r.stderr
+
+
+def test_missing_scenario_is_exit_1(tmp_path: Path) -> None:
+    for cmd in (["sweep", str(tmp_path / "no.yaml"), "--stages", "2"], ["compare-schedules", str(tmp_path / "no.yaml")]):
+        r = invoke(*cmd)
+        assert r.exit_code == 1 and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("command", [["sweep", GPT, "--stages", "2,4"], ["compare-schedules", GPT]])
+def test_pages_never_overwrite_a_user_file(tmp_path: Path, command: list[str]) -> None:
+    mine = tmp_path / "mine.html"
+    mine.write_text("my notes")
+    r = invoke(*command, "--html", str(mine))
+    assert r.exit_code == 1 and "--html" in r.stderr and "--force" in r.stderr
+    assert mine.read_text() == "my notes"
+    r = invoke(*command, "--html", str(tmp_path / "same.html"), "--png", str(tmp_path / "same.html"))
+    assert r.exit_code == 1 and "same file" in r.stderr
+
+
+# ----- --png ---------------------------------------------------------------------------------------
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+@needs_browser
+def test_png_of_each_view_is_written_marked_and_overwritable(tmp_path: Path) -> None:
+    for cmd in (["run", GPT, "--stages", "4", "--microbatches", "8"], ["sweep", GPT, "--microbatches", "8,16"],
+                ["compare-schedules", GPT, "--stages", "4", "--microbatches", "8", "--schedules", "1f1b,zb-h1"]):
+        out = tmp_path / f"{cmd[0]}.png"
+        for _ in range(2):  # the second run overwrites ppsim's own PNG without --force
+            r = invoke(*cmd, "--png", str(out))
+            assert r.exit_code == 0, r.output
+        width, height = png_size(out)
+        assert width == png_module.WIDTH and height > 300
+        assert png_module.PNG_MARKER in out.read_bytes()[:200]
+
+
+def test_png_without_a_browser_is_a_clear_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(png_module, "find_browser", lambda: None)
+    out = tmp_path / "t.png"
+    for cmd in (["run", GPT], ["sweep", GPT, "--stages", "2"], ["compare-schedules", GPT]):
+        r = invoke(*cmd, "--png", str(out))
+        assert r.exit_code == 1, r.output
+        assert "--png: needs Chrome or Chromium" in r.stderr and "apt-get install chromium" in r.stderr
+        assert not out.exists()
+
+
+def test_png_with_a_browser_path_that_is_not_a_program(tmp_path: Path) -> None:
+    r = invoke("run", GPT, "--png", str(tmp_path / "t.png"), env={"BROWSER_PATH": str(tmp_path / "nothing")})
+    assert r.exit_code == 1 and "BROWSER_PATH" in r.stderr
+
+
+def test_mark_png_inserts_a_valid_text_chunk(tmp_path: Path) -> None:
+    import zlib
+
+    ihdr = struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0)
+    chunk = lambda kind, body: struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))  # noqa: E731
+    raw = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00\x00")) + chunk(b"IEND", b"")
+    path = tmp_path / "x.png"
+    path.write_bytes(raw)
+    png_module.mark_png(path)
+    data = path.read_bytes()
+    pos, kinds = 8, []
+    while pos < len(data):  # walk the chunks: lengths and CRCs must all be right
+        n = struct.unpack(">I", data[pos:pos + 4])[0]
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
+        assert struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])[0] == zlib.crc32(kind + body)
+        kinds.append(kind)
+        pos += 12 + n
+    assert kinds == [b"IHDR", b"tEXt", b"IDAT", b"IEND"]
