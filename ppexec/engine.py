@@ -4,13 +4,16 @@ The subclass changes three things and nothing else:
 - the schedule it runs is the plan's (``_train_schedule``);
 - ``_exec_schedule`` records the start and end of every plan action (the group of DeepSpeed
   instructions it became) on ``time.perf_counter_ns`` (CLOCK_MONOTONIC: one clock for every
-  process of a machine), synchronising the device first on GPUs — the only timing code;
+  process of a machine), synchronising the device first on GPUs — the only timing code — and
+  the memory in use after it (the device allocator's bytes on GPUs, the process's resident
+  memory on CPUs);
 - the last stage keeps one loss per micro-batch (the stock engine keeps one, which breaks any
   schedule that runs two forwards before a backward), and micro-batches are loaded by id.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,6 +36,17 @@ def engine_class() -> type:
 _ENGINE: type | None = None
 
 
+def resident_bytes() -> int:
+    """This process's resident memory (Linux: /proc/self/statm; elsewhere its peak so far)."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # pragma: no cover - not Linux
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def _make_engine_class() -> type:
     from deepspeed.runtime.pipe.engine import PipelineEngine
 
@@ -45,6 +59,7 @@ def _make_engine_class() -> type:
             self.ppexec_batch: Callable[[int], Batch] | None = None
             self.ppexec_spans: list[tuple[Action, int, int]] = []
             self.ppexec_marks: list[tuple[str, int]] = []  #: named moments inside actions (ns)
+            self.ppexec_memory: list[tuple[int, int]] = []  #: (ns, bytes) at the end of every action
             self.ppexec_current: Action | None = None
             self._ppexec_losses: dict[int, Any] = {}
             self._ppexec_loading: int | None = None
@@ -53,7 +68,10 @@ def _make_engine_class() -> type:
             from deepspeed.accelerator import get_accelerator
 
             accel = get_accelerator()
-            self._ppexec_sync = None if accel.device_name() == "cpu" else accel.synchronize
+            on_cpu = accel.device_name() == "cpu"
+            self._ppexec_sync = None if on_cpu else accel.synchronize
+            self.ppexec_memory_source = "rss" if on_cpu else "allocator"
+            self._ppexec_memory_now = resident_bytes if on_cpu else accel.memory_allocated
 
         def _train_schedule(self) -> Any:
             if self.ppexec_schedule is None:
@@ -65,6 +83,8 @@ def _make_engine_class() -> type:
             self._reserve_pipe_buffers(pipe_schedule.num_pipe_buffers())
             self.fwd_outputs = []
             record = self.ppexec_spans.append
+            record_memory = self.ppexec_memory.append
+            memory_now = self._ppexec_memory_now
             # the stock map holds PipelineEngine's functions; bind by name so overrides here count
             table = {kind: getattr(self, fn.__name__) for kind, fn in self._INSTRUCTION_MAP.items()}
             table[clip_instruction()] = self._ppexec_clip
@@ -78,7 +98,9 @@ def _make_engine_class() -> type:
                     table[type(cmd)](**cmd.kwargs)
                 if sync is not None:
                     sync()
-                record((action, start, clock()))
+                end = clock()
+                record((action, start, end))
+                record_memory((end, memory_now()))
             self.ppexec_current = None
 
         def _ppexec_clip(self) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 from ppexec.launch import RankState
 from ppsim.passes import peer_stage
 from ppsim.plan import COMM_KINDS, Action, Plan
-from ppsim.trace import Span, Trace
+from ppsim.trace import Counter, Span, Trace
 
 
 def clock_offsets(states: list[RankState]) -> tuple[dict[int, int], str]:
@@ -38,6 +38,12 @@ def step_trace(states: list[RankState], plan: Plan, step: int, meta: dict[str, A
         peer = where[peer_stage(a)] if comm else None
         spans.append(Span(rank, a.lane, a, (t0 - origin) / 1e6, (t1 - origin) / 1e6,
                           message_bytes if comm else None, peer))
+    counters = []
+    for st in ranks:
+        points = tuple(((t - offsets[st.rank] - origin) / 1e6, float(b)) for t, b in st.steps[step].get("memory", []))
+        if points:
+            counters.append(Counter(st.ready["stage"], "memory_bytes", "bytes", points))  # type: ignore[index]
+    sources = {st.steps[step].get("memory_source") for st in ranks} - {None}
     losses = [st.steps[step]["loss"] for st in ranks if st.steps[step].get("loss") is not None]
     full_meta = dict(meta)
     full_meta.update({
@@ -52,5 +58,8 @@ def step_trace(states: list[RankState], plan: Plan, step: int, meta: dict[str, A
         "stage_to_rank": list(plan.stage_to_rank),
         "comm": "rendezvous",
         "message_bytes": message_bytes,
+        # "rss": a CPU process's resident memory (interpreter and libraries included), "allocator":
+        # the device allocator's bytes in use, which is what ppsim predicts
+        "memory_measured": sources.pop() if len(sources) == 1 else None,
     })
-    return Trace(spans=spans, meta=full_meta)
+    return Trace(spans=spans, meta=full_meta, counters=counters)

@@ -133,11 +133,13 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
             model, scenario.training.micro_batch, spec["seed"], step, replica, mb)
         engine.ppexec_spans = []
         engine.ppexec_marks = []
+        engine.ppexec_memory = []
         loss = engine.train_batch()
         if step >= spec["warmup"]:
             log.write("step", step=step - spec["warmup"], loss=float(loss) if engine.is_last_stage() else None,
                       spans=[[str(a), t0, t1] for a, t0, t1 in engine.ppexec_spans],
-                      marks=[list(m) for m in engine.ppexec_marks])
+                      marks=[list(m) for m in engine.ppexec_marks],
+                      memory=[list(m) for m in engine.ppexec_memory], memory_source=engine.ppexec_memory_source)
     if profiling and p == 2:
         from ppexec.measure import ping_pong
         from ppexec.profile import message_sizes

@@ -81,6 +81,21 @@ def test_measured_trace_works_with_ppsims_metrics_and_exports(tiny_run: Path) ->
     assert (tiny_run / "t.html").stat().st_size > 100_000
 
 
+def test_measured_trace_has_a_memory_track_per_rank(tiny_run: Path) -> None:
+    trace = Trace.load(tiny_run / "trace.json")
+    assert trace.meta["memory_measured"] == "rss"  # CPU ranks: the process's resident memory
+    memory = sorted((c for c in trace.counters if c.name == "memory_bytes"), key=lambda c: c.rank)
+    assert [c.rank for c in memory] == [0, 1]
+    for c in memory:
+        ends = sorted(s.end for s in trace.spans if s.rank == c.rank)
+        assert [t for t, _ in c.points] == pytest.approx(ends)  # one reading as each action ends
+        assert all(10 * 2**20 < v < 8 * 2**30 for _, v in c.points)  # a Python process with torch loaded
+    s = summarize(trace)
+    assert all(st.peak_memory_bytes == max(v for _, v in c.points) for st, c in zip(s.per_stage, memory))
+    doc = json.loads((tiny_run / "trace.chrome.json").read_text())
+    assert {e["pid"] for e in doc["traceEvents"] if e["ph"] == "C" and e["name"] == "memory_bytes"} == {1, 2}
+
+
 def test_unrunnable_schedules_are_refused(tmp_path: Path) -> None:
     for schedule, words in (("zb-h1", "input grad and weight grad"), ("inference", "no backward")):
         res = runner.invoke(app, ["run", str(TINY), "--out", str(tmp_path / schedule), "--schedule", schedule])

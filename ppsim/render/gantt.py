@@ -211,7 +211,8 @@ def gantt_figure(trace: Trace, title: str | None = None) -> go.Figure:
     """The timeline page of ``trace``: the Gantt on top, memory per stage over time under it.
 
     Both plots share the time axis (zooming or panning one moves the other); a trace without a
-    ``memory_bytes`` counter (a measured one) gets the Gantt alone. ``title`` replaces the first
+    ``memory_bytes`` counter gets the Gantt alone. A measured trace's counter is what ppexec read
+    after each action: the device allocator's bytes, or on CPUs the process's resident memory. ``title`` replaces the first
     header line (the figures line is kept). Raises :class:`~ppsim.errors.TraceError` when the
     trace has no spans.
     """
@@ -242,7 +243,8 @@ def gantt_figure(trace: Trace, title: str | None = None) -> go.Figure:
     fig.update_yaxes(**layout["yaxis"], row=1, col=1)
     fig.update_xaxes(showgrid=True, row=1, col=1)
     fig.update_xaxes(**layout["xaxis"], row=2, col=1)
-    fig.update_yaxes(title={"text": "memory (GiB)"}, rangemode="tozero", showgrid=True, gridcolor="#ddd", row=2, col=1)
+    what = "process memory, RSS (GiB)" if trace.meta.get("memory_measured") == "rss" else "memory (GiB)"
+    fig.update_yaxes(title={"text": what}, rangemode="tozero", showgrid=True, gridcolor="#ddd", row=2, col=1)
     capacity = trace.meta.get("device_memory_bytes")
     peak = max(max(line.y) for line in memory)
     if capacity and peak * 2**30 >= capacity / 2:  # a far-off capacity line would flatten the curves
