@@ -52,7 +52,9 @@ def predict_variant(base: Scenario, label: str, overrides: dict[str, Any], profi
 
 def schedule_variants(base: Scenario, names: list[str], profile: Profile | None = None) -> list[Variant]:
     """One variant per schedule. A schedule that runs one chunk per rank gets ``chunks: 1`` when the
-    scenario has more (noted), so 1F1B and interleaved 1F1B compare on the same model and batch."""
+    scenario has more (noted), so 1F1B and interleaved 1F1B compare on the same model and batch; a
+    schedule that takes chunks gets 2 when the scenario has 1 (where it can run them; noted), or
+    it would only repeat 1F1B."""
     from ppsim.schedules import get
 
     out = []
@@ -62,6 +64,13 @@ def schedule_variants(base: Scenario, names: list[str], profile: Profile | None 
         if get(name).chunks == "1" and base.pipeline.chunks != 1:
             overrides["chunks"] = 1
             notes = (f"{name} runs one chunk per rank: compared with chunks 1 (the scenario has {base.pipeline.chunks})",)
+        elif get(name).chunks != "1" and base.pipeline.chunks == 1:
+            two = predict_variant(base, name, {**overrides, "chunks": 2}, profile,
+                                  (f"{name} compared with chunks 2 (the scenario has 1, which is plain 1F1B)",))
+            if two.error is None:
+                out.append(two)
+                continue
+            notes = (f"{name} compared with chunks 1: chunks 2 cannot run here ({two.error})",)
         out.append(predict_variant(base, name, overrides, profile, notes))
     return out
 

@@ -183,3 +183,16 @@ def test_mark_png_inserts_a_valid_text_chunk(tmp_path: Path) -> None:
         kinds.append(kind)
         pos += 12 + n
     assert kinds == [b"IHDR", b"tEXt", b"IDAT", b"IEND"]
+
+
+def test_an_interleaved_schedule_gets_two_chunks_when_the_scenario_has_one() -> None:
+    base = load(GPT).with_overrides(stages=4, microbatches=8)
+    assert base.pipeline.chunks == 1
+    one_f_one_b, interleaved = schedule_variants(base, ["1f1b", "interleaved-1f1b"])
+    assert interleaved.overrides["chunks"] == 2 and interleaved.summary is not None
+    assert interleaved.summary.chunks == 2 and "chunks 2" in interleaved.notes[0]
+    assert interleaved.summary.step_time_ms != one_f_one_b.summary.step_time_ms
+    # where two chunks cannot run (stages x 2 > layers), it falls back to one, and says why
+    tiny = base.with_overrides(stages=32, microbatches=32)
+    (fallback,) = schedule_variants(tiny, ["interleaved-1f1b"])
+    assert "chunks" not in fallback.overrides and "chunks 2 cannot run here" in fallback.notes[0]
