@@ -379,6 +379,49 @@ def sweep(
     _print_variants(variants, keys, f"{s.name}: {s.pipeline.schedule}", targets)
 
 
+@app.command()
+def tui(
+    files: list[Path] = typer.Argument(..., help="A scenario YAML, or one or two saved traces (Trace or Chrome JSON, "
+                                                 "or ppexec run folders) to see side by side."),
+    ds_config: Path | None = typer.Option(None, "--ds-config", help="DeepSpeed config JSON (with a scenario)."),
+    schedule: str | None = SCHEDULE,
+    stages: int | None = STAGES,
+    microbatches: int | None = MICROBATCHES,
+    chunks: int | None = CHUNKS,
+    partition: str | None = PARTITION,
+    comm: str | None = COMM,
+) -> None:
+    """Look at a step in the terminal and change the plan with keys (? lists them)."""
+    try:
+        from ppsim.tui.state import TuiState, load_trace_file
+
+        scenario_like = [f for f in files if f.suffix in (".yaml", ".yml")]
+        if scenario_like and len(files) > 1:
+            raise PpsimError("give one scenario, or one or two traces; not a scenario and more files")
+        if len(files) > 2:
+            raise PpsimError(f"at most two traces side by side, got {len(files)}")
+        if scenario_like:
+            s = _scenario(files[0], schedule, stages, microbatches, chunks, partition, comm, ds_config)
+            state = TuiState.from_scenario(s)
+        else:
+            if any(v is not None for v in (schedule, stages, microbatches, chunks, partition, comm, ds_config)):
+                raise PpsimError("plan options (--schedule, --stages, ...) need a scenario, not a saved trace")
+            for f in files:
+                if not f.exists():
+                    raise PpsimError(f"{f} does not exist; give a scenario YAML, a trace JSON or a ppexec run folder")
+            state = TuiState.from_traces([(f.name, load_trace_file(f)) for f in files])
+    except PpsimError as exc:
+        fail(exc)
+        return
+    try:
+        from ppsim.tui.app import PpsimTui
+    except ImportError as exc:
+        err.print(f"[bold red]error:[/] the TUI needs textual ({exc}); install it with: pip install 'ppsim[tui]'",
+                  markup=True, soft_wrap=True)
+        raise typer.Exit(1) from None
+    PpsimTui(state).run()
+
+
 def main() -> None:
     app()
 

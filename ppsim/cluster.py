@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Literal
 
 import networkx as nx
@@ -160,3 +160,12 @@ def data_parallel_link(cluster: Cluster, p: int, d: int, t: int, placement: Plac
 def tensor_parallel_link(cluster: Cluster, p: int, d: int, t: int, placement: Placement) -> Link:
     groups = [[device_of(s, r, k, p, d, t, placement) for k in range(t)] for s in range(p) for r in range(d)]
     return group_link(cluster, groups)
+
+
+@lru_cache(maxsize=64)
+def plan_links(cluster: Cluster, p_virtual: int, p: int, d: int, t: int, placement: Placement
+               ) -> tuple[tuple[Link, ...], Link, Link]:
+    """(one link per stage boundary, the data-parallel link, the tensor-parallel link) of a plan,
+    remembered: changing the schedule or the micro-batches does not route the cluster again."""
+    return (tuple(stage_links(cluster, p_virtual, p, d, t, placement)), data_parallel_link(cluster, p, d, t, placement),
+            tensor_parallel_link(cluster, p, d, t, placement))

@@ -151,8 +151,7 @@ def _cluster_links(s: Scenario, device: Device, n_virtual: int) -> tuple[tuple[L
     )
     p, d, t = s.pipeline.stages, s.data_parallel, s.tensor_parallel
     cl.check_fits(c, p, d, t)
-    boundaries = tuple(cl.stage_links(c, n_virtual, p, d, t, spec.placement))
-    return boundaries, cl.data_parallel_link(c, p, d, t, spec.placement), cl.tensor_parallel_link(c, p, d, t, spec.placement)
+    return cl.plan_links(c, n_virtual, p, d, t, spec.placement)
 
 
 def _link(spec: LinkSpec | None, default_gb_s: float, default_latency_us: float) -> Link:
