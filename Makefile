@@ -23,7 +23,7 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/activate
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/activate
 	$(BIN)/pip install --quiet torch==$(TORCH_VERSION)
 	DS_BUILD_OPS=0 $(BIN)/pip install --quiet --no-build-isolation deepspeed==$(DEEPSPEED_VERSION)
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,ray]'
 	touch $@ $(VENV)/.installed-run
 
 run: $(VENV)/.installed-run

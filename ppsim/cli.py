@@ -380,6 +380,81 @@ def sweep(
 
 
 @app.command()
+def tune(
+    scenario: Path = typer.Argument(..., help="Scenario YAML: model, global batch, device and cluster."),
+    gpus: int | None = typer.Option(None, "--gpus", help="Devices to plan for (default: the scenario's t x p x d)."),
+    top: int = typer.Option(10, "--top", min=1, help="How many plans to list."),
+    json_out: bool = typer.Option(False, "--json", help="Print the search as one JSON document."),
+    html: Path | None = typer.Option(None, "--html", help="Write throughput vs stages / micro-batches and the "
+                                                          "throughput-memory Pareto front (HTML)."),
+    png: Path | None = typer.Option(None, "--png", help="Write the same page as a PNG (needs Chrome or Chromium)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite output files not written by ppsim."),
+    jobs: int | None = typer.Option(None, "--jobs", min=1, help="Local processes (default: every core)."),
+    executor: str = typer.Option("local", "--executor", help="local | ray"),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster to use (default: start one here)."),
+    schedules_list: str | None = typer.Option(None, "--schedules", help="Comma-separated schedules to consider "
+                                                                          "(default: 1f1b,interleaved-1f1b,zb-h1,gpipe)."),
+    micro_batches: str | None = typer.Option(None, "--micro-batch-sizes", help="Micro-batch sizes to consider "
+                                                                              "(default: 1,2,4,8)."),
+    max_stages: int | None = typer.Option(None, "--max-stages", min=1, help="Consider at most this many stages."),
+) -> None:
+    """Search the plans of SCENARIO's model and batch on N devices; rank those that fit by throughput."""
+    import time
+
+    from ppsim.schedules import SCHEDULES
+    from ppsim.tune import executors, space
+    from ppsim.tune.report import TuneResult, figure, print_result
+
+    if executor not in executors.EXECUTORS:
+        raise typer.BadParameter(f"{executor!r}; choose {' or '.join(executors.EXECUTORS)}", param_hint="--executor")
+    names = tuple(n.strip() for n in (schedules_list or ",".join(space.SCHEDULES)).split(",") if n.strip())
+    unknown = [n for n in names if n not in SCHEDULES or not SCHEDULES[n].training]
+    if not names or unknown:
+        raise typer.BadParameter(f"{', '.join(map(repr, unknown)) or 'no schedule'}; choose training schedules from "
+                                 f"{', '.join(n for n, i in SCHEDULES.items() if i.training)}", param_hint="--schedules")
+    sizes = tuple(_int_list(micro_batches, "--micro-batch-sizes") or space.MICRO_BATCHES)
+    try:
+        targets = _page_targets(html, png, [scenario], force)
+        s = _scenario(scenario, None, None, None, None, None, None)
+        n = gpus if gpus is not None else s.pipeline.stages * s.data_parallel * s.tensor_parallel
+        cands = space.candidates(s, space.SearchSpace(gpus=n, micro_batches=sizes, schedules=names,
+                                                      max_stages=max_stages))
+        base = s.model_dump(exclude_none=True)
+        n_jobs = jobs or executors.default_jobs()
+        t0 = time.perf_counter()
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("searching"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err, transient=True) as bar:
+            task = bar.add_task("plans", total=len(cands))
+
+            def advance(k: int) -> None:
+                bar.advance(task, k)
+
+            if executor == "ray":
+                evals = executors.run_ray(base, cands, ray_address, advance)
+            else:
+                evals = executors.run_local(base, cands, n_jobs, advance)
+        result = TuneResult(s.name, n, evals, time.perf_counter() - t0, 1 if executor == "ray" else n_jobs, executor)
+        if not result.ranked:
+            least = min((e for e in evals if e.peak_memory_bytes), key=lambda e: e.peak_memory_bytes or 0, default=None)
+            hint = (f"; the least memory any plan needs is {(least.peak_memory_bytes or 0) / 2**30:,.1f} GiB "
+                    f"({least.candidate.label()}) of {(least.memory_capacity_bytes or 0) / 2**30:,.0f} GiB" if least else "")
+            raise PpsimError(f"none of the {len(evals)} plans fits in memory on {n} devices{hint}; use more devices or "
+                             "a device with more memory", field="--gpus")
+        _write_pages(targets, lambda: figure(result))
+    except PpsimError as exc:
+        fail(exc)
+        return
+    if json_out:
+        sys.stdout.write(json.dumps(result.to_json_dict(top), indent=2) + "\n")
+    else:
+        print_result(result, top, Console(highlight=False, width=None if sys.stdout.isatty() else 160))
+        for opt, path in targets.items():
+            err.print(f"wrote {path} ({opt[2:]})", highlight=False)
+
+
+@app.command()
 def tui(
     files: list[Path] = typer.Argument(..., help="A scenario YAML, or one or two saved traces (Trace or Chrome JSON, "
                                                  "or ppexec run folders) to see side by side."),

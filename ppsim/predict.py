@@ -60,9 +60,10 @@ def workload_meta(s: Scenario, w: Workload, training: bool, profile: Profile | N
     }
 
 
-def predict(s: Scenario, profile: Profile | None = None) -> Prediction:
-    """Simulate one training step of the scenario (with measured costs when a profile is given)."""
-    workload = build_workload(s, profile)
+def predict(s: Scenario, profile: Profile | None = None, workload: Workload | None = None) -> Prediction:
+    """Simulate one training step of the scenario (with measured costs when a profile is given;
+    ``workload``: the scenario's costs when the caller has built them already)."""
+    workload = workload or build_workload(s, profile)
     plan = lowered_plan(s, workload)
     trace = simulate(plan, workload.costs, s.pipeline.comm)
     trace.meta.update(workload_meta(s, workload, schedules.get(s.pipeline.schedule).training, profile))

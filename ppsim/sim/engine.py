@@ -39,6 +39,7 @@ from ppsim.costs import CostTable
 from ppsim.errors import PlanError
 from ppsim.passes import render_grid
 from ppsim.plan import Kind, Plan
+from ppsim.sim.memory import memory_deltas, static_memory_bytes
 from ppsim.trace import Counter, Span, Trace
 from ppsim.util import gc_paused
 
@@ -84,16 +85,12 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
     F, B, I, W, OPT, CLIP = Kind.F, Kind.B, Kind.I, Kind.W, Kind.OPT, Kind.CLIP
     SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
     stage_costs = costs.stages
-    split = {a.stage for r in plan.actions for a in r if a.kind is W}
     # duration and activation-memory change of every (stage, kind) that computes
-    compute: dict[tuple[int, Kind], tuple[float, int, int]] = {}
-    for st, c in enumerate(stage_costs):
-        held = c.activation_bytes
-        compute[(st, F)] = (c.forward_ms, held, 0)
-        compute[(st, B)] = (c.backward_ms, 0, -held)
-        compute[(st, I)] = (c.input_grad_ms, 0, 0 if st in split else -held)
-        compute[(st, W)] = (c.weight_grad_ms, 0, -held)
-        compute[(st, OPT)] = (c.optimizer_ms, 0, 0)
+    durations = {F: "forward_ms", B: "backward_ms", I: "input_grad_ms", W: "weight_grad_ms", OPT: "optimizer_ms"}
+    compute: dict[tuple[int, Kind], tuple[float, int, int]] = {
+        (st, k): (getattr(stage_costs[st], durations[k]), alloc, free)
+        for (st, k), (alloc, free) in memory_deltas(plan, costs).items()
+    }
     where = plan.stage_to_rank
     env = simpy.Environment()
     nbytes = costs.message_bytes
@@ -251,7 +248,7 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
     counters = []
     if any(c.activation_bytes for c in costs.stages):
         counters = [Counter(r, "activation_bytes", "bytes", tuple(points)) for r, points in enumerate(mem_points)]
-    static = _static_memory(plan, costs)
+    static = static_memory_bytes(plan, costs)
     if static is not None:
         counters += [
             Counter(r, "memory_bytes", "bytes", tuple((t, v + static[r]["total"]) for t, v in points))
@@ -273,16 +270,3 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
     if static is not None:
         meta["memory_static_bytes"] = static
     return Trace(spans=spans, meta=meta, counters=counters)
-
-
-def _static_memory(plan: Plan, costs: CostTable) -> list[dict[str, int]] | None:
-    """Per rank, what its stages hold all step (weights, gradients, optimizer, buffers, total)."""
-    if not all(c.memory is not None for c in costs.stages):
-        return None
-    out = []
-    for r in range(plan.num_ranks):
-        mine = [costs.stages[s].memory for s in plan.stages_of_rank(r)]
-        parts = {k: sum(getattr(m, k) for m in mine) for k in ("weights", "gradients", "optimizer", "buffers")}
-        parts["total"] = sum(parts.values())
-        out.append(parts)
-    return out

@@ -1,0 +1,190 @@
+"""`ppsim tune`: the exact memory check, the ranking against exhaustive simulation, executors that
+agree, explanations from the numbers, and the command's outputs and errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from conftest import SCENARIOS
+from ppsim.cli import app
+from ppsim.cost_model import build_workload
+from ppsim.errors import PpsimError
+from ppsim.metrics import summarize
+from ppsim.predict import compute_plan, predict
+from ppsim.scenario import load, parse_scenario
+from ppsim.sim.memory import peak_memory_bytes
+from ppsim.tune.evaluate import evaluate
+from ppsim.tune.executors import run_local, run_ray
+from ppsim.tune.rank import explain, pareto_front, ranking
+from ppsim.tune.space import SearchSpace, apply, candidates
+
+GPT = SCENARIOS / "gpt.yaml"
+runner = CliRunner()
+
+
+def small_base() -> dict:
+    """gpt.yaml's 13B model with a batch of 16 sequences: small enough to simulate every plan."""
+    data = load(GPT).model_dump(exclude_none=True)
+    data["training"]["global_batch"] = 16
+    data["pipeline"].pop("microbatches", None)
+    data["data_parallel"] = 1
+    return data
+
+
+SPACE = SearchSpace(gpus=8, micro_batches=(1, 2), schedules=("1f1b", "interleaved-1f1b", "zb-h1"))
+
+
+@cache
+def small_search() -> tuple:
+    base = small_base()
+    cands = candidates(parse_scenario(base), SPACE)
+    return base, cands, run_local(base, cands, 1)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schedule=st.sampled_from(["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"]), p=st.sampled_from([2, 4, 8]),
+       m=st.sampled_from([4, 8, 16]), recompute=st.sampled_from(["none", "selective", "full"]),
+       zero=st.sampled_from([0, 1]))
+def test_the_memory_check_is_the_simulated_peak(schedule: str, p: int, m: int, recompute: str, zero: int) -> None:
+    data = load(GPT).model_dump(exclude_none=True)
+    data["pipeline"].update(stages=p, microbatches=m, schedule=schedule, chunks=2 if schedule == "interleaved-1f1b" else 1)
+    data["training"].update(recompute=recompute, zero_stage=zero)
+    data["training"].pop("global_batch", None)
+    if schedule == "interleaved-1f1b" and m % p:
+        return
+    s = parse_scenario(data)
+    w = build_workload(s)
+    exact = peak_memory_bytes(compute_plan(s), w.costs)
+    simulated = [st.peak_memory_bytes for st in summarize(predict(s).trace).per_stage]
+    assert exact == pytest.approx(simulated, rel=1e-12)
+
+
+def test_the_ranking_is_exhaustive_simulation_ranked() -> None:
+    base, cands, evals = small_search()
+    assert len(cands) > 100
+    # every plan simulated, no pruning, then ranked by the same key
+    exhaustive = []
+    for c in cands:
+        s = parse_scenario(apply(base, c))
+        summary = summarize(predict(s).trace)
+        exhaustive.append((c, summary))
+    fitting = [(c, sm) for c, sm in exhaustive if sm.fits]
+    fitting.sort(key=lambda x: (-x[1].throughput_samples_per_s, max(st.peak_memory_bytes for st in x[1].per_stage), x[0]))
+    ranked = ranking(evals)
+    assert [e.candidate for e in ranked] == [c for c, _ in fitting]
+    for e, (_, sm) in zip(ranked, fitting):
+        assert e.throughput_samples_per_s == pytest.approx(sm.throughput_samples_per_s, rel=1e-12)
+    # what was pruned is exactly what does not fit
+    assert {e.candidate for e in evals if not e.fits} == {c for c, sm in exhaustive if not sm.fits}
+
+
+def test_plans_that_do_not_fit_are_never_recommended() -> None:
+    _, _, evals = small_search()
+    assert any(not e.fits for e in evals)  # the case does prune
+    for e in ranking(evals):
+        assert e.fits and e.peak_memory_bytes <= e.memory_capacity_bytes
+
+
+def test_local_processes_give_the_serial_results() -> None:
+    base, cands, evals = small_search()
+    assert run_local(base, cands, 2) == evals
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is an optional extra: pip install 'ppsim[ray]'")
+def test_a_ray_cluster_gives_the_local_results() -> None:
+    base, cands, evals = small_search()
+    assert run_ray(base, cands[:60], batch=16) == evals[:60]
+
+
+def test_explanations_come_from_the_numbers() -> None:
+    _, _, evals = small_search()
+    best = ranking(evals)[0]
+    lines = explain(evals, best)
+    by_what = {line.split(":")[0]: line for line in lines}
+    full = by_what["recompute=full"]
+    # full recomputation runs every block's forward again: about a third more compute
+    extra = float(full.split(" compute")[0].rsplit("; ", 1)[1].rstrip("%")) / 100
+    assert 0.2 < extra < 0.4
+    assert any(w.startswith("p=") for w in by_what)
+    front = pareto_front(evals)
+    assert front[0].peak_memory_bytes == min(e.peak_memory_bytes for e in ranking(evals))
+    assert front[-1].throughput_samples_per_s == best.throughput_samples_per_s
+
+
+def test_the_space_respects_the_model_and_the_batch() -> None:
+    s = parse_scenario(small_base())
+    for c in candidates(s, SPACE):
+        assert c.devices == 8 and c.micro_batch * c.microbatches * c.data_parallel == 16
+        assert s.model.heads % c.tensor_parallel == 0 and c.stages <= s.model.layers
+        if c.schedule == "interleaved-1f1b":
+            assert c.microbatches % c.stages == 0 and c.chunks > 1
+        assert not (c.zero_stage and c.data_parallel == 1)
+    with pytest.raises(PpsimError, match="--gpus: no plan splits global_batch 16 over 7 devices"):
+        candidates(s, SearchSpace(gpus=7, max_stages=4))  # 7 replicas cannot split 16 sequences
+
+
+def test_an_evaluation_that_cannot_run_says_why() -> None:
+    base, cands, _ = small_search()
+    c = cands[0]
+    bad = dict(base, hardware={"device": "no-such-gpu"})
+    ev = evaluate(bad, c)
+    assert ev.error and "no-such-gpu" in ev.error and not ev.fits
+
+
+# ----- the command ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def small_yaml(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import yaml
+
+    path = tmp_path_factory.mktemp("tune") / "small.yaml"
+    path.write_text(yaml.safe_dump(small_base()))
+    return path
+
+
+def test_json_lists_the_top_plans_and_the_counts(small_yaml: Path, tmp_path: Path) -> None:
+    res = runner.invoke(app, ["tune", str(small_yaml), "--gpus", "8", "--micro-batch-sizes", "1,2", "--schedules",
+                              "1f1b,zb-h1", "--top", "3", "--json", "--jobs", "1", "--html", str(tmp_path / "t.html")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["plans"] == doc["pruned_by_memory"] + doc["simulated"] + doc["invalid"]
+    assert len(doc["top"]) == 3 and doc["why"]
+    tops = [t["throughput_samples_per_s"] for t in doc["top"]]
+    assert tops == sorted(tops, reverse=True)
+    assert all(t["fits"] for t in doc["top"]) and doc["pareto_front"]
+    assert (tmp_path / "t.html").read_text().startswith("<!-- ppsim -->")
+
+
+def test_the_table_names_the_best_and_why(small_yaml: Path) -> None:
+    res = runner.invoke(app, ["tune", str(small_yaml), "--gpus", "8", "--micro-batch-sizes", "1", "--schedules",
+                              "1f1b", "--jobs", "1"])
+    assert res.exit_code == 0, res.output
+    assert "best:" in res.stdout and "pruned by memory" in res.stdout and "recompute=full:" in res.stdout
+
+
+@pytest.mark.parametrize("args, code, says", [
+    (["--gpus", "7", "--max-stages", "4"], 1, "no plan splits global_batch"),
+    (["--gpus", "0"], 1, "--gpus must be at least 1"),
+    (["--gpus", "1", "--micro-batch-sizes", "1"], 1, "none of the"),  # a 13B model on one device
+    (["--executor", "mpi"], 2, "--executor"),
+    (["--schedules", "inference"], 2, "--schedules"),
+    (["--micro-batch-sizes", "1,x"], 2, "--micro-batch-sizes"),
+])
+def test_bad_input_is_one_clear_line(small_yaml: Path, args: list[str], code: int, says: str) -> None:
+    res = runner.invoke(app, ["tune", str(small_yaml), "--jobs", "1", *args])
+    assert res.exit_code == code, res.output
+    assert says in " ".join(res.output.split()) and "Traceback" not in res.output
+
+
+def test_a_file_the_user_wrote_is_not_overwritten(small_yaml: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "page.html"
+    mine.write_text("mine")
+    res = runner.invoke(app, ["tune", str(small_yaml), "--gpus", "8", "--html", str(mine)])
+    assert res.exit_code == 1 and mine.read_text() == "mine"
