@@ -188,3 +188,16 @@ def test_a_file_the_user_wrote_is_not_overwritten(small_yaml: Path, tmp_path: Pa
     mine.write_text("mine")
     res = runner.invoke(app, ["tune", str(small_yaml), "--gpus", "8", "--html", str(mine)])
     assert res.exit_code == 1 and mine.read_text() == "mine"
+
+
+def test_the_page_gives_each_schedule_one_colour_in_both_plots() -> None:
+    from ppsim.tune.report import TuneResult, figure
+
+    _, _, evals = small_search()
+    fig = figure(TuneResult("small", 8, evals, 1.0, 1, "local"))
+    lines = [tr for tr in fig.data if tr.mode == "lines+markers" and tr.name != "Pareto front"]
+    colours: dict[str, set] = {}
+    for tr in lines:
+        colours.setdefault(tr.name, set()).add(tr.line.color)
+    assert colours and all(len(c) == 1 for c in colours.values())
+    assert len({next(iter(c)) for c in colours.values()}) == len(colours)

@@ -12,6 +12,9 @@ from rich.table import Table
 from ppsim.tune.evaluate import Evaluation
 from ppsim.tune.rank import GIB, explain, pareto_front, ranking
 
+#: one colour per schedule, the same in both line plots
+SCHEDULE_COLOURS = ("#4C78A8", "#F58518", "#54A24B", "#B279A2", "#E45756", "#72B7B2")
+
 if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
 
@@ -100,7 +103,9 @@ def figure(result: TuneResult) -> go.Figure:
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.07, subplot_titles=(
         "throughput vs pipeline stages", "throughput vs micro-batches per step", "throughput vs peak memory"))
     schedules = sorted({e.candidate.schedule for e in ranked})
+    colours = dict(zip(schedules, SCHEDULE_COLOURS))
     for col, key, title in ((1, "stages", "stages p"), (2, "microbatches", "micro-batches m")):
+        values = sorted({getattr(e.candidate, key) for e in ranked})
         for sched in schedules:
             best: dict[int, Evaluation] = {}
             for e in ranked:
@@ -110,9 +115,11 @@ def figure(result: TuneResult) -> go.Figure:
             xs = sorted(best)
             fig.add_trace(go.Scatter(x=xs, y=[best[x].throughput_samples_per_s for x in xs], mode="lines+markers",
                                      name=sched, legendgroup=sched, showlegend=col == 1,
+                                     line={"color": colours[sched]}, marker={"color": colours[sched]},
                                      text=[best[x].candidate.label() for x in xs],
                                      hovertemplate="%{text}<br>%{y:.2f} samples/s<extra></extra>"), row=1, col=col)
-        fig.update_xaxes(title_text=title, type="log", row=1, col=col)
+        fig.update_xaxes(title_text=title, type="log", tickvals=values, ticktext=[str(v) for v in values],
+                         row=1, col=col)
     fig.add_trace(go.Scatter(x=[(e.peak_memory_bytes or 0) / GIB for e in ranked],
                              y=[e.throughput_samples_per_s for e in ranked], mode="markers", name="fitting plans",
                              marker={"size": 5, "color": "#bbbbbb"}, text=[e.candidate.label() for e in ranked],
