@@ -155,8 +155,13 @@ def watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, deadl
         failed = [r for r, c in enumerate(codes) if c not in (None, 0)] if per_rank else []
         launcher_failed = not per_rank and codes[0] not in (None, 0)
         if failed or reported or launcher_failed:
-            time.sleep(0.3)  # let the failing rank's last line land
+            # let the failing rank's last line land; a killed rank closes its sockets (its peers report
+            # the lost connection) a moment before it can be reaped, so look at the exit codes again
+            time.sleep(0.3)
             read_events(run_dir, states)
+            codes = [p.poll() for p in procs]
+            failed = [r for r, c in enumerate(codes) if c not in (None, 0)] if per_rank else []
+            launcher_failed = not per_rank and codes[0] not in (None, 0)
             stop_processes(procs)
             if launcher_failed and not any(st.error for st in states):
                 raise RunFailed(f"the launcher exited with code {codes[0]} before any rank reported an error; "
