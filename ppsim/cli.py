@@ -11,6 +11,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from ppsim.errors import PpsimError
 
@@ -21,7 +22,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-err = Console(stderr=True, highlight=False)
+# No markup on stderr: messages carry user text (paths, `ppsim[tui]`) that Rich would read as tags.
+err = Console(stderr=True, highlight=False, markup=False)
 
 SCHEDULE = typer.Option(None, "--schedule", help="Schedule name (see `ppsim schedules`).")
 STAGES = typer.Option(None, "--stages", min=1, help="Pipeline stages (ranks) p.")
@@ -31,11 +33,17 @@ PARTITION = typer.Option(None, "--partition", help="uniform | balanced")
 COMM = typer.Option(None, "--comm", help="Send semantics: rendezvous | eager | async")
 
 
+def say(label: str, message: str) -> None:
+    """Print ``label: message`` on stderr, the label styled (error in red, note in yellow), the message verbatim."""
+    style = "bold red" if label == "error" else "yellow"
+    err.print(Text.assemble((f"{label}:", style), " ", message), soft_wrap=True)
+
+
 def fail(exc: PpsimError) -> None:
     """Print a user-facing error (and its picture, if any) on stderr and exit 1."""
-    err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+    say("error", str(exc))
     if exc.detail:
-        err.print(exc.detail, markup=False, highlight=False, soft_wrap=True)
+        err.print(exc.detail, soft_wrap=True)
     raise typer.Exit(1)
 
 
@@ -55,7 +63,7 @@ def _scenario(path: Path, schedule: str | None, stages: int | None, microbatches
         raise PpsimError(f"--comm must be rendezvous, eager or async, got {comm!r}", field="--comm")
     s, notes = load_with_notes(path, ds_config)
     for note in notes:
-        err.print(f"[yellow]note:[/] {note}", markup=True, soft_wrap=True)
+        say("note", note)
     return s.with_overrides(
         schedule=schedule, stages=stages, microbatches=microbatches, chunks=chunks, partition=partition, comm=comm
     )
@@ -286,10 +294,9 @@ def _print_variants(variants, keys: list[str], title: str, targets: dict[str, Pa
 
     for v in variants:
         for note in v.notes:
-            err.print(f"[yellow]note:[/] {note}", markup=True, soft_wrap=True)
+            say("note", note)
         if not v.ok:
-            err.print(f"[bold red]error:[/] {v.label} cannot run the scenario: {v.error}", markup=True,
-                      soft_wrap=True)
+            say("error", f"{v.label} cannot run the scenario: {v.error}")
     Console(highlight=False, width=None if sys.stdout.isatty() else 140).print(variants_table(variants, keys, title))
     for opt, path in targets.items():
         err.print(f"wrote {path} ({opt[2:]})", highlight=False)
@@ -491,8 +498,7 @@ def tui(
     try:
         from ppsim.tui.app import PpsimTui
     except ImportError as exc:
-        err.print(f"[bold red]error:[/] the TUI needs textual ({exc}); install it with: pip install 'ppsim[tui]'",
-                  markup=True, soft_wrap=True)
+        say("error", f"the TUI needs textual ({exc}); install it with: pip install 'ppsim[tui]'")
         raise typer.Exit(1) from None
     PpsimTui(state).run()
 

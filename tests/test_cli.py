@@ -152,3 +152,30 @@ def test_outputs_are_ordinary_files(tmp_path: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
+
+
+def test_error_text_is_printed_verbatim(capsys: pytest.CaptureFixture[str]) -> None:
+    """Square brackets in a message (extras, paths) are not eaten as markup."""
+    import typer
+
+    from ppsim.cli import fail
+    from ppsim.errors import PpsimError
+
+    with pytest.raises(typer.Exit) as exit_info:
+        fail(PpsimError("install it with: pip install 'ppsim[tui]' (see out[1]/[bold]x[/])"))
+    assert exit_info.value.exit_code == 1
+    assert "pip install 'ppsim[tui]' (see out[1]/[bold]x[/])" in capsys.readouterr().err
+
+
+def test_tui_without_textual_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ppsim.tui.app", None)  # as if textual were not installed
+    res = invoke("tui", GPT)
+    assert res.exit_code == 1
+    assert "pip install 'ppsim[tui]'" in res.output and "Traceback" not in res.output
+
+
+def test_tune_ray_missing_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)
+    res = invoke("tune", GPT, "--gpus", "8", "--executor", "ray", "--max-stages", "2")
+    assert res.exit_code == 1
+    assert "pip install 'ppsim[ray]'" in res.output and "Traceback" not in res.output

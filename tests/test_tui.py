@@ -24,6 +24,7 @@ from ppsim.tui.timeline import cover, draw
 pytest.importorskip("textual")
 
 from ppsim.tui.app import PpsimTui  # noqa: E402
+from textual.binding import Binding  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 GPT = SCENARIOS / "gpt.yaml"
@@ -265,3 +266,19 @@ def test_bad_input_is_one_line_and_exit_1(args: list[str], says: str) -> None:
     res = CliRunner().invoke(cli, ["tui", *args])
     assert res.exit_code == 1 and says in " ".join(res.output.split())
     assert "Traceback" not in res.output
+
+
+def test_every_footer_key_is_visible_in_80_columns() -> None:
+    """The footer's bottom line shows each key it lists, with its description, whole at 80x24."""
+    async def drive() -> str:
+        app = PpsimTui(small(), show_timing=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            return app.screen._compositor.render_strips()[-1].text  # textual is pinned
+
+    bottom = asyncio.run(drive())
+    shown = [b for b in PpsimTui.BINDINGS if isinstance(b, Binding) and b.show]
+    assert len(shown) >= 8
+    for b in shown:
+        key = b.key_display or {"question_mark": "?"}.get(b.key, b.key)
+        assert f"{key} {b.description}" in bottom, (key, b.description, bottom)

@@ -111,7 +111,7 @@ class PpsimTui(App[None]):
         Binding("right_square_bracket", "select(1)", "next block", show=False),
         Binding("up", "rank(-1)", "rank above", show=False),
         Binding("down", "rank(1)", "rank below", show=False),
-        Binding("l", "lanes", "lanes"),
+        Binding("l", "lanes", "lanes", show=False),  # in the ? list; the footer keeps to 80 columns
         Binding("e", "export", "export"),
     ]
 
@@ -130,7 +130,7 @@ class PpsimTui(App[None]):
             yield VerticalScroll(Static(id="figures"), id="figures-box")
         yield Static(id="detail")
         yield Static(id="message")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)  # every plan key fits in 80 columns
 
     def on_mount(self) -> None:
         self.refresh_all()

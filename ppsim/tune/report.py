@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ppsim.tune.evaluate import Evaluation
@@ -64,7 +65,7 @@ class TuneResult:
 def print_result(result: TuneResult, top: int, console: Console | None = None) -> None:
     console = console or Console()
     c = result.counts()
-    console.print(f"[bold]{result.scenario}[/] on {result.gpus} devices: {c['plans']} plans, "
+    console.print(f"[bold]{escape(result.scenario)}[/] on {result.gpus} devices: {c['plans']} plans, "
                   f"{c['pruned_by_memory']} pruned by memory (exact, no simulation), {c['simulated']} simulated, "
                   f"{c['invalid']} invalid; {result.seconds:.1f} s on {result.jobs} {result.executor} job(s)",
                   highlight=False)
@@ -86,11 +87,11 @@ def print_result(result: TuneResult, top: int, console: Console | None = None) -
                       f"{(e.bubble_fraction or 0) * 100:.1f} %", f"{(e.peak_memory_bytes or 0) / GIB:,.1f}")
     console.print(table)
     best = ranked[0]
-    console.print(f"[bold]best[/]: {best.candidate.label()}: {best.throughput_samples_per_s:,.2f} samples/s, "
+    console.print(f"[bold]best[/]: {escape(best.candidate.label())}: {best.throughput_samples_per_s:,.2f} samples/s, "
                   f"bubble {best.bubble_fraction:.1%}, peak {(best.peak_memory_bytes or 0) / GIB:,.1f} of "
                   f"{(best.memory_capacity_bytes or 0) / GIB:,.0f} GiB. Against it:", highlight=False)
     for line in result.why():
-        console.print(f"  - {line}", highlight=False, soft_wrap=True)
+        console.print(f"  - {line}", highlight=False, markup=False, soft_wrap=True)
 
 
 def figure(result: TuneResult) -> go.Figure:
