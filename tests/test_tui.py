@@ -23,8 +23,9 @@ from ppsim.tui.timeline import cover, draw
 
 pytest.importorskip("textual")
 
-from ppsim.tui.app import PpsimTui  # noqa: E402
 from textual.binding import Binding  # noqa: E402
+
+from ppsim.tui.app import PpsimTui  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 GPT = SCENARIOS / "gpt.yaml"
