@@ -94,6 +94,42 @@ def layer_times(spec: ModelSpec, micro_batch: int, seed: int, budget_s: float = 
     return out
 
 
+def recompute_times(spec: ModelSpec, micro_batch: int, seed: int, budget_s: float = 1.0
+                    ) -> dict[str, dict[str, float]]:
+    """What recomputation adds to one block, timed alone: for ``selective`` (the block checkpoints
+    its attention core) and ``full`` (DeepSpeed's checkpoint of the whole block, as the pipeline
+    module runs it), the forward and backward time less those of the same block without
+    recomputation, measured in turns so that drift hits every mode alike."""
+    from deepspeed.runtime.activation_checkpointing.checkpointing import checkpoint as ds_checkpoint
+
+    dtype = TORCH_DTYPES[spec.dtype]
+    plain = Block(spec, seed + 1).to(dtype)
+    selective = Block(spec, seed + 1, selective=True).to(dtype)
+    x = torch.randn(micro_batch, spec.seq_len, spec.hidden, dtype=dtype).requires_grad_(True)
+    forwards: dict[str, Callable[[], torch.Tensor]] = {
+        "none": lambda: plain(x), "selective": lambda: selective(x), "full": lambda: ds_checkpoint(plain, x)}
+
+    def once(forward: Callable[[], torch.Tensor]) -> tuple[int, int]:
+        t0 = time.perf_counter_ns()
+        y = forward()
+        t1 = time.perf_counter_ns()
+        y.backward(torch.ones_like(y))
+        return t1 - t0, time.perf_counter_ns() - t1
+
+    for forward in forwards.values():  # warm up
+        once(forward)
+    t0 = time.perf_counter()
+    once(forwards["full"])
+    reps = max(5, min(100, int(budget_s / 3 / max(time.perf_counter() - t0, 1e-6))))
+    samples: dict[str, list[tuple[int, int]]] = {mode: [] for mode in forwards}
+    for _ in range(reps):
+        for mode, forward in forwards.items():
+            samples[mode].append(once(forward))
+    med = {mode: tuple(statistics.median(x[i] for x in xs) / 1e6 for i in (0, 1)) for mode, xs in samples.items()}
+    return {mode: {"forward_ms": med[mode][0] - med["none"][0], "backward_ms": med[mode][1] - med["none"][1]}
+            for mode in ("selective", "full")}
+
+
 def ping_pong(rank: int, peer: int, sizes: list[int], reps: int = 30) -> list[tuple[int, float]]:
     """One-way time of a blocking send/recv of each size between ``rank`` and ``peer`` (half the
     median round trip); both ranks must call it with the same arguments."""

@@ -1,7 +1,10 @@
 """A real GPT-style network built from a ppsim Scenario, as layers a DeepSpeed PipelineModule can split.
 
 Layers: token + position embedding, ``model.layers`` pre-LayerNorm transformer blocks (causal
-self-attention and a GELU MLP), final LayerNorm + LM head. Every layer initialises its weights from
+self-attention and a GELU MLP), final LayerNorm + LM head. Recomputation as ppsim models it:
+``full`` is DeepSpeed's own (``activation_checkpoint_interval`` 1 over the blocks, set up by the
+worker); ``selective`` checkpoints each block's attention core (QK^T, softmax, AV) as Megatron does,
+which DeepSpeed has no switch for, so the block does it itself. Every layer initialises its weights from
 its own seed, so a layer has the same weights whether it is built on a pipeline stage or in one
 process, which is what the parity checks rely on. Data is synthetic tokens drawn from a seed.
 """
@@ -11,10 +14,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ppsim.scenario import ModelSpec
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+#: forward passes run in this process, recomputed ones included; the worker records them per step,
+#: which shows that recomputation really ran (a block's forward runs twice with ``full``)
+FORWARDS: dict[str, int] = {"block": 0, "attention_core": 0}
 
 
 def _init_(module: nn.Module, seed: int) -> None:
@@ -45,12 +53,14 @@ class Embedding(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LayerNorm transformer block: causal self-attention and a GELU MLP, both residual."""
+    """Pre-LayerNorm transformer block: causal self-attention and a GELU MLP, both residual.
+    ``selective``: the attention core keeps no activations and reruns in the backward."""
 
-    def __init__(self, spec: ModelSpec, seed: int) -> None:
+    def __init__(self, spec: ModelSpec, seed: int, selective: bool = False) -> None:
         super().__init__()
         h = spec.hidden
         self.heads = spec.heads
+        self.selective = selective
         self.norm1 = nn.LayerNorm(h)
         self.qkv = nn.Linear(h, 3 * h)
         self.proj = nn.Linear(h, h)
@@ -60,13 +70,23 @@ class Block(nn.Module):
         _init_(self, seed)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        FORWARDS["block"] += 1
         b, s, h = x.shape
         q, k, v = self.qkv(self.norm1(x)).split(h, dim=-1)
         shape = (b, s, self.heads, h // self.heads)
         q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.selective and torch.is_grad_enabled():
+            att = checkpoint(_attention_core, q, k, v, use_reentrant=False)
+        else:
+            att = _attention_core(q, k, v)
         x = x + self.proj(att.transpose(1, 2).reshape(b, s, h))
         return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+
+
+def _attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """softmax(QK^T / sqrt(d)) V, causal: the part selective recomputation reruns."""
+    FORWARDS["attention_core"] += 1
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 class Head(nn.Module):
@@ -87,10 +107,14 @@ def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
 
-def layer_factories(spec: ModelSpec, seed: int) -> list[tuple[type[nn.Module], tuple[ModelSpec, int]]]:
-    """(class, args) of every layer in order: embedding, blocks, head; layer i is seeded seed + i."""
+def layer_factories(spec: ModelSpec, seed: int, recompute: str = "none"
+                    ) -> list[tuple[type[nn.Module], tuple[object, ...]]]:
+    """(class, args) of every layer in order: embedding, blocks, head; layer i is seeded seed + i.
+    With ``recompute`` selective the blocks checkpoint their attention core (``full`` is the
+    pipeline module's business: see the module docstring)."""
     classes: list[type[nn.Module]] = [Embedding] + [Block] * spec.layers + [Head]
-    return [(cls, (spec, seed + i)) for i, cls in enumerate(classes)]
+    selective = recompute == "selective"
+    return [(cls, (spec, seed + i, selective) if cls is Block else (spec, seed + i)) for i, cls in enumerate(classes)]
 
 
 def stage_boundaries(blocks_per_stage: list[int]) -> list[int]:

@@ -35,7 +35,7 @@ from pathlib import Path
 from ppexec.launch import RankState
 from ppsim.errors import PpsimError
 from ppsim.plan import Action, Kind
-from ppsim.profile import LayerTimes, LinkProfile, Overheads, Profile, shape_of
+from ppsim.profile import LayerTimes, LinkProfile, Overheads, Profile, RecomputeTimes, shape_of
 from ppsim.scenario import Scenario, parse_scenario
 
 PROFILE_MICROBATCHES = 4
@@ -183,6 +183,10 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
                             if k != "params"}, params=int(layer_runs[0][name]["params"]))
         for name in ("embedding", "block", "head")
     }
+    recompute_runs = [st.measurements["recompute"] for st in states if "recompute" in st.measurements]
+    recompute = {mode: RecomputeTimes(**{k: statistics.median(run[mode][k] for run in recompute_runs)
+                                         for k in ("forward_ms", "backward_ms")})
+                 for mode in ("selective", "full") if recompute_runs}
     per_run = []
     for partition, sts in runs:
         by_stage = {st.ready["stage"]: st for st in sts if st.ready}
@@ -251,6 +255,7 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
             samples=samples,
         ),
         clip_allreduce_us=clip_allreduce_ms * 1e3,
+        recompute=recompute,  # type: ignore[arg-type]
     )
 
 

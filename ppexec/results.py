@@ -45,6 +45,10 @@ def step_trace(states: list[RankState], plan: Plan, step: int, meta: dict[str, A
             counters.append(Counter(st.ready["stage"], "memory_bytes", "bytes", points))  # type: ignore[index]
     sources = {st.steps[step].get("memory_source") for st in ranks} - {None}
     losses = [st.steps[step]["loss"] for st in ranks if st.steps[step].get("loss") is not None]
+    forwards: dict[str, int] = {}
+    for st in ranks:  # how often the blocks and their attention cores ran, recomputation included
+        for name, n in st.steps[step].get("forwards", {}).items():
+            forwards[name] = forwards.get(name, 0) + n
     full_meta = dict(meta)
     full_meta.update({
         "source": "measured",
@@ -61,5 +65,6 @@ def step_trace(states: list[RankState], plan: Plan, step: int, meta: dict[str, A
         # "rss": a CPU process's resident memory (interpreter and libraries included), "allocator":
         # the device allocator's bytes in use, which is what ppsim predicts
         "memory_measured": sources.pop() if len(sources) == 1 else None,
+        "forward_calls": forwards or None,
     })
     return Trace(spans=spans, meta=full_meta, counters=counters)

@@ -91,9 +91,6 @@ def prepare(s: Scenario, profile: Profile | None = None) -> tuple[Scenario, Plan
         name, value, fix = unbuilt[0]
         raise PpsimError(f"ppexec builds GPT-style blocks (multi-head attention, GELU MLP, learned positions), "
                          f"not {name}: {value}; ppsim predicts it, for a run {fix}", field=name)
-    if s.training.recompute != "none":
-        raise PpsimError(f"ppexec does not run activation recomputation yet ({s.training.recompute!r}); "
-                         "ppsim predicts it, ppexec runs recompute: none", field="training.recompute")
     if s.tensor_parallel > 1:
         raise PpsimError(f"ppexec does not run tensor parallelism yet (tensor_parallel {s.tensor_parallel}); "
                          "ppsim predicts it, ppexec runs tensor_parallel: 1", field="tensor_parallel")

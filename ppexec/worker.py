@@ -73,7 +73,7 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
     from deepspeed.pipe import LayerSpec, PipelineModule
 
     from ppexec.engine import engine_class, pipeline_engine
-    from ppexec.model import TORCH_DTYPES, layer_factories, loss_fn, stage_boundaries, synthetic_batch
+    from ppexec.model import FORWARDS, TORCH_DTYPES, layer_factories, loss_fn, stage_boundaries, synthetic_batch
     from ppexec.translate import plan_schedule
     from ppsim.plan import Plan
     from ppsim.scenario import parse_scenario
@@ -100,8 +100,14 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
             stage_id = self._topo.get_coord(self.global_rank).pipe
             self._set_bounds(start=parts[stage_id], stop=parts[stage_id + 1])
 
-    specs = [LayerSpec(cls, *args) for cls, args in layer_factories(model, spec["seed"])]
-    module = PlannedPipelineModule(layers=specs, num_stages=p, loss_fn=loss_fn, partition_method="uniform")
+    recompute = scenario.training.recompute
+    specs = [LayerSpec(cls, *args) for cls, args in layer_factories(model, spec["seed"], recompute)]
+    # full recomputation is DeepSpeed's activation checkpointing of every block (the embedding and the
+    # head keep their activations, as in Megatron); selective is done inside the blocks
+    checkpointing = {"activation_checkpoint_interval": 1, "checkpointable_layers": ["Block"]} \
+        if recompute == "full" else {}
+    module = PlannedPipelineModule(layers=specs, num_stages=p, loss_fn=loss_fn, partition_method="uniform",
+                                   **checkpointing)
     dtype = TORCH_DTYPES[model.dtype]
     config = {
         "train_micro_batch_size_per_gpu": scenario.training.micro_batch,
@@ -121,10 +127,12 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
     engine.ppexec_schedule = plan_schedule(plan, stage)
     profiling = spec.get("mode") == "profile"
     if profiling:  # every rank times the layers at once, as they contend in training
-        from ppexec.measure import layer_times
+        from ppexec.measure import layer_times, recompute_times
 
         torch.distributed.barrier()
         log.write("measure", name="layers", data=layer_times(model, scenario.training.micro_batch, spec["seed"]))
+        log.write("measure", name="recompute",
+                  data=recompute_times(model, scenario.training.micro_batch, spec["seed"]))
     torch.distributed.barrier()
     log.write("ready", rank=rank, stage=stage, replica=replica, host=socket.gethostname(),
               clock_ns=time.perf_counter_ns(), pid=os.getpid(), backend=spec["backend"])
@@ -134,12 +142,14 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
         engine.ppexec_spans = []
         engine.ppexec_marks = []
         engine.ppexec_memory = []
+        FORWARDS.update(dict.fromkeys(FORWARDS, 0))
         loss = engine.train_batch()
         if step >= spec["warmup"]:
             log.write("step", step=step - spec["warmup"], loss=float(loss) if engine.is_last_stage() else None,
                       spans=[[str(a), t0, t1] for a, t0, t1 in engine.ppexec_spans],
                       marks=[list(m) for m in engine.ppexec_marks],
-                      memory=[list(m) for m in engine.ppexec_memory], memory_source=engine.ppexec_memory_source)
+                      memory=[list(m) for m in engine.ppexec_memory], memory_source=engine.ppexec_memory_source,
+                      forwards=dict(FORWARDS))
     if profiling and p == 2:
         from ppexec.measure import ping_pong
         from ppexec.profile import message_sizes

@@ -273,10 +273,9 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
     elif profile is not None:
         assert counts is not None
         _, block, _ = layers
-        # a profile times blocks without recompute: the recomputed share of the measured forward
-        again_ms = profile.block.forward_ms * block.recompute_flops / block.forward_flops
         costs = profiled_costs(profile, counts, stage_params, stage_act, message_bytes, d, dtype_bytes, statics,
-                               again_ms, s.training.allreduce, s.training.bucket_mb * 1e6)
+                               recompute_extra_ms(profile, s.training.recompute, block), s.training.allreduce,
+                               s.training.bucket_mb * 1e6)
     else:
         assert s.model is not None
         eff = s.hardware.efficiency or device.efficiency
@@ -351,13 +350,25 @@ def _profile_loads(profile: Profile, n_virtual: int) -> tuple[float, float, floa
     return _layer_ms(profile.block), first, last
 
 
+def recompute_extra_ms(profile: Profile, recompute: Recompute, block: LayerCost) -> tuple[float, float]:
+    """(forward, backward) time recomputation adds to a block: as the profile measured it, or, for
+    a profile without it, the recomputed share of the measured forward by FLOPs in the backward."""
+    if recompute == "none":
+        return 0.0, 0.0
+    measured = profile.recompute.get(recompute)
+    if measured is not None:
+        return measured.forward_ms, measured.backward_ms
+    return 0.0, profile.block.forward_ms * block.recompute_flops / block.forward_flops
+
+
 def profiled_costs(profile: Profile, counts: list[int], params: list[int], activations: list[int], message_bytes: int,
                    data_parallel: int, dtype_bytes: int, statics: list[StaticMemory] | None = None,
-                   recompute_ms_per_block: float = 0.0, allreduce: str = "ring",
+                   recompute_ms_per_block: tuple[float, float] = (0.0, 0.0), allreduce: str = "ring",
                    bucket_bytes: float = 25e6) -> CostTable:
     """Per virtual stage costs from measured layer times: the stage's layers plus the framework's
-    overheads for its position (and any recomputed forward in the backward); the link and the
-    gradient all-reduce from the measured link."""
+    overheads for its position (and what recomputation adds to each block's forward and backward);
+    the link and the gradient all-reduce from the measured link."""
+    again_fwd, again_bwd = recompute_ms_per_block
     n = len(counts)
     lp = profile.link
     link = Link(
@@ -374,8 +385,8 @@ def profiled_costs(profile: Profile, counts: list[int], params: list[int], activ
         reduce_ms, buckets = grad_allreduce(grad_bytes, data_parallel, link, allreduce, bucket_bytes)
         stages.append(
             StageCost(
-                forward_ms=max(0.0, extra.forward_ms + sum(x.forward_ms for x in parts)),
-                backward_ms=max(0.0, extra.backward_ms + sum(x.backward_ms for x in parts) + c * recompute_ms_per_block),
+                forward_ms=max(0.0, extra.forward_ms + sum(x.forward_ms for x in parts) + c * again_fwd),
+                backward_ms=max(0.0, extra.backward_ms + sum(x.backward_ms for x in parts) + c * again_bwd),
                 weight_grad_ms=sum(x.weight_grad_ms for x in parts),
                 optimizer_ms=max(0.0, extra.optimizer_ms + sum(x.optimizer_ms for x in parts)),
                 clip_ms=max(0.0, extra.clip_ms),

@@ -58,6 +58,14 @@ class Overheads(_Strict):
     clip_ms: float = Field(default=0.0, ge=0, description="gradient clipping's own work before its all-reduce")
 
 
+class RecomputeTimes(_Strict):
+    """What a recomputation mode adds to one block over no recomputation, timed alone (either may
+    be negative: a checkpointed forward keeps no activations, which can make it faster)."""
+
+    forward_ms: float
+    backward_ms: float = Field(description="mostly the recomputed forward")
+
+
 class LinkProfile(_Strict):
     """A transfer of n bytes takes latency + n / bandwidth once both sides are there; the sender
     spends ``send_overhead_us`` before it and the receiver ``recv_overhead_us`` after it."""
@@ -92,6 +100,8 @@ class Profile(_Strict):
     overheads: dict[Literal["first", "middle", "last"], Overheads]
     link: LinkProfile
     clip_allreduce_us: float = Field(default=0.0, ge=0, description="gradient-norm all-reduce over the pipeline")
+    #: measured by ppexec profile since recompute runs in ppexec; older profiles fall back on FLOPs
+    recompute: dict[Literal["selective", "full"], RecomputeTimes] = Field(default_factory=dict)
 
     def overhead(self, stage: int, num_stages: int) -> Overheads:
         """The overheads of virtual stage ``stage`` of ``num_stages``. A single stage is first and

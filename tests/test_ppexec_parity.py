@@ -15,11 +15,11 @@ from ppexec.run import RunOptions, execute  # noqa: E402
 from ppsim.scenario import parse_scenario  # noqa: E402
 
 
-def tiny(schedule: str, stages: int, dp: int, microbatches: int = 4):  # noqa: ANN201
+def tiny(schedule: str, stages: int, dp: int, microbatches: int = 4, recompute: str = "none"):  # noqa: ANN201
     return parse_scenario({
         "name": f"parity-{schedule}-{stages}x{dp}",
         "model": {"layers": 4, "hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64, "dtype": "fp32"},
-        "training": {"micro_batch": 2},
+        "training": {"micro_batch": 2, "recompute": recompute},
         "pipeline": {"stages": stages, "microbatches": microbatches, "schedule": schedule, "partition": "uniform"},
         "data_parallel": dp,
         "hardware": {"device": "cpu"},
@@ -49,3 +49,19 @@ def test_pipelined_run_matches_single_process(tmp_path: Path, schedule: str, sta
             torch.testing.assert_close(value, ref_params[name], rtol=1e-4, atol=5e-5)
             seen.add(name)
     assert seen == set(ref_params)  # every parameter lives on some stage and matches
+
+
+@pytest.mark.parametrize("recompute, blocks, cores", [("none", 1, 1), ("full", 2, 2), ("selective", 1, 2)])
+def test_recomputation_reruns_the_forward_and_trains_the_same(tmp_path: Path, recompute: str, blocks: int,
+                                                              cores: int) -> None:
+    """Recomputation changes when activations exist, not what is computed: the losses equal the
+    single-process run without it, while the blocks (full) or their attention cores (selective)
+    run a second forward in the backward, as counted inside the real run."""
+    s = tiny("1f1b", 2, 1, recompute=recompute)
+    result = execute(s, RunOptions(out=tmp_path, steps=2, warmup=0, seed=7, lr=1e-2, timeout_s=60))
+    ref_losses, _ = train_reference(s, steps=2, seed=7, lr=1e-2)
+    assert result.losses == pytest.approx(ref_losses, rel=1e-5, abs=1e-6)
+    once = s.model.layers * s.microbatches
+    for trace in result.traces:
+        assert trace.meta["recompute"] == recompute
+        assert trace.meta["forward_calls"] == {"block": blocks * once, "attention_core": cores * once}

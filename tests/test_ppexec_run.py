@@ -191,8 +191,7 @@ def test_cluster_launch_command_runs_the_same_worker(tmp_path: Path) -> None:
     assert "--master_port" in cmd
 
 
-@pytest.mark.parametrize("key, value", [("training.recompute", "full"), ("training.zero_stage", 1),
-                                        ("tensor_parallel", 2)])
+@pytest.mark.parametrize("key, value", [("training.zero_stage", 1), ("tensor_parallel", 2)])
 def test_what_ppexec_cannot_run_yet_is_refused_by_name(key: str, value: object) -> None:
     from ppexec.run import prepare
     from ppsim.errors import PpsimError

@@ -15,7 +15,7 @@ from ppexec import profile as fits
 from ppsim.cli import app
 from ppsim.cost_model import build_workload
 from ppsim.errors import ScenarioError
-from ppsim.profile import LayerTimes, LinkProfile, Overheads, Profile, load_profile, shape_of
+from ppsim.profile import LayerTimes, LinkProfile, Overheads, Profile, RecomputeTimes, load_profile, shape_of
 from ppsim.scenario import load
 
 TINY = SCENARIOS / "tiny-cpu.yaml"
@@ -43,7 +43,7 @@ def make_profile(*, block_f: float = 1.0, head_f: float = 0.5, first_f: float = 
 
 
 def test_yaml_round_trip(tmp_path: Path) -> None:
-    p = make_profile()
+    p = make_profile().model_copy(update={"recompute": {"full": RecomputeTimes(forward_ms=-0.1, backward_ms=0.9)}})
     path = tmp_path / "p.yaml"
     path.write_text(p.to_yaml())
     assert load_profile(path) == p
@@ -73,6 +73,38 @@ def test_stage_costs_are_overheads_plus_layers() -> None:
     assert link.bandwidth_bytes_per_ms == pytest.approx(2e6)
     assert (link.send_overhead_ms, link.recv_overhead_ms) == pytest.approx((0.01, 0.05))
     assert w.costs.clip_allreduce_ms == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("mode", ["selective", "full"])
+def test_measured_recomputation_is_added_to_every_block(mode: str) -> None:
+    """With the profile's recompute times, each block's forward and backward grow by them; the
+    embedding, head and overheads do not."""
+    p = make_profile().model_copy(update={"recompute": {
+        "selective": RecomputeTimes(forward_ms=0.05, backward_ms=0.3),
+        "full": RecomputeTimes(forward_ms=-0.1, backward_ms=0.9)}})
+    base = build_workload(load(TINY).with_overrides(stages=2, partition=[1, 3]), p).costs.stages
+    s = load(TINY).with_overrides(stages=2, partition=[1, 3])
+    s = s.model_copy(update={"training": s.training.model_copy(update={"recompute": mode})})
+    costs = build_workload(s, p).costs.stages
+    extra = p.recompute[mode]  # type: ignore[index]
+    for blocks, before, after in zip((1, 3), base, costs, strict=True):
+        assert after.forward_ms == pytest.approx(before.forward_ms + blocks * extra.forward_ms)
+        assert after.backward_ms == pytest.approx(before.backward_ms + blocks * extra.backward_ms)
+        assert after.weight_grad_ms == pytest.approx(before.weight_grad_ms)
+    path_doc = p.to_yaml()
+    assert "recompute:" in path_doc and "selective:" in path_doc
+
+
+def test_recomputation_without_measured_times_falls_back_on_flops() -> None:
+    """An older profile (no ``recompute``): full recomputation adds one measured block forward to
+    each block's backward (its FLOPs share is all of the forward)."""
+    p = make_profile(block_f=1.0)
+    s = load(TINY).with_overrides(stages=2, partition=[1, 3])
+    base = build_workload(s, p).costs.stages
+    s = s.model_copy(update={"training": s.training.model_copy(update={"recompute": "full"})})
+    for blocks, before, after in zip((1, 3), base, build_workload(s, p).costs.stages, strict=True):
+        assert after.forward_ms == pytest.approx(before.forward_ms)
+        assert after.backward_ms == pytest.approx(before.backward_ms + blocks * 1.0)
 
 
 def test_middle_stages_and_a_single_stage() -> None:
