@@ -241,6 +241,9 @@ def _print_profile(p) -> None:  # noqa: ANN001 - Profile
     console.print(f"link: latency {link.latency_us:.1f} us, bandwidth {link.bandwidth_gb_s:.3f} GB/s, "
                   f"send overhead {link.send_overhead_us:.1f} us, receive overhead {link.recv_overhead_us:.1f} us; "
                   f"gradient-norm all-reduce {p.clip_allreduce_us:.1f} us", highlight=False)
+    for kind, c in p.collectives.items():
+        console.print(f"{kind} (as a ring's link): latency {c.latency_us:.1f} us, bandwidth {c.bandwidth_gb_s:.3f} GB/s",
+                      highlight=False)
     if p.recompute:
         console.print("recomputation adds to a block: " + "; ".join(
             f"{mode} forward {r.forward_ms:+.3f} ms, backward {r.backward_ms:+.3f} ms" for mode, r in p.recompute.items()),

@@ -34,6 +34,7 @@ class RankState:
     steps: list[dict[str, Any]] = field(default_factory=list)
     error: dict[str, Any] | None = None
     done: bool = False
+    teardown_code: int | None = None  #: a non-zero exit after "done": a crash in the teardown, the run complete
     measurements: dict[str, Any] = field(default_factory=dict)  #: a profiling rank's ``measure`` events
     offset: int = 0  #: bytes of the event file already read
 
@@ -152,7 +153,7 @@ def watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, deadl
             on_progress(states)
         codes = [p.poll() for p in procs]
         reported = [st.rank for st in states if st.error]
-        failed = [r for r, c in enumerate(codes) if c not in (None, 0)] if per_rank else []
+        failed = _failed(codes, states) if per_rank else []
         launcher_failed = not per_rank and codes[0] not in (None, 0)
         if failed or reported or launcher_failed:
             # let the failing rank's last line land; a killed rank closes its sockets (its peers report
@@ -160,8 +161,10 @@ def watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, deadl
             time.sleep(0.3)
             read_events(run_dir, states)
             codes = [p.poll() for p in procs]
-            failed = [r for r, c in enumerate(codes) if c not in (None, 0)] if per_rank else []
+            failed = _failed(codes, states) if per_rank else []
             launcher_failed = not per_rank and codes[0] not in (None, 0)
+            if not (failed or reported or launcher_failed):
+                continue  # the exit was a finished rank's teardown
             stop_processes(procs)
             if launcher_failed and not any(st.error for st in states):
                 raise RunFailed(f"the launcher exited with code {codes[0]} before any rank reported an error; "
@@ -181,6 +184,21 @@ def watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, deadl
             where = "; ".join(f"rank {st.rank} {_where(st)}" for st in states if not st.done)
             raise RunFailed(f"the run did not finish within {deadline_s:.0f} s and was stopped: {where}; "
                             f"logs in {run_dir / 'logs'}")
+
+
+def _failed(codes: list[int | None], states: list[RankState]) -> list[int]:
+    """Ranks that exited non-zero before finishing. A rank that wrote "done" has recorded all it
+    measured: a crash after that (gloo's threads at process teardown abort now and then) is kept in
+    ``teardown_code`` and does not fail the run."""
+    out = []
+    for r, c in enumerate(codes):
+        if c in (None, 0):
+            continue
+        if r < len(states) and states[r].done:
+            states[r].teardown_code = c
+        else:
+            out.append(r)
+    return out
 
 
 _SECONDARY = ("Connection reset", "Connection closed", "Timed out", "timed out", "Timeout", "Broken pipe")

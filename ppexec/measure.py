@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -150,4 +151,36 @@ def ping_pong(rank: int, peer: int, sizes: list[int], reps: int = 30) -> list[tu
             if i >= 3:
                 times.append(time.perf_counter_ns() - t)
         out.append((buf.numel() * 4, statistics.median(times) / 2e6))
+    return out
+
+
+def _timed_collective(op: Callable[[], object], reps: int) -> float:
+    """Median ms of ``op`` over ``reps`` runs after a warm-up, each started at a barrier."""
+    import torch.distributed as dist
+
+    times = []
+    for i in range(reps + 1):
+        dist.barrier()
+        t = time.perf_counter_ns()
+        op()
+        if i:
+            times.append(time.perf_counter_ns() - t)
+    return statistics.median(times) / 1e6
+
+
+def collective_times(sizes: list[int], reps: int = 10) -> list[tuple[int, float, float]]:
+    """(bytes, all-reduce ms, all-gather ms) over every rank of the job, for each size. An
+    all-gather of n bytes gathers n in all (n / world from each rank). Every rank must call it
+    with the same arguments."""
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    out = []
+    for n in sizes:
+        full = torch.zeros(max(world, n // 4 // world * world), dtype=torch.float32)
+        parts = list(full.chunk(world))
+        mine = parts[dist.get_rank()].clone()
+        reduce_ms = _timed_collective(partial(dist.all_reduce, full), reps)
+        gather_ms = _timed_collective(partial(dist.all_gather, parts, mine), reps)
+        out.append((full.numel() * 4, reduce_ms, gather_ms))
     return out

@@ -43,6 +43,8 @@ PROFILE_STEPS = 10
 PROFILE_WARMUP = 2
 #: message sizes of the ping-pong, as multiples of the scenario's activation message
 SIZE_FACTORS = (0.125, 0.5, 1.0, 2.0, 8.0)
+#: collective sizes against a stage's gradient bytes
+COLLECTIVE_FACTORS = (0.25, 0.5, 1.0, 2.0)
 
 
 def profiling_scenario(s: Scenario) -> Scenario:
@@ -61,8 +63,22 @@ def profiling_scenario(s: Scenario) -> Scenario:
     return parse_scenario(data, source="the profiling run")
 
 
-def message_sizes(message_bytes: int) -> list[int]:
-    return sorted({max(1024, int(message_bytes * f) // 4 * 4) for f in SIZE_FACTORS})
+def message_sizes(message_bytes: int, factors: tuple[float, ...] = SIZE_FACTORS) -> list[int]:
+    return sorted({max(1024, int(message_bytes * f) // 4 * 4) for f in factors})
+
+
+def ring_links(samples: list[tuple[int, float, float]]) -> dict[str, LinkProfile]:
+    """The links that make the ring formulas reproduce the collectives measured over two ranks.
+    Over 2 ranks a ring all-reduce of n bytes is n / bandwidth + 2 latencies and a ring all-gather
+    n / 2 / bandwidth + 1 latency, so the fitted intercept and slope give each link."""
+    reduce_lat, reduce_rate = fit_link([(b, r) for b, r, _ in samples])
+    gather_lat, gather_rate = fit_link([(b, g) for b, _, g in samples])
+    return {
+        "allreduce": LinkProfile(latency_us=reduce_lat / 2 * 1e3, bandwidth_gb_s=reduce_rate * 1e3 / 1e9,
+                                 samples=[(b, r) for b, r, _ in samples]),
+        "allgather": LinkProfile(latency_us=gather_lat * 1e3, bandwidth_gb_s=gather_rate / 2 * 1e3 / 1e9,
+                                 samples=[(b, g) for b, _, g in samples]),
+    }
 
 
 def fit_link(samples: list[tuple[int, float]]) -> tuple[float, float]:
@@ -219,6 +235,8 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
                                        for k in Overheads.model_fields})
     first_run = {st.ready["stage"]: st for st in runs[0][1] if st.ready}
     samples = [(int(b), float(t)) for b, t in first_run[0].measurements["link"]]
+    measured = first_run[0].measurements.get("collectives")
+    collectives = ring_links([(int(b), float(r), float(g)) for b, r, g in measured]) if measured else {}
     latency_ms, bytes_per_ms = fit_link(samples)
     assert s.model is not None
     from ppsim.scenario import DTYPE_BYTES
@@ -256,6 +274,7 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
         ),
         clip_allreduce_us=clip_allreduce_ms * 1e3,
         recompute=recompute,  # type: ignore[arg-type]
+        collectives=collectives,  # type: ignore[arg-type]
     )
 
 

@@ -91,12 +91,13 @@ def prepare(s: Scenario, profile: Profile | None = None) -> tuple[Scenario, Plan
         name, value, fix = unbuilt[0]
         raise PpsimError(f"ppexec builds GPT-style blocks (multi-head attention, GELU MLP, learned positions), "
                          f"not {name}: {value}; ppsim predicts it, for a run {fix}", field=name)
+    if s.training.zero_stage >= 2:
+        raise PpsimError(f"DeepSpeed's PipelineEngine, which ppexec runs, refuses ZeRO stage {s.training.zero_stage} "
+                         "even with one stage; use zero_stage: 1 (optimizer states sharded) or 0",
+                         field="training.zero_stage")
     if s.tensor_parallel > 1:
         raise PpsimError(f"ppexec does not run tensor parallelism yet (tensor_parallel {s.tensor_parallel}); "
                          "ppsim predicts it, ppexec runs tensor_parallel: 1", field="tensor_parallel")
-    if s.training.zero_stage:
-        raise PpsimError(f"ppexec does not run ZeRO yet (stage {s.training.zero_stage}); ppsim predicts it, "
-                         "ppexec runs zero_stage: 0", field="training.zero_stage")
     s = s.with_overrides(comm="rendezvous")
     workload = build_workload(s, profile)
     assert workload.partition is not None

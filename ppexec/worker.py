@@ -60,6 +60,17 @@ def run(run_dir: Path) -> int:
 ENGINE: Any = None  #: this process's engine, so a failure can name the action it was in
 
 
+def optimizer_state(optimizer: Any) -> dict[str, Any]:
+    """What the rank's optimizer holds: its class and the elements of its state tensors (Adam's
+    two moments), which ZeRO-1 divides among the data-parallel ranks."""
+    import torch
+
+    inner = getattr(optimizer, "optimizer", optimizer)  # DeepSpeed's wrappers keep the torch optimizer here
+    elements = sum(t.numel() for st in inner.state.values() for t in st.values()
+                   if torch.is_tensor(t) and t.dim() > 0)
+    return {"class": type(optimizer).__name__, "state_elements": int(elements)}
+
+
 def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: EventLog) -> int:
     global ENGINE
     import torch
@@ -119,6 +130,11 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
         "bf16": {"enabled": dtype is torch.bfloat16},
         "fp16": {"enabled": dtype is torch.float16},
     }
+    if scenario.training.zero_stage:
+        # ZeRO-1: each data-parallel rank keeps the optimizer state of its shard of the stage's
+        # parameters; DeepSpeed wraps the (client) AdamW for it
+        config["zero_optimization"] = {"stage": scenario.training.zero_stage}
+        config["zero_allow_untested_optimizer"] = True
     optimizer = torch.optim.AdamW(module.parameters(), lr=spec["lr"], weight_decay=0.0)
     with pipeline_engine(engine_class()):
         engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, config=config)
@@ -152,11 +168,17 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
                       forwards=dict(FORWARDS))
     if profiling and p == 2:
         from ppexec.measure import ping_pong
-        from ppexec.profile import message_sizes
+        from ppexec.profile import COLLECTIVE_FACTORS, message_sizes
         from ppsim.scenario import DTYPE_BYTES
 
         message = model.seq_len * scenario.training.micro_batch * model.hidden * DTYPE_BYTES[model.dtype]
         log.write("measure", name="link", data=ping_pong(rank, 1 - rank, message_sizes(message)))
+        from ppexec.measure import collective_times
+        from ppexec.model import parameter_count
+
+        grads = parameter_count(model) * DTYPE_BYTES[model.dtype] // p  # a stage's gradients, about
+        log.write("measure", name="collectives", data=collective_times(message_sizes(grads, COLLECTIVE_FACTORS)))
+    log.write("measure", name="optimizer", data=optimizer_state(engine.optimizer))
     if spec.get("save_params"):
         state = {k: v.detach().cpu() for k, v in engine.module.state_dict().items()}
         torch.save({"parts": parts, "stage": stage, "state": state}, run_dir / "ranks" / f"params-{rank}.pt")
@@ -170,7 +192,12 @@ def main() -> None:
     if len(sys.argv) != 2:
         print("usage: python -m ppexec.worker RUN_DIR", file=sys.stderr)
         raise SystemExit(2)
-    raise SystemExit(run(Path(sys.argv[1])))
+    code = run(Path(sys.argv[1]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # leave without the interpreter's teardown: the process group's C++ threads can abort there
+    # ("terminate called without an active exception") after everything was recorded
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -14,20 +14,24 @@ HBM bandwidth (mixed-precision Adam). Gradient clipping: one read of every gradi
 which is then all-reduced over the pipeline's stages (2(p-1) x link latency) before the update.
 Gradient all-reduce over the d replicas: ring, 2(d-1)/d x bytes / bandwidth + 2(d-1) x latency, or
 tree, 2 x bytes / bandwidth + 2 ceil(log2 d) x latency, in buckets of ``training.bucket_mb``; with
-``overlap_grad_reduce`` each bucket starts as soon as the last backward has produced it.
+``overlap_grad_reduce`` each bucket starts as soon as the last backward has produced it. With
+ZeRO-1 (DeepSpeed's) the optimizer steps over 1/d of the parameters and the parameters are
+all-gathered after it (a ring all-gather, half an all-reduce); the gradients are all-reduced as before.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
 
 from ppsim import partition as part
 from ppsim.costs import CostTable, Link, StageCost
 from ppsim.errors import ScenarioError
 from ppsim.hardware import Device, get_device
 from ppsim.memory import Recompute, StaticMemory, block_activation_bytes, static_memory
-from ppsim.profile import LayerTimes, Profile
+from ppsim.profile import LayerTimes, LinkProfile, Profile
 from ppsim.scenario import DTYPE_BYTES, LinkSpec, ModelSpec, Scenario, per_stage
 
 OPTIMIZER_BYTES_PER_PARAM = 32
@@ -124,6 +128,23 @@ def grad_allreduce(grad_bytes: float, ranks: int, link: Link, algorithm: str, bu
     buckets = max(1, math.ceil(grad_bytes / bucket_bytes))
     one = (tree_allreduce_ms if algorithm == "tree" else ring_allreduce_ms)(grad_bytes / buckets, ranks, link)
     return one * buckets, buckets
+
+
+def shard_optimizer(cost: StageCost, data_parallel: int, allgather_ms: Callable[[float, int], float]) -> StageCost:
+    """The stage's step with ZeRO-1 as DeepSpeed runs it (``zero_optimization.stage: 1``): the
+    gradients are all-reduced as without it (its default multi-rank bucket all-reduce, each replica
+    keeping its partition), each replica steps the optimizer over its 1/d of the parameters, and
+    the updated parameters are all-gathered before the next forward; the all-gather is charged to
+    the optimizer step, which ends when the parameters are whole again."""
+    if data_parallel <= 1 or cost.grad_bytes <= 0:
+        return cost
+    return replace(cost, optimizer_ms=cost.optimizer_ms / data_parallel + allgather_ms(cost.grad_bytes, data_parallel))
+
+
+def ring_allgather_ms(nbytes: float, ranks: int, link: Link) -> float:
+    """Ring all-gather of ``nbytes`` in all (1/n from each of n devices): (n-1)/n x bytes / bandwidth
+    + (n-1) x latency, half of a ring all-reduce."""
+    return ring_allreduce_ms(nbytes, ranks, link) / 2
 
 
 def ring_allreduce_ms(nbytes: float, ranks: int, link: Link) -> float:
@@ -275,7 +296,7 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
         _, block, _ = layers
         costs = profiled_costs(profile, counts, stage_params, stage_act, message_bytes, d, dtype_bytes, statics,
                                recompute_extra_ms(profile, s.training.recompute, block), s.training.allreduce,
-                               s.training.bucket_mb * 1e6)
+                               s.training.bucket_mb * 1e6, s.training.zero_stage)
     else:
         assert s.model is not None
         eff = s.hardware.efficiency or device.efficiency
@@ -305,6 +326,8 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
                     memory=statics[vs],
                 )
             )
+        if s.training.zero_stage >= 1:
+            stages = [shard_optimizer(c, d, partial(ring_allgather_ms, link=dp_link)) for c in stages]
         costs = CostTable(stages=tuple(stages), message_bytes=message_bytes, links=boundary_links,
                           clip_allreduce_ms=2 * (p - 1) * max(x.latency_ms for x in boundary_links),
                           overlap_grad_reduce=s.training.overlap_grad_reduce)
@@ -361,28 +384,30 @@ def recompute_extra_ms(profile: Profile, recompute: Recompute, block: LayerCost)
     return 0.0, profile.block.forward_ms * block.recompute_flops / block.forward_flops
 
 
+def _profiled_link(lp: LinkProfile) -> Link:
+    return Link(latency_ms=lp.latency_us / 1e3, bandwidth_bytes_per_ms=lp.bandwidth_gb_s * 1e6,
+                send_overhead_ms=lp.send_overhead_us / 1e3, recv_overhead_ms=lp.recv_overhead_us / 1e3)
+
+
 def profiled_costs(profile: Profile, counts: list[int], params: list[int], activations: list[int], message_bytes: int,
                    data_parallel: int, dtype_bytes: int, statics: list[StaticMemory] | None = None,
                    recompute_ms_per_block: tuple[float, float] = (0.0, 0.0), allreduce: str = "ring",
-                   bucket_bytes: float = 25e6) -> CostTable:
+                   bucket_bytes: float = 25e6, zero_stage: int = 0) -> CostTable:
     """Per virtual stage costs from measured layer times: the stage's layers plus the framework's
     overheads for its position (and what recomputation adds to each block's forward and backward);
     the link and the gradient all-reduce from the measured link."""
     again_fwd, again_bwd = recompute_ms_per_block
     n = len(counts)
-    lp = profile.link
-    link = Link(
-        latency_ms=lp.latency_us / 1e3,
-        bandwidth_bytes_per_ms=lp.bandwidth_gb_s * 1e6,
-        send_overhead_ms=lp.send_overhead_us / 1e3,
-        recv_overhead_ms=lp.recv_overhead_us / 1e3,
-    )
+    link = _profiled_link(profile.link)
+    # the collectives as measured, where the profile has them; else over the point-to-point link
+    reduce_link = _profiled_link(profile.collectives["allreduce"]) if "allreduce" in profile.collectives else link
+    gather_link = _profiled_link(profile.collectives["allgather"]) if "allgather" in profile.collectives else link
     stages = []
     for vs, c in enumerate(counts):
         parts = [profile.block] * c + ([profile.embedding] if vs == 0 else []) + ([profile.head] if vs == n - 1 else [])
         extra = profile.overhead(vs, n)
         grad_bytes = params[vs] * dtype_bytes
-        reduce_ms, buckets = grad_allreduce(grad_bytes, data_parallel, link, allreduce, bucket_bytes)
+        reduce_ms, buckets = grad_allreduce(grad_bytes, data_parallel, reduce_link, allreduce, bucket_bytes)
         stages.append(
             StageCost(
                 forward_ms=max(0.0, extra.forward_ms + sum(x.forward_ms for x in parts) + c * again_fwd),
@@ -399,5 +424,7 @@ def profiled_costs(profile: Profile, counts: list[int], params: list[int], activ
                 memory=statics[vs] if statics else None,
             )
         )
+    if zero_stage >= 1:
+        stages = [shard_optimizer(c, data_parallel, partial(ring_allgather_ms, link=gather_link)) for c in stages]
     return CostTable(stages=tuple(stages), message_bytes=message_bytes, links=(link,),
                      clip_allreduce_ms=profile.clip_allreduce_us / 1e3)

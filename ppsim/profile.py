@@ -102,6 +102,9 @@ class Profile(_Strict):
     clip_allreduce_us: float = Field(default=0.0, ge=0, description="gradient-norm all-reduce over the pipeline")
     #: measured by ppexec profile since recompute runs in ppexec; older profiles fall back on FLOPs
     recompute: dict[Literal["selective", "full"], RecomputeTimes] = Field(default_factory=dict)
+    #: ring-equivalent links of the data-parallel all-reduce and all-gather, fitted to the collectives
+    #: measured over the profiling ranks; older profiles use ``link`` for them
+    collectives: dict[Literal["allreduce", "allgather"], LinkProfile] = Field(default_factory=dict)
 
     def overhead(self, stage: int, num_stages: int) -> Overheads:
         """The overheads of virtual stage ``stage`` of ``num_stages``. A single stage is first and

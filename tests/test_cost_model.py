@@ -70,6 +70,34 @@ def test_ring_allreduce(n: int) -> None:
     assert ring_allreduce_ms(nbytes, 1, link) == 0.0
 
 
+@pytest.mark.parametrize("d, allreduce", [(2, "ring"), (8, "ring"), (8, "tree")])
+def test_zero_1_steps_a_shard_and_all_gathers(d: int, allreduce: str) -> None:
+    """ZeRO-1 as DeepSpeed runs it: the gradients are all-reduced as before, the optimizer steps
+    over 1/d of the parameters, and a ring all-gather of the updated parameters ((d-1)/d x bytes /
+    bandwidth + (d-1) latencies) ends the optimizer step."""
+    def costs(zero: int):  # noqa: ANN202
+        return build_workload(parse_scenario({
+            "model": MODEL.model_dump(), "training": {"micro_batch": 1, "zero_stage": zero, "allreduce": allreduce},
+            "pipeline": {"stages": 4, "microbatches": 8, "partition": "uniform"}, "data_parallel": d,
+            "hardware": {"device": "a100-80g", "dp_link": {"bandwidth_gb_s": 100, "latency_us": 5}}})).costs.stages
+
+    for plain, zero in zip(costs(0), costs(1), strict=True):
+        gather = (d - 1) / d * plain.grad_bytes / 100e6 + (d - 1) * 0.005
+        assert zero.optimizer_ms == pytest.approx(plain.optimizer_ms / d + gather)
+        assert (zero.allreduce_ms, zero.allreduce_buckets) == (plain.allreduce_ms, plain.allreduce_buckets)
+        assert (zero.forward_ms, zero.backward_ms, zero.grad_bytes) == (plain.forward_ms, plain.backward_ms,
+                                                                        plain.grad_bytes)
+        assert zero.memory.optimizer < plain.memory.optimizer  # type: ignore[union-attr]
+
+
+def test_zero_1_without_data_parallelism_changes_nothing() -> None:
+    def costs(zero: int):  # noqa: ANN202
+        return build_workload(parse_scenario({"model": MODEL.model_dump(), "training": {"zero_stage": zero},
+                                              "pipeline": {"stages": 4, "partition": "uniform"}})).costs.stages
+
+    assert costs(1) == costs(0)
+
+
 def test_gpt_scenario_lands_in_the_published_mfu_range() -> None:
     from ppsim.metrics import summarize
     from ppsim.predict import predict

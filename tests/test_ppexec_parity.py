@@ -65,3 +65,25 @@ def test_recomputation_reruns_the_forward_and_trains_the_same(tmp_path: Path, re
     for trace in result.traces:
         assert trace.meta["recompute"] == recompute
         assert trace.meta["forward_calls"] == {"block": blocks * once, "attention_core": cores * once}
+
+
+def test_zero_1_shards_the_optimizer_state_and_trains_the_same(tmp_path: Path) -> None:
+    """ZeRO-1 over 2 data-parallel replicas of a 2-stage pipeline: the same losses and weights as
+    one process, while each rank's Adam moments cover half of its stage's parameters, the stage's
+    parameters being those ppsim's cost model counts."""
+    from ppsim.cost_model import build_workload
+
+    s = tiny("1f1b", 2, 2)
+    s = s.model_copy(update={"training": s.training.model_copy(update={"zero_stage": 1})})
+    result = execute(s, RunOptions(out=tmp_path, steps=3, warmup=0, seed=7, lr=1e-2, timeout_s=60,
+                                   save_params=True))
+    ref_losses, ref_params = train_reference(s, steps=3, seed=7, lr=1e-2)
+    assert result.losses == pytest.approx(ref_losses, rel=1e-5, abs=1e-6)
+    for path in sorted((tmp_path / "ranks").glob("params-*.pt")):
+        for name, value in torch.load(path)["state"].items():
+            torch.testing.assert_close(value, ref_params[name], rtol=1e-4, atol=5e-5)
+    stage_params = [c.params for c in build_workload(s).costs.stages]
+    for st in result.states:
+        opt = st.measurements["optimizer"]
+        assert opt["class"] == "DeepSpeedZeroOptimizer"
+        assert opt["state_elements"] == 2 * stage_params[st.ready["stage"]] // 2  # two moments, half each

@@ -181,6 +181,47 @@ def test_a_crashed_rank_stops_the_run_and_keeps_what_was_recorded(tmp_path: Path
     assert any(json.loads(line)["type"] == "step" for line in lines)  # the recorded step is kept
 
 
+class _Exited:
+    """A process that has already exited with ``code``."""
+
+    def __init__(self, code: int) -> None:
+        self.code, self.pid = code, -1
+
+    def poll(self) -> int:
+        return self.code
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.code
+
+
+def _events(tmp_path: Path, rank: int, *events: dict) -> None:
+    (tmp_path / "ranks").mkdir(exist_ok=True)
+    (tmp_path / "ranks" / f"rank-{rank}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+def test_a_crash_after_done_is_a_teardown_not_a_failed_run(tmp_path: Path) -> None:
+    """A rank that recorded everything and wrote "done" may still abort in the process teardown
+    (gloo's threads): the run is complete and its measurements are kept."""
+    from ppexec.launch import watch
+
+    ready = {"type": "ready", "stage": 0, "replica": 0, "clock_ns": 0}
+    _events(tmp_path, 0, ready, {"type": "done", "rank": 0})
+    _events(tmp_path, 1, ready, {"type": "done", "rank": 1})
+    states = watch([_Exited(0), _Exited(-6)], tmp_path, 2, 5.0, None, per_rank=True)
+    assert [st.done for st in states] == [True, True]
+    assert [st.teardown_code for st in states] == [None, -6]
+
+
+def test_a_crash_before_done_still_fails_the_run(tmp_path: Path) -> None:
+    from ppexec.launch import watch
+
+    ready = {"type": "ready", "stage": 0, "replica": 0, "clock_ns": 0}
+    _events(tmp_path, 0, ready, {"type": "done", "rank": 0})
+    _events(tmp_path, 1, ready)
+    with pytest.raises(RunFailed, match="rank 1 exited with code -6 before its first recorded step"):
+        watch([_Exited(0), _Exited(-6)], tmp_path, 2, 5.0, None, per_rank=True)
+
+
 def test_cluster_launch_command_runs_the_same_worker(tmp_path: Path) -> None:
     from ppexec.launch import deepspeed_command
 
@@ -191,7 +232,7 @@ def test_cluster_launch_command_runs_the_same_worker(tmp_path: Path) -> None:
     assert "--master_port" in cmd
 
 
-@pytest.mark.parametrize("key, value", [("training.zero_stage", 1), ("tensor_parallel", 2)])
+@pytest.mark.parametrize("key, value", [("tensor_parallel", 2)])
 def test_what_ppexec_cannot_run_yet_is_refused_by_name(key: str, value: object) -> None:
     from ppexec.run import prepare
     from ppsim.errors import PpsimError
@@ -201,6 +242,18 @@ def test_what_ppexec_cannot_run_yet_is_refused_by_name(key: str, value: object) 
     *section, name = key.split(".")
     (data[section[0]] if section else data)[name] = value
     with pytest.raises(PpsimError, match=f"{key}: ppexec does not run"):
+        prepare(parse_scenario(data))
+
+
+def test_zero_2_is_refused_even_with_one_stage() -> None:
+    from ppexec.run import prepare
+    from ppsim.errors import PpsimError
+    from ppsim.scenario import parse_scenario
+
+    data = load(TINY).model_dump(exclude_none=True)
+    data["pipeline"]["stages"] = 1
+    data["training"]["zero_stage"] = 2
+    with pytest.raises(PpsimError, match="training.zero_stage: DeepSpeed's PipelineEngine.*refuses ZeRO stage 2"):
         prepare(parse_scenario(data))
 
 

@@ -191,6 +191,46 @@ def test_block_fit_recovers_slope_and_constants(per_block: float, c0: float, c1:
     assert consts[0] == pytest.approx(c0, abs=1e-6) and consts[1] == pytest.approx(c1, abs=1e-6)
 
 
+@given(latency_us=st.floats(1, 500), gb_s=st.floats(0.1, 50))
+def test_collective_links_reproduce_the_two_rank_times(latency_us: float, gb_s: float) -> None:
+    """The links fitted to two-rank all-reduce and all-gather times give those times back through
+    the ring formulas (and so extend them to d ranks)."""
+    from ppsim.cost_model import ring_allgather_ms, ring_allreduce_ms
+    from ppsim.costs import Link
+
+    true = Link.from_gb_s(gb_s, latency_us)
+    sizes = [1 << 20, 1 << 22, 1 << 24]
+    samples = [(n, ring_allreduce_ms(n, 2, true), ring_allgather_ms(n, 2, true)) for n in sizes]
+    links = fits.ring_links(samples)
+    for kind, formula in (("allreduce", ring_allreduce_ms), ("allgather", ring_allgather_ms)):
+        fitted = Link.from_gb_s(links[kind].bandwidth_gb_s, links[kind].latency_us)
+        for n in sizes:
+            assert formula(n, 2, fitted) == pytest.approx(formula(n, 2, true), rel=1e-6)
+        assert formula(1 << 24, 8, fitted) == pytest.approx(formula(1 << 24, 8, true), rel=1e-6)
+
+
+def test_measured_collectives_time_the_data_parallel_exchange() -> None:
+    """With the profile's collective links, the gradient all-reduce and ZeRO-1's all-gather use
+    them rather than the point-to-point link."""
+    from ppsim.cost_model import ring_allgather_ms, ring_allreduce_ms
+    from ppsim.costs import Link
+
+    slow = LinkProfile(latency_us=200.0, bandwidth_gb_s=0.5)
+    p = make_profile().model_copy(update={"collectives": {"allreduce": slow, "allgather": slow}})
+    s = load(TINY).with_overrides(stages=2, partition=[2, 2])
+    data = s.model_dump(exclude_none=True)
+    data["data_parallel"] = 4
+    data["training"]["zero_stage"] = 1
+    from ppsim.scenario import parse_scenario
+
+    stages = build_workload(parse_scenario(data), p).costs.stages
+    plain = build_workload(parse_scenario(dict(data, training=dict(data["training"], zero_stage=0))), p).costs.stages
+    link = Link.from_gb_s(0.5, 200.0)
+    for zero, base in zip(stages, plain, strict=True):
+        assert zero.allreduce_ms == pytest.approx(ring_allreduce_ms(zero.grad_bytes, 4, link))
+        assert zero.optimizer_ms == pytest.approx(base.optimizer_ms / 4 + ring_allgather_ms(zero.grad_bytes, 4, link))
+
+
 def test_block_fit_with_one_partition_uses_the_fallback() -> None:
     assert fits.profiling_partitions(2) == [[1, 1]]
     slope, consts = fits.fit_blocks({0: [(1, 3.0)], 1: [(1, 5.0)]}, fallback=2.0)
