@@ -133,7 +133,10 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
     if scenario.training.zero_stage:
         # ZeRO-1: each data-parallel rank keeps the optimizer state of its shard of the stage's
         # parameters; DeepSpeed wraps the (client) AdamW for it
-        config["zero_optimization"] = {"stage": scenario.training.zero_stage}
+        config["zero_optimization"] = {
+            "stage": scenario.training.zero_stage,
+            # reduce_scatter: each bucket is reduced to the replica owning each part, not all-reduced
+            "use_multi_rank_bucket_allreduce": scenario.training.zero_reduce == "allreduce"}
         config["zero_allow_untested_optimizer"] = True
     optimizer = torch.optim.AdamW(module.parameters(), lr=spec["lr"], weight_decay=0.0)
     with pipeline_engine(engine_class()):

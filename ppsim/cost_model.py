@@ -15,16 +15,16 @@ which is then all-reduced over the pipeline's stages (2(p-1) x link latency) bef
 Gradient all-reduce over the d replicas: ring, 2(d-1)/d x bytes / bandwidth + 2(d-1) x latency, or
 tree, 2 x bytes / bandwidth + 2 ceil(log2 d) x latency, in buckets of ``training.bucket_mb``; with
 ``overlap_grad_reduce`` each bucket starts as soon as the last backward has produced it. With
-ZeRO-1 (DeepSpeed's) the optimizer steps over 1/d of the parameters and the parameters are
-all-gathered after it (a ring all-gather, half an all-reduce); the gradients are all-reduced as before.
+ZeRO-1 the optimizer steps over 1/d of the parameters and the parameters are all-gathered after it
+(a ring all-gather, half an all-reduce); the gradients are all-reduced as before (DeepSpeed's
+default) or reduce-scattered (``training.zero_reduce: reduce_scatter``, Megatron's distributed
+optimizer).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import partial
 
 from ppsim import partition as part
 from ppsim.costs import CostTable, Link, StageCost
@@ -130,15 +130,21 @@ def grad_allreduce(grad_bytes: float, ranks: int, link: Link, algorithm: str, bu
     return one * buckets, buckets
 
 
-def shard_optimizer(cost: StageCost, data_parallel: int, allgather_ms: Callable[[float, int], float]) -> StageCost:
-    """The stage's step with ZeRO-1 as DeepSpeed runs it (``zero_optimization.stage: 1``): the
-    gradients are all-reduced as without it (its default multi-rank bucket all-reduce, each replica
-    keeping its partition), each replica steps the optimizer over its 1/d of the parameters, and
-    the updated parameters are all-gathered before the next forward; the all-gather is charged to
-    the optimizer step, which ends when the parameters are whole again."""
+def shard_optimizer(cost: StageCost, data_parallel: int, link: Link, gather_link: Link,
+                    reduce: str = "allreduce") -> StageCost:
+    """The stage's step with ZeRO-1: each replica steps the optimizer over its 1/d of the parameters
+    and the updated parameters are all-gathered (on ``gather_link``) before the next forward; the
+    all-gather is charged to the optimizer step, which ends when the parameters are whole again.
+    The gradients are all-reduced as without ZeRO (``allreduce``: DeepSpeed's default bucket
+    all-reduce, each replica keeping its part) or reduce-scattered on ``link`` (``reduce_scatter``:
+    Megatron's distributed optimizer, half a ring all-reduce per bucket)."""
     if data_parallel <= 1 or cost.grad_bytes <= 0:
         return cost
-    return replace(cost, optimizer_ms=cost.optimizer_ms / data_parallel + allgather_ms(cost.grad_bytes, data_parallel))
+    gather = ring_allgather_ms(cost.grad_bytes, data_parallel, gather_link)
+    if reduce == "reduce_scatter":
+        per_bucket = cost.grad_bytes / cost.allreduce_buckets
+        cost = replace(cost, allreduce_ms=ring_allgather_ms(per_bucket, data_parallel, link) * cost.allreduce_buckets)
+    return replace(cost, optimizer_ms=cost.optimizer_ms / data_parallel + gather)
 
 
 def ring_allgather_ms(nbytes: float, ranks: int, link: Link) -> float:
@@ -296,7 +302,7 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
         _, block, _ = layers
         costs = profiled_costs(profile, counts, stage_params, stage_act, message_bytes, d, dtype_bytes, statics,
                                recompute_extra_ms(profile, s.training.recompute, block), s.training.allreduce,
-                               s.training.bucket_mb * 1e6, s.training.zero_stage)
+                               s.training.bucket_mb * 1e6, s.training.zero_stage, s.training.zero_reduce)
     else:
         assert s.model is not None
         eff = s.hardware.efficiency or device.efficiency
@@ -327,7 +333,7 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
                 )
             )
         if s.training.zero_stage >= 1:
-            stages = [shard_optimizer(c, d, partial(ring_allgather_ms, link=dp_link)) for c in stages]
+            stages = [shard_optimizer(c, d, dp_link, dp_link, s.training.zero_reduce) for c in stages]
         costs = CostTable(stages=tuple(stages), message_bytes=message_bytes, links=boundary_links,
                           clip_allreduce_ms=2 * (p - 1) * max(x.latency_ms for x in boundary_links),
                           overlap_grad_reduce=s.training.overlap_grad_reduce)
@@ -392,7 +398,7 @@ def _profiled_link(lp: LinkProfile) -> Link:
 def profiled_costs(profile: Profile, counts: list[int], params: list[int], activations: list[int], message_bytes: int,
                    data_parallel: int, dtype_bytes: int, statics: list[StaticMemory] | None = None,
                    recompute_ms_per_block: tuple[float, float] = (0.0, 0.0), allreduce: str = "ring",
-                   bucket_bytes: float = 25e6, zero_stage: int = 0) -> CostTable:
+                   bucket_bytes: float = 25e6, zero_stage: int = 0, zero_reduce: str = "allreduce") -> CostTable:
     """Per virtual stage costs from measured layer times: the stage's layers plus the framework's
     overheads for its position (and what recomputation adds to each block's forward and backward);
     the link and the gradient all-reduce from the measured link."""
@@ -425,6 +431,6 @@ def profiled_costs(profile: Profile, counts: list[int], params: list[int], activ
             )
         )
     if zero_stage >= 1:
-        stages = [shard_optimizer(c, data_parallel, partial(ring_allgather_ms, link=gather_link)) for c in stages]
+        stages = [shard_optimizer(c, data_parallel, reduce_link, gather_link, zero_reduce) for c in stages]
     return CostTable(stages=tuple(stages), message_bytes=message_bytes, links=(link,),
                      clip_allreduce_ms=profile.clip_allreduce_us / 1e3)

@@ -114,6 +114,9 @@ def apply_ds_config(data: dict[str, Any], ds: dict[str, Any], name: str) -> tupl
     zero = ds.get("zero_optimization")
     if isinstance(zero, dict) and "stage" in zero:
         _set(data, "training", "zero_stage", zero["stage"], "zero_optimization.stage", name)
+    if isinstance(zero, dict) and isinstance(zero.get("use_multi_rank_bucket_allreduce"), bool):
+        _set(data, "training", "zero_reduce", "allreduce" if zero["use_multi_rank_bucket_allreduce"] else "reduce_scatter",
+             "zero_optimization.use_multi_rank_bucket_allreduce", name)
     if isinstance(zero, dict) and isinstance(zero.get("overlap_comm"), bool):
         _set(data, "training", "overlap_grad_reduce", zero["overlap_comm"], "zero_optimization.overlap_comm", name)
     if isinstance(zero, dict) and isinstance(zero.get("reduce_bucket_size"), int | float):

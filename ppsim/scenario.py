@@ -62,6 +62,9 @@ class TrainingSpec(_Strict):
     grad_clip: float = Field(default=1.0, ge=0, description="gradient clipping norm; 0: off (no gradient-norm sync)")
     recompute: Literal["none", "selective", "full"] = "none"
     zero_stage: int = Field(default=0, ge=0, le=3, description="DeepSpeed ZeRO stage; pipelines allow 0 or 1")
+    #: how ZeRO-1 reduces the gradients: all-reduce, each replica keeping its part (DeepSpeed's default),
+    #: or reduce-scatter (Megatron's distributed optimizer; DeepSpeed's use_multi_rank_bucket_allreduce: false)
+    zero_reduce: Literal["allreduce", "reduce_scatter"] = "allreduce"
     allreduce: Literal["ring", "tree"] = "ring"
     overlap_grad_reduce: bool = False
     bucket_mb: float = Field(default=25.0, gt=0, description="gradient all-reduce bucket, MB (1e6 bytes)")

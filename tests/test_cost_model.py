@@ -90,6 +90,21 @@ def test_zero_1_steps_a_shard_and_all_gathers(d: int, allreduce: str) -> None:
         assert zero.memory.optimizer < plain.memory.optimizer  # type: ignore[union-attr]
 
 
+def test_zero_1_with_reduce_scatter_halves_the_gradient_exchange() -> None:
+    """Megatron's distributed optimizer (``zero_reduce: reduce_scatter``): the gradients are
+    reduce-scattered, half of a ring all-reduce per bucket; the optimizer step is as above."""
+    def costs(reduce: str):  # noqa: ANN202
+        return build_workload(parse_scenario({
+            "model": MODEL.model_dump(), "training": {"zero_stage": 1, "zero_reduce": reduce, "bucket_mb": 10},
+            "pipeline": {"stages": 4, "partition": "uniform"}, "data_parallel": 8,
+            "hardware": {"device": "a100-80g", "dp_link": {"bandwidth_gb_s": 100, "latency_us": 5}}})).costs.stages
+
+    for full, scatter in zip(costs("allreduce"), costs("reduce_scatter"), strict=True):
+        assert full.allreduce_buckets == scatter.allreduce_buckets > 1
+        assert scatter.allreduce_ms == pytest.approx(full.allreduce_ms / 2)
+        assert scatter.optimizer_ms == pytest.approx(full.optimizer_ms)
+
+
 def test_zero_1_without_data_parallelism_changes_nothing() -> None:
     def costs(zero: int):  # noqa: ANN202
         return build_workload(parse_scenario({"model": MODEL.model_dump(), "training": {"zero_stage": zero},

@@ -121,3 +121,10 @@ def test_zero_overlap_and_bucket_size_are_imported(tmp_path: Path) -> None:
     s = load(write(tmp_path, ds))
     assert s.training.zero_stage == 1 and s.training.overlap_grad_reduce is True
     assert s.training.bucket_mb == pytest.approx(1000.0)  # 5e8 fp16 elements
+
+
+@pytest.mark.parametrize("flag, reduce", [(True, "allreduce"), (False, "reduce_scatter"), (None, "allreduce")])
+def test_zero_gradient_reduction_is_imported(tmp_path: Path, flag: bool | None, reduce: str) -> None:
+    zero = {"stage": 1} | ({} if flag is None else {"use_multi_rank_bucket_allreduce": flag})
+    s = load(write(tmp_path, {**TUTORIAL, "zero_optimization": zero}))
+    assert s.training.zero_reduce == reduce

@@ -67,14 +67,15 @@ def test_recomputation_reruns_the_forward_and_trains_the_same(tmp_path: Path, re
         assert trace.meta["forward_calls"] == {"block": blocks * once, "attention_core": cores * once}
 
 
-def test_zero_1_shards_the_optimizer_state_and_trains_the_same(tmp_path: Path) -> None:
+@pytest.mark.parametrize("reduce", ["allreduce", "reduce_scatter"])
+def test_zero_1_shards_the_optimizer_state_and_trains_the_same(tmp_path: Path, reduce: str) -> None:
     """ZeRO-1 over 2 data-parallel replicas of a 2-stage pipeline: the same losses and weights as
     one process, while each rank's Adam moments cover half of its stage's parameters, the stage's
     parameters being those ppsim's cost model counts."""
     from ppsim.cost_model import build_workload
 
     s = tiny("1f1b", 2, 2)
-    s = s.model_copy(update={"training": s.training.model_copy(update={"zero_stage": 1})})
+    s = s.model_copy(update={"training": s.training.model_copy(update={"zero_stage": 1, "zero_reduce": reduce})})
     result = execute(s, RunOptions(out=tmp_path, steps=3, warmup=0, seed=7, lr=1e-2, timeout_s=60,
                                    save_params=True))
     ref_losses, ref_params = train_reference(s, steps=3, seed=7, lr=1e-2)
