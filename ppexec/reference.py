@@ -27,6 +27,8 @@ def train_reference(s: Scenario, steps: int, seed: int, lr: float) -> tuple[list
                 loss = loss_fn(model(ids), labels)
                 (loss / (m * d)).backward()
                 total += loss.item()
+        if s.training.grad_clip > 0:  # as DeepSpeed clips: the L2 norm over every gradient of the model
+            torch.nn.utils.clip_grad_norm_(model.parameters(), s.training.grad_clip)
         optimizer.step()
         losses.append(total / (m * d))
     return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}

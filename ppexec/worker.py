@@ -119,6 +119,11 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
         if recompute == "full" else {}
     module = PlannedPipelineModule(layers=specs, num_stages=p, loss_fn=loss_fn, partition_method="uniform",
                                    **checkpointing)
+    # DeepSpeed's gradient clipping counts a parameter not marked model-parallel only on the first
+    # rank of the pipeline (it takes the other stages for replicas, as Megatron's tensor-parallel
+    # copies are): the norm would leave out every later stage. Each stage's parameters are its own.
+    for param in module.parameters():
+        param.model_parallel = True
     dtype = TORCH_DTYPES[model.dtype]
     config = {
         "train_micro_batch_size_per_gpu": scenario.training.micro_batch,

@@ -15,11 +15,12 @@ from ppexec.run import RunOptions, execute  # noqa: E402
 from ppsim.scenario import parse_scenario  # noqa: E402
 
 
-def tiny(schedule: str, stages: int, dp: int, microbatches: int = 4, recompute: str = "none"):  # noqa: ANN201
+def tiny(schedule: str, stages: int, dp: int, microbatches: int = 4, recompute: str = "none",  # noqa: ANN201
+         grad_clip: float = 1.0):
     return parse_scenario({
         "name": f"parity-{schedule}-{stages}x{dp}",
         "model": {"layers": 4, "hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64, "dtype": "fp32"},
-        "training": {"micro_batch": 2, "recompute": recompute},
+        "training": {"micro_batch": 2, "recompute": recompute, "grad_clip": grad_clip},
         "pipeline": {"stages": stages, "microbatches": microbatches, "schedule": schedule, "partition": "uniform"},
         "data_parallel": dp,
         "hardware": {"device": "cpu"},
@@ -51,6 +52,22 @@ def test_pipelined_run_matches_single_process(tmp_path: Path, schedule: str, sta
     assert seen == set(ref_params)  # every parameter lives on some stage and matches
 
 
+@pytest.mark.parametrize("stages, dp", [(2, 1), (4, 1), (2, 2)])
+def test_gradient_clipping_takes_the_norm_over_every_stage(tmp_path: Path, stages: int, dp: int) -> None:
+    """With a clipping norm every step reaches, the pipelined run still trains as one process that
+    clips the norm over all of the model's gradients (DeepSpeed alone would count the first stage's
+    parameters only: see ppexec/worker.py)."""
+    s = tiny("1f1b", stages, dp, grad_clip=0.05)
+    result = execute(s, RunOptions(out=tmp_path, steps=3, warmup=0, seed=7, lr=1e-2, timeout_s=60, save_params=True))
+    ref_losses, ref_params = train_reference(s, steps=3, seed=7, lr=1e-2)
+    unclipped, _ = train_reference(tiny("1f1b", stages, dp, grad_clip=0.0), steps=3, seed=7, lr=1e-2)
+    assert ref_losses[-1] != pytest.approx(unclipped[-1], rel=1e-5)  # the clipping changes the training
+    assert result.losses == pytest.approx(ref_losses, rel=1e-5, abs=1e-6)
+    for path in sorted((tmp_path / "ranks").glob("params-*.pt")):
+        for name, value in torch.load(path)["state"].items():
+            torch.testing.assert_close(value, ref_params[name], rtol=1e-4, atol=5e-5)
+
+
 @pytest.mark.parametrize("recompute, blocks, cores", [("none", 1, 1), ("full", 2, 2), ("selective", 1, 2)])
 def test_recomputation_reruns_the_forward_and_trains_the_same(tmp_path: Path, recompute: str, blocks: int,
                                                               cores: int) -> None:
@@ -74,7 +91,7 @@ def test_zero_1_shards_the_optimizer_state_and_trains_the_same(tmp_path: Path, r
     parameters being those ppsim's cost model counts."""
     from ppsim.cost_model import build_workload
 
-    s = tiny("1f1b", 2, 2)
+    s = tiny("1f1b", 2, 2, grad_clip=0.05)  # ZeRO's optimizer clips inside its step: over every stage too
     s = s.model_copy(update={"training": s.training.model_copy(update={"zero_stage": 1, "zero_reduce": reduce})})
     result = execute(s, RunOptions(out=tmp_path, steps=3, warmup=0, seed=7, lr=1e-2, timeout_s=60,
                                    save_params=True))
