@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ppexec.model import TORCH_DTYPES, Block, Embedding, Head, loss_fn, synthetic_batch
+from ppexec.tensor_parallel import TPGroup
 from ppsim.scenario import ModelSpec
 
 
@@ -129,6 +130,38 @@ def recompute_times(spec: ModelSpec, micro_batch: int, seed: int, budget_s: floa
     med = {mode: tuple(statistics.median(x[i] for x in xs) / 1e6 for i in (0, 1)) for mode, xs in samples.items()}
     return {mode: {"forward_ms": med[mode][0] - med["none"][0], "backward_ms": med[mode][1] - med["none"][1]}
             for mode in ("selective", "full")}
+
+
+def tensor_parallel_times(spec: ModelSpec, micro_batch: int, seed: int, tp: TPGroup, reps: int = 20
+                          ) -> dict[str, float]:
+    """Forward and backward of one block split over the ranks of ``tp`` (its all-reduces included),
+    and of the whole block on one rank, timed in turns: medians in ms. Every rank of the group
+    must call it; each repetition starts at a barrier, as the all-reduces line the ranks up."""
+    import torch.distributed as dist
+
+    dtype = TORCH_DTYPES[spec.dtype]
+    whole = Block(spec, seed + 1).to(dtype)
+    split = Block(spec, seed + 1, tp=tp).to(dtype)
+    x = torch.randn(micro_batch, spec.seq_len, spec.hidden, dtype=dtype,
+                    generator=torch.Generator().manual_seed(seed)).requires_grad_(True)
+
+    def once(block: Block) -> tuple[int, int]:
+        dist.barrier(group=tp.group)
+        t0 = time.perf_counter_ns()
+        y = block(x)
+        t1 = time.perf_counter_ns()
+        y.backward(torch.ones_like(y))
+        return t1 - t0, time.perf_counter_ns() - t1
+
+    once(whole)
+    once(split)
+    samples: dict[str, list[tuple[int, int]]] = {"whole": [], "split": []}
+    for _ in range(reps):
+        samples["whole"].append(once(whole))
+        samples["split"].append(once(split))
+    med = {k: [statistics.median(x[i] for x in v) / 1e6 for i in (0, 1)] for k, v in samples.items()}
+    return {"size": tp.size, "forward_ms": med["split"][0], "backward_ms": med["split"][1],
+            "whole_forward_ms": med["whole"][0], "whole_backward_ms": med["whole"][1]}
 
 
 def ping_pong(rank: int, peer: int, sizes: list[int], reps: int = 30) -> list[tuple[int, float]]:

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ppexec.tensor_parallel import TPGroup, copy_to_group, reduce_from_group, shard
 from ppsim.scenario import ModelSpec
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -54,33 +55,47 @@ class Embedding(nn.Module):
 
 class Block(nn.Module):
     """Pre-LayerNorm transformer block: causal self-attention and a GELU MLP, both residual.
-    ``selective``: the attention core keeps no activations and reruns in the backward."""
+    ``selective``: the attention core keeps no activations and reruns in the backward. With a
+    tensor-parallel group ``tp`` the block holds its rank's heads and MLP units (see
+    ppexec/tensor_parallel.py), with the weights the whole block would have, sliced."""
 
-    def __init__(self, spec: ModelSpec, seed: int, selective: bool = False) -> None:
+    def __init__(self, spec: ModelSpec, seed: int, selective: bool = False, tp: TPGroup | None = None) -> None:
         super().__init__()
-        h = spec.hidden
-        self.heads = spec.heads
+        h, t = spec.hidden, tp.size if tp else 1
+        if spec.heads % t or spec.ffn % t:
+            raise ValueError(f"tensor_parallel {t} must divide the heads ({spec.heads}) and the MLP width ({spec.ffn})")
+        self.heads = spec.heads // t  # this rank's
         self.selective = selective
+        self.tp = tp
         self.norm1 = nn.LayerNorm(h)
-        self.qkv = nn.Linear(h, 3 * h)
-        self.proj = nn.Linear(h, h)
+        self.qkv = nn.Linear(h, 3 * h // t)
+        self.proj = nn.Linear(h // t, h)
         self.norm2 = nn.LayerNorm(h)
-        self.fc1 = nn.Linear(h, spec.ffn)
-        self.fc2 = nn.Linear(spec.ffn, h)
-        _init_(self, seed)
+        self.fc1 = nn.Linear(h, spec.ffn // t)
+        self.fc2 = nn.Linear(spec.ffn // t, h)
+        if tp is None:
+            _init_(self, seed)
+        else:  # the whole block's weights, drawn as in one process, then this rank's slices
+            whole = Block(spec, seed).state_dict()
+            with torch.no_grad():
+                for name, param in self.named_parameters():
+                    param.copy_(shard(name, whole[name], tp.rank, tp.size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         FORWARDS["block"] += 1
         b, s, h = x.shape
-        q, k, v = self.qkv(self.norm1(x)).split(h, dim=-1)
-        shape = (b, s, self.heads, h // self.heads)
+        width = h // (self.tp.size if self.tp else 1)  # this rank's share of the heads
+        q, k, v = self.qkv(copy_to_group(self.norm1(x), self.tp)).split(width, dim=-1)
+        shape = (b, s, self.heads, width // self.heads)
         q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
         if self.selective and torch.is_grad_enabled():
             att = checkpoint(_attention_core, q, k, v, use_reentrant=False)
         else:
             att = _attention_core(q, k, v)
-        x = x + self.proj(att.transpose(1, 2).reshape(b, s, h))
-        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+        out = F.linear(att.transpose(1, 2).reshape(b, s, width), self.proj.weight)
+        x = x + reduce_from_group(out, self.tp) + self.proj.bias
+        hidden = F.gelu(self.fc1(copy_to_group(self.norm2(x), self.tp)))
+        return x + reduce_from_group(F.linear(hidden, self.fc2.weight), self.tp) + self.fc2.bias
 
 
 def _attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -107,14 +122,16 @@ def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
 
-def layer_factories(spec: ModelSpec, seed: int, recompute: str = "none"
+def layer_factories(spec: ModelSpec, seed: int, recompute: str = "none", tp: TPGroup | None = None
                     ) -> list[tuple[type[nn.Module], tuple[object, ...]]]:
     """(class, args) of every layer in order: embedding, blocks, head; layer i is seeded seed + i.
     With ``recompute`` selective the blocks checkpoint their attention core (``full`` is the
-    pipeline module's business: see the module docstring)."""
+    pipeline module's business: see the module docstring); with ``tp`` they hold this rank's
+    slices (the embedding and the head are replicated)."""
     classes: list[type[nn.Module]] = [Embedding] + [Block] * spec.layers + [Head]
     selective = recompute == "selective"
-    return [(cls, (spec, seed + i, selective) if cls is Block else (spec, seed + i)) for i, cls in enumerate(classes)]
+    return [(cls, (spec, seed + i, selective, tp) if cls is Block else (spec, seed + i))
+            for i, cls in enumerate(classes)]
 
 
 def stage_boundaries(blocks_per_stage: list[int]) -> list[int]:

@@ -35,7 +35,7 @@ from pathlib import Path
 from ppexec.launch import RankState
 from ppsim.errors import PpsimError
 from ppsim.plan import Action, Kind
-from ppsim.profile import LayerTimes, LinkProfile, Overheads, Profile, RecomputeTimes, shape_of
+from ppsim.profile import LayerTimes, LinkProfile, Overheads, Profile, RecomputeTimes, TensorParallelTimes, shape_of
 from ppsim.scenario import Scenario, parse_scenario
 
 PROFILE_MICROBATCHES = 4
@@ -48,13 +48,16 @@ COLLECTIVE_FACTORS = (0.25, 0.5, 1.0, 2.0)
 
 
 def profiling_scenario(s: Scenario) -> Scenario:
-    """The scenario as profiled: two stages, GPipe, a few micro-batches, no data parallelism."""
+    """The scenario as profiled: two stages, GPipe, a few micro-batches, no data or tensor
+    parallelism (a prediction derives tensor-parallel blocks from whole ones and the all-reduce)."""
     if s.model is None:
         raise PpsimError("a profile measures a model's layers; this scenario has only costs", field="model")
     if s.model.layers < 2:
         raise PpsimError("profiling cuts the model into two stages; it needs at least 2 layers", field="model.layers")
     data = s.model_dump(exclude_none=True)
     data["data_parallel"] = 1
+    data["tensor_parallel"] = 1
+    data.setdefault("training", {}).pop("sequence_parallel", None)
     data.pop("costs", None)
     data["pipeline"] = {**data.get("pipeline", {}), "stages": 2, "chunks": 1, "schedule": "gpipe",
                         "microbatches": PROFILE_MICROBATCHES, "partition": "balanced"}
@@ -235,6 +238,10 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
                                        for k in Overheads.model_fields})
     first_run = {st.ready["stage"]: st for st in runs[0][1] if st.ready}
     samples = [(int(b), float(t)) for b, t in first_run[0].measurements["link"]]
+    tp_runs = [st.measurements["tensor_parallel"] for st in states if "tensor_parallel" in st.measurements]
+    tensor_parallel = TensorParallelTimes(size=int(tp_runs[0]["size"]), **{
+        k: statistics.median(float(run[k]) for run in tp_runs)
+        for k in ("forward_ms", "backward_ms", "whole_forward_ms", "whole_backward_ms")}) if tp_runs else None
     measured = first_run[0].measurements.get("collectives")
     collectives = ring_links([(int(b), float(r), float(g)) for b, r, g in measured]) if measured else {}
     latency_ms, bytes_per_ms = fit_link(samples)
@@ -275,6 +282,7 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
         clip_allreduce_us=clip_allreduce_ms * 1e3,
         recompute=recompute,  # type: ignore[arg-type]
         collectives=collectives,  # type: ignore[arg-type]
+        tensor_parallel=tensor_parallel,
     )
 
 

@@ -24,7 +24,9 @@ def step_trace(states: list[RankState], plan: Plan, step: int, meta: dict[str, A
                replica: int = 0) -> Trace:
     """The measured Trace of recorded step ``step`` of data-parallel replica ``replica``."""
     offsets, clock = clock_offsets(states)
-    ranks = sorted((st for st in states if st.ready and st.ready["replica"] == replica), key=lambda st: st.ready["stage"])
+    # the trace shows one device per stage: tensor-parallel rank 0 of the replica
+    ranks = sorted((st for st in states if st.ready and st.ready["replica"] == replica and st.ready.get("tp", 0) == 0),
+                   key=lambda st: st.ready["stage"])
     raw: list[tuple[int, Action, int, int]] = []
     for st in ranks:
         stage = st.ready["stage"]  # type: ignore[index]

@@ -91,13 +91,14 @@ def prepare(s: Scenario, profile: Profile | None = None) -> tuple[Scenario, Plan
         name, value, fix = unbuilt[0]
         raise PpsimError(f"ppexec builds GPT-style blocks (multi-head attention, GELU MLP, learned positions), "
                          f"not {name}: {value}; ppsim predicts it, for a run {fix}", field=name)
+    if s.training.sequence_parallel:
+        raise PpsimError("ppexec's tensor parallelism keeps whole activations outside the split matmuls, without "
+                         "Megatron's sequence parallelism; ppsim predicts it, for a run use sequence_parallel: false",
+                         field="training.sequence_parallel")
     if s.training.zero_stage >= 2:
         raise PpsimError(f"DeepSpeed's PipelineEngine, which ppexec runs, refuses ZeRO stage {s.training.zero_stage} "
                          "even with one stage; use zero_stage: 1 (optimizer states sharded) or 0",
                          field="training.zero_stage")
-    if s.tensor_parallel > 1:
-        raise PpsimError(f"ppexec does not run tensor parallelism yet (tensor_parallel {s.tensor_parallel}); "
-                         "ppsim predicts it, ppexec runs tensor_parallel: 1", field="tensor_parallel")
     s = s.with_overrides(comm="rendezvous")
     workload = build_workload(s, profile)
     assert workload.partition is not None
@@ -121,7 +122,7 @@ def prepare_run(s: Scenario, opts: RunOptions, profile: Profile | None = None) -
     Returns the scenario as run, its plan and the world size."""
     check_run_folder(opts.out)
     s, plan, partition = prepare(s, profile)
-    world = s.pipeline.stages * s.data_parallel
+    world = s.pipeline.stages * s.data_parallel * s.tensor_parallel
     opts.out.mkdir(parents=True, exist_ok=True)
     # a previous run's files in this folder would be read, or shown, as this run's
     for sub in ("ranks", "logs", "steps"):

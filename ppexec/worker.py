@@ -82,9 +82,11 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
     import deepspeed
     import deepspeed.ops
     from deepspeed.pipe import LayerSpec, PipelineModule
+    from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 
     from ppexec.engine import engine_class, pipeline_engine
     from ppexec.model import FORWARDS, TORCH_DTYPES, layer_factories, loss_fn, stage_boundaries, synthetic_batch
+    from ppexec.tensor_parallel import is_sharded, make_groups
     from ppexec.translate import plan_schedule
     from ppsim.plan import Plan
     from ppsim.scenario import parse_scenario
@@ -93,9 +95,10 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
     plan = Plan.from_dict(spec["plan"])
     model = scenario.model
     assert model is not None
-    p, d = plan.num_ranks, scenario.data_parallel
-    if world != p * d:
-        raise RuntimeError(f"WORLD_SIZE is {world}, the plan needs stages x data_parallel = {p} x {d} = {p * d}")
+    p, d, t = plan.num_ranks, scenario.data_parallel, scenario.tensor_parallel
+    if world != p * d * t:
+        raise RuntimeError(f"WORLD_SIZE is {world}, the plan needs stages x data_parallel x tensor_parallel = "
+                           f"{p} x {d} x {t} = {p * d * t}")
     # the shared-memory all-reduce op would be JIT-compiled on first use (about 35 s): not needed
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     deepspeed.init_distributed(dist_backend=spec["backend"], timeout=timedelta(seconds=spec["timeout_s"]),
@@ -112,18 +115,22 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
             self._set_bounds(start=parts[stage_id], stop=parts[stage_id + 1])
 
     recompute = scenario.training.recompute
-    specs = [LayerSpec(cls, *args) for cls, args in layer_factories(model, spec["seed"], recompute)]
+    tp = make_groups(world, t, rank)  # consecutive ranks, as DeepSpeed's model axis
+    specs = [LayerSpec(cls, *args) for cls, args in layer_factories(model, spec["seed"], recompute, tp)]
     # full recomputation is DeepSpeed's activation checkpointing of every block (the embedding and the
     # head keep their activations, as in Megatron); selective is done inside the blocks
     checkpointing = {"activation_checkpoint_interval": 1, "checkpointable_layers": ["Block"]} \
         if recompute == "full" else {}
-    module = PlannedPipelineModule(layers=specs, num_stages=p, loss_fn=loss_fn, partition_method="uniform",
+    module = PlannedPipelineModule(layers=specs, loss_fn=loss_fn, partition_method="uniform",
+                                   topology=PipeModelDataParallelTopology(num_pp=p, num_mp=t, num_dp=d),
                                    **checkpointing)
     # DeepSpeed's gradient clipping counts a parameter not marked model-parallel only on the first
     # rank of the pipeline (it takes the other stages for replicas, as Megatron's tensor-parallel
     # copies are): the norm would leave out every later stage. Each stage's parameters are its own.
-    for param in module.parameters():
-        param.model_parallel = True
+    # With tensor parallelism a replicated parameter (a norm, a bias after the all-reduce, the
+    # embedding, the head) counts on the group's first rank only, a sliced one on every rank.
+    for name, param in module.named_parameters():
+        param.model_parallel = tp is None or tp.rank == 0 or is_sharded(name.split(".", 1)[-1])
     dtype = TORCH_DTYPES[model.dtype]
     config = {
         "train_micro_batch_size_per_gpu": scenario.training.micro_batch,
@@ -134,6 +141,9 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
         "wall_clock_breakdown": False,
         "bf16": {"enabled": dtype is torch.bfloat16},
         "fp16": {"enabled": dtype is torch.float16},
+        # each tensor-parallel rank sends the whole activation to its peer of the next stage, as
+        # ppsim's message model says (DeepSpeed would otherwise send 1/t and all-gather)
+        "pipeline": {"pipe_partitioned": False, "grad_partitioned": False},
     }
     if scenario.training.zero_stage:
         # ZeRO-1: each data-parallel rank keeps the optimizer state of its shard of the stage's
@@ -158,7 +168,7 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
         log.write("measure", name="recompute",
                   data=recompute_times(model, scenario.training.micro_batch, spec["seed"]))
     torch.distributed.barrier()
-    log.write("ready", rank=rank, stage=stage, replica=replica, host=socket.gethostname(),
+    log.write("ready", rank=rank, stage=stage, replica=replica, tp=tp.rank if tp else 0, host=socket.gethostname(),
               clock_ns=time.perf_counter_ns(), pid=os.getpid(), backend=spec["backend"])
     for step in range(spec["warmup"] + spec["steps"]):
         engine.ppexec_batch = lambda mb, step=step: synthetic_batch(
@@ -186,10 +196,17 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
 
         grads = parameter_count(model) * DTYPE_BYTES[model.dtype] // p  # a stage's gradients, about
         log.write("measure", name="collectives", data=collective_times(message_sizes(grads, COLLECTIVE_FACTORS)))
+        from ppexec.measure import tensor_parallel_times
+
+        pair = make_groups(world, 2, rank)  # the two profiling ranks as one tensor-parallel group
+        assert pair is not None
+        log.write("measure", name="tensor_parallel",
+                  data=tensor_parallel_times(model, scenario.training.micro_batch, spec["seed"], pair))
     log.write("measure", name="optimizer", data=optimizer_state(engine.optimizer))
     if spec.get("save_params"):
         state = {k: v.detach().cpu() for k, v in engine.module.state_dict().items()}
-        torch.save({"parts": parts, "stage": stage, "state": state}, run_dir / "ranks" / f"params-{rank}.pt")
+        torch.save({"parts": parts, "stage": stage, "tp": tp.rank if tp else 0, "tp_size": t, "state": state},
+                   run_dir / "ranks" / f"params-{rank}.pt")
     log.write("done", rank=rank)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()

@@ -232,9 +232,10 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
         boundary_links, dp_link, tp_link = _cluster_links(s, device, n_virtual)
         p2p_link = boundary_links[0]
 
-    if profile is not None and tp > 1:
-        raise ScenarioError("a profile is measured without tensor parallelism; predict tensor_parallel > 1 from the "
-                            "model (no --profile)", field="--profile")
+    if profile is not None and tp > 1 and "allreduce" not in profile.collectives:
+        raise ScenarioError("this profile has no measured all-reduce, which tensor parallelism needs; measure a new "
+                            "one with `ppexec profile`, or predict tensor_parallel > 1 from the model (no --profile)",
+                            field="--profile")
     layers = gpt_layers(s.model, micro, s.training.recompute, tp, sequence_parallel=s.training.sequence_parallel,
                         flash_attention=s.training.flash_attention) if s.model else None
     counts: list[int] | None = None
@@ -302,7 +303,8 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
         _, block, _ = layers
         costs = profiled_costs(profile, counts, stage_params, stage_act, message_bytes, d, dtype_bytes, statics,
                                recompute_extra_ms(profile, s.training.recompute, block), s.training.allreduce,
-                               s.training.bucket_mb * 1e6, s.training.zero_stage, s.training.zero_reduce)
+                               s.training.bucket_mb * 1e6, s.training.zero_stage, s.training.zero_reduce,
+                               tp, s.training.recompute == "full")
     else:
         assert s.model is not None
         eff = s.hardware.efficiency or device.efficiency
@@ -398,19 +400,39 @@ def _profiled_link(lp: LinkProfile) -> Link:
 def profiled_costs(profile: Profile, counts: list[int], params: list[int], activations: list[int], message_bytes: int,
                    data_parallel: int, dtype_bytes: int, statics: list[StaticMemory] | None = None,
                    recompute_ms_per_block: tuple[float, float] = (0.0, 0.0), allreduce: str = "ring",
-                   bucket_bytes: float = 25e6, zero_stage: int = 0, zero_reduce: str = "allreduce") -> CostTable:
+                   bucket_bytes: float = 25e6, zero_stage: int = 0, zero_reduce: str = "allreduce",
+                   tensor_parallel: int = 1, full_recompute: bool = False) -> CostTable:
     """Per virtual stage costs from measured layer times: the stage's layers plus the framework's
     overheads for its position (and what recomputation adds to each block's forward and backward);
-    the link and the gradient all-reduce from the measured link."""
+    the link and the gradient all-reduce from the measured link. With tensor parallelism t a block
+    does its share of its measured work (1/t, or as the profile measured a split block: split
+    blocks are less efficient than 1/t) plus two all-reduces of the activations (``message_bytes``)
+    in each pass (and two more in a fully recomputed forward); the embedding and the head are whole
+    on every rank, as ppexec runs them."""
     again_fwd, again_bwd = recompute_ms_per_block
     n = len(counts)
     link = _profiled_link(profile.link)
     # the collectives as measured, where the profile has them; else over the point-to-point link
     reduce_link = _profiled_link(profile.collectives["allreduce"]) if "allreduce" in profile.collectives else link
     gather_link = _profiled_link(profile.collectives["allgather"]) if "allgather" in profile.collectives else link
+    block = profile.block
+    if tensor_parallel > 1:
+        t = tensor_parallel
+        ar = ring_allreduce_ms(message_bytes, t, reduce_link)
+        fwd_share, bwd_share = 1 / t, 1 / t  # of the whole block's compute
+        tpm = profile.tensor_parallel
+        if tpm is not None:  # as measured split over tpm.size ranks, less its all-reduces, then rescaled
+            ar_m = ring_allreduce_ms(message_bytes, tpm.size, reduce_link)
+            fwd_share = max(0.0, (tpm.forward_ms - 2 * ar_m) / tpm.whole_forward_ms) * tpm.size / t
+            bwd_share = max(0.0, (tpm.backward_ms - 2 * ar_m) / tpm.whole_backward_ms) * tpm.size / t
+        block = block.model_copy(update={
+            "forward_ms": block.forward_ms * fwd_share + 2 * ar,
+            "backward_ms": block.backward_ms * bwd_share + (4 if full_recompute else 2) * ar,
+            "weight_grad_ms": block.weight_grad_ms * bwd_share, "optimizer_ms": block.optimizer_ms / t})
+        again_fwd, again_bwd = again_fwd * fwd_share, again_bwd * fwd_share
     stages = []
     for vs, c in enumerate(counts):
-        parts = [profile.block] * c + ([profile.embedding] if vs == 0 else []) + ([profile.head] if vs == n - 1 else [])
+        parts = [block] * c + ([profile.embedding] if vs == 0 else []) + ([profile.head] if vs == n - 1 else [])
         extra = profile.overhead(vs, n)
         grad_bytes = params[vs] * dtype_bytes
         reduce_ms, buckets = grad_allreduce(grad_bytes, data_parallel, reduce_link, allreduce, bucket_bytes)

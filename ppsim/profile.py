@@ -66,6 +66,17 @@ class RecomputeTimes(_Strict):
     backward_ms: float = Field(description="mostly the recomputed forward")
 
 
+class TensorParallelTimes(_Strict):
+    """One block split over ``size`` ranks (its all-reduces included) and the whole block on one
+    rank, timed alone in turns: the split's cost against the whole, per micro-batch."""
+
+    size: int = Field(ge=2)
+    forward_ms: float = Field(ge=0)
+    backward_ms: float = Field(ge=0)
+    whole_forward_ms: float = Field(gt=0)
+    whole_backward_ms: float = Field(gt=0)
+
+
 class LinkProfile(_Strict):
     """A transfer of n bytes takes latency + n / bandwidth once both sides are there; the sender
     spends ``send_overhead_us`` before it and the receiver ``recv_overhead_us`` after it."""
@@ -105,6 +116,8 @@ class Profile(_Strict):
     #: ring-equivalent links of the data-parallel all-reduce and all-gather, fitted to the collectives
     #: measured over the profiling ranks; older profiles use ``link`` for them
     collectives: dict[Literal["allreduce", "allgather"], LinkProfile] = Field(default_factory=dict)
+    #: a tensor-parallel block against a whole one; older profiles derive it from FLOPs and the all-reduce
+    tensor_parallel: TensorParallelTimes | None = None
 
     def overhead(self, stage: int, num_stages: int) -> Overheads:
         """The overheads of virtual stage ``stage`` of ``num_stages``. A single stage is first and

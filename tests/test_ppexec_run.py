@@ -137,7 +137,7 @@ def test_worker_refuses_a_world_size_that_does_not_fit_the_plan(tmp_path: Path) 
                           text=True, timeout=120)
     assert proc.returncode == 1
     event = json.loads((tmp_path / "ranks" / "rank-0.jsonl").read_text().splitlines()[-1])
-    assert event["type"] == "error" and "stages x data_parallel = 2 x 1 = 2" in event["error"]
+    assert event["type"] == "error" and "stages x data_parallel x tensor_parallel = 2 x 1 x 1 = 2" in event["error"]
 
 
 def test_a_plan_that_deadlocks_ends_within_the_timeout(tmp_path: Path) -> None:
@@ -232,16 +232,15 @@ def test_cluster_launch_command_runs_the_same_worker(tmp_path: Path) -> None:
     assert "--master_port" in cmd
 
 
-@pytest.mark.parametrize("key, value", [("tensor_parallel", 2)])
-def test_what_ppexec_cannot_run_yet_is_refused_by_name(key: str, value: object) -> None:
+def test_sequence_parallelism_is_refused_by_name() -> None:
     from ppexec.run import prepare
     from ppsim.errors import PpsimError
     from ppsim.scenario import parse_scenario
 
     data = load(TINY).model_dump(exclude_none=True)
-    *section, name = key.split(".")
-    (data[section[0]] if section else data)[name] = value
-    with pytest.raises(PpsimError, match=f"{key}: ppexec does not run"):
+    data["tensor_parallel"] = 2
+    data["training"]["sequence_parallel"] = True
+    with pytest.raises(PpsimError, match="training.sequence_parallel: ppexec's tensor parallelism"):
         prepare(parse_scenario(data))
 
 

@@ -244,3 +244,55 @@ def test_calibration_doc_names_every_profile_key() -> None:
     for model in (Profile, LayerTimes, Overheads, LinkProfile, Shape):
         for key in model.model_fields:
             assert f"`{key}`" in doc, f"docs/calibration.md does not name profile key {key!r} ({model.__name__})"
+
+
+def test_tensor_parallel_blocks_from_a_profile_split_the_work_and_all_reduce() -> None:
+    """t = 2 from a profile: each block does half its measured work plus two all-reduces of the
+    activations per pass on the measured all-reduce link; the embedding and the head stay whole."""
+    from ppsim.cost_model import ring_allreduce_ms
+    from ppsim.costs import Link
+    from ppsim.scenario import parse_scenario
+
+    ar_link = LinkProfile(latency_us=100.0, bandwidth_gb_s=1.0)
+    p = make_profile().model_copy(update={"collectives": {"allreduce": ar_link, "allgather": ar_link}})
+    data = load(TINY).with_overrides(stages=2, partition=[1, 3]).model_dump(exclude_none=True)
+    one = build_workload(parse_scenario(data), p).costs
+    two = build_workload(parse_scenario(dict(data, tensor_parallel=2)), p).costs
+    ar = ring_allreduce_ms(one.message_bytes, 2, Link.from_gb_s(1.0, 100.0))
+    assert ar > 0
+    for blocks, a, b in zip((1, 3), one.stages, two.stages, strict=True):
+        block = p.block
+        assert b.forward_ms == pytest.approx(a.forward_ms - blocks * block.forward_ms / 2 + blocks * 2 * ar)
+        assert b.backward_ms == pytest.approx(a.backward_ms - blocks * block.backward_ms / 2 + blocks * 2 * ar)
+        assert b.weight_grad_ms == pytest.approx(a.weight_grad_ms - blocks * block.weight_grad_ms / 2)
+
+
+def test_tensor_parallel_needs_a_profile_with_a_measured_all_reduce() -> None:
+    from ppsim.scenario import parse_scenario
+
+    data = load(TINY).model_dump(exclude_none=True)
+    with pytest.raises(ScenarioError, match="--profile: this profile has no measured all-reduce"):
+        build_workload(parse_scenario(dict(data, tensor_parallel=2)), make_profile())
+
+
+def test_a_measured_split_block_sets_the_tensor_parallel_share() -> None:
+    """With the profile's split block (2 ranks) a t = 2 block takes the measured split's share of
+    the whole block's time less its all-reduces, plus the all-reduces; t = 4 halves that share."""
+    from ppsim.cost_model import ring_allreduce_ms
+    from ppsim.costs import Link
+    from ppsim.profile import TensorParallelTimes
+    from ppsim.scenario import parse_scenario
+
+    ar_link = LinkProfile(latency_us=100.0, bandwidth_gb_s=1.0)
+    split = TensorParallelTimes(size=2, forward_ms=0.9, backward_ms=1.6, whole_forward_ms=1.0, whole_backward_ms=2.0)
+    p = make_profile().model_copy(update={"collectives": {"allreduce": ar_link}, "tensor_parallel": split})
+    data = load(TINY).with_overrides(stages=1).model_dump(exclude_none=True)
+    one = build_workload(parse_scenario(data), p).costs
+    link = Link.from_gb_s(1.0, 100.0)
+    for t in (2, 4):
+        costs = build_workload(parse_scenario(dict(data, tensor_parallel=t)), p).costs
+        ar_2, ar_t = (ring_allreduce_ms(one.message_bytes, k, link) for k in (2, t))
+        share = (0.9 - 2 * ar_2) / 1.0 * 2 / t
+        blocks = 4
+        expected = one.stages[0].forward_ms - blocks * p.block.forward_ms + blocks * (p.block.forward_ms * share + 2 * ar_t)
+        assert costs.stages[0].forward_ms == pytest.approx(expected)
