@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from ppsim.cli import check_partition_option, err, fail
+from ppsim.cli import check_partition_option, err, fail, say
 from ppsim.errors import PpsimError
 
 app = typer.Typer(
@@ -251,6 +251,10 @@ def _print_profile(p) -> None:  # noqa: ANN001 - Profile
 
 
 def _report(result, out: Path, json_out: bool) -> None:  # noqa: ANN001 - RunResult
+    from ppexec.launch import teardown_notes
+
+    for note in teardown_notes(result.states):
+        say("note", note)
     if json_out:
         doc = result.summary.to_json_dict()
         doc["losses"] = result.losses

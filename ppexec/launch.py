@@ -35,6 +35,7 @@ class RankState:
     error: dict[str, Any] | None = None
     done: bool = False
     teardown_code: int | None = None  #: a non-zero exit after "done": a crash in the teardown, the run complete
+    teardown_error: dict[str, Any] | None = None  #: an error reported after "done" (in the final barrier)
     measurements: dict[str, Any] = field(default_factory=dict)  #: a profiling rank's ``measure`` events
     offset: int = 0  #: bytes of the event file already read
 
@@ -63,6 +64,8 @@ def read_events(run_dir: Path, states: list[RankState]) -> None:
                 st.ready = event
             elif kind == "step":
                 st.steps.append(event)
+            elif kind == "error" and st.done:
+                st.teardown_error = event  # a peer left the final barrier early: all was recorded
             elif kind == "error":
                 st.error = event
             elif kind == "done":
@@ -154,7 +157,7 @@ def watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, deadl
         codes = [p.poll() for p in procs]
         reported = [st.rank for st in states if st.error]
         failed = _failed(codes, states) if per_rank else []
-        launcher_failed = not per_rank and codes[0] not in (None, 0)
+        launcher_failed = not per_rank and codes[0] not in (None, 0) and not all(st.done for st in states)
         if failed or reported or launcher_failed:
             # let the failing rank's last line land; a killed rank closes its sockets (its peers report
             # the lost connection) a moment before it can be reaped, so look at the exit codes again
@@ -162,7 +165,7 @@ def watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, deadl
             read_events(run_dir, states)
             codes = [p.poll() for p in procs]
             failed = _failed(codes, states) if per_rank else []
-            launcher_failed = not per_rank and codes[0] not in (None, 0)
+            launcher_failed = not per_rank and codes[0] not in (None, 0) and not all(st.done for st in states)
             if not (failed or reported or launcher_failed):
                 continue  # the exit was a finished rank's teardown
             stop_processes(procs)
@@ -184,6 +187,18 @@ def watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, deadl
             where = "; ".join(f"rank {st.rank} {_where(st)}" for st in states if not st.done)
             raise RunFailed(f"the run did not finish within {deadline_s:.0f} s and was stopped: {where}; "
                             f"logs in {run_dir / 'logs'}")
+
+
+def teardown_notes(states: list[RankState]) -> list[str]:
+    """One line per rank that faulted after recording everything (the run itself is complete)."""
+    out = []
+    for st in states:
+        if st.teardown_code is not None:
+            out.append(f"rank {st.rank} exited with code {st.teardown_code} in its teardown, after recording "
+                       "everything; the run is complete")
+        elif st.teardown_error is not None:
+            out.append(f"rank {st.rank} reported after recording everything: {st.teardown_error['error']}")
+    return out
 
 
 def _failed(codes: list[int | None], states: list[RankState]) -> list[int]:

@@ -49,7 +49,8 @@ COLLECTIVE_FACTORS = (0.25, 0.5, 1.0, 2.0)
 
 def profiling_scenario(s: Scenario) -> Scenario:
     """The scenario as profiled: two stages, GPipe, a few micro-batches, no data or tensor
-    parallelism (a prediction derives tensor-parallel blocks from whole ones and the all-reduce)."""
+    parallelism, no recomputation, no ZeRO (a prediction adds what those change from the times
+    the profile takes of them apart)."""
     if s.model is None:
         raise PpsimError("a profile measures a model's layers; this scenario has only costs", field="model")
     if s.model.layers < 2:
@@ -57,7 +58,10 @@ def profiling_scenario(s: Scenario) -> Scenario:
     data = s.model_dump(exclude_none=True)
     data["data_parallel"] = 1
     data["tensor_parallel"] = 1
-    data.setdefault("training", {}).pop("sequence_parallel", None)
+    # the profile times plain blocks and plain optimizer steps; what recomputation, ZeRO-1 and
+    # tensor parallelism change is timed apart and added by the prediction (never twice)
+    for key in ("sequence_parallel", "recompute", "zero_stage", "zero_reduce"):
+        data.setdefault("training", {}).pop(key, None)
     data.pop("costs", None)
     data["pipeline"] = {**data.get("pipeline", {}), "stages": 2, "chunks": 1, "schedule": "gpipe",
                         "microbatches": PROFILE_MICROBATCHES, "partition": "balanced"}

@@ -131,20 +131,22 @@ def grad_allreduce(grad_bytes: float, ranks: int, link: Link, algorithm: str, bu
 
 
 def shard_optimizer(cost: StageCost, data_parallel: int, link: Link, gather_link: Link,
-                    reduce: str = "allreduce") -> StageCost:
+                    reduce: str = "allreduce", fixed_ms: float = 0.0) -> StageCost:
     """The stage's step with ZeRO-1: each replica steps the optimizer over its 1/d of the parameters
     and the updated parameters are all-gathered (on ``gather_link``) before the next forward; the
     all-gather is charged to the optimizer step, which ends when the parameters are whole again.
     The gradients are all-reduced as without ZeRO (``allreduce``: DeepSpeed's default bucket
     all-reduce, each replica keeping its part) or reduce-scattered on ``link`` (``reduce_scatter``:
-    Megatron's distributed optimizer, half a ring all-reduce per bucket)."""
+    Megatron's distributed optimizer, half a ring all-reduce per bucket). ``fixed_ms`` of the step
+    (a framework's own overhead, measured) does not shrink with the shard."""
     if data_parallel <= 1 or cost.grad_bytes <= 0:
         return cost
     gather = ring_allgather_ms(cost.grad_bytes, data_parallel, gather_link)
     if reduce == "reduce_scatter":
         per_bucket = cost.grad_bytes / cost.allreduce_buckets
         cost = replace(cost, allreduce_ms=ring_allgather_ms(per_bucket, data_parallel, link) * cost.allreduce_buckets)
-    return replace(cost, optimizer_ms=cost.optimizer_ms / data_parallel + gather)
+    sharded = (cost.optimizer_ms - fixed_ms) / data_parallel
+    return replace(cost, optimizer_ms=max(0.0, fixed_ms + sharded) + gather)
 
 
 def ring_allgather_ms(nbytes: float, ranks: int, link: Link) -> float:
@@ -304,7 +306,8 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
         costs = profiled_costs(profile, counts, stage_params, stage_act, message_bytes, d, dtype_bytes, statics,
                                recompute_extra_ms(profile, s.training.recompute, block), s.training.allreduce,
                                s.training.bucket_mb * 1e6, s.training.zero_stage, s.training.zero_reduce,
-                               tp, s.training.recompute == "full")
+                               tp, s.training.recompute == "full",
+                               s.model.seq_len * micro * s.model.hidden * dtype_bytes)
     else:
         assert s.model is not None
         eff = s.hardware.efficiency or device.efficiency
@@ -321,7 +324,8 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
             stages.append(
                 StageCost(
                     forward_ms=f_ / rate + blocks * tp_ms,
-                    backward_ms=(i_ + w_) / rate + blocks * tp_ms,
+                    # a fully recomputed forward runs its all-reduces again
+                    backward_ms=(i_ + w_) / rate + blocks * tp_ms * (2 if s.training.recompute == "full" else 1),
                     weight_grad_ms=w_ / rate,
                     optimizer_ms=stage_params[vs] * OPTIMIZER_BYTES_PER_PARAM / hbm,
                     clip_ms=stage_params[vs] * dtype_bytes / hbm,
@@ -401,14 +405,15 @@ def profiled_costs(profile: Profile, counts: list[int], params: list[int], activ
                    data_parallel: int, dtype_bytes: int, statics: list[StaticMemory] | None = None,
                    recompute_ms_per_block: tuple[float, float] = (0.0, 0.0), allreduce: str = "ring",
                    bucket_bytes: float = 25e6, zero_stage: int = 0, zero_reduce: str = "allreduce",
-                   tensor_parallel: int = 1, full_recompute: bool = False) -> CostTable:
+                   tensor_parallel: int = 1, full_recompute: bool = False, tp_message_bytes: int = 0) -> CostTable:
     """Per virtual stage costs from measured layer times: the stage's layers plus the framework's
     overheads for its position (and what recomputation adds to each block's forward and backward);
     the link and the gradient all-reduce from the measured link. With tensor parallelism t a block
     does its share of its measured work (1/t, or as the profile measured a split block: split
     blocks are less efficient than 1/t) plus two all-reduces of the activations (``message_bytes``)
-    in each pass (and two more in a fully recomputed forward); the embedding and the head are whole
-    on every rank, as ppexec runs them."""
+    in each pass (and two more in a fully recomputed forward), of ``tp_message_bytes`` each (the
+    whole activation, even where sequence parallelism splits the message between stages); the
+    embedding and the head are whole on every rank, as ppexec runs them."""
     again_fwd, again_bwd = recompute_ms_per_block
     n = len(counts)
     link = _profiled_link(profile.link)
@@ -418,11 +423,11 @@ def profiled_costs(profile: Profile, counts: list[int], params: list[int], activ
     block = profile.block
     if tensor_parallel > 1:
         t = tensor_parallel
-        ar = ring_allreduce_ms(message_bytes, t, reduce_link)
+        ar = ring_allreduce_ms(tp_message_bytes, t, reduce_link)
         fwd_share, bwd_share = 1 / t, 1 / t  # of the whole block's compute
         tpm = profile.tensor_parallel
         if tpm is not None:  # as measured split over tpm.size ranks, less its all-reduces, then rescaled
-            ar_m = ring_allreduce_ms(message_bytes, tpm.size, reduce_link)
+            ar_m = ring_allreduce_ms(tp_message_bytes, tpm.size, reduce_link)
             fwd_share = max(0.0, (tpm.forward_ms - 2 * ar_m) / tpm.whole_forward_ms) * tpm.size / t
             bwd_share = max(0.0, (tpm.backward_ms - 2 * ar_m) / tpm.whole_backward_ms) * tpm.size / t
         block = block.model_copy(update={
@@ -453,6 +458,7 @@ def profiled_costs(profile: Profile, counts: list[int], params: list[int], activ
             )
         )
     if zero_stage >= 1:
-        stages = [shard_optimizer(c, data_parallel, reduce_link, gather_link, zero_reduce) for c in stages]
+        stages = [shard_optimizer(c, data_parallel, reduce_link, gather_link, zero_reduce,
+                                  profile.overhead(vs, n).optimizer_ms) for vs, c in enumerate(stages)]
     return CostTable(stages=tuple(stages), message_bytes=message_bytes, links=(link,),
                      clip_allreduce_ms=profile.clip_allreduce_us / 1e3)

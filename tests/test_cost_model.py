@@ -105,6 +105,27 @@ def test_zero_1_with_reduce_scatter_halves_the_gradient_exchange() -> None:
         assert scatter.optimizer_ms == pytest.approx(full.optimizer_ms)
 
 
+def test_full_recompute_reruns_the_tensor_parallel_all_reduces() -> None:
+    """With t > 1 a fully recomputed forward repeats its two all-reduces in the backward (as the
+    profile path counts them); selective recomputation reruns only the attention core."""
+    from ppsim.cost_model import tensor_parallel_ms
+
+    def stages(recompute: str):  # noqa: ANN202
+        return build_workload(parse_scenario({
+            "model": MODEL.model_dump(), "training": {"recompute": recompute}, "tensor_parallel": 2,
+            "pipeline": {"stages": 4, "partition": "uniform"},
+            "hardware": {"device": "a100-80g", "efficiency": 0.5,
+                         "tp_link": {"bandwidth_gb_s": 100, "latency_us": 5}}})).costs.stages
+
+    _, block, _ = gpt_layers(MODEL, 1, "full", 2)
+    rate = DEVICES["a100-80g"].peak_flops("bf16") * 0.5 / 1e3
+    tp_ms = 2 * tensor_parallel_ms(MODEL, 1, 2, Link.from_gb_s(100, 5))
+    blocks = MODEL.layers // 4
+    for none, full in zip(stages("none"), stages("full"), strict=True):
+        assert full.forward_ms == pytest.approx(none.forward_ms)
+        assert full.backward_ms - none.backward_ms == pytest.approx(blocks * (block.recompute_flops / rate + tp_ms))
+
+
 def test_zero_1_without_data_parallelism_changes_nothing() -> None:
     def costs(zero: int):  # noqa: ANN202
         return build_workload(parse_scenario({"model": MODEL.model_dump(), "training": {"zero_stage": zero},

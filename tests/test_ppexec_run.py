@@ -202,7 +202,7 @@ def _events(tmp_path: Path, rank: int, *events: dict) -> None:
 def test_a_crash_after_done_is_a_teardown_not_a_failed_run(tmp_path: Path) -> None:
     """A rank that recorded everything and wrote "done" may still abort in the process teardown
     (gloo's threads): the run is complete and its measurements are kept."""
-    from ppexec.launch import watch
+    from ppexec.launch import teardown_notes, watch
 
     ready = {"type": "ready", "stage": 0, "replica": 0, "clock_ns": 0}
     _events(tmp_path, 0, ready, {"type": "done", "rank": 0})
@@ -210,6 +210,22 @@ def test_a_crash_after_done_is_a_teardown_not_a_failed_run(tmp_path: Path) -> No
     states = watch([_Exited(0), _Exited(-6)], tmp_path, 2, 5.0, None, per_rank=True)
     assert [st.done for st in states] == [True, True]
     assert [st.teardown_code for st in states] == [None, -6]
+    assert teardown_notes(states) == [
+        "rank 1 exited with code -6 in its teardown, after recording everything; the run is complete"]
+
+
+def test_an_error_after_done_and_a_failed_launcher_after_done_are_teardowns(tmp_path: Path) -> None:
+    """A rank whose peer left the final barrier reports a lost connection after its "done"; the
+    DeepSpeed launcher then exits non-zero. Every rank recorded everything: the run stands."""
+    from ppexec.launch import teardown_notes, watch
+
+    ready = {"type": "ready", "stage": 0, "replica": 0, "clock_ns": 0}
+    lost = {"type": "error", "rank": 0, "action": None, "error": "RuntimeError: Connection closed by peer"}
+    _events(tmp_path, 0, ready, {"type": "done", "rank": 0}, lost)
+    _events(tmp_path, 1, ready, {"type": "done", "rank": 1})
+    states = watch([_Exited(1)], tmp_path, 2, 5.0, None, per_rank=False)
+    assert states[0].error is None and states[0].teardown_error == lost
+    assert teardown_notes(states) == ["rank 0 reported after recording everything: RuntimeError: Connection closed by peer"]
 
 
 def test_a_crash_before_done_still_fails_the_run(tmp_path: Path) -> None:
