@@ -108,14 +108,17 @@ def test_zero_1_shards_the_optimizer_state_and_trains_the_same(tmp_path: Path, r
         assert opt["state_elements"] == 2 * stage_params[st.ready["stage"]] // 2  # two moments, half each
 
 
-@pytest.mark.parametrize("stages, tp, dp", [(2, 2, 1), (1, 2, 2)], ids=lambda v: str(v))
-def test_tensor_parallel_blocks_train_like_one_process(tmp_path: Path, stages: int, tp: int, dp: int) -> None:
+@pytest.mark.parametrize("stages, tp, dp, recompute", [(2, 2, 1, "none"), (1, 2, 2, "none"), (2, 2, 1, "full")],
+                         ids=lambda v: str(v))
+def test_tensor_parallel_blocks_train_like_one_process(tmp_path: Path, stages: int, tp: int, dp: int,
+                                                       recompute: str) -> None:
     """Megatron-style tensor parallelism (heads and MLP units split over 2 ranks, two all-reduces per
-    block and pass), with clipping that every step reaches: the same losses as one process, and
-    every rank's slice of every weight equal to that slice of the one-process weights."""
+    block and pass), with clipping that every step reaches, and under DeepSpeed's checkpointing
+    (whose rerun forward all-reduces again): the same losses as one process, and every rank's
+    slice of every weight equal to that slice of the one-process weights."""
     from ppexec.tensor_parallel import shard
 
-    s = tiny("1f1b", stages, dp, grad_clip=0.05, tp=tp)
+    s = tiny("1f1b", stages, dp, grad_clip=0.05, tp=tp, recompute=recompute)
     result = execute(s, RunOptions(out=tmp_path, steps=3, warmup=0, seed=7, lr=1e-2, timeout_s=60, save_params=True))
     ref_losses, ref_params = train_reference(s, steps=3, seed=7, lr=1e-2)
     assert result.losses == pytest.approx(ref_losses, rel=1e-5, abs=1e-6)
