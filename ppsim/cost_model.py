@@ -247,6 +247,11 @@ def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
     stage_act: list[int] = []
     if s.model and layers:
         emb, block, head = layers
+        if profile is not None and tp > 1:
+            # measured costs are ppexec's model, whose embedding and head are whole on every
+            # tensor-parallel rank: count their parameters (gradients, all-reduce, memory) whole too
+            whole_emb, _, whole_head = gpt_layers(s.model, micro, s.training.recompute, 1)
+            emb, head = replace(emb, params=whole_emb.params), replace(head, params=whole_head.params)
         if profile is not None:
             counts = _partition(s, n_virtual, *_profile_loads(profile, n_virtual))
         else:

@@ -329,3 +329,20 @@ def test_sequence_parallelism_does_not_shrink_the_tensor_parallel_all_reduces() 
     assert split.message_bytes == plain.message_bytes // 2
     for a, b in zip(plain.stages, split.stages, strict=True):
         assert (b.forward_ms, b.backward_ms) == pytest.approx((a.forward_ms, a.backward_ms))
+
+
+def test_with_a_profile_and_tensor_parallelism_the_embedding_and_head_are_whole() -> None:
+    """ppexec keeps the embedding and the LM head whole on every tensor-parallel rank, so measured
+    predictions count their parameters whole; the blocks' are split."""
+    from ppsim.cost_model import gpt_layers
+    from ppsim.scenario import parse_scenario
+
+    p = make_profile().model_copy(update={"collectives": {"allreduce": LinkProfile(latency_us=1, bandwidth_gb_s=1)}})
+    data = load(TINY).with_overrides(stages=2, partition=[2, 2]).model_dump(exclude_none=True)
+    s = parse_scenario(dict(data, tensor_parallel=2))
+    emb, block, head = gpt_layers(s.model, s.training.micro_batch, "none", 1)
+    _, split, _ = gpt_layers(s.model, s.training.micro_batch, "none", 2)
+    first, last = build_workload(s, p).costs.stages
+    assert first.params == emb.params + 2 * split.params
+    assert last.params == head.params + 2 * split.params
+    assert split.params < block.params
