@@ -96,6 +96,29 @@ def layer_times(spec: ModelSpec, micro_batch: int, seed: int, budget_s: float = 
     return out
 
 
+def _pass_ns(forward: Callable[[], torch.Tensor]) -> tuple[int, int]:
+    """(forward ns, backward ns) of one pass of ``forward`` and its backward."""
+    t0 = time.perf_counter_ns()
+    y = forward()
+    t1 = time.perf_counter_ns()
+    y.backward(torch.ones_like(y))
+    return t1 - t0, time.perf_counter_ns() - t1
+
+
+def _medians_in_turns(forwards: dict[str, Callable[[], torch.Tensor]], reps: int,
+                      before: Callable[[], object] | None = None) -> dict[str, tuple[float, float]]:
+    """Median (forward ms, backward ms) of each variant, timed in turns so that drift hits every
+    variant alike; ``before`` runs untimed ahead of each pass (a barrier, say)."""
+    samples: dict[str, list[tuple[int, int]]] = {k: [] for k in forwards}
+    for _ in range(reps):
+        for k, forward in forwards.items():
+            if before:
+                before()
+            samples[k].append(_pass_ns(forward))
+    return {k: (statistics.median(x[0] for x in xs) / 1e6, statistics.median(x[1] for x in xs) / 1e6)
+            for k, xs in samples.items()}
+
+
 def recompute_times(spec: ModelSpec, micro_batch: int, seed: int, budget_s: float = 1.0
                     ) -> dict[str, dict[str, float]]:
     """What recomputation adds to one block, timed alone: for ``selective`` (the block checkpoints
@@ -111,23 +134,12 @@ def recompute_times(spec: ModelSpec, micro_batch: int, seed: int, budget_s: floa
     forwards: dict[str, Callable[[], torch.Tensor]] = {
         "none": lambda: plain(x), "selective": lambda: selective(x), "full": lambda: ds_checkpoint(plain, x)}
 
-    def once(forward: Callable[[], torch.Tensor]) -> tuple[int, int]:
-        t0 = time.perf_counter_ns()
-        y = forward()
-        t1 = time.perf_counter_ns()
-        y.backward(torch.ones_like(y))
-        return t1 - t0, time.perf_counter_ns() - t1
-
     for forward in forwards.values():  # warm up
-        once(forward)
+        _pass_ns(forward)
     t0 = time.perf_counter()
-    once(forwards["full"])
+    _pass_ns(forwards["full"])
     reps = max(5, min(100, int(budget_s / 3 / max(time.perf_counter() - t0, 1e-6))))
-    samples: dict[str, list[tuple[int, int]]] = {mode: [] for mode in forwards}
-    for _ in range(reps):
-        for mode, forward in forwards.items():
-            samples[mode].append(once(forward))
-    med = {mode: tuple(statistics.median(x[i] for x in xs) / 1e6 for i in (0, 1)) for mode, xs in samples.items()}
+    med = _medians_in_turns(forwards, reps)
     return {mode: {"forward_ms": med[mode][0] - med["none"][0], "backward_ms": med[mode][1] - med["none"][1]}
             for mode in ("selective", "full")}
 
@@ -145,21 +157,13 @@ def tensor_parallel_times(spec: ModelSpec, micro_batch: int, seed: int, tp: TPGr
     x = torch.randn(micro_batch, spec.seq_len, spec.hidden, dtype=dtype,
                     generator=torch.Generator().manual_seed(seed)).requires_grad_(True)
 
-    def once(block: Block) -> tuple[int, int]:
-        dist.barrier(group=tp.group)
-        t0 = time.perf_counter_ns()
-        y = block(x)
-        t1 = time.perf_counter_ns()
-        y.backward(torch.ones_like(y))
-        return t1 - t0, time.perf_counter_ns() - t1
+    forwards = {"whole": lambda: whole(x), "split": lambda: split(x)}
 
-    once(whole)
-    once(split)
-    samples: dict[str, list[tuple[int, int]]] = {"whole": [], "split": []}
-    for _ in range(reps):
-        samples["whole"].append(once(whole))
-        samples["split"].append(once(split))
-    med = {k: [statistics.median(x[i] for x in v) / 1e6 for i in (0, 1)] for k, v in samples.items()}
+    def aligned() -> None:  # untimed: each pass starts when both ranks are there
+        dist.barrier(group=tp.group)
+
+    _medians_in_turns(forwards, 1, before=aligned)  # warm up
+    med = _medians_in_turns(forwards, reps, before=aligned)
     return {"size": tp.size, "forward_ms": med["split"][0], "backward_ms": med["split"][1],
             "whole_forward_ms": med["whole"][0], "whole_backward_ms": med["whole"][1]}
 

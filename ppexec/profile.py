@@ -78,13 +78,14 @@ def ring_links(samples: list[tuple[int, float, float]]) -> dict[str, LinkProfile
     """The links that make the ring formulas reproduce the collectives measured over two ranks.
     Over 2 ranks a ring all-reduce of n bytes is n / bandwidth + 2 latencies and a ring all-gather
     n / 2 / bandwidth + 1 latency, so the fitted intercept and slope give each link."""
-    reduce_lat, reduce_rate = fit_link([(b, r) for b, r, _ in samples])
-    gather_lat, gather_rate = fit_link([(b, g) for b, _, g in samples])
+    reduces, gathers = [(b, r) for b, r, _ in samples], [(b, g) for b, _, g in samples]
+    reduce_lat, reduce_rate = fit_link(reduces)
+    gather_lat, gather_rate = fit_link(gathers)
     return {
         "allreduce": LinkProfile(latency_us=reduce_lat / 2 * 1e3, bandwidth_gb_s=reduce_rate * 1e3 / 1e9,
-                                 samples=[(b, r) for b, r, _ in samples]),
+                                 samples=reduces),
         "allgather": LinkProfile(latency_us=gather_lat * 1e3, bandwidth_gb_s=gather_rate / 2 * 1e3 / 1e9,
-                                 samples=[(b, g) for b, _, g in samples]),
+                                 samples=gathers),
     }
 
 

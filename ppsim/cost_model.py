@@ -415,9 +415,9 @@ def profiled_costs(profile: Profile, counts: list[int], params: list[int], activ
     overheads for its position (and what recomputation adds to each block's forward and backward);
     the link and the gradient all-reduce from the measured link. With tensor parallelism t a block
     does its share of its measured work (1/t, or as the profile measured a split block: split
-    blocks are less efficient than 1/t) plus two all-reduces of the activations (``message_bytes``)
-    in each pass (and two more in a fully recomputed forward), of ``tp_message_bytes`` each (the
-    whole activation, even where sequence parallelism splits the message between stages); the
+    blocks are less efficient than 1/t) plus two all-reduces of the activations in each pass (and
+    two more in a fully recomputed forward), of ``tp_message_bytes`` each (the whole activation,
+    even where sequence parallelism splits ``message_bytes`` between stages); the
     embedding and the head are whole on every rank, as ppexec runs them."""
     again_fwd, again_bwd = recompute_ms_per_block
     n = len(counts)
