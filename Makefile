@@ -1,6 +1,7 @@
 # Two entry points that set everything up on a fresh machine:
-#   make run   - install into .venv and run ppsim on scenarios/gpt.yaml with an HTML timeline
-#   make test  - install into .venv (with test tools) and run the whole test suite
+#   make run   - install into .venv (with the TUI) and run ppsim on scenarios/gpt.yaml with an HTML timeline
+#   make test  - install into .venv (with torch, DeepSpeed and test tools) and run the whole test suite
+# For the inner loop: make test-fast leaves out the end-to-end runs of DeepSpeed and torch (marked slow).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -8,14 +9,14 @@ OUT    ?= out
 TORCH_VERSION     ?= 2.13.0
 DEEPSPEED_VERSION ?= 0.19.8
 
-.PHONY: run test bench bench-accuracy lint clean browser
+.PHONY: run test test-fast bench bench-accuracy lint clean browser
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/activate
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e '.[tui]'
 	touch $@
 
 # torch first and pinned (the CPU build on disk; an unpinned torch pulls a multi-GB CUDA build), then
@@ -23,7 +24,7 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/activate
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/activate
 	$(BIN)/pip install --quiet torch==$(TORCH_VERSION)
 	DS_BUILD_OPS=0 $(BIN)/pip install --quiet --no-build-isolation deepspeed==$(DEEPSPEED_VERSION)
-	$(BIN)/pip install --quiet -e '.[dev,ray]'
+	$(BIN)/pip install --quiet -e '.[dev,ray,tui]'
 	touch $@ $(VENV)/.installed-run
 
 run: $(VENV)/.installed-run
@@ -38,8 +39,12 @@ browser:
 	     && $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium; } \
 	|| echo "warning: could not install chromium; the browser tests will be skipped"
 
+# the whole suite, the slowest tests named at the end (CI time is part of the developer experience)
 test: $(VENV)/.installed-test browser
-	$(BIN)/python -m pytest -q -n 2 tests
+	$(BIN)/python -m pytest -q -n 2 --durations=15 tests
+
+test-fast: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -n 2 -m "not slow" tests
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/sim_speed.py

@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ppsim.scenario import Scenario, parse_scenario  # noqa: E402
+from ppsim.inputs.scenario import Scenario, parse_scenario  # noqa: E402
 
 #: the models (4 blocks, fp32, 4 sequences per micro-batch); the default matrix uses small and
 #: medium: tiny's steps of a few ms are mostly Python overhead and the noise of this machine
@@ -84,10 +84,10 @@ def spread(times: list[float]) -> float:
     return (q[2] - q[0]) / 2 / statistics.median(times)
 
 
-def run_case(model: str, schedule: str, m: int, partition: str, profile, steps: int, warmup: int,  # noqa: ANN001
+def run_case(model: str, schedule: str, m: int, partition: str, profile, steps: int, warmup: int,
              work: Path) -> Case:
     from ppexec.validate import validate
-    from ppsim.metrics import step_time_ms
+    from ppsim.trace.metrics import step_time_ms
 
     t0 = time.perf_counter()
     s = scenario(model, schedule, m, partition)

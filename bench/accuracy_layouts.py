@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from accuracy import MODELS, spread  # noqa: E402
 
-from ppsim.scenario import Scenario, parse_scenario  # noqa: E402
+from ppsim.inputs.scenario import Scenario, parse_scenario  # noqa: E402
 
 #: name -> what changes from the plain 2-stage pipeline (always 2 ranks)
 LAYOUTS: dict[str, dict] = {
@@ -66,7 +66,7 @@ def main() -> int:
     args = ap.parse_args()
     from ppexec.profile import measure_profile
     from ppexec.validate import validate
-    from ppsim.metrics import step_time_ms
+    from ppsim.trace.metrics import step_time_ms
 
     layouts = args.layouts.split(",")
     bad = [x for x in layouts if x not in LAYOUTS] + [m for m in args.models.split(",") if m not in MODELS]

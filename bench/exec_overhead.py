@@ -67,8 +67,8 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
 from ppexec.launch import free_port, local_rank_env, stop_processes  # noqa: E402
+from ppsim.inputs.scenario import Scenario, load, parse_scenario  # noqa: E402
 from ppsim.plan import Plan  # noqa: E402
-from ppsim.scenario import Scenario, load, parse_scenario  # noqa: E402
 
 WORLD = 2  #: pipeline stages = processes; 2 cores on the reference machine
 TARGET = 0.02  #: overhead target: 2 %

@@ -17,10 +17,9 @@ import time
 import warnings
 from collections.abc import Callable
 
-from ppsim import schedules
 from ppsim.costs import CostTable, Link, StageCost
-from ppsim.passes import lower
-from ppsim.sim import simulate
+from ppsim.plan import lower, schedules
+from ppsim.sim import compute_ms, simulate
 
 
 def best_of(repeats: int, fn: Callable[[], object]) -> float:
@@ -44,9 +43,9 @@ def ppsim_case(name: str, p: int, m: int, v: int, comm: str, repeats: int) -> tu
     rendezvous = comm == "rendezvous"
 
     def plan_only() -> object:
-        return lower(schedules.build(name, p, m, v), 1, costs.compute_ms, rendezvous=rendezvous)
+        return lower(schedules.build(name, p, m, v), 1, compute_ms(costs), rendezvous=rendezvous)
 
-    lowered = lower(schedules.build(name, p, m, v), 1, costs.compute_ms, rendezvous=rendezvous)
+    lowered = lower(schedules.build(name, p, m, v), 1, compute_ms(costs), rendezvous=rendezvous)
     t_plan = best_of(repeats, plan_only)
     t_total = best_of(repeats, lambda: simulate(plan_only(), costs, comm))  # type: ignore[arg-type]
     return t_plan, t_total, lowered.num_actions()

@@ -14,17 +14,17 @@ import statistics
 import time
 from pathlib import Path
 
-from ppsim.metrics import summarize
+from ppsim.inputs.scenario import load
 from ppsim.predict import predict
-from ppsim.scenario import load
-from ppsim.tui.state import TuiState
-from ppsim.tui.timeline import draw
+from ppsim.trace.metrics import summarize
+from ppsim.views.tui.state import TuiState
+from ppsim.views.tui.timeline import draw
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_MS = 100.0
 
 
-def median_ms(repeats: int, fn) -> float:  # noqa: ANN001
+def median_ms(repeats: int, fn) -> float:
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()

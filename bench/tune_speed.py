@@ -14,9 +14,9 @@ import argparse
 import time
 from pathlib import Path
 
-from ppsim.scenario import load
-from ppsim.tune.executors import default_jobs, run_local
-from ppsim.tune.space import SearchSpace, candidates
+from ppsim.inputs.scenario import load
+from ppsim.search.tune.executors import default_jobs, run_local
+from ppsim.search.tune.space import SearchSpace, candidates
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "megatron-gpt3-175b.yaml"
 TARGET_S = 60.0

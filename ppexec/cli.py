@@ -8,11 +8,31 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import typer
 
-from ppsim.cli import check_partition_option, err, fail, say
+from ppsim.cli.common import (
+    PlanOverrides,
+    bad_input_exits,
+    err,
+    force_option,
+    load_profile_option,
+    output_targets,
+    plan_options,
+    say,
+    scenario_with,
+    usage_error,
+)
 from ppsim.errors import PpsimError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ppexec.launch import RankState
+    from ppexec.run import RunResult
+    from ppsim.inputs.profile import Profile
+
+#: the plan options of ppexec's commands (chunks and send semantics are ppexec's to choose)
+RUN_PLAN_OPTIONS = ("schedule", "stages", "microbatches", "partition")
 
 app = typer.Typer(
     name="ppexec",
@@ -29,16 +49,14 @@ def _root() -> None:
 
 
 @app.command()
+@plan_options(*RUN_PLAN_OPTIONS)
 def run(
     scenario: Path = typer.Argument(..., help="Scenario YAML file (needs a model section)."),
     out: Path = typer.Option(..., "--out", help="Run folder: traces, summary, per-rank logs."),
     steps: int = typer.Option(3, "--steps", min=1, help="Training steps to record."),
     warmup: int = typer.Option(1, "--warmup", min=0, help="Steps to run first and not record."),
-    schedule: str | None = typer.Option(None, "--schedule", help="Schedule (gpipe or 1f1b)."),
-    stages: int | None = typer.Option(None, "--stages", min=1, help="Pipeline stages p."),
-    microbatches: int | None = typer.Option(None, "--microbatches", min=1, help="Micro-batches per step m."),
-    partition: str | None = typer.Option(None, "--partition", help="uniform | balanced"),
-    launcher: str = typer.Option("local", "--launcher", help="local (one process per rank here) or deepspeed."),
+    launcher: Literal["local", "deepspeed"] = typer.Option(
+        "local", "--launcher", help="local (one process per rank here) or deepspeed."),
     hostfile: Path | None = typer.Option(None, "--hostfile", help="DeepSpeed hostfile (--launcher deepspeed)."),
     timeout: float = typer.Option(60.0, "--timeout", min=1, help="Seconds a rank may wait on a peer before failing."),
     seed: int = typer.Option(1234, "--seed", help="Seed of the weights and the synthetic data."),
@@ -46,66 +64,48 @@ def run(
     save_params: bool = typer.Option(False, "--save-params", help="Save every rank's weights at the end."),
     profile: Path | None = typer.Option(None, "--profile", help="Plan with measured costs (as `ppsim run --profile`)."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    plan: PlanOverrides = PlanOverrides(),
 ) -> None:
     """Train SCENARIO's plan for --steps steps and write the measured trace into --out."""
     from ppexec.run import RunOptions, check_run_folder, execute, write_run_outputs
-    from ppsim.scenario import load
 
-    try:
-        check_partition_option(partition)
-        if launcher not in ("local", "deepspeed"):
-            raise PpsimError(f"--launcher must be local or deepspeed, got {launcher!r}", field="--launcher")
-        if launcher == "deepspeed" and hostfile is None:
-            raise PpsimError("--launcher deepspeed needs --hostfile FILE", field="--hostfile")
+    if launcher == "deepspeed" and hostfile is None:
+        raise usage_error("--launcher deepspeed needs --hostfile FILE", "--hostfile")
+    with bad_input_exits():
         if hostfile is not None and not hostfile.is_file():
             raise PpsimError(f"hostfile {hostfile} does not exist", field="--hostfile")
         check_run_folder(out)
-        s = load(scenario).with_overrides(schedule=schedule, stages=stages, microbatches=microbatches,
-                                          partition=partition)
+        s = scenario_with(scenario, plan)
         opts = RunOptions(out=out, steps=steps, warmup=warmup, timeout_s=timeout, seed=seed, lr=lr,
                           save_params=save_params, backend="nccl" if launcher == "deepspeed" else "gloo")
         progress = _Progress(steps + warmup, warmup)
-        measured = _load_profile(profile)
-        result = execute(s, opts, progress, hostfile=hostfile if launcher == "deepspeed" else None, profile=measured)
-        progress.close()
+        result = execute(s, opts, progress, hostfile=hostfile if launcher == "deepspeed" else None,
+                         profile=load_profile_option(profile))
         write_run_outputs(result, out)
-    except PpsimError as exc:
-        fail(exc)
-        return
     _report(result, out, json_out)
 
 
 @app.command()
+@plan_options(*RUN_PLAN_OPTIONS)
 def prepare(
     scenario: Path = typer.Argument(..., help="Scenario YAML file (needs a model section)."),
     out: Path = typer.Option(..., "--out", help="Run folder, on a filesystem every host sees."),
     steps: int = typer.Option(3, "--steps", min=1),
     warmup: int = typer.Option(1, "--warmup", min=0),
-    backend: str = typer.Option("nccl", "--backend", help="nccl (GPUs) or gloo (CPUs)."),
+    backend: Literal["nccl", "gloo"] = typer.Option("nccl", "--backend", help="nccl (GPUs) or gloo (CPUs)."),
     timeout: float = typer.Option(300.0, "--timeout", min=1),
     seed: int = typer.Option(1234, "--seed"),
     lr: float = typer.Option(1e-3, "--lr", min=0, help="AdamW learning rate."),
-    schedule: str | None = typer.Option(None, "--schedule", help="Schedule (gpipe or 1f1b)."),
-    stages: int | None = typer.Option(None, "--stages", min=1, help="Pipeline stages p."),
-    microbatches: int | None = typer.Option(None, "--microbatches", min=1, help="Micro-batches per step m."),
-    partition: str | None = typer.Option(None, "--partition", help="uniform | balanced"),
+    plan: PlanOverrides = PlanOverrides(),
 ) -> None:
     """Write RUN_DIR/run.json for any launcher (torchrun, srun, deepspeed) to start
     `python -m ppexec.worker RUN_DIR` on every rank; then `ppexec collect RUN_DIR`."""
     from ppexec.run import RunOptions, prepare_run
-    from ppsim.scenario import load
 
-    try:
-        if backend not in ("nccl", "gloo"):
-            raise PpsimError(f"--backend must be nccl or gloo, got {backend!r}", field="--backend")
-        check_partition_option(partition)
-        s = load(scenario).with_overrides(schedule=schedule, stages=stages, microbatches=microbatches,
-                                          partition=partition)
+    with bad_input_exits():
+        s = scenario_with(scenario, plan)
         opts = RunOptions(out=out, steps=steps, warmup=warmup, timeout_s=timeout, seed=seed, lr=lr, backend=backend)
         _, _, world = prepare_run(s, opts)
-    except PpsimError as exc:
-        fail(exc)
-        return
     typer.echo(f"wrote {out}/run.json: start {world} ranks with `python -m ppexec.worker {out}`")
 
 
@@ -118,12 +118,9 @@ def collect(
     from ppexec.run import collect as collect_run
     from ppexec.run import write_run_outputs
 
-    try:
+    with bad_input_exits():
         result = collect_run(out)
         write_run_outputs(result, out)
-    except PpsimError as exc:
-        fail(exc)
-        return
     _report(result, out, json_out)
 
 
@@ -133,90 +130,70 @@ def profile_cmd(
     out: Path = typer.Option(..., "--out", help="Profile file to write (YAML), for `ppsim run --profile`."),
     timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds a rank may wait on a peer before failing."),
     keep_run: Path | None = typer.Option(None, "--keep-run", help="Keep the profiling run's folder here."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an output file not written by ppsim."),
+    force: bool = force_option(),
 ) -> None:
     """Measure SCENARIO's layer times, framework overheads and link on this machine (two ranks)."""
     from ppexec.profile import measure_profile
     from ppsim import outputs
-    from ppsim.scenario import load
 
-    try:
-        target = outputs.check_output(out, "--out", [scenario], force)
+    with bad_input_exits():
+        target = output_targets({"--out": out}, [scenario], force)["--out"]
         if keep_run is not None:
             from ppexec.run import check_run_folder
 
             check_run_folder(keep_run)
-        s = load(scenario)
-        err.print("profiling on 2 ranks: layer times, a short GPipe run, message ping-pong ...", highlight=False)
+        s = scenario_with(scenario)
+        err.print("profiling on 2 ranks: layer times, a short GPipe run, message ping-pong ...")
         measured = measure_profile(s, timeout_s=timeout, keep=keep_run)
         outputs.write_text(target, measured.to_yaml())
-    except PpsimError as exc:
-        fail(exc)
-        return
     _print_profile(measured)
-    err.print(f"wrote {target}: use it with `ppsim run {scenario} --profile {target}`", highlight=False)
+    err.print(f"wrote {target}: use it with `ppsim run {scenario} --profile {target}`")
 
 
 @app.command("validate")
+@plan_options(*RUN_PLAN_OPTIONS)
 def validate_cmd(
     scenario: Path = typer.Argument(..., help="Scenario YAML file (needs a model section)."),
     out: Path = typer.Option(..., "--out", help="Folder: profile, prediction, run, comparison (JSON and HTML)."),
     profile: Path | None = typer.Option(None, "--profile", help="Use this profile instead of measuring one."),
     steps: int = typer.Option(10, "--steps", min=1, help="Training steps to record (the median step is compared)."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Steps to run first and not record."),
-    schedule: str | None = typer.Option(None, "--schedule", help="Schedule (gpipe or 1f1b)."),
-    stages: int | None = typer.Option(None, "--stages", min=1, help="Pipeline stages p."),
-    microbatches: int | None = typer.Option(None, "--microbatches", min=1, help="Micro-batches per step m."),
-    partition: str | None = typer.Option(None, "--partition", help="uniform | balanced"),
     timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds a rank may wait on a peer before failing."),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    plan: PlanOverrides = PlanOverrides(),
 ) -> None:
     """Profile this machine, predict SCENARIO with the profile, run it for real and compare."""
     from ppexec.profile import measure_profile
     from ppexec.validate import PROFILE_FILE, check_validation_folder, validate, write_outputs
-    from ppsim.scenario import load
 
-    try:
-        check_partition_option(partition)
+    with bad_input_exits():
         check_validation_folder(out)
-        s = load(scenario).with_overrides(schedule=schedule, stages=stages, microbatches=microbatches,
-                                          partition=partition)
-        measured = _load_profile(profile)
+        s = scenario_with(scenario, plan)
+        measured = load_profile_option(profile)
         out.mkdir(parents=True, exist_ok=True)
         if measured is None:
-            err.print("1/3 profiling this machine (2 ranks) ...", highlight=False)
+            err.print("1/3 profiling this machine (2 ranks) ...")
             measured = measure_profile(s, timeout_s=timeout)
             (out / PROFILE_FILE).write_text(measured.to_yaml())
-        err.print(f"2/3 predicting and running {steps + warmup} steps ...", highlight=False)
+        err.print(f"2/3 predicting and running {steps + warmup} steps ...")
         result = validate(s, measured, out / "run", steps=steps, warmup=warmup, timeout_s=timeout)
-        err.print("3/3 comparing", highlight=False)
+        err.print("3/3 comparing")
         write_outputs(result, out)
-    except PpsimError as exc:
-        fail(exc)
-        return
     c = result.comparison
     if json_out:
         doc = c.to_json_dict()
         doc["median_bubble_error_pp"] = list(result.bubble_error_pp)
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
-    from ppsim.compare import print_comparison
+    from ppsim.views.render.compare_table import print_comparison
 
     print_comparison(c)
-    err.print("bubble error per stage, median over the recorded steps: "
-              + ", ".join(f"stage {k} {x:+.2f} pp" for k, x in enumerate(result.bubble_error_pp)), highlight=False)
-    err.print(f"wrote {out}/comparison.html, comparison.json, predicted.trace.json, run/", highlight=False)
+    err.print("bubble error per rank, median over the recorded steps: "
+              + ", ".join(f"rank {k} {x:+.2f} pp" for k, x in enumerate(result.bubble_error_pp)))
+    err.print(f"wrote {out}/comparison.html, comparison.json, predicted.trace.json, run/")
 
 
-def _load_profile(path: Path | None):  # noqa: ANN202 - Profile | None, imported lazily
-    if path is None:
-        return None
-    from ppsim.profile import load_profile
-
-    return load_profile(path)
-
-
-def _print_profile(p) -> None:  # noqa: ANN001 - Profile
+def _print_profile(p: Profile) -> None:
     from rich.table import Table
 
     table = Table(title="measured per micro-batch (ms)", title_justify="left")
@@ -250,7 +227,7 @@ def _print_profile(p) -> None:  # noqa: ANN001 - Profile
             highlight=False)
 
 
-def _report(result, out: Path, json_out: bool) -> None:  # noqa: ANN001 - RunResult
+def _report(result: RunResult, out: Path, json_out: bool) -> None:
     from ppexec.launch import teardown_notes
 
     for note in teardown_notes(result.states):
@@ -260,7 +237,7 @@ def _report(result, out: Path, json_out: bool) -> None:  # noqa: ANN001 - RunRes
         doc["losses"] = result.losses
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
-    from ppsim.render.table import print_summary
+    from ppsim.views.render.summary_table import print_summary
 
     print_summary(result.summary)
     err.print(f"losses: {', '.join(f'{x:.4f}' for x in result.losses)}")
@@ -274,16 +251,13 @@ class _Progress:
         self.total, self.warmup = total, warmup
         self.shown = -1
 
-    def __call__(self, states: list) -> None:  # noqa: ANN001 - RankState list
+    def __call__(self, states: list[RankState]) -> None:
         done = min((len(st.steps) for st in states), default=0)
         if done != self.shown and done > 0:
             losses = [st.steps[done - 1]["loss"] for st in states if st.steps and st.steps[done - 1].get("loss") is not None]
             loss = f"  loss {losses[0]:.4f}" if losses else ""
-            err.print(f"step {self.warmup + done}/{self.total} recorded{loss}", highlight=False)
+            err.print(f"step {self.warmup + done}/{self.total} recorded{loss}")
             self.shown = done
-
-    def close(self) -> None:
-        pass
 
 
 def main() -> None:

@@ -1,12 +1,14 @@
 """DeepSpeed's PipelineEngine, running a translated ppsim Plan and timing it at one dispatch point.
 
-The subclass changes three things and nothing else:
+What the subclass changes:
 - the schedule it runs is the plan's (``_train_schedule``);
 - ``_exec_schedule`` records the start and end of every plan action (the group of DeepSpeed
   instructions it became) on ``time.perf_counter_ns`` (CLOCK_MONOTONIC: one clock for every
   process of a machine), synchronising the device first on GPUs — the only timing code — and
   the memory in use after it (the device allocator's bytes on GPUs, the process's resident
   memory on CPUs);
+- gradient clipping runs as the plan's own CLIP action (an instruction of ppexec's), so its
+  gradient-norm all-reduce is timed apart from the optimizer step, and is not done twice;
 - the last stage keeps one loss per micro-batch (the stock engine keeps one, which breaks any
   schedule that runs two forwards before a backward), and micro-batches are loaded by id.
 """

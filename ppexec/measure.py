@@ -17,7 +17,7 @@ import torch
 
 from ppexec.model import TORCH_DTYPES, Block, Embedding, Head, loss_fn, synthetic_batch
 from ppexec.tensor_parallel import TPGroup
-from ppsim.scenario import ModelSpec
+from ppsim.inputs.scenario import ModelSpec
 
 
 def median_ms(fn: Callable[[], Any], budget_s: float, min_reps: int = 5, max_reps: int = 200) -> float:
@@ -63,7 +63,8 @@ def layer_times(spec: ModelSpec, micro_batch: int, seed: int, budget_s: float = 
         params = [p for p in module.parameters() if p.requires_grad]
         fwd = median_ms(forward, budget_s / 4)
 
-        def backward_phases(forward=forward, x=x, params=params) -> tuple[int, int, int]:
+        def backward_phases(forward: Callable[[], torch.Tensor] = forward, x: torch.Tensor | None = x,
+                            params: list[torch.Tensor] = params) -> tuple[int, int, int]:
             y = forward()
             g = torch.ones_like(y)
             t0 = time.perf_counter_ns()

@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ppexec.tensor_parallel import TPGroup, copy_to_group, reduce_from_group, shard
-from ppsim.scenario import ModelSpec
+from ppsim.inputs.scenario import ModelSpec
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -158,15 +158,19 @@ def synthetic_batch(spec: ModelSpec, micro_batch: int, seed: int, step: int, rep
 
 
 def parameter_count(spec: ModelSpec) -> int:
-    h, f, V, s = spec.hidden, spec.ffn, spec.vocab, spec.seq_len
-    block = 3 * h * h + 3 * h + h * h + h + 2 * h * f + f + h + 4 * h
-    return V * h + s * h + spec.layers * block + 2 * h + h * V
+    """Parameters of the whole network (embedding, blocks, head): ppsim's count of the same layers."""
+    from ppsim.costs.layers import gpt_layers
+
+    emb, block, head = gpt_layers(spec, 1)
+    return emb.params + spec.layers * block.params + head.params
 
 
 def memory_estimate_bytes(spec: ModelSpec, micro_batch: int, microbatches: int, stages: int) -> int:
     """A rough upper bound of host memory for a whole local run (all ranks on this machine): fp32
-    weights, grads and Adam state (16 bytes / parameter) plus every micro-batch's activations."""
-    act_per_block = spec.seq_len * micro_batch * spec.hidden * (34 + 5 * spec.heads * spec.seq_len / spec.hidden) * 2
-    acts = act_per_block * spec.layers * microbatches + 4 * spec.seq_len * micro_batch * spec.vocab * microbatches
-    return int(16 * parameter_count(spec) + acts + stages * 400e6)  # ~400 MB of torch + deepspeed per process
+    weights, grads and Adam state (16 bytes / parameter) plus every micro-batch's activations (as
+    ppsim's memory model counts them, without recomputation)."""
+    from ppsim.costs.layers import gpt_layers
 
+    emb, block, head = gpt_layers(spec, micro_batch)
+    per_microbatch = emb.activation_bytes + spec.layers * block.activation_bytes + head.activation_bytes
+    return int(16 * parameter_count(spec) + per_microbatch * microbatches + stages * 400e6)  # ~400 MB per process

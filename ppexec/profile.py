@@ -34,9 +34,9 @@ from pathlib import Path
 
 from ppexec.launch import RankState
 from ppsim.errors import PpsimError
+from ppsim.inputs.profile import LayerTimes, LinkProfile, Overheads, Profile, RecomputeTimes, TensorParallelTimes, shape_of
+from ppsim.inputs.scenario import Scenario, parse_scenario
 from ppsim.plan import Action, Kind
-from ppsim.profile import LayerTimes, LinkProfile, Overheads, Profile, RecomputeTimes, TensorParallelTimes, shape_of
-from ppsim.scenario import Scenario, parse_scenario
 
 PROFILE_MICROBATCHES = 4
 PROFILE_STEPS = 10
@@ -145,7 +145,7 @@ def _stage_spans(st: RankState) -> _StageSpans:
 def _transfer_overheads(states: list[RankState], one_way_ms: float) -> tuple[float, float]:
     """(send, receive) overhead in ms: from the transfers whose receiver was already waiting, the
     send's time beyond the bare transfer and how long the receive ends after the send."""
-    from ppsim.passes import peer_stage
+    from ppsim.plan import peer_stage
 
     by_stage = {st.ready["stage"]: st for st in states if st.ready}
     sends, recvs = [], []
@@ -251,7 +251,7 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
     collectives = ring_links([(int(b), float(r), float(g)) for b, r, g in measured]) if measured else {}
     latency_ms, bytes_per_ms = fit_link(samples)
     assert s.model is not None
-    from ppsim.scenario import DTYPE_BYTES
+    from ppsim.inputs.scenario import DTYPE_BYTES
 
     message = s.model.seq_len * s.training.micro_batch * s.model.hidden * DTYPE_BYTES[s.model.dtype]
     one_way = latency_ms + message / bytes_per_ms

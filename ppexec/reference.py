@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ppexec.model import loss_fn, reference_model, synthetic_batch
-from ppsim.scenario import Scenario
+from ppsim.inputs.scenario import Scenario
 
 
 def train_reference(s: Scenario, steps: int, seed: int, lr: float) -> tuple[list[float], dict[str, torch.Tensor]]:

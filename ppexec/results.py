@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ppexec.launch import RankState
-from ppsim.passes import peer_stage
-from ppsim.plan import COMM_KINDS, Action, Plan
-from ppsim.trace import Counter, Span, Trace
+from ppsim.plan import COMM_KINDS, Action, Plan, peer_stage
+from ppsim.trace import Counter, Span, Trace, plan_meta
 
 
 def clock_offsets(states: list[RankState]) -> tuple[dict[int, int], str]:
@@ -52,18 +51,10 @@ def step_trace(states: list[RankState], plan: Plan, step: int, meta: dict[str, A
         for name, n in st.steps[step].get("forwards", {}).items():
             forwards[name] = forwards.get(name, 0) + n
     full_meta = dict(meta)
+    full_meta.update(plan_meta(plan, source="measured", clock=clock, comm="rendezvous", message_bytes=message_bytes))
     full_meta.update({
-        "source": "measured",
-        "clock": clock,
         "step": step,
         "loss": losses[0] if losses else None,
-        "schedule": plan.schedule,
-        "num_ranks": plan.num_ranks,
-        "num_microbatches": plan.num_microbatches,
-        "chunks": plan.chunks,
-        "stage_to_rank": list(plan.stage_to_rank),
-        "comm": "rendezvous",
-        "message_bytes": message_bytes,
         # "rss": a CPU process's resident memory (interpreter and libraries included), "allocator":
         # the device allocator's bytes in use, which is what ppsim predicts
         "memory_measured": sources.pop() if len(sources) == 1 else None,

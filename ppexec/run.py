@@ -14,11 +14,11 @@ from typing import Any
 from ppexec.launch import RankState, run_local
 from ppexec.results import step_trace
 from ppsim.errors import PpsimError
-from ppsim.metrics import Summary, summarize
+from ppsim.inputs.profile import Profile
+from ppsim.inputs.scenario import Scenario
 from ppsim.plan import Plan
-from ppsim.profile import Profile
-from ppsim.scenario import Scenario
 from ppsim.trace import Trace
+from ppsim.trace.metrics import Summary, summarize
 
 
 @dataclass
@@ -76,7 +76,7 @@ def prepare(s: Scenario, profile: Profile | None = None) -> tuple[Scenario, Plan
     explicit), its plan and partition. With a profile, the partition and the order of sends and
     receives come from the measured costs, exactly as in ``ppsim run --profile``."""
     from ppexec.translate import check_runnable
-    from ppsim.cost_model import build_workload
+    from ppsim.costs import build_workload
     from ppsim.predict import lowered_plan
 
     if s.model is None:
@@ -177,10 +177,10 @@ def execute(s: Scenario, opts: RunOptions, on_progress: Callable[[list[RankState
 def collect(out: Path, states: list[RankState] | None = None) -> RunResult:
     """Read a finished run folder (after any launcher) into measured traces and a summary."""
     from ppexec.launch import read_events
-    from ppsim.cost_model import build_workload
-    from ppsim.metrics import step_time_ms
+    from ppsim.costs import build_workload
+    from ppsim.inputs.scenario import parse_scenario
     from ppsim.predict import workload_meta
-    from ppsim.scenario import parse_scenario
+    from ppsim.trace.metrics import step_time_ms
 
     spec_path = out / "run.json"
     if not spec_path.is_file():
@@ -207,15 +207,15 @@ def collect(out: Path, states: list[RankState] | None = None) -> RunResult:
 
 def write_run_outputs(result: RunResult, out: Path) -> None:
     """Write a run's measured traces (each step and the median one), Chrome trace, summary and plan."""
-    from ppsim.export.chrome import to_chrome_trace
-    from ppsim.metrics import step_time_ms
+    from ppsim.trace.chrome import write_chrome_trace
+    from ppsim.trace.metrics import step_time_ms
 
     steps_dir = out / "steps"
     steps_dir.mkdir(exist_ok=True)
     for k, trace in enumerate(result.traces):
         trace.save(steps_dir / f"step-{k}.trace.json")
     result.representative.save(out / "trace.json")
-    (out / "trace.chrome.json").write_text(json.dumps(to_chrome_trace(result.representative), separators=(",", ":")))
+    write_chrome_trace(result.representative, out / "trace.chrome.json")
     doc = result.summary.to_json_dict()
     doc["losses"] = result.losses
     doc["step_times_ms"] = [step_time_ms(t) for t in result.traces]

@@ -8,6 +8,7 @@ schedules that run.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from ppsim.errors import PpsimError
@@ -114,7 +115,7 @@ def plan_schedule(plan: Plan, rank: int) -> Any:
             super().__init__(micro_batches=plan.num_microbatches, stages=p, stage_id=rank)
             self.actions = actions
 
-        def steps(self):  # noqa: ANN201 - DeepSpeed's generator protocol
+        def steps(self) -> Iterator[list[Any]]:  # DeepSpeed's generator protocol
             yield from steps
 
         def num_pipe_buffers(self) -> int:

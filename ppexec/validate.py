@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ppexec.run import RunOptions, RunResult, execute, prepare
-from ppsim.compare import Comparison, compare_traces
 from ppsim.errors import PpsimError
-from ppsim.metrics import stage_metrics
+from ppsim.inputs.profile import Profile
+from ppsim.inputs.scenario import Scenario
 from ppsim.predict import Prediction, predict
-from ppsim.profile import Profile
-from ppsim.scenario import Scenario
 from ppsim.trace import Trace
+from ppsim.trace.compare import Comparison, compare_traces
+from ppsim.trace.metrics import rank_metrics
 
 PROFILE_FILE = "profile.yaml"
 OUTPUTS = (PROFILE_FILE, "predicted.trace.json", "comparison.json", "comparison.html", "run")
@@ -56,8 +56,8 @@ class Validation:
 
 def median_bubble_errors(predicted: Trace, steps: list[Trace]) -> tuple[float, ...]:
     """Per stage, the median over ``steps`` of predicted minus measured bubble fraction (pp)."""
-    pred = [m.bubble_fraction for m in stage_metrics(predicted)]
-    per_step = [[m.bubble_fraction for m in stage_metrics(t)] for t in steps]
+    pred = [m.bubble_fraction for m in rank_metrics(predicted)]
+    per_step = [[m.bubble_fraction for m in rank_metrics(t)] for t in steps]
     return tuple(100 * statistics.median(p - meas[k] for meas in per_step) for k, p in enumerate(pred))
 
 
@@ -80,7 +80,7 @@ def validate(s: Scenario, profile: Profile, run_dir: Path, steps: int = 10, warm
 def write_outputs(v: Validation, out: Path) -> None:
     """The predicted trace, the comparison (JSON) and the overlay page, next to the run folder."""
     from ppexec.run import write_run_outputs
-    from ppsim.render.compare_html import write_compare_html
+    from ppsim.views.render.compare_html import write_compare_html
 
     write_run_outputs(v.run, out / "run")
     v.prediction.trace.save(out / "predicted.trace.json")

@@ -88,8 +88,8 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
     from ppexec.model import FORWARDS, TORCH_DTYPES, layer_factories, loss_fn, stage_boundaries, synthetic_batch
     from ppexec.tensor_parallel import is_sharded, make_groups
     from ppexec.translate import plan_schedule
+    from ppsim.inputs.scenario import parse_scenario
     from ppsim.plan import Plan
-    from ppsim.scenario import parse_scenario
 
     scenario = parse_scenario(spec["scenario"], source="run.json")
     plan = Plan.from_dict(spec["plan"])
@@ -187,7 +187,7 @@ def _train(spec: dict[str, Any], rank: int, world: int, run_dir: Path, log: Even
     if profiling and p == 2:
         from ppexec.measure import ping_pong
         from ppexec.profile import COLLECTIVE_FACTORS, message_sizes
-        from ppsim.scenario import DTYPE_BYTES
+        from ppsim.inputs.scenario import DTYPE_BYTES
 
         message = model.seq_len * scenario.training.micro_batch * model.hidden * DTYPE_BYTES[model.dtype]
         log.write("measure", name="link", data=ping_pong(rank, 1 - rank, message_sizes(message)))

@@ -14,15 +14,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ppsim.errors import PpsimError
+from ppsim.formats import written_markers
 
-_OUR_MARKERS = (
-    b'"format":"ppsim-trace"',  # Trace.save
-    b'"format": "ppsim-plan"',  # ppsim plan --save
-    b'"traceEvents"',  # Chrome trace
-    b"<!-- ppsim -->",  # HTML pages (render.gantt.HTML_MARKER)
-    b"format: ppsim-profile",  # Profile.to_yaml
-    b"tEXtSoftware\x00ppsim",  # PNG images (render.png.PNG_MARKER)
-)
+_OUR_MARKERS = written_markers()
 
 
 def written_by_ppsim(path: Path) -> bool:

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from ppsim import schedules
-from ppsim.cost_model import Workload, build_workload
-from ppsim.hardware import get_device
-from ppsim.passes import lower
-from ppsim.plan import Plan
-from ppsim.profile import Profile
-from ppsim.scenario import Scenario
-from ppsim.sim import simulate
+from ppsim.costs import Workload, build_workload
+from ppsim.inputs.hardware import get_device
+from ppsim.inputs.profile import Profile
+from ppsim.inputs.scenario import Scenario
+from ppsim.plan import Plan, lower, schedules
+from ppsim.sim import compute_ms, simulate
 from ppsim.trace import Trace
 
 
@@ -32,11 +31,11 @@ def lowered_plan(s: Scenario, workload: Workload | None = None) -> Plan:
     """The plan with sends, receives and the end-of-step actions, validated. Messages are placed
     by the ideal timeline of the scenario's own costs and ordered for its send semantics."""
     w = workload or build_workload(s)
-    return lower(compute_plan(s), s.data_parallel, w.costs.compute_ms, rendezvous=s.pipeline.comm == "rendezvous",
+    return lower(compute_plan(s), s.data_parallel, compute_ms(w.costs), rendezvous=s.pipeline.comm == "rendezvous",
                  clip=s.training.grad_clip > 0)
 
 
-def workload_meta(s: Scenario, w: Workload, training: bool, profile: Profile | None = None) -> dict[str, object]:
+def workload_meta(s: Scenario, w: Workload, training: bool, profile: Profile | None = None) -> dict[str, Any]:
     """Trace metadata the metrics read (what a step does, on how many devices)."""
     return {
         "scenario": s.name,

@@ -1,19 +1,35 @@
-"""Shared helpers for the tests."""
+"""Shared helpers for the tests: paths, the CLI runner, uniform costs, and the docs' command blocks."""
 
 from __future__ import annotations
 
+import re
+from functools import cache
 from pathlib import Path
 
-import pytest
+import typer
+from typer.testing import CliRunner, Result
 
-from ppsim import schedules
 from ppsim.costs import CostTable, Link, StageCost
-from ppsim.passes import lower
-from ppsim.sim import simulate
+from ppsim.inputs.scenario import Scenario, load
+from ppsim.plan import lower, schedules
+from ppsim.sim import compute_ms, simulate
 from ppsim.trace import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
+DATA = Path(__file__).resolve().parent / "data"
+GPT_YAML = SCENARIOS / "gpt.yaml"  #: GPT-3 13B on 64 A100s, 8 stages x 8 replicas, 1F1B
+
+
+@cache
+def gpt() -> Scenario:
+    """scenarios/gpt.yaml, loaded once (a Scenario is immutable)."""
+    return load(GPT_YAML)
+
+
+def invoke(app: typer.Typer, *args: str | Path, **kwargs: object) -> Result:
+    """Run a command of ``app`` (ppsim's or ppexec's) in-process, as its console script would."""
+    return CliRunner().invoke(app, [str(a) for a in args], **kwargs)  # type: ignore[arg-type]
 
 
 def uniform_costs(num_stages: int, forward: float, backward: float, weight_grad: float = 0.0,
@@ -31,10 +47,17 @@ def uniform_costs(num_stages: int, forward: float, backward: float, weight_grad:
 def run_schedule(name: str, p: int, m: int, v: int = 1, *, forward: float = 1.0, backward: float = 2.0,
                  weight_grad: float = 0.0, p2p: float = 0.0, comm: str = "rendezvous", dp: int = 1) -> Trace:
     costs = uniform_costs(p * v, forward, backward, weight_grad, p2p, v)
-    plan = lower(schedules.build(name, p, m, v), dp, costs.compute_ms, rendezvous=comm == "rendezvous")
+    plan = lower(schedules.build(name, p, m, v), dp, compute_ms(costs), rendezvous=comm == "rendezvous")
     return simulate(plan, costs, comm)
 
 
-@pytest.fixture
-def gpt_yaml() -> Path:
-    return SCENARIOS / "gpt.yaml"
+def sh_commands(doc: Path) -> list[str]:
+    """Every command line of a Markdown file's ``sh`` code blocks, in order."""
+    blocks = re.findall(r"```sh\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
+    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The cells of every Markdown table row in ``text`` (a ``\\|`` inside a cell does not split it)."""
+    return [[c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+            for line in text.splitlines() if line.lstrip().startswith("|")]

@@ -13,6 +13,8 @@ pytest.importorskip("deepspeed")
 
 from conftest import ROOT  # noqa: E402
 
+pytestmark = pytest.mark.slow  # runs DeepSpeed
+
 
 def test_exec_overhead_bench_runs() -> None:
     cmd = [sys.executable, str(ROOT / "bench" / "exec_overhead.py"), "--steps", "2", "--warmup", "0",

@@ -14,19 +14,22 @@ import pytest
 from browser import ZOOM, find_chromium, probe
 from typer.testing import CliRunner
 
-from conftest import ROOT, SCENARIOS
+from conftest import GPT_YAML, ROOT, SCENARIOS, gpt
 from ppsim.cli import app
-from ppsim.compare import compare_traces
+from ppsim.inputs.scenario import load
 from ppsim.predict import predict
-from ppsim.render.compare_html import write_compare_html
-from ppsim.render.gantt import write_html
-from ppsim.scenario import load
-from ppsim.sweep import schedule_variants
+from ppsim.search.sweep import schedule_variants
 from ppsim.trace import Trace
+from ppsim.trace.compare import compare_traces
+from ppsim.views.render.compare_html import write_compare_html
+from ppsim.views.render.gantt import write_html
 
 CHROMIUM = find_chromium()
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine: `make test` installs it "
-                                                          "(apt-get install chromium), or set PPSIM_CHROMIUM")
+pytestmark = [
+    pytest.mark.slow,  # starts a browser for each page
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine: `make test` installs it "
+                                                "(apt-get install chromium), or set PPSIM_CHROMIUM"),
+]
 DATA = ROOT / "tests" / "data"
 
 
@@ -41,7 +44,7 @@ def assert_loaded(found: dict) -> None:
 
 
 def test_timeline_page_draws_one_bar_per_span_and_zooms_both_plots(tmp_path: Path) -> None:
-    trace = predict(load(SCENARIOS / "gpt.yaml").with_overrides(stages=4, microbatches=8)).trace
+    trace = predict(gpt().with_overrides(stages=4, microbatches=8)).trace
     found = probe(write_html(trace, tmp_path / "run.html"), CHROMIUM)
     assert_loaded(found)
     assert found["bars"] == kinds(trace.spans)
@@ -51,7 +54,8 @@ def test_timeline_page_draws_one_bar_per_span_and_zooms_both_plots(tmp_path: Pat
 
 def test_the_network_is_really_cut_off(tmp_path: Path) -> None:
     """A page that loads plotly.js from the CDN must not render: proof the probe runs offline."""
-    from ppsim.render.gantt import HTML_MARKER, gantt_figure
+    from ppsim.formats import HTML_MARKER
+    from ppsim.views.render.gantt import gantt_figure
 
     trace = Trace.load(DATA / "tiny-1f1b.predicted.trace.json")
     page = tmp_path / "cdn.html"
@@ -97,7 +101,7 @@ def test_compare_schedules_page_stacks_timelines_on_one_time_axis(tmp_path: Path
 
 def test_sweep_page_renders(tmp_path: Path) -> None:
     page = tmp_path / "sweep.html"
-    result = CliRunner().invoke(app, ["sweep", str(SCENARIOS / "gpt.yaml"), "--microbatches", "4,8,16",
+    result = CliRunner().invoke(app, ["sweep", str(GPT_YAML), "--microbatches", "4,8,16",
                                       "--stages", "4,8", "--html", str(page)])
     assert result.exit_code == 0, result.output
     found = probe(page, CHROMIUM)

@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import GPT_YAML
 from ppsim.errors import TraceError
-from ppsim.export.chrome import from_chrome_trace, to_chrome_trace, validate_chrome_trace, write_chrome_trace
-from ppsim.passes import matching
-from ppsim.plan import RECV_KINDS, SEND_KINDS, Action, Kind
+from ppsim.inputs.scenario import load
+from ppsim.plan import RECV_KINDS, SEND_KINDS, Action, Kind, matching
 from ppsim.predict import predict
-from ppsim.scenario import load
 from ppsim.trace import LANES, Counter, Span, Trace
+from ppsim.trace.chrome import from_chrome_trace, to_chrome_trace, validate_chrome_trace, write_chrome_trace
 
-SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "gpt.yaml"
+SCENARIO = GPT_YAML
 INTERLEAVED = {"schedule": "interleaved-1f1b", "chunks": 2, "microbatches": 16, "stages": 4}
 VARIANTS: dict[str, dict[str, Any]] = {
     "gpt": {},

@@ -8,100 +8,96 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from conftest import SCENARIOS
+from conftest import GPT_YAML, SCENARIOS, invoke
 from ppsim.cli import app
 from ppsim.trace import Trace
 
-runner = CliRunner()
-GPT = str(SCENARIOS / "gpt.yaml")
+GPT = str(GPT_YAML)
 SMALL = ["--microbatches", "16"]  # keeps exports small and fast
 
 
-def invoke(*args: str):  # noqa: ANN201
-    return runner.invoke(app, list(args))
-
-
 def test_run_prints_the_summary() -> None:
-    res = invoke("run", GPT, *SMALL)
+    res = invoke(app, "run", GPT, *SMALL)
     assert res.exit_code == 0, res.output
-    for words in ("step time", "throughput", "tokens/s", "MFU", "bubble", "1f1b", "per stage", "peak act"):
+    for words in ("step time", "throughput", "tokens/s", "MFU", "bubble", "1f1b", "per rank", "peak act"):
         assert words in res.output
 
 
 def test_run_json_has_the_documented_keys() -> None:
-    res = invoke("run", GPT, "--json", *SMALL)
+    res = invoke(app, "run", GPT, "--json", *SMALL)
     assert res.exit_code == 0
     doc = json.loads(res.stdout)
-    for key in ("step_time_ms", "bubble_fraction", "throughput_samples_per_s", "tokens_per_s", "mfu", "stages"):
+    for key in ("step_time_ms", "bubble_fraction", "throughput_samples_per_s", "tokens_per_s", "mfu", "ranks"):
         assert key in doc
-    assert len(doc["stages"]) == 8
-    for st in doc["stages"]:
-        assert {"stage", "busy_ms", "bubble_fraction", "peak_activation_microbatches"} <= set(st)
+    assert len(doc["ranks"]) == doc["num_ranks"] == doc["num_stages"] == 8
+    for r, st in enumerate(doc["ranks"]):
+        assert {"rank", "stages", "busy_ms", "bubble_fraction", "peak_activation_microbatches"} <= set(st)
+        assert (st["rank"], st["stages"]) == (r, [r])
     assert doc["microbatches"] == 16
 
 
 def test_overrides_change_the_plan() -> None:
-    res = invoke("run", str(SCENARIOS / "zero-bubble-costs.yaml"), "--json", "--schedule", "1f1b")
+    res = invoke(app, "run", str(SCENARIOS / "zero-bubble-costs.yaml"), "--json", "--schedule", "1f1b")
     one = json.loads(res.stdout)
-    res = invoke("run", str(SCENARIOS / "zero-bubble-costs.yaml"), "--json")
+    res = invoke(app, "run", str(SCENARIOS / "zero-bubble-costs.yaml"), "--json")
     zb = json.loads(res.stdout)
     assert one["schedule"] == "1f1b" and zb["schedule"] == "zb-h1"
     assert one["step_time_ms"] == pytest.approx(33.0) and zb["step_time_ms"] == pytest.approx(27.0)
-    res = invoke("run", GPT, "--json", "--stages", "4", "--schedule", "interleaved-1f1b", "--chunks", "2",
+    res = invoke(app, "run", GPT, "--json", "--stages", "4", "--schedule", "interleaved-1f1b", "--chunks", "2",
                  "--microbatches", "8", "--partition", "uniform", "--comm", "rendezvous")
     doc = json.loads(res.stdout)
-    assert (doc["num_stages"], doc["chunks"], doc["microbatches"], doc["comm"]) == (4, 2, 8, "rendezvous")
+    assert (doc["num_ranks"], doc["num_stages"], doc["chunks"], doc["microbatches"], doc["comm"]) == (4, 8, 2, 8, "rendezvous")
+    assert [r["stages"] for r in doc["ranks"]] == [[0, 4], [1, 5], [2, 6], [3, 7]]
     assert doc["partition"] == [5] * 8
 
 
 def test_outputs_are_written_and_read_back(tmp_path: Path) -> None:
     html, chrome, own = tmp_path / "t.html", tmp_path / "t.chrome.json", tmp_path / "t.trace.json"
-    res = invoke("run", GPT, *SMALL, "--html", str(html), "--trace", str(chrome), "--save-trace", str(own))
+    res = invoke(app, "run", GPT, *SMALL, "--html", str(html), "--trace", str(chrome), "--save-trace", str(own))
     assert res.exit_code == 0, res.output
     assert "<html" in html.read_text()[:2000]
     assert "traceEvents" in json.loads(chrome.read_text())
     trace = Trace.load(own)
     assert trace.meta["schedule"] == "1f1b" and trace.spans
     # running again overwrites ppsim's own files without --force
-    assert invoke("run", GPT, *SMALL, "--html", str(html), "--save-trace", str(own)).exit_code == 0
+    assert invoke(app, "run", GPT, *SMALL, "--html", str(html), "--save-trace", str(own)).exit_code == 0
 
 
 def test_outputs_never_clobber_user_files(tmp_path: Path) -> None:
     mine = tmp_path / "notes.json"
     mine.write_text('{"my": "notes"}')
-    res = invoke("run", GPT, *SMALL, "--save-trace", str(mine))
+    res = invoke(app, "run", GPT, *SMALL, "--save-trace", str(mine))
     assert res.exit_code == 1
     assert "not written by ppsim" in res.output and "--force" in res.output
     assert mine.read_text() == '{"my": "notes"}'
-    res = invoke("run", GPT, *SMALL, "--html", GPT)
+    res = invoke(app, "run", GPT, *SMALL, "--html", GPT)
     assert res.exit_code == 1 and "input of this command" in res.output
-    res = invoke("run", GPT, *SMALL, "--trace", str(tmp_path / "missing" / "t.json"))
+    res = invoke(app, "run", GPT, *SMALL, "--trace", str(tmp_path / "missing" / "t.json"))
     assert res.exit_code == 1 and "does not exist" in res.output
-    assert invoke("run", GPT, *SMALL, "--save-trace", str(mine), "--force").exit_code == 0
+    assert invoke(app, "run", GPT, *SMALL, "--save-trace", str(mine), "--force").exit_code == 0
 
 
 def test_schedules_lists_one_line_each() -> None:
-    res = invoke("schedules")
+    res = invoke(app, "schedules")
     lines = res.stdout.strip().splitlines()
     assert [line.split()[0] for line in lines] == ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "inference"]
 
 
 def test_plan_prints_the_grid(tmp_path: Path) -> None:
-    res = invoke("plan", GPT, "--stages", "4", "--microbatches", "6")
+    res = invoke(app, "plan", GPT, "--stages", "4", "--microbatches", "6")
     assert res.exit_code == 0
     lines = res.stdout.splitlines()
     assert lines[1].split() == ["step", "rank", "0", "rank", "1", "rank", "2", "rank", "3"]
     assert lines[2].split() == ["0", "0F0"]
     assert lines[5].split() == ["3", "0F3", "1F2", "2F1", "3F0"]
-    res = invoke("plan", GPT, "--stages", "2", "--microbatches", "2", "--comms")
+    res = invoke(app, "plan", GPT, "--stages", "2", "--microbatches", "2", "--comms")
     assert "SEND_F" in res.stdout and "RECV_B" in res.stdout and "OPT" in res.stdout
     saved = tmp_path / "plan.json"
-    assert invoke("plan", GPT, "--stages", "2", "--microbatches", "2", "--save", str(saved)).exit_code == 0
-    again = invoke("plan", str(saved))
+    assert invoke(app, "plan", GPT, "--stages", "2", "--microbatches", "2", "--save", str(saved)).exit_code == 0
+    again = invoke(app, "plan", str(saved))
     assert again.exit_code == 0 and "0F0" in again.stdout
-    csv = invoke("plan", str(saved), "--csv")
+    csv = invoke(app, "plan", str(saved), "--csv")
     assert csv.stdout.splitlines()[0] == "0F0,0F1,0B0,0B1"
 
 
@@ -110,7 +106,7 @@ def test_plan_file_with_a_bad_plan_shows_the_grid(tmp_path: Path) -> None:
            "stage_to_rank": [0, 1], "actions": [["0B0", "0F0"], ["1F0", "1B0"]]}
     f = tmp_path / "bad.json"
     f.write_text(json.dumps(bad))
-    res = invoke("plan", str(f))
+    res = invoke(app, "plan", str(f))
     assert res.exit_code == 1
     assert "runs before its forward" in res.output and ">>0B0<<" in res.output
 
@@ -119,15 +115,20 @@ def test_plan_file_with_a_bad_plan_shows_the_grid(tmp_path: Path) -> None:
     "args,code,words",
     [
         (["run", "missing.yaml"], 1, "does not exist"),
-        (["run", GPT, "--schedule", "nope"], 1, "unknown schedule"),
+        (["run", GPT, "--schedule", "nope"], 2, "unknown schedule"),  # an option's value: bad usage
         (["run", GPT, "--stages", "0"], 2, "--stages"),
-        (["run", GPT, "--partition", "weird"], 1, "--partition"),
+        (["run", GPT, "--partition", "weird"], 2, "--partition"),
+        (["run", GPT, "--comm", "carrier-pigeon"], 2, "--comm"),
+        (["plan", GPT, "--schedule", "nope"], 2, "unknown schedule"),
+        (["sweep", GPT, "--microbatches", "4,x"], 2, "--microbatches"),
+        (["compare-schedules", GPT, "--schedules", "1f1b,nope"], 2, "--schedules"),
+        (["tui", GPT, GPT], 2, "one scenario"),
         (["run", GPT, "--bogus"], 2, "No such option"),
         (["frobnicate"], 2, "No such command"),
     ],
 )
 def test_exit_codes(args: list[str], code: int, words: str) -> None:
-    res = invoke(*args)
+    res = invoke(app, *args)
     assert res.exit_code == code, res.output
     assert words in res.output
     assert "Traceback" not in res.output
@@ -148,7 +149,7 @@ def test_outputs_are_ordinary_files(tmp_path: Path) -> None:
     import stat
 
     out = tmp_path / "t.json"
-    assert invoke("run", GPT, *SMALL, "--save-trace", str(out)).exit_code == 0
+    assert invoke(app, "run", GPT, *SMALL, "--save-trace", str(out)).exit_code == 0
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
@@ -158,7 +159,7 @@ def test_error_text_is_printed_verbatim(capsys: pytest.CaptureFixture[str]) -> N
     """Square brackets in a message (extras, paths) are not eaten as markup."""
     import typer
 
-    from ppsim.cli import fail
+    from ppsim.cli.common import fail
     from ppsim.errors import PpsimError
 
     with pytest.raises(typer.Exit) as exit_info:
@@ -168,14 +169,23 @@ def test_error_text_is_printed_verbatim(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_tui_without_textual_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "ppsim.tui.app", None)  # as if textual were not installed
-    res = invoke("tui", GPT)
+    monkeypatch.setitem(sys.modules, "ppsim.views.tui.app", None)  # as if textual were not installed
+    res = invoke(app, "tui", GPT)
     assert res.exit_code == 1
     assert "pip install 'ppsim[tui]'" in res.output and "Traceback" not in res.output
 
 
 def test_tune_ray_missing_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)
-    res = invoke("tune", GPT, "--gpus", "8", "--executor", "ray", "--max-stages", "2")
+    res = invoke(app, "tune", GPT, "--gpus", "8", "--executor", "ray", "--max-stages", "2")
     assert res.exit_code == 1
     assert "pip install 'ppsim[ray]'" in res.output and "Traceback" not in res.output
+
+
+def test_an_unknown_schedule_in_the_scenario_file_is_bad_input(tmp_path: Path) -> None:
+    """In the file it is input (exit 1, naming the key); on the command line it is usage (exit 2)."""
+    f = tmp_path / "s.yaml"
+    f.write_text(Path(GPT).read_text().replace("schedule: 1f1b", "schedule: nope"))
+    res = invoke(app, "run", str(f))
+    assert res.exit_code == 1, res.output
+    assert "pipeline.schedule: unknown schedule 'nope'" in " ".join(res.output.split())

@@ -8,31 +8,26 @@ from pathlib import Path
 
 import pytest
 from browser import find_chromium
-from typer.testing import CliRunner
 
-from conftest import SCENARIOS
+from conftest import GPT_YAML, SCENARIOS, invoke
 from ppsim.cli import app
-from ppsim.metrics import summarize
+from ppsim.inputs.scenario import load
 from ppsim.predict import predict
-from ppsim.render import png as png_module
-from ppsim.render.schedules_html import schedules_figure
-from ppsim.render.sweep_html import sweep_figure
-from ppsim.scenario import load
-from ppsim.sweep import grid_variants, schedule_variants
+from ppsim.search.sweep import grid_variants, schedule_variants
+from ppsim.trace.metrics import summarize
+from ppsim.views.render import png as png_module
+from ppsim.views.render.schedules_html import schedules_figure
+from ppsim.views.render.sweep_html import sweep_figure
 
-GPT = str(SCENARIOS / "gpt.yaml")
+GPT = str(GPT_YAML)
 INTERLEAVED = str(SCENARIOS / "gpt-interleaved.yaml")
 needs_browser = pytest.mark.skipif(find_chromium() is None, reason="no chromium: `make test` installs it")
-
-
-def invoke(*args: str, **kw: object):  # noqa: ANN201
-    return CliRunner().invoke(app, list(args), **kw)
 
 
 # ----- compare-schedules ---------------------------------------------------------------------------
 def test_compare_schedules_table_and_page(tmp_path: Path) -> None:
     page = tmp_path / "s.html"
-    r = invoke("compare-schedules", GPT, "--stages", "4", "--microbatches", "8", "--schedules", "gpipe,1f1b,zb-h1",
+    r = invoke(app, "compare-schedules", GPT, "--stages", "4", "--microbatches", "8", "--schedules", "gpipe,1f1b,zb-h1",
                "--html", str(page))
     assert r.exit_code == 0, r.output
     base = load(GPT).with_overrides(stages=4, microbatches=8)
@@ -62,7 +57,7 @@ def test_compare_schedules_figure_values_are_the_predictions() -> None:
 
 
 def test_a_schedule_that_cannot_run_is_named_and_the_others_still_run() -> None:
-    r = invoke("compare-schedules", INTERLEAVED, "--microbatches", "6")
+    r = invoke(app, "compare-schedules", INTERLEAVED, "--microbatches", "6")
     assert r.exit_code == 0, r.output
     assert "interleaved-1f1b cannot run the scenario" in r.stderr and "multiple of the stage count" in r.stderr
     assert "cannot run" in next(line for line in r.stdout.splitlines() if "interleaved-1f1b" in line)
@@ -70,19 +65,19 @@ def test_a_schedule_that_cannot_run_is_named_and_the_others_still_run() -> None:
 
 
 def test_no_schedule_can_run_is_exit_1() -> None:
-    r = invoke("compare-schedules", INTERLEAVED, "--microbatches", "6", "--schedules", "interleaved-1f1b")
+    r = invoke(app, "compare-schedules", INTERLEAVED, "--microbatches", "6", "--schedules", "interleaved-1f1b")
     assert r.exit_code == 1 and "no schedule can run" in r.stderr and "Traceback" not in r.output
 
 
 @pytest.mark.parametrize("schedules", ["gpipe,nope", "", "1f1b,1f1b"])
 def test_bad_schedule_list_is_exit_2(schedules: str) -> None:
-    r = invoke("compare-schedules", GPT, "--schedules", schedules)
+    r = invoke(app, "compare-schedules", GPT, "--schedules", schedules)
     assert r.exit_code == 2 and "--schedules" in r.output
 
 
 # ----- sweep -------------------------------------------------------------------------------------
 def test_sweep_table_and_figure_match_the_predictions() -> None:
-    r = invoke("sweep", GPT, "--microbatches", "8,16", "--stages", "4,8")
+    r = invoke(app, "sweep", GPT, "--microbatches", "8,16", "--stages", "4,8")
     assert r.exit_code == 0, r.output
     base = load(GPT)
     variants = grid_variants(base, [4, 8], [8, 16])
@@ -103,19 +98,19 @@ def test_sweep_table_and_figure_match_the_predictions() -> None:
 
 @pytest.mark.parametrize("args", [[], ["--microbatches", "4,x"], ["--stages", "0,2"], ["--microbatches", "4,4"]])
 def test_sweep_bad_values_are_exit_2(args: list[str]) -> None:
-    r = invoke("sweep", GPT, *args)
+    r = invoke(app, "sweep", GPT, *args)
     assert r.exit_code == 2, r.output
     assert "Traceback" not in r.output
 
 
 def test_sweep_where_nothing_runs_is_exit_1_naming_why() -> None:
-    r = invoke("sweep", GPT, "--stages", "1000")
+    r = invoke(app, "sweep", GPT, "--stages", "1000")
     assert r.exit_code == 1 and "no point of the sweep can run" in r.stderr
 
 
 def test_missing_scenario_is_exit_1(tmp_path: Path) -> None:
     for cmd in (["sweep", str(tmp_path / "no.yaml"), "--stages", "2"], ["compare-schedules", str(tmp_path / "no.yaml")]):
-        r = invoke(*cmd)
+        r = invoke(app, *cmd)
         assert r.exit_code == 1 and "Traceback" not in r.output
 
 
@@ -123,10 +118,10 @@ def test_missing_scenario_is_exit_1(tmp_path: Path) -> None:
 def test_pages_never_overwrite_a_user_file(tmp_path: Path, command: list[str]) -> None:
     mine = tmp_path / "mine.html"
     mine.write_text("my notes")
-    r = invoke(*command, "--html", str(mine))
+    r = invoke(app, *command, "--html", str(mine))
     assert r.exit_code == 1 and "--html" in r.stderr and "--force" in r.stderr
     assert mine.read_text() == "my notes"
-    r = invoke(*command, "--html", str(tmp_path / "same.html"), "--png", str(tmp_path / "same.html"))
+    r = invoke(app, *command, "--html", str(tmp_path / "same.html"), "--png", str(tmp_path / "same.html"))
     assert r.exit_code == 1 and "same file" in r.stderr
 
 
@@ -138,12 +133,13 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 @needs_browser
+@pytest.mark.slow  # draws PNGs in a browser
 def test_png_of_each_view_is_written_marked_and_overwritable(tmp_path: Path) -> None:
     for cmd in (["run", GPT, "--stages", "4", "--microbatches", "8"], ["sweep", GPT, "--microbatches", "8,16"],
                 ["compare-schedules", GPT, "--stages", "4", "--microbatches", "8", "--schedules", "1f1b,zb-h1"]):
         out = tmp_path / f"{cmd[0]}.png"
         for _ in range(2):  # the second run overwrites ppsim's own PNG without --force
-            r = invoke(*cmd, "--png", str(out))
+            r = invoke(app, *cmd, "--png", str(out))
             assert r.exit_code == 0, r.output
         width, height = png_size(out)
         assert width == png_module.WIDTH and height > 300
@@ -154,14 +150,14 @@ def test_png_without_a_browser_is_a_clear_exit_1(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(png_module, "find_browser", lambda: None)
     out = tmp_path / "t.png"
     for cmd in (["run", GPT], ["sweep", GPT, "--stages", "2"], ["compare-schedules", GPT]):
-        r = invoke(*cmd, "--png", str(out))
+        r = invoke(app, *cmd, "--png", str(out))
         assert r.exit_code == 1, r.output
         assert "--png: needs Chrome or Chromium" in r.stderr and "apt-get install chromium" in r.stderr
         assert not out.exists()
 
 
 def test_png_with_a_browser_path_that_is_not_a_program(tmp_path: Path) -> None:
-    r = invoke("run", GPT, "--png", str(tmp_path / "t.png"), env={"BROWSER_PATH": str(tmp_path / "nothing")})
+    r = invoke(app, "run", GPT, "--png", str(tmp_path / "t.png"), env={"BROWSER_PATH": str(tmp_path / "nothing")})
     assert r.exit_code == 1 and "BROWSER_PATH" in r.stderr
 
 

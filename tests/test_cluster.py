@@ -9,17 +9,17 @@ import networkx as nx
 import pytest
 from typer.testing import CliRunner
 
-from conftest import SCENARIOS
-from ppsim import cluster as cl
+from conftest import SCENARIOS, gpt
 from ppsim.cli import app
-from ppsim.cost_model import build_workload
+from ppsim.costs import build_workload
 from ppsim.errors import ScenarioError
-from ppsim.metrics import summarize
+from ppsim.inputs import cluster as cl
+from ppsim.inputs.scenario import load, parse_scenario
 from ppsim.predict import predict
-from ppsim.scenario import load, parse_scenario
+from ppsim.trace.metrics import summarize
 
 runner = CliRunner()
-NVLINK, NIC = cl.LinkKind(300.0, 3.0), cl.LinkKind(25.0, 5.0)
+NVLINK, NIC = cl.LinkSpeed(300.0, 3.0), cl.LinkSpeed(25.0, 5.0)
 
 
 def test_routes_are_the_graphs_shortest_paths() -> None:
@@ -47,15 +47,15 @@ def test_flows_that_share_a_nic_share_its_bandwidth() -> None:
     flows = [(0, 2), (1, 3)]  # both devices of node 0 send to node 1 at once
     shared = cl.route_links(one_nic, flows)
     own = cl.route_links(two_nics, flows)
-    assert all(x.bandwidth_bytes_per_ms == pytest.approx(12.5e6) for x in shared)  # halved
-    assert all(x.bandwidth_bytes_per_ms == pytest.approx(25e6) for x in own)
-    assert own[0].latency_ms == pytest.approx(2 * 5e-3)  # two NIC-network hops
+    assert all(x.bandwidth_gb_s == pytest.approx(12.5) for x in shared)  # halved
+    assert all(x.bandwidth_gb_s == pytest.approx(25) for x in own)
+    assert own[0].latency_us == pytest.approx(2 * 5)  # two NIC-network hops
     inside = cl.route_links(two_nics, [(0, 1)])[0]
-    assert inside.bandwidth_bytes_per_ms == pytest.approx(300e6) and inside.latency_ms == pytest.approx(3e-3)
+    assert inside.bandwidth_gb_s == pytest.approx(300) and inside.latency_us == pytest.approx(3)
 
 
-def _scenario(**cluster: object):  # noqa: ANN202 - Scenario
-    data = load(SCENARIOS / "gpt.yaml").model_dump(exclude_none=True)
+def _scenario(**cluster: object):
+    data = gpt().model_dump(exclude_none=True)
     data["pipeline"].update(stages=4, microbatches=16, partition="uniform")
     data["data_parallel"] = 2
     data["training"].pop("global_batch", None)

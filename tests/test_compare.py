@@ -7,22 +7,22 @@ import re
 import shutil
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from conftest import ROOT
+from conftest import ROOT, invoke
 from ppsim.cli import app
-from ppsim.compare import compare_traces, percentile
 from ppsim.errors import TraceError
-from ppsim.metrics import stage_metrics, step_time_ms, summarize
+from ppsim.formats import HTML_MARKER
 from ppsim.plan import Action
-from ppsim.render.compare_html import compare_figure
-from ppsim.render.gantt import HTML_MARKER
 from ppsim.trace import Span, Trace
+from ppsim.trace.compare import compare_traces, percentile
+from ppsim.trace.metrics import rank_metrics, step_time_ms, summarize
+from ppsim.views.render.compare_html import compare_figure
 
 DATA = ROOT / "tests" / "data"
 PAIRS = {
@@ -31,11 +31,7 @@ PAIRS = {
 }
 PRED, MEAS = (str(p) for p in PAIRS["1f1b"])
 PRED_M8 = str(DATA / "tiny-1f1b-m8.predicted.trace.json")
-runner = CliRunner()
-
-
-def invoke(*args: str):  # noqa: ANN201
-    return runner.invoke(app, ["compare", *args])
+run_compare = partial(invoke, app, "compare")  #: `ppsim compare ARGS`
 
 
 def _span(rank: int, lane: str, action: str, start: float, end: float) -> Span:
@@ -53,7 +49,7 @@ def _synthetic() -> Trace:
     return Trace(spans=spans, meta={"schedule": "1f1b", "num_ranks": 2, "num_microbatches": 1, "scenario": "toy"})
 
 
-def _transform(trace: Trace, fn) -> Trace:  # noqa: ANN001
+def _transform(trace: Trace, fn) -> Trace:
     return Trace(spans=[fn(s) for s in trace.spans], meta=dict(trace.meta))
 
 
@@ -66,7 +62,7 @@ def test_a_trace_against_itself_has_no_error(name: str) -> None:
     c = compare_traces(t, t)
     assert c.step_time_error == 0 and c.max_abs_bubble_error_pp == 0
     assert c.matched == len(t.spans) and not c.unmatched and not c.meta_differences
-    assert all(s.bubble_error_pp == 0 and s.predicted_busy_ms == s.measured_busy_ms for s in c.stages)
+    assert all(s.bubble_error_pp == 0 and s.predicted_busy_ms == s.measured_busy_ms for s in c.ranks)
     for k in c.by_kind.values():
         assert (k.start_error_ms_median, k.start_error_ms_p90, k.duration_error_ms_median, k.duration_error_ms_p90) == (0,) * 4
         assert k.relative_duration_error_median == 0
@@ -90,8 +86,8 @@ def test_a_shift_and_a_stretch_give_the_expected_errors() -> None:
     c = compare_traces(pred, meas, top=3)
     assert (c.predicted_step_time_ms, c.measured_step_time_ms) == (8, 9)
     assert c.step_time_error == pytest.approx(-1 / 9)
-    assert [(s.predicted_busy_ms, s.measured_busy_ms) for s in c.stages] == [(4, 5), (4, 4)]
-    assert [s.bubble_error_pp for s in c.stages] == pytest.approx([100 * (1 / 2 - 4 / 9), 100 * (1 / 2 - 5 / 9)])
+    assert [(s.predicted_busy_ms, s.measured_busy_ms) for s in c.ranks] == [(4, 5), (4, 4)]
+    assert [s.bubble_error_pp for s in c.ranks] == pytest.approx([100 * (1 / 2 - 4 / 9), 100 * (1 / 2 - 5 / 9)])
     assert c.max_abs_bubble_error_pp == pytest.approx(100 / 18)
     assert [d.description for d in c.worst[:2]] == [
         "rank 0 0B0 starts on time and lasts 1.00 ms longer than predicted",
@@ -133,7 +129,7 @@ def test_stored_pairs_give_the_metrics_of_their_files(name: str) -> None:
     assert -1 < c.step_time_error < 1
     assert (c.predicted_bubble_fraction, c.measured_bubble_fraction) == (
         summarize(pred).bubble_fraction, summarize(meas).bubble_fraction)
-    for s, p, m in zip(c.stages, stage_metrics(pred), stage_metrics(meas), strict=True):
+    for s, p, m in zip(c.ranks, rank_metrics(pred), rank_metrics(meas), strict=True):
         assert (s.predicted_bubble_fraction, s.measured_bubble_fraction) == (p.bubble_fraction, m.bubble_fraction)
         assert (s.predicted_busy_ms, s.measured_busy_ms) == (p.busy_ms, m.busy_ms)
         assert s.bubble_error_pp == pytest.approx(100 * (p.bubble_fraction - m.bubble_fraction))
@@ -190,9 +186,9 @@ def test_other_refusals() -> None:
 
 
 def test_cli_prints_the_report() -> None:
-    res = invoke(PRED, MEAS, "--top", "2")
+    res = run_compare(PRED, MEAS, "--top", "2")
     assert res.exit_code == 0, res.output
-    for words in ("step time", "error", "per stage", "per kind", "largest disagreements (top 2)", "SEND_F", "OPT"):
+    for words in ("step time", "error", "per rank", "per kind", "largest disagreements (top 2)", "SEND_F", "OPT"):
         assert words in res.output
     assert " 2. rank " in res.output and " 3. rank " not in res.output
 
@@ -201,15 +197,15 @@ def test_cli_json_has_the_documented_keys(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     shutil.copy(MEAS, run_dir / "trace.json")  # a ppexec run folder works as MEASURED
-    res = invoke(PRED, str(run_dir), "--json", "--top", "3")
+    res = run_compare(PRED, str(run_dir), "--json", "--top", "3")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    for key in ("predicted_step_time_ms", "measured_step_time_ms", "step_time_error", "stages", "by_kind", "worst",
+    for key in ("predicted_step_time_ms", "measured_step_time_ms", "step_time_error", "ranks", "by_kind", "worst",
                 "max_abs_bubble_error_pp", "unmatched", "start_error_ms_median", "duration_error_ms_p90"):
         assert key in doc
     assert doc == compare_traces(Trace.load(PRED), Trace.load(MEAS), top=3).to_json_dict()
     assert len(doc["worst"]) == 3 and {"rank", "action", "description"} <= set(doc["worst"][0])
-    assert {"bubble_error_pp", "predicted_busy_ms"} <= set(doc["stages"][0])
+    assert {"bubble_error_pp", "predicted_busy_ms"} <= set(doc["ranks"][0])
     assert doc["by_kind"]["F"]["count"] == 8
 
 
@@ -217,22 +213,22 @@ def test_cli_json_has_the_documented_keys(tmp_path: Path) -> None:
     "args,words",
     [
         ([PRED_M8, MEAS], "micro-batch count differs"),
-        ([PRED, "missing.trace.json"], "measured: trace file 'missing.trace.json' does not exist"),
+        ([PRED, "missing.trace.json"], "measured: missing.trace.json does not exist"),
         ([str(ROOT / "scenarios" / "tiny-cpu.yaml"), MEAS], "predicted: "),
         ([PRED, MEAS, "--html", MEAS], "is an input of this command"),
         ([PRED, MEAS, "--html", str(ROOT / "nowhere" / "c.html")], "does not exist"),
     ],
 )
 def test_cli_bad_input_is_one_error_line(args: list[str], words: str) -> None:
-    res = invoke(*args)
+    res = run_compare(*args)
     assert res.exit_code == 1, res.output
     assert res.output.startswith("error: ") and words in res.output
     assert "Traceback" not in res.output
 
 
 def test_cli_bad_usage_is_exit_2() -> None:
-    assert invoke(PRED, MEAS, "--bogus").exit_code == 2
-    assert invoke(PRED, MEAS, "--top", "-1").exit_code == 2
+    assert run_compare(PRED, MEAS, "--bogus").exit_code == 2
+    assert run_compare(PRED, MEAS, "--top", "-1").exit_code == 2
 
 
 def test_not_a_trace_file_is_one_clear_line(tmp_path: Path) -> None:
@@ -250,14 +246,14 @@ def test_not_a_trace_file_is_one_clear_line(tmp_path: Path) -> None:
 
 def test_html_overlay(tmp_path: Path) -> None:
     out = tmp_path / "c.html"
-    res = invoke(PRED, MEAS, "--html", str(out))
+    res = run_compare(PRED, MEAS, "--html", str(out))
     assert res.exit_code == 0, res.output
     html = out.read_text()
     assert html.startswith(HTML_MARKER) and html.rstrip().endswith("</html>")
     assert "rank 0 predicted" in html and "rank 0 measured" in html and "rank 1 measured" in html
     assert re.search(r"plotly\.js v\d", html), "plotly.js bundle not inlined"
     assert not re.findall(r"<script[^>]*\bsrc\s*=", html)
-    assert invoke(PRED, MEAS, "--html", str(out)).exit_code == 0  # its own page is overwritten without --force
+    assert run_compare(PRED, MEAS, "--html", str(out)).exit_code == 0  # its own page is overwritten without --force
 
 
 def test_overlay_figure_draws_every_span_once_on_a_numeric_axis() -> None:
@@ -286,13 +282,13 @@ def test_overlay_figure_draws_every_span_once_on_a_numeric_axis() -> None:
 def test_html_never_overwrites_a_users_file(tmp_path: Path) -> None:
     mine = tmp_path / "notes.html"
     mine.write_text("<html>my notes</html>")
-    res = invoke(PRED, MEAS, "--html", str(mine))
+    res = run_compare(PRED, MEAS, "--html", str(mine))
     assert res.exit_code == 1 and "not written by ppsim" in res.output and "--force" in res.output
     assert mine.read_text() == "<html>my notes</html>"
-    assert invoke(PRED, MEAS, "--html", str(mine), "--force").exit_code == 0
+    assert run_compare(PRED, MEAS, "--html", str(mine), "--force").exit_code == 0
     assert mine.read_text().startswith(HTML_MARKER)
 
 
 def test_plotly_is_not_imported_by_the_library() -> None:
-    code = "import sys, ppsim.compare\nassert 'plotly' not in sys.modules\n"
+    code = "import sys, ppsim.trace.compare\nassert 'plotly' not in sys.modules\n"
     subprocess.run([sys.executable, "-c", code], check=True)

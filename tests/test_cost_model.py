@@ -8,13 +8,13 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from conftest import SCENARIOS
-from ppsim import partition
-from ppsim.cost_model import build_workload, gpt_layers, ring_allreduce_ms
-from ppsim.costs import Link
+from conftest import gpt
+from ppsim.costs import Link, build_workload, partition
+from ppsim.costs.collectives import ring_allreduce_ms
+from ppsim.costs.layers import gpt_layers
 from ppsim.errors import ScenarioError
-from ppsim.hardware import DEVICES
-from ppsim.scenario import ModelSpec, load, parse_scenario
+from ppsim.inputs.hardware import DEVICES
+from ppsim.inputs.scenario import ModelSpec, parse_scenario
 
 MODEL = ModelSpec(layers=24, hidden=2048, heads=16, seq_len=1024, vocab=50304)
 
@@ -75,7 +75,7 @@ def test_zero_1_steps_a_shard_and_all_gathers(d: int, allreduce: str) -> None:
     """ZeRO-1 as DeepSpeed runs it: the gradients are all-reduced as before, the optimizer steps
     over 1/d of the parameters, and a ring all-gather of the updated parameters ((d-1)/d x bytes /
     bandwidth + (d-1) latencies) ends the optimizer step."""
-    def costs(zero: int):  # noqa: ANN202
+    def costs(zero: int):
         return build_workload(parse_scenario({
             "model": MODEL.model_dump(), "training": {"micro_batch": 1, "zero_stage": zero, "allreduce": allreduce},
             "pipeline": {"stages": 4, "microbatches": 8, "partition": "uniform"}, "data_parallel": d,
@@ -93,7 +93,7 @@ def test_zero_1_steps_a_shard_and_all_gathers(d: int, allreduce: str) -> None:
 def test_zero_1_with_reduce_scatter_halves_the_gradient_exchange() -> None:
     """Megatron's distributed optimizer (``zero_reduce: reduce_scatter``): the gradients are
     reduce-scattered, half of a ring all-reduce per bucket; the optimizer step is as above."""
-    def costs(reduce: str):  # noqa: ANN202
+    def costs(reduce: str):
         return build_workload(parse_scenario({
             "model": MODEL.model_dump(), "training": {"zero_stage": 1, "zero_reduce": reduce, "bucket_mb": 10},
             "pipeline": {"stages": 4, "partition": "uniform"}, "data_parallel": 8,
@@ -108,9 +108,8 @@ def test_zero_1_with_reduce_scatter_halves_the_gradient_exchange() -> None:
 def test_full_recompute_reruns_the_tensor_parallel_all_reduces() -> None:
     """With t > 1 a fully recomputed forward repeats its two all-reduces in the backward (as the
     profile path counts them); selective recomputation reruns only the attention core."""
-    from ppsim.cost_model import tensor_parallel_ms
 
-    def stages(recompute: str):  # noqa: ANN202
+    def stages(recompute: str):
         return build_workload(parse_scenario({
             "model": MODEL.model_dump(), "training": {"recompute": recompute}, "tensor_parallel": 2,
             "pipeline": {"stages": 4, "partition": "uniform"},
@@ -119,7 +118,8 @@ def test_full_recompute_reruns_the_tensor_parallel_all_reduces() -> None:
 
     _, block, _ = gpt_layers(MODEL, 1, "full", 2)
     rate = DEVICES["a100-80g"].peak_flops("bf16") * 0.5 / 1e3
-    tp_ms = 2 * tensor_parallel_ms(MODEL, 1, 2, Link.from_gb_s(100, 5))
+    activation = MODEL.seq_len * MODEL.hidden * 2  # one micro-batch's s x b x h activation, bf16
+    tp_ms = 2 * ring_allreduce_ms(activation, 2, Link.from_gb_s(100, 5))
     blocks = MODEL.layers // 4
     for none, full in zip(stages("none"), stages("full"), strict=True):
         assert full.forward_ms == pytest.approx(none.forward_ms)
@@ -127,7 +127,7 @@ def test_full_recompute_reruns_the_tensor_parallel_all_reduces() -> None:
 
 
 def test_zero_1_without_data_parallelism_changes_nothing() -> None:
-    def costs(zero: int):  # noqa: ANN202
+    def costs(zero: int):
         return build_workload(parse_scenario({"model": MODEL.model_dump(), "training": {"zero_stage": zero},
                                               "pipeline": {"stages": 4, "partition": "uniform"}})).costs.stages
 
@@ -135,10 +135,10 @@ def test_zero_1_without_data_parallelism_changes_nothing() -> None:
 
 
 def test_gpt_scenario_lands_in_the_published_mfu_range() -> None:
-    from ppsim.metrics import summarize
     from ppsim.predict import predict
+    from ppsim.trace.metrics import summarize
 
-    summary = summarize(predict(load(SCENARIOS / "gpt.yaml")).trace)
+    summary = summarize(predict(gpt()).trace)
     assert summary.mfu is not None and 0.35 <= summary.mfu <= 0.6
 
 

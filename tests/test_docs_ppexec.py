@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import typer.main
 
-from conftest import ROOT, SCENARIOS
+from conftest import ROOT, SCENARIOS, table_rows
 from ppexec.cli import app
 
 DOC = ROOT / "docs" / "ppexec.md"
@@ -56,15 +56,7 @@ def _section(doc: str, heading: str) -> str:
 
 def _table_rows(text: str) -> list[list[str]]:
     """Cells of every table row whose first cell is code (skips headers and separators)."""
-    rows = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("|"):
-            continue
-        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip("|"))]
-        if cells and cells[0].startswith("`"):
-            rows.append(cells)
-    return rows
+    return [cells for cells in table_rows(text) if cells and cells[0].startswith("`")]
 
 
 def _options(cmd: Any) -> list[Any]:
@@ -182,6 +174,7 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow  # starts ranks
 def test_run_folder_table_matches_a_real_run(doc: str, local_run: Path) -> None:
     paths = _documented_paths(doc)
     assert NOT_IN_A_LOCAL_RUN <= set(paths), f"{sorted(NOT_IN_A_LOCAL_RUN - set(paths))} not documented"
@@ -202,8 +195,8 @@ def test_run_folder_table_matches_a_real_run(doc: str, local_run: Path) -> None:
 def test_schedule_table_matches_what_ppexec_runs(doc: str) -> None:
     from ppexec.run import prepare
     from ppexec.translate import RUNNABLE, TranslationError
-    from ppsim.scenario import load
-    from ppsim.schedules import SCHEDULES
+    from ppsim.inputs.scenario import load
+    from ppsim.plan.schedules import SCHEDULES
 
     rows = _table_rows(_section(doc, "## Which schedules run"))
     table = {r[0].strip("`"): r[1] for r in rows}

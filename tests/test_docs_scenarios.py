@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import re
 import typing
-from pathlib import Path
 
 import pytest
 import yaml
 from pydantic import BaseModel
 
-from ppsim import scenario as scenario_mod
-from ppsim.hardware import DEVICES
-from ppsim.scenario import Scenario, parse_scenario
-from ppsim.schedules import SCHEDULES
+from conftest import ROOT, table_rows
+from ppsim.inputs import scenario as scenario_mod
+from ppsim.inputs.hardware import DEVICES
+from ppsim.inputs.scenario import Scenario, parse_scenario
+from ppsim.plan.schedules import SCHEDULES
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "scenarios.md"
+DOC = ROOT / "docs" / "scenarios.md"
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +65,8 @@ def test_every_key_is_documented(doc: str, cls: type[BaseModel]) -> None:
     assert not missing, f"{cls.__name__} keys not documented as `key` in {DOC.name}: {missing}"
 
 
-def _table_rows(doc: str) -> list[list[str]]:
-    lines = [line.strip() for line in doc.splitlines() if line.lstrip().startswith("|")]
-    return [[c.strip() for c in line.strip("|").split("|")] for line in lines]
-
-
 def test_device_catalogue_matches(doc: str) -> None:
-    rows = _table_rows(doc)
+    rows = table_rows(doc)
     header = next((r for r in rows if "bf16" in r and any("device" in c for c in r)), None)
     assert header is not None, "no device catalogue table with a bf16 column"
     col = header.index("bf16")
@@ -115,6 +110,6 @@ def test_scenario_examples_parse(doc: str) -> None:
     for i, block in enumerate(_scenario_blocks(doc)):
         try:
             parse_scenario(yaml.safe_load(block), source=f"{DOC.name} YAML block {i}")
-        except Exception as exc:  # noqa: BLE001 - report every failing block at once
+        except Exception as exc:  # report every failing block at once
             failures.append(f"block {i}: {exc}")
     assert not failures, "\n".join(failures)

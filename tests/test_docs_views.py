@@ -15,16 +15,15 @@ from pathlib import Path
 import pytest
 from browser import find_chromium
 
-from conftest import ROOT
-from ppsim.export.chrome import validate_chrome_trace
+from conftest import ROOT, sh_commands
+from ppsim.trace.chrome import validate_chrome_trace
 
 DOC = ROOT / "docs" / "views.md"
 BIN = Path(sys.executable).parent
 
 
 def commands() -> list[str]:
-    blocks = re.findall(r"```sh\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
-    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+    return sh_commands(DOC)
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -42,6 +41,7 @@ def test_every_picture_has_its_command() -> None:
         assert (ROOT / "docs" / p).is_file(), p
 
 
+@pytest.mark.slow  # draws PNGs in a browser
 @pytest.mark.skipif(find_chromium() is None, reason="--png needs chromium: `make test` installs it")
 def test_every_command_runs_and_makes_the_picture_shown(tmp_path: Path) -> None:
     for folder in ("scenarios", "tests/data"):

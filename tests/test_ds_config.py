@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ppsim.cli import app
-from ppsim.ds_config import batch_sizes
 from ppsim.errors import ScenarioError
-from ppsim.scenario import load, load_with_notes
+from ppsim.inputs.ds_config import batch_sizes
+from ppsim.inputs.scenario import load, load_with_notes
 
 runner = CliRunner()
 

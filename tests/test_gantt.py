@@ -9,19 +9,17 @@ from collections import Counter
 
 import pytest
 
+from conftest import gpt
 from ppsim.errors import TraceError
-from ppsim.metrics import summarize
 from ppsim.plan import Kind
 from ppsim.predict import predict
-from ppsim.render.gantt import gantt_figure, write_html
-from ppsim.scenario import load
 from ppsim.trace import Trace
-
-SCENARIO = "scenarios/gpt.yaml"
+from ppsim.trace.metrics import summarize
+from ppsim.views.render.gantt import gantt_figure, write_html
 
 
 def _trace(**overrides: object) -> Trace:
-    return predict(load(SCENARIO).with_overrides(**overrides)).trace
+    return predict(gpt().with_overrides(**overrides)).trace
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +37,7 @@ def zb() -> Trace:
     return _trace(schedule="zb-h1", microbatches=16, stages=4)
 
 
-def bars(fig) -> list:  # noqa: ANN001
+def bars(fig) -> list:
     """The Gantt's bar traces (the memory plot's lines left out)."""
     return [d for d in fig.data if d.type == "bar"]
 
@@ -175,20 +173,18 @@ def test_empty_trace_is_a_clear_error(tmp_path) -> None:
 
 def test_plotly_is_not_imported_by_ppsim() -> None:
     code = (
-        "import sys, ppsim, ppsim.trace, ppsim.metrics, ppsim.predict, ppsim.render.gantt\n"
+        "import sys, ppsim, ppsim.trace, ppsim.trace.metrics, ppsim.predict, ppsim.views.render.gantt\n"
         "assert 'plotly' not in sys.modules, 'plotly imported at module import time'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_title_shows_peak_memory_per_stage() -> None:
-    from conftest import SCENARIOS
+def test_title_shows_peak_memory_per_rank() -> None:
     from ppsim.predict import predict
-    from ppsim.scenario import load
 
-    fits = gantt_figure(predict(load(SCENARIOS / "gpt.yaml").with_overrides(microbatches=16)).trace).layout.title.text
-    assert "peak memory per stage" in fits and "of 80 GiB: fits" in fits
-    over = predict(load(SCENARIOS / "gpt.yaml").with_overrides(microbatches=16, stages=2, partition="uniform")).trace
+    fits = gantt_figure(predict(gpt().with_overrides(microbatches=16)).trace).layout.title.text
+    assert "peak memory per rank" in fits and "of 80 GiB: fits" in fits
+    over = predict(gpt().with_overrides(microbatches=16, stages=2, partition="uniform")).trace
     assert "DOES NOT FIT" in gantt_figure(over).layout.title.text
 
 
@@ -209,7 +205,7 @@ def test_memory_plot_shares_the_time_axis(trace: Trace) -> None:
         assert max(line.y) == pytest.approx(max(v for _, v in counter.points) / 2**30)
         assert list(line.x[: len(counter.points)]) == [t for t, _ in counter.points]
         assert line.x[-1] == pytest.approx(end)  # held to the end of the step
-    peaks = [st.peak_memory_bytes / 2**30 for st in summarize(trace).per_stage]
+    peaks = [st.peak_memory_bytes / 2**30 for st in summarize(trace).per_rank]
     assert [max(ln.y) for ln in lines] == pytest.approx(peaks)
 
 

@@ -9,20 +9,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import SCENARIOS
+from conftest import GPT_YAML, SCENARIOS
 from ppsim.cli import app
-from ppsim.cost_model import build_workload
+from ppsim.costs import build_workload
+from ppsim.costs.memory import block_activation_bytes, model_state_bytes_per_param, static_memory
 from ppsim.errors import ScenarioError
-from ppsim.memory import block_activation_bytes, model_state_bytes_per_param, static_memory
-from ppsim.metrics import summarize
+from ppsim.inputs.scenario import load, parse_scenario
 from ppsim.predict import predict
-from ppsim.scenario import load, parse_scenario
+from ppsim.trace.metrics import summarize
 
-GPT = SCENARIOS / "gpt.yaml"
+GPT = GPT_YAML
 runner = CliRunner()
 
 
-def small_gpt(**training: object):  # noqa: ANN201 - Scenario
+def small_gpt(**training: object):
     """gpt.yaml's model on 4 stages, 16 micro-batches, one replica."""
     data = load(GPT).model_dump(exclude_none=True)
     data["pipeline"].update(stages=4, microbatches=16, partition="uniform")
@@ -38,7 +38,7 @@ def test_activation_bytes_per_recompute_mode() -> None:
     assert block_activation_bytes(s, b, h, a, 2, "selective") == 34 * sbh
     assert block_activation_bytes(s, b, h, a, 2, "full") == 2 * sbh
     assert block_activation_bytes(s, b, h, a, 4, "full") == 4 * sbh  # fp32 values are twice as large
-    with pytest.raises(ValueError, match="recompute mode"):
+    with pytest.raises(ScenarioError, match="recompute mode"):
         block_activation_bytes(s, b, h, a, 2, "sometimes")  # type: ignore[arg-type]
 
 
@@ -63,8 +63,8 @@ def test_peak_memory_is_states_plus_the_schedules_micro_batches(schedule: str) -
     pred = predict(s)
     summary = summarize(pred.trace)
     p, m = 4, 16
-    for st_metrics, cost in zip(summary.per_stage, pred.workload.costs.stages):
-        held = min(p - st_metrics.stage, m) if schedule == "1f1b" else m
+    for st_metrics, cost in zip(summary.per_rank, pred.workload.costs.stages):
+        held = min(p - st_metrics.rank, m) if schedule == "1f1b" else m
         assert cost.memory is not None
         assert st_metrics.peak_memory_bytes == pytest.approx(cost.memory.total + held * cost.activation_bytes)
         assert st_metrics.peak_memory_at is not None and "F" in st_metrics.peak_memory_at
@@ -91,7 +91,7 @@ def test_zero1_lowers_the_peak_by_the_sharded_optimizer_state() -> None:
     zero1 = predict(parse_scenario(data))
     a, b = plain.trace.meta["memory_static_bytes"][0], zero1.trace.meta["memory_static_bytes"][0]
     assert b["optimizer"] == pytest.approx(a["optimizer"] / 8, rel=1e-6)
-    saved = summarize(plain.trace).per_stage[0].peak_memory_bytes - summarize(zero1.trace).per_stage[0].peak_memory_bytes
+    saved = summarize(plain.trace).per_rank[0].peak_memory_bytes - summarize(zero1.trace).per_rank[0].peak_memory_bytes
     assert saved == pytest.approx(a["optimizer"] - b["optimizer"])
 
 
@@ -99,10 +99,10 @@ def test_a_plan_that_does_not_fit_is_reported() -> None:
     res = runner.invoke(app, ["run", str(GPT), "--stages", "2", "--partition", "uniform"])
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())  # the table wraps at the terminal's width
-    assert "DOES NOT FIT" in text and "stage 0 needs" in text and "too many, at 0F" in text
+    assert "DOES NOT FIT" in text and "rank 0 needs" in text and "too many, at 0F" in text
     doc = json.loads(runner.invoke(app, ["run", str(GPT), "--stages", "2", "--partition", "uniform", "--json"]).output)
     assert doc["fits"] is False
-    assert doc["stages"][0]["peak_memory_bytes"] > doc["memory_capacity_bytes"]
+    assert doc["ranks"][0]["peak_memory_bytes"] > doc["memory_capacity_bytes"]
     fits = json.loads(runner.invoke(app, ["run", str(GPT), "--json"]).output)
     assert fits["fits"] is True
 
@@ -119,14 +119,15 @@ def test_zero_2_or_3_with_a_pipeline_is_refused() -> None:
 def test_explicit_costs_without_a_model_have_no_memory_figures() -> None:
     s = load(SCENARIOS / "zero-bubble-costs.yaml")
     summary = summarize(predict(s).trace)
-    assert summary.fits is None and all(st.peak_memory_bytes is None for st in summary.per_stage)
+    assert summary.fits is None and all(st.peak_memory_bytes is None for st in summary.per_rank)
     assert build_workload(s).costs.stages[0].memory is None
 
 
 # ----- tensor parallelism -------------------------------------------------------------------------
 def test_tensor_parallel_splits_compute_and_memory_and_adds_all_reduces() -> None:
-    from ppsim.cost_model import gpt_layers, ring_allreduce_ms, tensor_parallel_ms
     from ppsim.costs import Link
+    from ppsim.costs.collectives import ring_allreduce_ms
+    from ppsim.costs.layers import gpt_layers
 
     base = small_gpt()
     data = base.model_dump(exclude_none=True)
@@ -141,8 +142,7 @@ def test_tensor_parallel_splits_compute_and_memory_and_adds_all_reduces() -> Non
     assert four.model_flops_per_step == pytest.approx(one.model_flops_per_step)
     s, b, h = tp.model.seq_len, 1, tp.model.hidden
     link = Link.from_gb_s(300, 3)
-    ar = tensor_parallel_ms(tp.model, 1, 4, link)
-    assert ar == pytest.approx(ring_allreduce_ms(s * b * h * 2, 4, link))
+    ar = ring_allreduce_ms(s * b * h * 2, 4, link)  # one block's activation over the 4 devices
     assert ar == pytest.approx(2 * 3 / 4 * s * b * h * 2 / 300e6 + 2 * 3 * 0.003)
     blocks = four.partition[1]  # a middle stage: blocks only
     c1, c4 = one.costs.stages[1], four.costs.stages[1]
@@ -169,14 +169,14 @@ def test_gpt3_175b_on_1024_gpus_simulates_and_lands_near_the_published_figures()
     assert 0.30 < summary.mfu < 0.45
 
 
-def test_a_device_of_ones_own(tmp_path) -> None:  # noqa: ANN001
-    from ppsim.hardware import DEVICES
+def test_a_device_of_ones_own(tmp_path) -> None:
+    from ppsim.inputs.hardware import DEVICES
 
     (tmp_path / "gpu.yaml").write_text(
         "my-gpu:\n  description: a small accelerator\n  peak_tflops: {bf16: 100, fp16: 100, fp32: 10}\n"
         "  memory_gb: 16\n  hbm_gb_s: 1000\n  efficiency: 0.5\n"
         "  intra_node: {bandwidth_gb_s: 100, latency_us: 2}\n  inter_node: {bandwidth_gb_s: 10, latency_us: 5}\n")
-    text = (SCENARIOS / "gpt.yaml").read_text()
+    text = GPT_YAML.read_text()
     scen = tmp_path / "s.yaml"
     scen.write_text(text.replace("device: a100-80g", "device: my-gpu\n  device_file: gpu.yaml"))
     s = load(scen)

@@ -7,13 +7,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import SCENARIOS
-from ppsim.cost_model import build_workload, gpt_layers
+from conftest import SCENARIOS, gpt
+from ppsim.costs import build_workload
+from ppsim.costs.layers import gpt_layers
+from ppsim.costs.memory import block_activation_bytes
 from ppsim.errors import ScenarioError
-from ppsim.memory import block_activation_bytes
-from ppsim.metrics import summarize
+from ppsim.inputs.scenario import ModelSpec, load, parse_scenario
 from ppsim.predict import predict
-from ppsim.scenario import ModelSpec, load, parse_scenario
+from ppsim.trace.metrics import summarize
 
 LLAMA3 = SCENARIOS / "llama3-405b.yaml"
 
@@ -89,8 +90,8 @@ def test_flash_attention_recomputes_the_scores_and_mfu_does_not_count_them() -> 
     assert flash.forward_flops == plain.forward_flops
 
 
-def _scenario(**changes: object):  # noqa: ANN202 - Scenario
-    data = load(SCENARIOS / "gpt.yaml").model_dump(exclude_none=True)
+def _scenario(**changes: object):
+    data = gpt().model_dump(exclude_none=True)
     data["pipeline"].update(stages=4, microbatches=8, chunks=2, schedule="interleaved-1f1b")
     data["data_parallel"] = 1
     data["training"] = {"micro_batch": 1}

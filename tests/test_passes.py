@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ppsim import schedules
 from ppsim.errors import PlanError
-from ppsim.passes import add_comms, lower, render_grid, validate
-from ppsim.plan import Action, Kind, Plan
+from ppsim.plan import Action, Kind, Plan, add_comms, lower, render_grid, schedules, validate
 
 
 def _plan(rows: list[str], *, m: int, lowered: bool = False, chunks: int = 1) -> Plan:

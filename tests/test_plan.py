@@ -6,9 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ppsim import schedules
-from ppsim.passes import lower
-from ppsim.plan import STEP_KINDS, Action, Kind, Plan
+from ppsim.errors import PlanError
+from ppsim.plan import STEP_KINDS, Action, Kind, Plan, lower, schedules
 
 kinds = st.sampled_from(list(Kind))
 
@@ -38,7 +37,7 @@ def test_action_parse_examples(text: str, expected: Action) -> None:
 
 @pytest.mark.parametrize("bad", ["", "F0", "2X0", "2F", "1OPT3", "abc", "2SEND_F"])
 def test_action_parse_rejects_bad_text(bad: str) -> None:
-    with pytest.raises(ValueError, match="not an action"):
+    with pytest.raises(PlanError, match="not an action"):
         Action.parse(bad)
 
 
@@ -51,7 +50,7 @@ def test_plan_json_and_csv_round_trip(name: str, v: int) -> None:
 
 
 def test_plan_from_dict_rejects_other_documents() -> None:
-    with pytest.raises(ValueError, match="format"):
+    with pytest.raises(PlanError, match="format"):
         Plan.from_dict({"format": "something-else"})
-    with pytest.raises(ValueError, match="lacks the field"):
+    with pytest.raises(PlanError, match="lacks the field"):
         Plan.from_dict({"format": "ppsim-plan"})

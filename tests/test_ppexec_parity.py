@@ -12,10 +12,12 @@ pytest.importorskip("deepspeed")
 from ppexec.model import reference_model  # noqa: E402
 from ppexec.reference import train_reference  # noqa: E402
 from ppexec.run import RunOptions, execute  # noqa: E402
-from ppsim.scenario import parse_scenario  # noqa: E402
+from ppsim.inputs.scenario import parse_scenario  # noqa: E402
+
+pytestmark = pytest.mark.slow  # trains with DeepSpeed in several processes
 
 
-def tiny(schedule: str, stages: int, dp: int, microbatches: int = 4, recompute: str = "none",  # noqa: ANN201
+def tiny(schedule: str, stages: int, dp: int, microbatches: int = 4, recompute: str = "none",
          grad_clip: float = 1.0, tp: int = 1):
     return parse_scenario({
         "name": f"parity-{schedule}-{stages}x{dp}",
@@ -90,7 +92,7 @@ def test_zero_1_shards_the_optimizer_state_and_trains_the_same(tmp_path: Path, r
     """ZeRO-1 over 2 data-parallel replicas of a 2-stage pipeline: the same losses and weights as
     one process, while each rank's Adam moments cover half of its stage's parameters, the stage's
     parameters being those ppsim's cost model counts."""
-    from ppsim.cost_model import build_workload
+    from ppsim.costs import build_workload
 
     s = tiny("1f1b", 2, 2, grad_clip=0.05)  # ZeRO's optimizer clips inside its step: over every stage too
     s = s.model_copy(update={"training": s.training.model_copy(update={"zero_stage": 1, "zero_reduce": reduce})})

@@ -16,15 +16,15 @@ pytest.importorskip("deepspeed")
 
 from typer.testing import CliRunner  # noqa: E402
 
-from conftest import SCENARIOS  # noqa: E402
+from conftest import GPT_YAML, SCENARIOS  # noqa: E402
 from ppexec.cli import app  # noqa: E402
 from ppexec.launch import RunFailed  # noqa: E402
 from ppexec.run import RunOptions, execute  # noqa: E402
-from ppsim.export.chrome import validate_chrome_trace  # noqa: E402
-from ppsim.metrics import summarize  # noqa: E402
+from ppsim.inputs.scenario import load  # noqa: E402
 from ppsim.plan import Plan  # noqa: E402
-from ppsim.scenario import load  # noqa: E402
 from ppsim.trace import Trace  # noqa: E402
+from ppsim.trace.chrome import validate_chrome_trace  # noqa: E402
+from ppsim.trace.metrics import summarize  # noqa: E402
 
 TINY = SCENARIOS / "tiny-cpu.yaml"
 runner = CliRunner()
@@ -44,16 +44,18 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow  # starts ranks
 def test_cli_writes_the_run_folder(tiny_run: Path) -> None:
     for name in ("trace.json", "trace.chrome.json", "summary.json", "plan.json", "run.json",
                  "steps/step-0.trace.json", "steps/step-1.trace.json", "logs/rank-0.log"):
         assert (tiny_run / name).exists(), name
     summary = json.loads((tiny_run / "summary.json").read_text())
-    for key in ("step_time_ms", "bubble_fraction", "throughput_samples_per_s", "stages", "losses"):
+    for key in ("step_time_ms", "bubble_fraction", "throughput_samples_per_s", "ranks", "losses"):
         assert key in summary
     assert summary["source"] == "measured" and len(summary["losses"]) == 2
 
 
+@pytest.mark.slow  # starts ranks
 def test_measured_trace_is_the_plans_actions(tiny_run: Path) -> None:
     trace = Trace.load(tiny_run / "trace.json")
     plan = Plan.from_dict(json.loads((tiny_run / "plan.json").read_text()))
@@ -66,21 +68,23 @@ def test_measured_trace_is_the_plans_actions(tiny_run: Path) -> None:
     assert predicted_plan == plan
 
 
+@pytest.mark.slow  # starts ranks
 def test_measured_trace_works_with_ppsims_metrics_and_exports(tiny_run: Path) -> None:
     trace = Trace.load(tiny_run / "trace.json")
     s = summarize(trace)
     assert s.step_time_ms > 0 and 0 <= s.bubble_fraction < 1
     assert s.throughput_samples_per_s and s.tokens_per_s
-    assert [st.peak_activation_microbatches for st in s.per_stage] == [2, 1]  # 1F1B on 2 stages
+    assert [st.peak_activation_microbatches for st in s.per_rank] == [2, 1]  # 1F1B on 2 stages
     for span in trace.spans:
         assert span.end >= span.start >= 0
     assert validate_chrome_trace(json.loads((tiny_run / "trace.chrome.json").read_text())) == []
-    from ppsim.render.gantt import write_html
+    from ppsim.views.render.gantt import write_html
 
     write_html(trace, tiny_run / "t.html")
     assert (tiny_run / "t.html").stat().st_size > 100_000
 
 
+@pytest.mark.slow  # starts ranks
 def test_measured_trace_has_a_memory_track_per_rank(tiny_run: Path) -> None:
     trace = Trace.load(tiny_run / "trace.json")
     assert trace.meta["memory_measured"] == "rss"  # CPU ranks: the process's resident memory
@@ -91,7 +95,7 @@ def test_measured_trace_has_a_memory_track_per_rank(tiny_run: Path) -> None:
         assert [t for t, _ in c.points] == pytest.approx(ends)  # one reading as each action ends
         assert all(10 * 2**20 < v < 8 * 2**30 for _, v in c.points)  # a Python process with torch loaded
     s = summarize(trace)
-    assert all(st.peak_memory_bytes == max(v for _, v in c.points) for st, c in zip(s.per_stage, memory))
+    assert all(st.peak_memory_bytes == max(v for _, v in c.points) for st, c in zip(s.per_rank, memory))
     doc = json.loads((tiny_run / "trace.chrome.json").read_text())
     assert {e["pid"] for e in doc["traceEvents"] if e["ph"] == "C" and e["name"] == "memory_bytes"} == {1, 2}
 
@@ -105,7 +109,7 @@ def test_unrunnable_schedules_are_refused(tmp_path: Path) -> None:
 
 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
-    res = runner.invoke(app, ["run", str(SCENARIOS / "gpt.yaml"), "--out", str(tmp_path / "big")])
+    res = runner.invoke(app, ["run", str(GPT_YAML), "--out", str(tmp_path / "big")])
     assert res.exit_code == 1 and "GiB" in res.output  # GPT-3 13B does not fit on this machine
     res = runner.invoke(app, ["run", str(SCENARIOS / "zero-bubble-costs.yaml"), "--out", str(tmp_path / "c")])
     assert res.exit_code == 1 and "needs a 'model' section" in res.output
@@ -115,9 +119,24 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     res = runner.invoke(app, ["run", str(TINY), "--out", str(mine)])
     assert res.exit_code == 1 and "not a ppexec run" in res.output
     assert (mine / "notes.txt").read_text() == "keep me"
-    res = runner.invoke(app, ["run", str(TINY), "--out", str(tmp_path / "x"), "--launcher", "deepspeed"])
-    assert res.exit_code == 1 and "--hostfile" in res.output
     assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--launcher", "deepspeed"], "--hostfile"),  # the deepspeed launcher needs a hostfile
+    (["--launcher", "mpirun"], "--launcher"),
+    (["--partition", "weird"], "--partition"),
+    (["--schedule", "nope"], "unknown schedule"),
+])
+def test_bad_usage_is_exit_2(tmp_path: Path, args: list[str], says: str) -> None:
+    res = runner.invoke(app, ["run", str(TINY), "--out", str(tmp_path / "x"), *args])
+    assert res.exit_code == 2 and says in res.output, res.output
+    assert not (tmp_path / "x").exists(), "nothing is written on bad usage"
+
+
+def test_prepare_refuses_an_unknown_backend(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["prepare", str(TINY), "--out", str(tmp_path / "x"), "--backend", "mpi"])
+    assert res.exit_code == 2 and "--backend" in res.output
 
 
 def test_missing_deepspeed_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -129,6 +148,7 @@ def test_missing_deepspeed_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tm
     assert res.exit_code == 1 and "deepspeed is not installed" in res.output
 
 
+@pytest.mark.slow  # starts ranks
 def test_worker_refuses_a_world_size_that_does_not_fit_the_plan(tmp_path: Path) -> None:
     res = runner.invoke(app, ["prepare", str(TINY), "--out", str(tmp_path), "--backend", "gloo"])
     assert res.exit_code == 0, res.output
@@ -140,16 +160,16 @@ def test_worker_refuses_a_world_size_that_does_not_fit_the_plan(tmp_path: Path) 
     assert event["type"] == "error" and "stages x data_parallel x tensor_parallel = 2 x 1 x 1 = 2" in event["error"]
 
 
+@pytest.mark.slow  # starts ranks
 def test_a_plan_that_deadlocks_ends_within_the_timeout(tmp_path: Path) -> None:
     # the non-blocking order of 1F1B: both stages send before they receive, which deadlocks on gloo
     from ppexec import run as run_mod
-    from ppsim import schedules
-    from ppsim.passes import lower
+    from ppsim.plan import lower, schedules
 
     s = load(TINY).with_overrides(microbatches=2)
     real_prepare = run_mod.prepare
 
-    def deadlocking(scenario, profile=None):  # noqa: ANN001, ANN202
+    def deadlocking(scenario, profile=None):
         s2, plan, partition = real_prepare(scenario, profile)
         bad = lower(schedules.build("1f1b", 2, 2), 1, rendezvous=False)
         return s2, bad, partition
@@ -164,10 +184,11 @@ def test_a_plan_that_deadlocks_ends_within_the_timeout(tmp_path: Path) -> None:
     assert _no_workers_left(tmp_path)
 
 
+@pytest.mark.slow  # starts ranks
 def test_a_crashed_rank_stops_the_run_and_keeps_what_was_recorded(tmp_path: Path) -> None:
     killed: list[int] = []
 
-    def kill_rank1_after_first_step(states) -> None:  # noqa: ANN001
+    def kill_rank1_after_first_step(states) -> None:
         st = states[1]
         if st.steps and not killed and st.ready:
             os.kill(st.ready["pid"], signal.SIGKILL)
@@ -251,7 +272,7 @@ def test_cluster_launch_command_runs_the_same_worker(tmp_path: Path) -> None:
 def test_sequence_parallelism_is_refused_by_name() -> None:
     from ppexec.run import prepare
     from ppsim.errors import PpsimError
-    from ppsim.scenario import parse_scenario
+    from ppsim.inputs.scenario import parse_scenario
 
     data = load(TINY).model_dump(exclude_none=True)
     data["tensor_parallel"] = 2
@@ -263,7 +284,7 @@ def test_sequence_parallelism_is_refused_by_name() -> None:
 def test_zero_2_is_refused_even_with_one_stage() -> None:
     from ppexec.run import prepare
     from ppsim.errors import PpsimError
-    from ppsim.scenario import parse_scenario
+    from ppsim.inputs.scenario import parse_scenario
 
     data = load(TINY).model_dump(exclude_none=True)
     data["pipeline"]["stages"] = 1
@@ -283,7 +304,7 @@ def test_fp16_on_the_cpu_is_refused_before_any_rank_starts(tmp_path: Path) -> No
 def test_model_features_ppexec_does_not_build_are_refused_by_name(key: str, value: object) -> None:
     from ppexec.run import prepare
     from ppsim.errors import PpsimError
-    from ppsim.scenario import parse_scenario
+    from ppsim.inputs.scenario import parse_scenario
 
     data = load(TINY).model_dump(exclude_none=True)
     data["model"][key.split(".")[1]] = value

@@ -17,9 +17,11 @@ from typer.testing import CliRunner  # noqa: E402
 
 from conftest import ROOT, SCENARIOS  # noqa: E402
 from ppexec.cli import app  # noqa: E402
-from ppsim.profile import load_profile  # noqa: E402
-from ppsim.scenario import load  # noqa: E402
+from ppsim.inputs.profile import load_profile  # noqa: E402
+from ppsim.inputs.scenario import load  # noqa: E402
 from ppsim.trace import Trace  # noqa: E402
+
+pytestmark = pytest.mark.slow  # profiles and runs DeepSpeed
 
 TINY = SCENARIOS / "tiny-cpu.yaml"
 runner = CliRunner()
@@ -50,7 +52,7 @@ def test_validate_writes_the_loop_and_compares_the_same_plan(profile_file: Path,
                               "--steps", "3", "--warmup", "1", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output[res.output.index("{"):])
-    for key in ("predicted_step_time_ms", "measured_step_time_ms", "step_time_error", "stages", "worst"):
+    for key in ("predicted_step_time_ms", "measured_step_time_ms", "step_time_error", "ranks", "worst"):
         assert key in doc
     assert doc["step_time_error"] == pytest.approx(
         (doc["predicted_step_time_ms"] - doc["measured_step_time_ms"]) / doc["measured_step_time_ms"])

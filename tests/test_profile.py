@@ -10,13 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import ROOT, SCENARIOS
+from conftest import GPT_YAML, ROOT, SCENARIOS, gpt
 from ppexec import profile as fits
 from ppsim.cli import app
-from ppsim.cost_model import build_workload
+from ppsim.costs import build_workload
 from ppsim.errors import ScenarioError
-from ppsim.profile import LayerTimes, LinkProfile, Overheads, Profile, RecomputeTimes, load_profile, shape_of
-from ppsim.scenario import load
+from ppsim.inputs.profile import LayerTimes, LinkProfile, Overheads, Profile, RecomputeTimes, load_profile, shape_of
+from ppsim.inputs.scenario import load
 
 TINY = SCENARIOS / "tiny-cpu.yaml"
 RECORDED = ROOT / "tests" / "data" / "tiny-cpu.profile.yaml"  # measured by `ppexec profile` on this kind of machine
@@ -127,7 +127,7 @@ def test_balanced_partition_follows_the_measured_times() -> None:
 
 def test_profile_of_another_shape_is_refused() -> None:
     p = make_profile()
-    other = load(SCENARIOS / "gpt.yaml")
+    other = gpt()
     with pytest.raises(ScenarioError, match=r"--profile: .*hidden 64 \(scenario: 5120\).*ppexec profile"):
         build_workload(other, p)
 
@@ -157,7 +157,7 @@ def test_run_with_a_profile_cli(tmp_path: Path) -> None:
 
 
 def test_run_with_a_profile_of_another_model_is_one_clear_line() -> None:
-    res = runner.invoke(app, ["run", str(SCENARIOS / "gpt.yaml"), "--profile", str(RECORDED)])
+    res = runner.invoke(app, ["run", str(GPT_YAML), "--profile", str(RECORDED)])
     assert res.exit_code == 1
     assert "error: --profile:" in res.output and "Traceback" not in res.output
 
@@ -195,8 +195,8 @@ def test_block_fit_recovers_slope_and_constants(per_block: float, c0: float, c1:
 def test_collective_links_reproduce_the_two_rank_times(latency_us: float, gb_s: float) -> None:
     """The links fitted to two-rank all-reduce and all-gather times give those times back through
     the ring formulas (and so extend them to d ranks)."""
-    from ppsim.cost_model import ring_allgather_ms, ring_allreduce_ms
     from ppsim.costs import Link
+    from ppsim.costs.collectives import ring_allgather_ms, ring_allreduce_ms
 
     true = Link.from_gb_s(gb_s, latency_us)
     sizes = [1 << 20, 1 << 22, 1 << 24]
@@ -212,8 +212,8 @@ def test_collective_links_reproduce_the_two_rank_times(latency_us: float, gb_s: 
 def test_measured_collectives_time_the_data_parallel_exchange() -> None:
     """With the profile's collective links, the gradient all-reduce and ZeRO-1's all-gather use
     them rather than the point-to-point link."""
-    from ppsim.cost_model import ring_allgather_ms, ring_allreduce_ms
     from ppsim.costs import Link
+    from ppsim.costs.collectives import ring_allgather_ms, ring_allreduce_ms
 
     slow = LinkProfile(latency_us=200.0, bandwidth_gb_s=0.5)
     p = make_profile().model_copy(update={"collectives": {"allreduce": slow, "allgather": slow}})
@@ -221,7 +221,7 @@ def test_measured_collectives_time_the_data_parallel_exchange() -> None:
     data = s.model_dump(exclude_none=True)
     data["data_parallel"] = 4
     data["training"]["zero_stage"] = 1
-    from ppsim.scenario import parse_scenario
+    from ppsim.inputs.scenario import parse_scenario
 
     stages = build_workload(parse_scenario(data), p).costs.stages
     plain = build_workload(parse_scenario(dict(data, training=dict(data["training"], zero_stage=0))), p).costs.stages
@@ -241,7 +241,7 @@ def test_block_fit_with_one_partition_uses_the_fallback() -> None:
 
 def test_calibration_doc_names_every_profile_key() -> None:
     doc = (ROOT / "docs" / "calibration.md").read_text(encoding="utf-8")
-    from ppsim.profile import Shape, TensorParallelTimes
+    from ppsim.inputs.profile import Shape, TensorParallelTimes
 
     for model in (Profile, LayerTimes, Overheads, LinkProfile, Shape, RecomputeTimes, TensorParallelTimes):
         for key in model.model_fields:
@@ -251,9 +251,9 @@ def test_calibration_doc_names_every_profile_key() -> None:
 def test_tensor_parallel_blocks_from_a_profile_split_the_work_and_all_reduce() -> None:
     """t = 2 from a profile: each block does half its measured work plus two all-reduces of the
     activations per pass on the measured all-reduce link; the embedding and the head stay whole."""
-    from ppsim.cost_model import ring_allreduce_ms
     from ppsim.costs import Link
-    from ppsim.scenario import parse_scenario
+    from ppsim.costs.collectives import ring_allreduce_ms
+    from ppsim.inputs.scenario import parse_scenario
 
     ar_link = LinkProfile(latency_us=100.0, bandwidth_gb_s=1.0)
     p = make_profile().model_copy(update={"collectives": {"allreduce": ar_link, "allgather": ar_link}})
@@ -270,7 +270,7 @@ def test_tensor_parallel_blocks_from_a_profile_split_the_work_and_all_reduce() -
 
 
 def test_tensor_parallel_needs_a_profile_with_a_measured_all_reduce() -> None:
-    from ppsim.scenario import parse_scenario
+    from ppsim.inputs.scenario import parse_scenario
 
     data = load(TINY).model_dump(exclude_none=True)
     with pytest.raises(ScenarioError, match="--profile: this profile has no measured all-reduce"):
@@ -280,10 +280,10 @@ def test_tensor_parallel_needs_a_profile_with_a_measured_all_reduce() -> None:
 def test_a_measured_split_block_sets_the_tensor_parallel_share() -> None:
     """With the profile's split block (2 ranks) a t = 2 block takes the measured split's share of
     the whole block's time less its all-reduces, plus the all-reduces; t = 4 halves that share."""
-    from ppsim.cost_model import ring_allreduce_ms
     from ppsim.costs import Link
-    from ppsim.profile import TensorParallelTimes
-    from ppsim.scenario import parse_scenario
+    from ppsim.costs.collectives import ring_allreduce_ms
+    from ppsim.inputs.profile import TensorParallelTimes
+    from ppsim.inputs.scenario import parse_scenario
 
     ar_link = LinkProfile(latency_us=100.0, bandwidth_gb_s=1.0)
     split = TensorParallelTimes(size=2, forward_ms=0.9, backward_ms=1.6, whole_forward_ms=1.0, whole_backward_ms=2.0)
@@ -303,7 +303,7 @@ def test_a_measured_split_block_sets_the_tensor_parallel_share() -> None:
 def test_the_profiling_run_is_plain_whatever_the_scenario_asks() -> None:
     """A scenario with recomputation, ZeRO-1 and tensor parallelism is profiled as plain 2-stage
     GPipe: the profile times those apart and a prediction adds them, so nothing counts twice."""
-    from ppsim.scenario import parse_scenario
+    from ppsim.inputs.scenario import parse_scenario
 
     data = load(TINY).model_dump(exclude_none=True)
     data.update(data_parallel=2, tensor_parallel=2)
@@ -317,7 +317,7 @@ def test_the_profiling_run_is_plain_whatever_the_scenario_asks() -> None:
 def test_sequence_parallelism_does_not_shrink_the_tensor_parallel_all_reduces() -> None:
     """Sequence parallelism splits the message between stages t ways, not the activations a block
     all-reduces (or reduce-scatters and all-gathers) inside its tensor-parallel group."""
-    from ppsim.scenario import parse_scenario
+    from ppsim.inputs.scenario import parse_scenario
 
     ar_link = LinkProfile(latency_us=100.0, bandwidth_gb_s=1.0)
     p = make_profile().model_copy(update={"collectives": {"allreduce": ar_link}})
@@ -334,8 +334,8 @@ def test_sequence_parallelism_does_not_shrink_the_tensor_parallel_all_reduces() 
 def test_with_a_profile_and_tensor_parallelism_the_embedding_and_head_are_whole() -> None:
     """ppexec keeps the embedding and the LM head whole on every tensor-parallel rank, so measured
     predictions count their parameters whole; the blocks' are split."""
-    from ppsim.cost_model import gpt_layers
-    from ppsim.scenario import parse_scenario
+    from ppsim.costs.layers import gpt_layers
+    from ppsim.inputs.scenario import parse_scenario
 
     p = make_profile().model_copy(update={"collectives": {"allreduce": LinkProfile(latency_us=1, bandwidth_gb_s=1)}})
     data = load(TINY).with_overrides(stages=2, partition=[2, 2]).model_dump(exclude_none=True)

@@ -7,11 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import run_schedule
-from ppsim import schedules
 from ppsim.errors import ScheduleError
-from ppsim.metrics import summarize
-from ppsim.passes import lower, validate
-from ppsim.plan import COMPUTE_KINDS, Kind
+from ppsim.plan import COMPUTE_KINDS, Kind, lower, schedules, validate
+from ppsim.trace.metrics import summarize
 
 CASES = [(p, m) for p in (2, 4, 8, 16) for m in (1, p, 4 * p)]
 
@@ -21,7 +19,7 @@ CASES = [(p, m) for p in (2, 4, 8, 16) for m in (1, p, 4 * p)]
 def test_fill_drain_bubble_formula(name: str, p: int, m: int) -> None:
     s = summarize(run_schedule(name, p, m, forward=1.0, backward=2.0))
     assert s.bubble_fraction == pytest.approx((p - 1) / (m + p - 1), abs=1e-9)
-    for stage in s.per_stage:
+    for stage in s.per_rank:
         assert stage.bubble_fraction == pytest.approx((p - 1) / (m + p - 1), abs=1e-9)
 
 
@@ -48,18 +46,18 @@ def test_zb_h1_has_a_third_of_1f1b_idle_time(p: int, m: int) -> None:
     # F = I = W = 1: the full backward is 2
     one = summarize(run_schedule("1f1b", p, m, forward=1.0, backward=2.0))
     zb = summarize(run_schedule("zb-h1", p, m, forward=1.0, backward=2.0, weight_grad=1.0))
-    idle = lambda s: sum(s.step_time_ms - st.busy_ms for st in s.per_stage)  # noqa: E731
+    idle = lambda s: sum(s.step_time_ms - st.busy_ms for st in s.per_rank)  # noqa: E731
     assert idle(zb) == pytest.approx(idle(one) / 3, abs=1e-9)
-    assert max(st.peak_activation_microbatches for st in zb.per_stage) <= min(p, m)
+    assert max(st.peak_activation_microbatches for st in zb.per_rank) <= min(p, m)
 
 
 @pytest.mark.parametrize("p,m", [(2, 1), (4, 2), (4, 8), (8, 32), (16, 16)])
 def test_activation_peaks(p: int, m: int) -> None:
     one = summarize(run_schedule("1f1b", p, m))
     gp = summarize(run_schedule("gpipe", p, m))
-    for s, stage in enumerate(one.per_stage):
+    for s, stage in enumerate(one.per_rank):
         assert stage.peak_activation_microbatches == min(p - s, m)
-    for stage in gp.per_stage:
+    for stage in gp.per_rank:
         assert stage.peak_activation_microbatches == m
 
 
@@ -67,7 +65,7 @@ def test_interleaved_rank0_peak_matches_published_estimate() -> None:
     p, m, v = 4, 16, 2
     s = summarize(run_schedule("interleaved-1f1b", p, m, v))
     # Narayanan et al.: rank 0 holds about p (1 + (p - 1) / (p v)) stage-equivalents
-    assert s.per_stage[0].peak_activation_microbatches == pytest.approx(p * (1 + (p - 1) / (p * v)), abs=0.5)
+    assert s.per_rank[0].peak_activation_microbatches == pytest.approx(p * (1 + (p - 1) / (p * v)), abs=0.5)
 
 
 def test_interleaved_needs_microbatches_multiple_of_stages() -> None:
@@ -151,5 +149,5 @@ def test_lowered_plans_run_under_every_semantics(case: tuple[str, int, int, int]
     s = summarize(trace)
     assert 0.0 <= s.bubble_fraction < 1.0
     busy = (m * (1.0 + (2.0 if schedules.get(name).training else 0.0)))
-    for stage in s.per_stage:
+    for stage in s.per_rank:
         assert stage.busy_ms == pytest.approx(busy, rel=1e-9)

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import SCENARIOS, run_schedule, uniform_costs
-from ppsim import schedules
+from conftest import SCENARIOS, gpt, run_schedule, uniform_costs
 from ppsim.costs import CostTable, Link, StageCost
 from ppsim.errors import PlanError
-from ppsim.metrics import summarize
-from ppsim.passes import lower
-from ppsim.plan import Action, Plan
+from ppsim.inputs.scenario import load
+from ppsim.plan import Action, Plan, lower, schedules
 from ppsim.predict import predict
-from ppsim.scenario import load
-from ppsim.sim import simulate
+from ppsim.sim import compute_ms, simulate
+from ppsim.trace.metrics import summarize
 
 
 def _custom(rows: list[str], m: int) -> Plan:
@@ -22,7 +20,7 @@ def _custom(rows: list[str], m: int) -> Plan:
     return Plan("custom", p, m, 1, tuple(range(p)), actions, lowered=True)
 
 
-def _span(trace, rank: int, text: str):  # noqa: ANN001, ANN202
+def _span(trace, rank: int, text: str):
     return next(s for s in trace.spans if s.rank == rank and str(s.action) == text)
 
 
@@ -110,7 +108,7 @@ def test_simulator_reports_a_deadlock_with_the_grid() -> None:
 def test_data_parallel_allreduce_and_optimizer_close_the_step() -> None:
     stage = StageCost(forward_ms=1.0, backward_ms=2.0, optimizer_ms=0.5, allreduce_ms=3.0, grad_bytes=10)
     costs = CostTable(stages=(stage,) * 2, message_bytes=0, links=(Link(0.0),))
-    plan = lower(schedules.build("1f1b", 2, 4), data_parallel=2, duration=costs.compute_ms)
+    plan = lower(schedules.build("1f1b", 2, 4), data_parallel=2, duration=compute_ms(costs))
     trace = simulate(plan, costs, "async")
     assert summarize(trace).step_time_ms == pytest.approx((4 + 1) * 3 + 3.0 + 0.5)
     reduce = [s for s in trace.spans if s.lane == "collective"]
@@ -132,10 +130,10 @@ def test_same_scenario_same_trace() -> None:
     assert a == b
 
 
-def test_trace_json_round_trip(tmp_path) -> None:  # noqa: ANN001
+def test_trace_json_round_trip(tmp_path) -> None:
     from ppsim.trace import Trace
 
-    trace = predict(load(SCENARIOS / "gpt.yaml").with_overrides(microbatches=16)).trace
+    trace = predict(gpt().with_overrides(microbatches=16)).trace
     trace.save(tmp_path / "t.json")
     again = Trace.load(tmp_path / "t.json")
     assert again.spans == trace.spans and again.meta == trace.meta and again.counters == trace.counters
@@ -163,7 +161,7 @@ def test_gradient_clipping_waits_for_the_slowest_stage() -> None:
     fast, slow = StageCost(forward_ms=1.0, backward_ms=1.0, clip_ms=0.5, optimizer_ms=2.0), \
         StageCost(forward_ms=1.0, backward_ms=5.0, clip_ms=0.25, optimizer_ms=3.0)
     costs = CostTable(stages=(slow, fast), message_bytes=0, links=(Link(latency_ms=0.0),), clip_allreduce_ms=0.125)
-    plan = lower(schedules.build("1f1b", 2, 2), 1, costs.compute_ms, clip=True)
+    plan = lower(schedules.build("1f1b", 2, 2), 1, compute_ms(costs), clip=True)
     trace = simulate(plan, costs, "rendezvous")
     clips = [_span(trace, r, f"{r}CLIP") for r in (0, 1)]
     last_arrival = max(c.start + costs.stages[c.action.stage].clip_ms for c in clips)
@@ -173,7 +171,7 @@ def test_gradient_clipping_waits_for_the_slowest_stage() -> None:
         opt = _span(trace, r, f"{r}OPT")
         assert opt.start == pytest.approx(c.end) and opt.duration == pytest.approx(costs.stages[r].optimizer_ms)
     # the wait is idle time, not busy time: stage 1 is busy F + B + OPT only
-    busy = summarize(trace).per_stage[1].busy_ms
+    busy = summarize(trace).per_rank[1].busy_ms
     assert busy == pytest.approx(2 * 1.0 + 2 * 1.0 + 2.0)
 
 
@@ -211,7 +209,7 @@ def test_overlapped_gradient_reduction_hides_behind_the_last_backward() -> None:
 
 
 def test_tree_and_ring_all_reduce_formulas() -> None:
-    from ppsim.cost_model import grad_allreduce, ring_allreduce_ms, tree_allreduce_ms
+    from ppsim.costs.collectives import grad_allreduce, ring_allreduce_ms, tree_allreduce_ms
 
     link = Link.from_gb_s(100, 10)  # 1e8 bytes per ms, 0.01 ms latency
     n, nbytes = 16, 1e9

@@ -11,33 +11,40 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import SCENARIOS
+from conftest import GPT_YAML
 from ppsim.cli import app as cli
 from ppsim.errors import PpsimError
+from ppsim.inputs.scenario import Scenario, load
 from ppsim.plan import Action, Kind
-from ppsim.scenario import load
-from ppsim.schedules import SCHEDULES
-from ppsim.trace import Span
-from ppsim.tui.state import TuiState, Window, lane_spans, load_trace_file
-from ppsim.tui.timeline import cover, draw
+from ppsim.plan.schedules import SCHEDULES
+from ppsim.predict import predict
+from ppsim.trace import Span, Trace
+from ppsim.trace.load import load_trace
+from ppsim.views.tui.state import TuiState, Window, lane_spans
+from ppsim.views.tui.timeline import cover, draw
 
 pytest.importorskip("textual")
 
 from textual.binding import Binding  # noqa: E402
 
-from ppsim.tui.app import PpsimTui  # noqa: E402
+from ppsim.views.tui.app import PpsimTui  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
-GPT = SCENARIOS / "gpt.yaml"
+GPT = GPT_YAML
+
+
+def predicted(s: Scenario) -> Trace:
+    """What the CLI hands the TUI: the scenario's predicted trace."""
+    return predict(s).trace
 
 
 def small() -> TuiState:
-    """gpt.yaml on 4 stages and 8 micro-batches: stage 0 does not fit an 80 GiB A100."""
-    return TuiState.from_scenario(load(GPT).with_overrides(stages=4, microbatches=8))
+    """gpt.yaml on 4 stages and 8 micro-batches: rank 0 does not fit an 80 GiB A100."""
+    return TuiState.from_scenario(load(GPT).with_overrides(stages=4, microbatches=8), predicted)
 
 
 def fitting() -> TuiState:
-    return TuiState.from_scenario(load(GPT).with_overrides(microbatches=16))
+    return TuiState.from_scenario(load(GPT).with_overrides(microbatches=16), predicted)
 
 
 # ----- the window ----------------------------------------------------------------------------------
@@ -46,7 +53,7 @@ def test_the_window_stays_inside_the_step_whatever_the_keys(ops: list[str]) -> N
     w = Window(0.0, 1000.0)
     for op in ops:
         {"in": lambda: w.zoom(2), "out": lambda: w.zoom(0.5), "left": lambda: w.pan(-0.25),
-         "right": lambda: w.pan(0.25), "home": w.home, "end": w.end_, "fit": w.fit}[op]()
+         "right": lambda: w.pan(0.25), "home": w.to_start, "end": w.to_end, "fit": w.fit}[op]()
         assert 0.0 <= w.start < w.end <= 1000.0 + 1e-9
     zooms = ops.count("in") - ops.count("out")
     if "fit" not in ops and all(op in ("in", "left", "right", "home", "end") for op in ops):
@@ -57,9 +64,9 @@ def test_zoom_keeps_the_centre_and_home_end_reach_the_bounds() -> None:
     w = Window(0.0, 100.0)
     w.zoom(4)
     assert (w.start, w.end) == (37.5, 62.5)
-    w.end_()
+    w.to_end()
     assert w.end == 100.0 and w.width == 25.0
-    w.home()
+    w.to_start()
     assert w.start == 0.0 and w.width == 25.0
 
 
@@ -92,9 +99,9 @@ def test_blocks_carry_their_micro_batch_where_it_fits_and_idle_is_dotted() -> No
 
 
 def draw_line(spans: list[Span], width: int) -> str:
-    from ppsim.tui.timeline import draw_row
+    from ppsim.views.tui.timeline import draw_row
 
-    return draw_row(cover(spans, 0, 100, width), 1, 1, None).plain
+    return draw_row(cover(spans, 0, 100, width), {}, None).plain
 
 
 def test_the_timeline_has_a_row_per_rank_and_lanes_on_request() -> None:
@@ -130,12 +137,12 @@ def test_micro_batch_and_stage_keys_rerun_the_simulation() -> None:
     state.scale_microbatches(0.5)
     assert state.scenario.microbatches == 8
     state.change_stages(+4)
-    assert state.scenario.pipeline.stages == 8 and state.shown[0].summary.stages == 8
+    assert state.scenario.pipeline.stages == 8 and state.shown[0].summary.num_ranks == 8
     assert state.rerun_ms is not None and state.rerun_ms < 1000
 
 
 def test_a_change_that_cannot_run_keeps_the_plan_and_says_why() -> None:
-    state = TuiState.from_scenario(load(GPT).with_overrides(stages=40, microbatches=40))
+    state = TuiState.from_scenario(load(GPT).with_overrides(stages=40, microbatches=40), predicted)
     shown = state.shown
     state.change_stages(+1)  # 41 stages for 40 layers
     assert state.scenario.pipeline.stages == 40 and state.shown is shown
@@ -145,7 +152,7 @@ def test_a_change_that_cannot_run_keeps_the_plan_and_says_why() -> None:
 
 
 def test_saved_traces_are_shown_but_their_plan_cannot_change() -> None:
-    state = TuiState.from_traces([(p, load_trace_file(DATA / p)) for p in
+    state = TuiState.from_traces([(p, load_trace(DATA / p)) for p in
                                   ("tiny-1f1b.predicted.trace.json", "tiny-1f1b.measured.trace.json")])
     assert [sh.summary.source for sh in state.shown] == ["simulated", "measured"]
     with pytest.raises(PpsimError, match="saved trace"):
@@ -155,12 +162,12 @@ def test_saved_traces_are_shown_but_their_plan_cannot_change() -> None:
 def test_a_chrome_trace_ppsim_wrote_opens_as_the_same_trace(tmp_path: Path) -> None:
     import json
 
-    from ppsim.export.chrome import to_chrome_trace
     from ppsim.trace import Trace
+    from ppsim.trace.chrome import to_chrome_trace
 
     trace = Trace.load(DATA / "tiny-1f1b.measured.trace.json")
     (tmp_path / "t.json").write_text(json.dumps(to_chrome_trace(trace)))
-    assert load_trace_file(tmp_path / "t.json").spans == trace.spans
+    assert load_trace(tmp_path / "t.json").spans == trace.spans
 
 
 def test_selection_steps_through_a_row_and_across_ranks() -> None:
@@ -215,7 +222,7 @@ def test_keys_change_the_plan_and_the_figures_shown(tmp_path: Path) -> None:
 
 
 def test_export_never_overwrites_a_file_the_user_wrote(tmp_path: Path) -> None:
-    from ppsim.tui.export import export_view
+    from ppsim.views.tui.export import export_view
 
     state = small()
     mine = tmp_path / f"{state.shown[0].label}.tui.html"
@@ -237,35 +244,35 @@ def test_clicking_a_block_selects_it() -> None:
 
 
 # ----- snapshots -----------------------------------------------------------------------------------
-def test_snapshot_main_screen_80x24_does_not_fit(snap_compare) -> None:  # noqa: ANN001
+def test_snapshot_main_screen_80x24_does_not_fit(snap_compare) -> None:
     assert snap_compare(PpsimTui(small(), show_timing=False), terminal_size=(80, 24))
 
 
-def test_snapshot_wide_terminal_with_lanes_and_a_selection(snap_compare) -> None:  # noqa: ANN001
+def test_snapshot_wide_terminal_with_lanes_and_a_selection(snap_compare) -> None:
     assert snap_compare(PpsimTui(fitting(), show_timing=False), terminal_size=(180, 40),
                         press=["l", "right_square_bracket", "right_square_bracket"])
 
 
-def test_snapshot_help(snap_compare) -> None:  # noqa: ANN001
+def test_snapshot_help(snap_compare) -> None:
     assert snap_compare(PpsimTui(small(), show_timing=False), terminal_size=(80, 24), press=["question_mark"])
 
 
-def test_snapshot_two_traces_side_by_side(snap_compare) -> None:  # noqa: ANN001
-    state = TuiState.from_traces([(p, load_trace_file(DATA / p)) for p in
+def test_snapshot_two_traces_side_by_side(snap_compare) -> None:
+    state = TuiState.from_traces([(p, load_trace(DATA / p)) for p in
                                   ("tiny-1f1b.predicted.trace.json", "tiny-1f1b.measured.trace.json")])
     assert snap_compare(PpsimTui(state, show_timing=False), terminal_size=(100, 30))
 
 
 # ----- the command ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("args, says", [
-    (["nope.json"], "nope.json does not exist"),
-    ([str(GPT), str(GPT)], "give one scenario, or one or two traces"),
-    ([str(DATA / "tiny-1f1b.measured.trace.json"), "--stages", "2"], "plan options"),
-    ([str(GPT), "--stages", "41"], "pipeline.stages"),
+@pytest.mark.parametrize("args, code, says", [
+    (["nope.json"], 1, "nope.json does not exist"),
+    ([str(GPT), "--stages", "41"], 1, "pipeline.stages"),
+    ([str(GPT), str(GPT)], 2, "give one scenario, or one or two traces"),
+    ([str(DATA / "tiny-1f1b.measured.trace.json"), "--stages", "2"], 2, "plan options"),
 ])
-def test_bad_input_is_one_line_and_exit_1(args: list[str], says: str) -> None:
+def test_bad_input_is_one_line_and_bad_usage_exit_2(args: list[str], code: int, says: str) -> None:
     res = CliRunner().invoke(cli, ["tui", *args])
-    assert res.exit_code == 1 and says in " ".join(res.output.split())
+    assert res.exit_code == code and says in " ".join(res.output.split())
     assert "Traceback" not in res.output
 
 

@@ -13,20 +13,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import SCENARIOS
+from conftest import GPT_YAML
 from ppsim.cli import app
-from ppsim.cost_model import build_workload
+from ppsim.costs import build_workload
 from ppsim.errors import PpsimError
-from ppsim.metrics import summarize
+from ppsim.inputs.scenario import load, parse_scenario
 from ppsim.predict import compute_plan, predict
-from ppsim.scenario import load, parse_scenario
-from ppsim.sim.memory import peak_memory_bytes
-from ppsim.tune.evaluate import evaluate
-from ppsim.tune.executors import run_local, run_ray
-from ppsim.tune.rank import explain, pareto_front, ranking
-from ppsim.tune.space import SearchSpace, apply, candidates
+from ppsim.search.tune.evaluate import evaluate
+from ppsim.search.tune.executors import run_local, run_ray
+from ppsim.search.tune.rank import explain, pareto_front, ranking
+from ppsim.search.tune.space import SearchSpace, apply, candidates
+from ppsim.sim.allocation import peak_memory_bytes
+from ppsim.trace.metrics import summarize
 
-GPT = SCENARIOS / "gpt.yaml"
+GPT = GPT_YAML
 runner = CliRunner()
 
 
@@ -63,7 +63,7 @@ def test_the_memory_check_is_the_simulated_peak(schedule: str, p: int, m: int, r
     s = parse_scenario(data)
     w = build_workload(s)
     exact = peak_memory_bytes(compute_plan(s), w.costs)
-    simulated = [st.peak_memory_bytes for st in summarize(predict(s).trace).per_stage]
+    simulated = [st.peak_memory_bytes for st in summarize(predict(s).trace).per_rank]
     assert exact == pytest.approx(simulated, rel=1e-12)
 
 
@@ -77,7 +77,7 @@ def test_the_ranking_is_exhaustive_simulation_ranked() -> None:
         summary = summarize(predict(s).trace)
         exhaustive.append((c, summary))
     fitting = [(c, sm) for c, sm in exhaustive if sm.fits]
-    fitting.sort(key=lambda x: (-x[1].throughput_samples_per_s, max(st.peak_memory_bytes for st in x[1].per_stage), x[0]))
+    fitting.sort(key=lambda x: (-x[1].throughput_samples_per_s, max(st.peak_memory_bytes for st in x[1].per_rank), x[0]))
     ranked = ranking(evals)
     assert [e.candidate for e in ranked] == [c for c, _ in fitting]
     for e, (_, sm) in zip(ranked, fitting):
@@ -98,6 +98,7 @@ def test_local_processes_give_the_serial_results() -> None:
     assert run_local(base, cands, 2) == evals
 
 
+@pytest.mark.slow  # starts a Ray cluster
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is an optional extra: pip install 'ppsim[ray]'")
 def test_a_ray_cluster_gives_the_local_results() -> None:
     base, cands, evals = small_search()
@@ -171,7 +172,7 @@ def test_the_table_names_the_best_and_why(small_yaml: Path) -> None:
 
 @pytest.mark.parametrize("args, code, says", [
     (["--gpus", "7", "--max-stages", "4"], 1, "no plan splits global_batch"),
-    (["--gpus", "0"], 1, "--gpus must be at least 1"),
+    (["--gpus", "0"], 2, "--gpus"),
     (["--gpus", "1", "--micro-batch-sizes", "1"], 1, "none of the"),  # a 13B model on one device
     (["--executor", "mpi"], 2, "--executor"),
     (["--schedules", "inference"], 2, "--schedules"),
@@ -191,7 +192,7 @@ def test_a_file_the_user_wrote_is_not_overwritten(small_yaml: Path, tmp_path: Pa
 
 
 def test_the_page_gives_each_schedule_one_colour_in_both_plots() -> None:
-    from ppsim.tune.report import TuneResult, figure
+    from ppsim.search.tune.report import TuneResult, figure
 
     _, _, evals = small_search()
     fig = figure(TuneResult("small", 8, evals, 1.0, 1, "local"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, sh_commands
 
 DOC = ROOT / "docs" / "tutorial.md"
 FILES = ROOT / "docs" / "tutorial"
@@ -21,8 +20,7 @@ BIN = Path(sys.executable).parent
 
 
 def commands() -> list[str]:
-    blocks = re.findall(r"```sh\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
-    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+    return sh_commands(DOC)
 
 
 def test_the_tutorial_has_its_commands() -> None:
@@ -32,6 +30,7 @@ def test_the_tutorial_has_its_commands() -> None:
     assert any(c.startswith("ppexec run") for c in cmds) and any(c.startswith("ppsim compare") for c in cmds)
 
 
+@pytest.mark.slow  # runs ppexec
 def test_every_command_of_the_tutorial_runs(tmp_path: Path) -> None:
     needs_exec = any(c.startswith("ppexec") for c in commands())
     if needs_exec and not all(importlib.util.find_spec(m) for m in ("torch", "deepspeed")):
@@ -52,7 +51,7 @@ def test_the_quoted_prediction_matches_what_ppsim_prints() -> None:
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     text = DOC.read_text(encoding="utf-8")
     for args, figure in (([], "447.174 ms"), (["--partition", "balanced"], "402.573 ms"),
-                         (["--microbatches", "32"], "1,557.459 ms"), (["--schedule", "gpipe"], "55.55 GiB on stage 2")):
+                         (["--microbatches", "32"], "1,557.459 ms"), (["--schedule", "gpipe"], "55.55 GiB on rank 2")):
         res = subprocess.run([str(BIN / "ppsim"), "run", "three-stages.yaml", *args], cwd=FILES, env=env,
                              capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, res.stderr

@@ -1,5 +1,10 @@
-"""The discrete-event simulator (SimPy)."""
+"""The discrete-event simulator (SimPy): executes a lowered Plan against a CostTable and returns a Trace.
 
+Imports plan, costs and trace; knows no schedule names.
+"""
+
+from ppsim.sim.allocation import peak_memory_bytes
+from ppsim.sim.durations import compute_ms
 from ppsim.sim.engine import CommSemantics, simulate
 
-__all__ = ["CommSemantics", "simulate"]
+__all__ = ["CommSemantics", "compute_ms", "peak_memory_bytes", "simulate"]

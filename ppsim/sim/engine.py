@@ -35,13 +35,13 @@ from typing import Any
 import simpy
 from simpy.core import NORMAL
 
-from ppsim.costs import CostTable
+from ppsim.costs.table import CostTable
 from ppsim.errors import PlanError
-from ppsim.passes import render_grid
-from ppsim.plan import Kind, Plan
-from ppsim.sim.memory import memory_deltas, static_memory_bytes
-from ppsim.trace import Counter, Span, Trace
-from ppsim.util import gc_paused
+from ppsim.gc_pause import gc_paused
+from ppsim.plan import Kind, Plan, render_grid
+from ppsim.sim.allocation import memory_deltas, static_memory_bytes
+from ppsim.sim.durations import DURATION_FIELD
+from ppsim.trace import Counter, Span, Trace, plan_meta
 
 
 class CommSemantics(str, Enum):
@@ -52,8 +52,8 @@ class CommSemantics(str, Enum):
 
 def _fire_at(env: simpy.Environment, event: simpy.Event, delay: float) -> None:
     """Trigger ``event`` successfully ``delay`` from now (a Timeout on an event created earlier)."""
-    event._ok = True  # noqa: SLF001 - SimPy's own Event.succeed does exactly this, without a delay
-    event._value = None  # noqa: SLF001
+    event._ok = True  # SimPy's own Event.succeed does exactly this, without a delay
+    event._value = None
     env.schedule(event, NORMAL, delay)
 
 
@@ -76,29 +76,29 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
     each rank's stuck action marked) if the plan deadlocks under the chosen semantics.
     """
     if not plan.lowered:
-        raise PlanError("simulate() needs a lowered plan: call ppsim.passes.lower(plan) first")
+        raise PlanError("simulate() needs a lowered plan: call ppsim.plan.lower(plan) first")
     if len(costs.stages) != plan.num_stages:
         raise PlanError(f"cost table has {len(costs.stages)} stages, the plan {plan.num_stages}")
     semantics = CommSemantics(comm)
     rendezvous = semantics is CommSemantics.RENDEZVOUS
     blocking_send = semantics is not CommSemantics.ASYNC
-    F, B, I, W, OPT, CLIP = Kind.F, Kind.B, Kind.I, Kind.W, Kind.OPT, Kind.CLIP
+    B, W, CLIP = Kind.B, Kind.W, Kind.CLIP
     SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
     stage_costs = costs.stages
     # duration and activation-memory change of every (stage, kind) that computes
-    durations = {F: "forward_ms", B: "backward_ms", I: "input_grad_ms", W: "weight_grad_ms", OPT: "optimizer_ms"}
     compute: dict[tuple[int, Kind], tuple[float, int, int]] = {
-        (st, k): (getattr(stage_costs[st], durations[k]), alloc, free)
+        (st, k): (getattr(stage_costs[st], DURATION_FIELD[k]), alloc, free)
         for (st, k), (alloc, free) in memory_deltas(plan, costs).items()
     }
     where = plan.stage_to_rank
     env = simpy.Environment()
     nbytes = costs.message_bytes
     n_boundaries = max(1, plan.num_stages - 1)
-    ser = [costs.link(b).serialization_ms(nbytes) for b in range(n_boundaries)]
-    lat = [costs.link(b).latency_ms for b in range(n_boundaries)]
-    send_pre = [costs.link(b).send_overhead_ms for b in range(n_boundaries)]
-    recv_post = [costs.link(b).recv_overhead_ms for b in range(n_boundaries)]
+    # per stage boundary: time on the wire, latency, what the sender spends before and the receiver after
+    wire_ms = [costs.link(b).serialization_ms(nbytes) for b in range(n_boundaries)]
+    latency_ms = [costs.link(b).latency_ms for b in range(n_boundaries)]
+    send_overhead_ms = [costs.link(b).send_overhead_ms for b in range(n_boundaries)]
+    recv_overhead_ms = [costs.link(b).recv_overhead_ms for b in range(n_boundaries)]
     link_free: dict[tuple[int, int], float] = {}
     messages: dict[tuple[int, int, int | None], _Message] = {}
     spans: list[Span] = []
@@ -116,11 +116,11 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
     def transfer(src: int, dst: int, key: tuple[int, int, Any], start: float) -> float:
         """Book the link src -> dst for message ``key`` from ``start``; return the arrival time."""
         boundary = key[0] - key[1]  # activations cross s -> s+1, grads s -> s-1
-        ser_ms = ser[boundary]
+        on_wire = wire_ms[boundary]
         pair = (src, dst)
         begin = max(start, link_free.get(pair, 0.0))
-        link_free[pair] = begin + ser_ms
-        return begin + ser_ms + lat[boundary]
+        link_free[pair] = begin + on_wire
+        return begin + on_wire + latency_ms[boundary]
 
     def rank_process(r: int) -> Generator[simpy.Event, Any, None]:
         # A rank keeps its own clock t >= env.now and only yields to SimPy when it must wait for a
@@ -198,7 +198,7 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
             begin = t
             boundary = key[0] - key[1]
             if sending:
-                t += send_pre[boundary]
+                t += send_overhead_ms[boundary]
             if rendezvous:
                 # the transfer starts when the second side posts; the first side waits for it
                 other = msg.recv_posted if sending else msg.send_posted
@@ -228,7 +228,7 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
                     yield msg.done
                 end = max(t, msg.end)  # type: ignore[type-var]
             if not sending:
-                end += recv_post[boundary]  # type: ignore[operator]
+                end += recv_overhead_ms[boundary]  # type: ignore[operator]
             append(make_span((r, "send" if sending else "recv", a, begin, end, nbytes, peer)))
             t = end  # type: ignore[assignment]
         finished[r] = True
@@ -254,19 +254,8 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
             Counter(r, "memory_bytes", "bytes", tuple((t, v + static[r]["total"]) for t, v in points))
             for r, points in enumerate(mem_points)
         ]
-    meta = {
-        "source": "simulated",
-        "clock": "simulated",
-        "time_unit": "ms",
-        "schedule": plan.schedule,
-        "num_ranks": plan.num_ranks,
-        "num_microbatches": plan.num_microbatches,
-        "chunks": plan.chunks,
-        "stage_to_rank": list(plan.stage_to_rank),
-        "comm": semantics.value,
-        "message_bytes": nbytes,
-        "p2p_ms": [costs.p2p_ms(b) for b in range(plan.num_stages - 1)],
-    }
+    meta = plan_meta(plan, source="simulated", clock="simulated", comm=semantics.value, message_bytes=nbytes)
+    meta["p2p_ms"] = [costs.p2p_ms(b) for b in range(plan.num_stages - 1)]
     if static is not None:
         meta["memory_static_bytes"] = static
     return Trace(spans=spans, meta=meta, counters=counters)

@@ -1,0 +1,364 @@
+"""The ``ppsim`` commands: each parses its options, calls the library, prints, and sets the exit code
+(0 success, 1 bad input, 2 bad usage; see :mod:`ppsim.cli.common`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from ppsim.cli.common import (
+    PlanOverrides,
+    bad_input_exits,
+    err,
+    force_option,
+    html_option,
+    int_list,
+    load_profile_option,
+    output_targets,
+    plan_options,
+    png_option,
+    profile_option,
+    report_written,
+    say,
+    scenario_with,
+    usage_error,
+    write_pages,
+)
+from ppsim.errors import PpsimError
+
+app = typer.Typer(
+    name="ppsim",
+    help="Predict and picture pipeline-parallel training: step time, bubbles, throughput, MFU, memory.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _wide_console(width: int) -> Console:
+    """stdout, as wide as the terminal, or ``width`` columns when piped."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else width)
+
+
+@app.command()
+@plan_options()
+def run(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as one JSON document."),
+    trace: Path | None = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto, chrome://tracing)."),
+    html: Path | None = html_option("the timeline and memory per rank"),
+    png: Path | None = png_option(),
+    save_trace: Path | None = typer.Option(None, "--save-trace", help="Write ppsim's own Trace JSON."),
+    force: bool = force_option(),
+    profile: Path | None = profile_option(),
+    ds_config: Path | None = typer.Option(None, "--ds-config",
+                                          help="DeepSpeed config JSON: batch sizes, precision, ZeRO, checkpointing."),
+    plan: PlanOverrides = PlanOverrides(),
+) -> None:
+    """Simulate one training step of SCENARIO and print step time, throughput, MFU and bubbles."""
+    from ppsim import outputs
+    from ppsim.predict import predict
+    from ppsim.trace.metrics import summarize
+
+    with bad_input_exits():
+        inputs = [scenario] + [p for p in (profile, ds_config) if p is not None]
+        targets = output_targets({"--trace": trace, "--html": html, "--png": png, "--save-trace": save_trace},
+                                 inputs, force)
+        s = scenario_with(scenario, plan, ds_config)
+        prediction = predict(s, load_profile_option(profile))
+        result = prediction.trace
+        summary = summarize(result)
+        if "--save-trace" in targets:
+            outputs.atomic_write(targets["--save-trace"], result.save)
+        if "--trace" in targets:
+            from ppsim.trace.chrome import write_chrome_trace
+
+            outputs.atomic_write(targets["--trace"], lambda p: write_chrome_trace(result, p))
+        from ppsim.views.render.gantt import gantt_figure
+
+        write_pages(targets, lambda: gantt_figure(result))
+    if json_out:
+        sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
+        return
+    from ppsim.views.render.summary_table import print_summary
+
+    print_summary(summary)
+    report_written(targets)
+
+
+@app.command()
+def schedules() -> None:
+    """List the schedules, one line each."""
+    from ppsim.plan.schedules import SCHEDULES
+
+    width = max(len(n) for n in SCHEDULES)
+    for name, info in SCHEDULES.items():
+        typer.echo(f"{name:<{width}}  {info.summary}")
+
+
+@app.command()
+@plan_options("schedule", "stages", "microbatches", "chunks")
+def plan(
+    file: Path = typer.Argument(..., help="Scenario YAML, or a plan JSON written by --save."),
+    comms: bool = typer.Option(False, "--comms", help="Show the lowered plan (sends, receives, end of step)."),
+    save: Path | None = typer.Option(None, "--save", help="Write the plan as JSON."),
+    csv_out: bool = typer.Option(False, "--csv", help="Print the plan as CSV (one row per rank, torch's layout)."),
+    force: bool = force_option(),
+    plan: PlanOverrides = PlanOverrides(),
+) -> None:
+    """Print the plan of FILE as the step x rank grid of action texts."""
+    from ppsim import outputs
+    from ppsim.plan import Plan, aligned_grid, validate
+
+    with bad_input_exits():
+        targets = output_targets({"--save": save}, [file], force)
+        if file.suffix == ".json":
+            if plan.given():
+                raise usage_error("plan options need a scenario, not a saved plan", "--schedule / --stages")
+            if not file.is_file():
+                raise PpsimError(f"plan file {str(file)!r} does not exist; check the path")
+            try:
+                the_plan = Plan.from_json(file.read_text())
+            except PpsimError as exc:
+                raise PpsimError(f"{file}: not a valid plan: {exc.message}") from None
+            validate(the_plan)
+        else:
+            import ppsim
+
+            the_plan = ppsim.build_plan(scenario_with(file, plan), lowered=comms)
+        if "--save" in targets:
+            outputs.write_text(targets["--save"], json.dumps(the_plan.to_dict(), indent=1))
+    if csv_out:
+        sys.stdout.write(the_plan.to_csv())
+        return
+    typer.echo(
+        f"{the_plan.schedule}: {the_plan.num_ranks} ranks, {the_plan.num_microbatches} micro-batches, "
+        f"{the_plan.chunks} chunk(s) per rank, {the_plan.num_actions()} actions"
+    )
+    typer.echo(aligned_grid(the_plan))
+
+
+@app.command()
+def compare(
+    predicted: Path = typer.Argument(..., help="Predicted Trace JSON (`ppsim run --save-trace`)."),
+    measured: Path = typer.Argument(..., help="Measured Trace JSON, or a `ppexec run` folder (its trace.json)."),
+    html: Path | None = html_option("both timelines on one time axis"),
+    png: Path | None = png_option(),
+    json_out: bool = typer.Option(False, "--json", help="Print the comparison as one JSON document."),
+    top: int = typer.Option(10, "--top", min=0, help="How many of the largest disagreements to list."),
+    force: bool = force_option(),
+) -> None:
+    """Compare a predicted trace with a measured one: step time, bubbles per rank, errors per action."""
+    from ppsim.trace.compare import compare_traces
+    from ppsim.trace.load import load_trace
+
+    with bad_input_exits():
+        targets = output_targets({"--html": html, "--png": png}, [predicted, measured], force)
+        pred, meas = load_trace(predicted, "predicted"), load_trace(measured, "measured")
+        result = compare_traces(pred, meas, top)
+        from ppsim.views.render.compare_html import compare_figure
+
+        write_pages(targets, lambda: compare_figure(pred, meas, result))
+    if json_out:
+        sys.stdout.write(json.dumps(result.to_json_dict(), indent=2) + "\n")
+        return
+    from ppsim.views.render.compare_table import print_comparison
+
+    print_comparison(result)
+    report_written(targets)
+
+
+# ----- several predictions side by side: compare-schedules, sweep -----------------------------
+def _print_variants(variants: list, keys: list[str], title: str, targets: dict[str, Path]) -> None:  # list[Variant]
+    from ppsim.views.render.variants_table import variants_table
+
+    for v in variants:
+        for note in v.notes:
+            say("note", note)
+        if not v.ok:
+            say("error", f"{v.label} cannot run the scenario: {v.error}")
+    _wide_console(140).print(variants_table(variants, keys, title))
+    report_written(targets)
+
+
+def _schedule_names(text: str) -> list[str]:
+    from ppsim.plan.schedules import SCHEDULES
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SCHEDULES]
+    if not names or unknown or len(set(names)) != len(names):
+        what = f"unknown {', '.join(map(repr, unknown))}" if unknown else "empty or repeated names"
+        raise usage_error(f"{what}; choose from {', '.join(SCHEDULES)}", "--schedules")
+    return names
+
+
+@app.command("compare-schedules")
+@plan_options("stages", "microbatches", "chunks")
+def compare_schedules(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+    schedules_list: str = typer.Option("gpipe,1f1b,interleaved-1f1b,zb-h1", "--schedules",
+                                       help="Comma-separated schedule names (see `ppsim schedules`)."),
+    html: Path | None = html_option("the timelines and bar charts"),
+    png: Path | None = png_option(),
+    force: bool = force_option(),
+    profile: Path | None = profile_option(),
+    plan: PlanOverrides = PlanOverrides(),
+) -> None:
+    """Predict SCENARIO under several schedules: a table, and their timelines on one time axis."""
+    from ppsim.search.sweep import schedule_variants
+
+    names = _schedule_names(schedules_list)
+    with bad_input_exits():
+        targets = output_targets({"--html": html, "--png": png}, [scenario] + ([profile] if profile else []), force)
+        s = scenario_with(scenario, plan)
+        variants = schedule_variants(s, names, load_profile_option(profile))
+        if not any(v.ok for v in variants):
+            raise PpsimError("no schedule can run this scenario: " + "; ".join(f"{v.label}: {v.error}" for v in variants))
+        from ppsim.views.render.schedules_html import schedules_figure
+
+        write_pages(targets, lambda: schedules_figure(variants, s.name))
+    _print_variants(variants, ["schedule"], f"{s.name}: {s.pipeline.stages} stages, {s.microbatches} micro-batches",
+                    targets)
+
+
+@app.command()
+@plan_options("schedule")
+def sweep(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+    microbatches: str | None = typer.Option(None, "--microbatches", help="Micro-batch counts to try, e.g. 4,8,16,32."),
+    stages: str | None = typer.Option(None, "--stages", help="Stage counts to try, e.g. 2,4,8."),
+    html: Path | None = html_option("throughput and bubble against the swept value"),
+    png: Path | None = png_option(),
+    force: bool = force_option(),
+    profile: Path | None = profile_option(),
+    plan: PlanOverrides = PlanOverrides(),
+) -> None:
+    """Predict SCENARIO over micro-batch counts and/or stage counts: throughput and bubble for each."""
+    from ppsim.search.sweep import grid_variants
+
+    mb_values = int_list(microbatches, "--microbatches")
+    stage_values = int_list(stages, "--stages")
+    if mb_values is None and stage_values is None:
+        raise usage_error("give the values to sweep, e.g. --microbatches 4,8,16,32 and/or --stages 2,4,8",
+                          "--microbatches / --stages")
+    x_key, line_key = ("microbatches", "stages" if stage_values else None) if mb_values else ("stages", None)
+    with bad_input_exits():
+        targets = output_targets({"--html": html, "--png": png}, [scenario] + ([profile] if profile else []), force)
+        s = scenario_with(scenario, plan)
+        variants = grid_variants(s, stage_values, mb_values, load_profile_option(profile))
+        if not any(v.ok for v in variants):
+            raise PpsimError("no point of the sweep can run: " + "; ".join(f"{v.label}: {v.error}" for v in variants))
+        from ppsim.views.render.sweep_html import sweep_figure
+
+        write_pages(targets, lambda: sweep_figure(variants, x_key, line_key, s.name))
+    keys = [k for k in ("stages", "microbatches") if k in (x_key, line_key)]
+    _print_variants(variants, keys, f"{s.name}: {s.pipeline.schedule}", targets)
+
+
+@app.command()
+def tune(
+    scenario: Path = typer.Argument(..., help="Scenario YAML: model, global batch, device and cluster."),
+    gpus: int | None = typer.Option(None, "--gpus", min=1, help="Devices to plan for (default: the scenario's t x p x d)."),
+    top: int = typer.Option(10, "--top", min=1, help="How many plans to list."),
+    json_out: bool = typer.Option(False, "--json", help="Print the search as one JSON document."),
+    html: Path | None = html_option("throughput vs stages / micro-batches and the throughput-memory Pareto front"),
+    png: Path | None = png_option(),
+    force: bool = force_option(),
+    jobs: int | None = typer.Option(None, "--jobs", min=1, help="Local processes (default: every core)."),
+    executor: str = typer.Option("local", "--executor", help="local | ray"),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster to use (default: start one here)."),
+    schedules_list: str | None = typer.Option(None, "--schedules", help="Comma-separated schedules to consider "
+                                                                          "(default: 1f1b,interleaved-1f1b,zb-h1,gpipe)."),
+    micro_batches: str | None = typer.Option(None, "--micro-batch-sizes", help="Micro-batch sizes to consider "
+                                                                              "(default: 1,2,4,8)."),
+    max_stages: int | None = typer.Option(None, "--max-stages", min=1, help="Consider at most this many stages."),
+) -> None:
+    """Search the plans of SCENARIO's model and batch on N devices; rank those that fit by throughput."""
+    import time
+
+    from ppsim.plan.schedules import SCHEDULES
+    from ppsim.search.tune import executors, space
+    from ppsim.search.tune.report import TuneResult, figure, print_result
+
+    if executor not in executors.EXECUTORS:
+        raise usage_error(f"{executor!r}; choose {' or '.join(executors.EXECUTORS)}", "--executor")
+    names = tuple(_schedule_names(schedules_list)) if schedules_list else space.SCHEDULES
+    forward_only = [n for n in names if not SCHEDULES[n].training]
+    if forward_only:
+        raise usage_error(f"{', '.join(map(repr, forward_only))} does not train; choose training schedules from "
+                          f"{', '.join(n for n, i in SCHEDULES.items() if i.training)}", "--schedules")
+    sizes = tuple(int_list(micro_batches, "--micro-batch-sizes") or space.MICRO_BATCHES)
+    with bad_input_exits():
+        targets = output_targets({"--html": html, "--png": png}, [scenario], force)
+        s = scenario_with(scenario)
+        n = gpus if gpus is not None else s.pipeline.stages * s.data_parallel * s.tensor_parallel
+        cands = space.candidates(s, space.SearchSpace(gpus=n, micro_batches=sizes, schedules=names,
+                                                      max_stages=max_stages))
+        base = s.model_dump(exclude_none=True)
+        n_jobs = jobs or executors.default_jobs()
+        t0 = time.perf_counter()
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("searching"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err, transient=True) as bar:
+            task = bar.add_task("plans", total=len(cands))
+
+            def advance(k: int) -> None:
+                bar.advance(task, k)
+
+            if executor == "ray":
+                evals = executors.run_ray(base, cands, ray_address, advance)
+            else:
+                evals = executors.run_local(base, cands, n_jobs, advance)
+        result = TuneResult(s.name, n, evals, time.perf_counter() - t0, 1 if executor == "ray" else n_jobs, executor)
+        if not result.ranked:
+            least = min((e for e in evals if e.peak_memory_bytes), key=lambda e: e.peak_memory_bytes or 0, default=None)
+            hint = (f"; the least memory any plan needs is {(least.peak_memory_bytes or 0) / 2**30:,.1f} GiB "
+                    f"({least.candidate.label()}) of {(least.memory_capacity_bytes or 0) / 2**30:,.0f} GiB" if least else "")
+            raise PpsimError(f"none of the {len(evals)} plans fits in memory on {n} devices{hint}; use more devices or "
+                             "a device with more memory", field="--gpus")
+        write_pages(targets, lambda: figure(result))
+    if json_out:
+        sys.stdout.write(json.dumps(result.to_json_dict(top), indent=2) + "\n")
+        return
+    print_result(result, top, _wide_console(160))
+    report_written(targets)
+
+
+@app.command()
+@plan_options()
+def tui(
+    files: list[Path] = typer.Argument(..., help="A scenario YAML, or one or two saved traces (Trace or Chrome JSON, "
+                                                 "or ppexec run folders) to see side by side."),
+    ds_config: Path | None = typer.Option(None, "--ds-config", help="DeepSpeed config JSON (with a scenario)."),
+    plan: PlanOverrides = PlanOverrides(),
+) -> None:
+    """Look at a step in the terminal and change the plan with keys (? lists them)."""
+    scenario_like = [f for f in files if f.suffix in (".yaml", ".yml")]
+    if scenario_like and len(files) > 1:
+        raise usage_error("give one scenario, or one or two traces; not a scenario and more files", "FILES")
+    if len(files) > 2:
+        raise usage_error(f"at most two traces side by side, got {len(files)}", "FILES")
+    if not scenario_like and (plan.given() or ds_config is not None):
+        raise usage_error("plan options (--schedule, --stages, ...) need a scenario, not a saved trace", "--schedule")
+    with bad_input_exits():
+        from ppsim.views.tui.state import TuiState
+
+        if scenario_like:
+            from ppsim.predict import predict
+
+            state = TuiState.from_scenario(scenario_with(files[0], plan, ds_config), lambda s: predict(s).trace)
+        else:
+            from ppsim.trace.load import load_trace
+
+            state = TuiState.from_traces([(f.name, load_trace(f)) for f in files])
+    try:
+        from ppsim.views.tui.app import PpsimTui
+    except ImportError as exc:
+        say("error", f"the TUI needs textual ({exc}); install it with: pip install 'ppsim[tui]'")
+        raise typer.Exit(1) from None
+    PpsimTui(state).run()

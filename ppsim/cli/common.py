@@ -1,0 +1,224 @@
+"""What every command of ``ppsim`` and ``ppexec`` shares: the plan options (declared once), loading
+the scenario and the profile, checking output files before any work, and reporting errors.
+
+Exit codes: 0 success, 1 bad input (a scenario, plan, trace, profile or output path), 2 bad usage
+(an option's value, or options that do not go together). Messages go to stderr verbatim (user
+text such as ``ppsim[tui]`` is not read as markup); a PpsimError's picture (the plan grid) follows it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from ppsim.errors import PpsimError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import plotly.graph_objects as go
+
+    from ppsim.inputs.profile import Profile
+    from ppsim.inputs.scenario import Scenario
+
+#: stderr: notes, errors and "wrote ..." lines; no markup, user text is printed as it is
+err = Console(stderr=True, highlight=False, markup=False)
+
+
+def say(label: str, message: str) -> None:
+    """Print ``label: message`` on stderr, the label styled (error in red, note in yellow), the message verbatim."""
+    style = "bold red" if label == "error" else "yellow"
+    err.print(Text.assemble((f"{label}:", style), " ", message), soft_wrap=True)
+
+
+def fail(exc: PpsimError) -> NoReturn:
+    """Print a user-facing error (and its picture, if any) on stderr and exit 1."""
+    say("error", str(exc))
+    if exc.detail:
+        err.print(exc.detail, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+@contextmanager
+def bad_input_exits() -> Iterator[None]:
+    """Inside, a PpsimError is bad input: print it and exit 1."""
+    try:
+        yield
+    except PpsimError as exc:
+        fail(exc)
+
+
+def usage_error(message: str, option: str) -> typer.BadParameter:
+    """Bad usage of ``option`` (exit 2, with the command's usage line)."""
+    return typer.BadParameter(message, param_hint=option)
+
+
+# ----- the plan options, declared once ---------------------------------------------------------
+def _known_schedule(name: str | None) -> str | None:
+    if name is None:
+        return None
+    from ppsim.plan.schedules import SCHEDULES
+
+    if name not in SCHEDULES:
+        raise usage_error(f"unknown schedule {name!r}; choose one of: {', '.join(SCHEDULES)}", "--schedule")
+    return name
+
+
+@dataclass(frozen=True)
+class _PlanOption:
+    annotation: Any
+    make: Callable[[], Any]  #: a fresh typer.Option (typer keeps state on them)
+
+
+PLAN_OPTIONS: dict[str, _PlanOption] = {
+    "schedule": _PlanOption(str | None, lambda: typer.Option(
+        None, "--schedule", callback=_known_schedule, help="Schedule name (see `ppsim schedules`).")),
+    "stages": _PlanOption(int | None, lambda: typer.Option(None, "--stages", min=1, help="Pipeline stages (ranks) p.")),
+    "microbatches": _PlanOption(int | None, lambda: typer.Option(
+        None, "--microbatches", min=1, help="Micro-batches per step m.")),
+    "chunks": _PlanOption(int | None, lambda: typer.Option(None, "--chunks", min=1, help="Virtual stages per rank v.")),
+    "partition": _PlanOption(Literal["uniform", "balanced"] | None, lambda: typer.Option(
+        None, "--partition", help="Layers per stage: uniform or balanced (explicit counts go in the scenario).")),
+    "comm": _PlanOption(Literal["rendezvous", "eager", "async"] | None, lambda: typer.Option(
+        None, "--comm", help="Send semantics: rendezvous (blocking, as gloo / NCCL pairs), eager or async.")),
+}
+
+
+@dataclass(frozen=True)
+class PlanOverrides:
+    """The plan options given on the command line (None: keep the scenario's)."""
+
+    schedule: str | None = None
+    stages: int | None = None
+    microbatches: int | None = None
+    chunks: int | None = None
+    partition: str | None = None
+    comm: str | None = None
+
+    def given(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def plan_options(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command the plan options ``names`` (all of them by default): the command declares a
+    ``plan: PlanOverrides`` parameter and receives them in it."""
+    names = names or tuple(PLAN_OPTIONS)
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(command, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.name != "plan"]
+        added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=PLAN_OPTIONS[n].make(),
+                                   annotation=PLAN_OPTIONS[n].annotation) for n in names]
+
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            plan = PlanOverrides(**{n: kwargs.pop(n) for n in names})
+            return command(plan=plan, **kwargs)
+
+        params = own + added
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": sig.return_annotation}
+        return wrapper
+
+    return decorate
+
+
+# ----- inputs -----------------------------------------------------------------------------------
+PROFILE_HELP = "Measured costs from `ppexec profile` (YAML) instead of the roofline."
+
+
+def profile_option() -> Any:
+    return typer.Option(None, "--profile", help=PROFILE_HELP)
+
+
+def scenario_with(path: Path, plan: PlanOverrides = PlanOverrides(), ds_config: Path | None = None) -> Scenario:
+    """The scenario of ``path`` (with a DeepSpeed config) and the plan options; its notes printed."""
+    from ppsim.inputs.scenario import load_with_notes
+
+    s, notes = load_with_notes(path, ds_config)
+    for note in notes:
+        say("note", note)
+    return s.with_overrides(**plan.given())
+
+
+def load_profile_option(path: Path | None) -> Profile | None:
+    """The profile a ``--profile`` option names, or None."""
+    if path is None:
+        return None
+    from ppsim.inputs.profile import load_profile
+
+    return load_profile(path)
+
+
+def int_list(text: str | None, option: str) -> list[int] | None:
+    """``"4,8,16"`` -> [4, 8, 16]: positive, distinct whole numbers, else bad usage of ``option``."""
+    if text is None:
+        return None
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise usage_error(f"expected comma-separated whole numbers such as 4,8,16, got {text!r}", option) from None
+    if not values or any(v < 1 for v in values):
+        raise usage_error(f"expected positive whole numbers such as 4,8,16, got {text!r}", option)
+    if len(set(values)) != len(values):
+        raise usage_error(f"lists a value twice: {text!r}", option)
+    return values
+
+
+# ----- outputs ----------------------------------------------------------------------------------
+def output_targets(outputs: dict[str, Path | None], inputs: list[Path], force: bool) -> dict[str, Path]:
+    """The given outputs (option -> path), each checked before any work: never an input, never a
+    file ppsim did not write (without ``force``), never two options on one file; ``--png`` also
+    checks that a browser can draw it."""
+    from ppsim import outputs as out
+
+    inputs = [p / "trace.json" if p.is_dir() else p for p in inputs]
+    targets = {opt: out.check_output(p, opt, inputs, force) for opt, p in outputs.items() if p is not None}
+    if len({t.resolve() for t in targets.values()}) < len(targets):
+        raise PpsimError(f"{' and '.join(targets)} name the same file; give each its own name")
+    if "--png" in targets:
+        from ppsim.views.render.png import check_png
+
+        check_png()
+    return targets
+
+
+def write_pages(targets: dict[str, Path], figure: Callable[[], go.Figure]) -> None:
+    """Write the figure ``figure()`` builds to the ``--html`` and ``--png`` targets (built once, if any)."""
+    from ppsim import outputs as out
+
+    if "--html" not in targets and "--png" not in targets:
+        return
+    fig = figure()
+    if "--html" in targets:
+        from ppsim.views.render.gantt import write_figure
+
+        out.atomic_write(targets["--html"], lambda p: write_figure(fig, p))
+    if "--png" in targets:
+        from ppsim.views.render.png import write_png
+
+        out.atomic_write(targets["--png"], lambda p: write_png(fig, p))
+
+
+def report_written(targets: dict[str, Path]) -> None:
+    for opt, path in targets.items():
+        err.print(f"wrote {path} ({opt.lstrip('-')})")
+
+
+def force_option() -> Any:
+    return typer.Option(False, "--force", help="Overwrite output files not written by ppsim.")
+
+
+def html_option(what: str) -> Any:
+    return typer.Option(None, "--html", help=f"Write {what} (self-contained HTML).")
+
+
+def png_option() -> Any:
+    return typer.Option(None, "--png", help="Write the same picture as a PNG (needs Chrome or Chromium).")

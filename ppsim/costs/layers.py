@@ -1,0 +1,93 @@
+"""FLOPs, parameters and held activations of a GPT-style model's layers, per micro-batch.
+
+Per transformer block and micro-batch (b sequences of s tokens, width h, MLP width f, a heads):
+- forward FLOPs: QKV 6bsh^2 + scores and attention-times-V 4bs^2h + output projection 2bsh^2
+  + MLP 4bshf  (= 24bsh^2 + 4bs^2h for f = 4h);
+- input grad: the same matmuls again (8bsh^2 + 4bshf) plus both operands of the two attention
+  matmuls (8bs^2h); weight grad: 8bsh^2 + 4bshf. Backward = input grad + weight grad = 2 x forward.
+- the LM head (final norm, logits, loss) on the last stage: 2bshV forward, 2bshV each for input
+  and weight grad; the embedding on the first stage: a lookup, no matmul FLOPs.
+- activations held per micro-batch: :func:`ppsim.costs.memory.block_activation_bytes`.
+Grouped-query attention shrinks K and V to kv/a of Q; a SwiGLU MLP has three h x f matrices.
+With tensor parallelism t every figure is per device of the group (Megatron: matmuls, heads and
+the vocabulary split t ways).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppsim.costs.memory import Recompute, block_activation_bytes
+from ppsim.inputs.scenario import DTYPE_BYTES, ModelSpec
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """FLOPs, parameters and held activations of one layer for one micro-batch."""
+
+    name: str
+    forward_flops: float
+    input_grad_flops: float
+    weight_grad_flops: float
+    params: int
+    activation_bytes: int
+    recompute_flops: float = 0.0  #: the part of input_grad_flops that recomputes the forward
+
+    @property
+    def total_flops(self) -> float:
+        return self.forward_flops + self.input_grad_flops + self.weight_grad_flops
+
+
+def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none", tensor_parallel: int = 1, *,
+               sequence_parallel: bool = False, flash_attention: bool = False
+               ) -> tuple[LayerCost, LayerCost, LayerCost]:
+    """(embedding, one transformer block, LM head) for one micro-batch, per device of a tensor-
+    parallel group of ``tensor_parallel`` (Megatron: the matmuls, the vocabulary and the heads are
+    split t ways). With recompute, the block's input-grad pass also runs the recomputed forward
+    (all of it, or the attention core); FlashAttention's backward recomputes the scores (QK^T)."""
+    b, s, h, f, a, V = micro_batch, model.seq_len, model.hidden, model.ffn, model.heads, model.vocab
+    t = tensor_parallel
+    g = model.kv / a  # K and V projections are g x the size of Q's (grouped-query attention)
+    mlp_mats = 3 if model.mlp == "swiglu" else 2
+    matmul = ((4 + 4 * g) * b * s * h * h + 2 * mlp_mats * b * s * h * f) / t
+    attention = 4 * b * s * s * h / t
+    # what the backward runs again: the recomputed forward (all of it, or the attention core), and
+    # under FlashAttention half the attention core (the scores) whatever the recompute mode
+    if flash_attention:
+        recomputed = (matmul + attention if recompute == "full" else 0) + attention / 2
+    else:
+        recomputed = {"none": 0, "selective": attention, "full": matmul + attention}[recompute]
+    if model.mlp == "swiglu":  # Llama-style block: no biases, two RMSNorms
+        block_params = int((2 + 2 * g) * h * h + 3 * h * f) // t + 2 * h
+    else:  # GPT-style block: biases, two LayerNorms
+        block_params = int((2 + 2 * g) * h * h + 2 * h * f + (2 + 2 * g) * h + f) // t + 5 * h
+    block = LayerCost(
+        name="block",
+        forward_flops=matmul + attention,
+        input_grad_flops=matmul + 2 * attention + recomputed,
+        weight_grad_flops=matmul,
+        params=block_params,
+        activation_bytes=block_activation_bytes(s, b, h, a, DTYPE_BYTES[model.dtype], recompute, t,
+                                                kv_heads=model.kv, ffn_hidden=f, mlp=model.mlp,
+                                                sequence_parallel=sequence_parallel, flash_attention=flash_attention,
+                                                dropout=model.dropout),
+        recompute_flops=recomputed,
+    )
+    embedding = LayerCost(
+        name="embedding",
+        forward_flops=0.0,
+        input_grad_flops=0.0,
+        weight_grad_flops=0.0,
+        params=V * h // t + (s * h if model.positions == "learned" else 0),
+        activation_bytes=int(s * b * h * DTYPE_BYTES[model.dtype]),
+    )
+    logits = 2 * b * s * h * V / t
+    head = LayerCost(
+        name="lm_head",
+        forward_flops=logits,
+        input_grad_flops=logits,
+        weight_grad_flops=logits,
+        params=V * h // t + 2 * h,
+        activation_bytes=4 * s * b * V // t,
+    )
+    return embedding, block, head

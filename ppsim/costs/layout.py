@@ -1,0 +1,78 @@
+"""The model laid out over the virtual stages: each stage's blocks (with the embedding on the first
+and the LM head on the last), their FLOPs, parameters, held activations and model states, and the
+stage-to-stage message. Every cost builder starts from the same layout."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ppsim.costs.layers import LayerCost
+from ppsim.costs.memory import StaticMemory, static_memory
+from ppsim.costs.table import StageCost
+from ppsim.inputs.scenario import DTYPE_BYTES, Scenario
+
+
+@dataclass(frozen=True)
+class StageShape:
+    """One virtual stage's share of the model, per micro-batch (FLOPs, activations) or per step."""
+
+    blocks: int
+    forward_flops: float
+    input_grad_flops: float
+    weight_grad_flops: float
+    recompute_flops: float  #: the part of input_grad_flops that recomputes the forward
+    params: int
+    activation_bytes: int
+    memory: StaticMemory
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The virtual stages' shapes (none when the scenario has no model) and the messages between them."""
+
+    stages: tuple[StageShape, ...]
+    message_bytes: int  #: one stage-to-stage message (each tensor rank's 1/t of it under sequence parallelism)
+    activation_bytes: int  #: one whole s x b x h activation, what tensor parallelism all-reduces
+    dtype_bytes: int
+
+    @property
+    def blocks(self) -> list[int] | None:
+        """Blocks per virtual stage (None without a model)."""
+        return [st.blocks for st in self.stages] if self.stages else None
+
+    def stage_cost(self, stage: int, **times: float | int) -> StageCost:
+        """A StageCost with ``times`` (forward_ms, backward_ms, ...) and what the layout knows of ``stage``."""
+        if not self.stages:
+            return StageCost(**times)  # type: ignore[arg-type]
+        st = self.stages[stage]
+        return StageCost(grad_bytes=st.params * self.dtype_bytes, activation_bytes=st.activation_bytes,
+                         params=st.params, layers=st.blocks, memory=st.memory, **times)  # type: ignore[arg-type]
+
+
+def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, LayerCost, LayerCost] | None) -> Layout:
+    """The layout of ``blocks`` per virtual stage of the (embedding, block, head) ``layers``."""
+    model = s.model
+    dtype_bytes = DTYPE_BYTES[model.dtype] if model else 2
+    whole = model.seq_len * s.training.micro_batch * model.hidden * dtype_bytes if model else 0
+    message = whole // s.tensor_parallel if s.training.sequence_parallel else whole
+    if blocks is None or layers is None:
+        return Layout((), message, whole, dtype_bytes)
+    emb, block, head = layers
+    n = len(blocks)
+    stages = []
+    for k, count in enumerate(blocks):
+        parts = [block] * count + ([emb] if k == 0 else []) + ([head] if k == n - 1 else [])
+        params = sum(x.params for x in parts)
+        stages.append(StageShape(
+            blocks=count,
+            forward_flops=sum(x.forward_flops for x in parts),
+            input_grad_flops=sum(x.input_grad_flops for x in parts),
+            weight_grad_flops=sum(x.weight_grad_flops for x in parts),
+            recompute_flops=sum(x.recompute_flops for x in parts),
+            params=params,
+            activation_bytes=sum(x.activation_bytes for x in parts),
+            memory=static_memory(params, dtype_bytes, zero_stage=s.training.zero_stage, data_parallel=s.data_parallel,
+                                 message_bytes=message, neighbours=(k > 0) + (k < n - 1)),
+        ))
+    return Layout(tuple(stages), message, whole, dtype_bytes)

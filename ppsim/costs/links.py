@@ -1,0 +1,59 @@
+"""The links a plan's transfers run over: one per stage boundary, the data-parallel gradient
+all-reduce's and the tensor-parallel all-reduces', from the scenario's ``hardware`` section (or
+the device's defaults) or from the routes of its ``cluster``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppsim.costs.table import Link
+from ppsim.inputs import cluster as cl
+from ppsim.inputs.hardware import Device
+from ppsim.inputs.scenario import ClusterSpec, LinkSpec, Scenario
+
+
+@dataclass(frozen=True)
+class Links:
+    boundaries: tuple[Link, ...]  #: between virtual stages s and s + 1; one link for all when it has one
+    data_parallel: Link
+    tensor_parallel: Link
+
+
+def scenario_links(s: Scenario, device: Device, n_virtual: int) -> Links:
+    """The scenario's links: routed over its cluster when it has one, else as ``hardware`` gives them."""
+    if s.cluster is not None:
+        return _cluster_links(s.cluster, s, device, n_virtual)
+    hw = s.hardware
+    return Links(
+        boundaries=(_link(hw.link, device.inter_node_gb_s, device.inter_node_latency_us),),
+        data_parallel=_link(hw.dp_link, device.intra_node_gb_s, device.intra_node_latency_us),
+        tensor_parallel=_link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
+    )
+
+
+def as_link(speed: cl.LinkSpeed) -> Link:
+    return Link.from_gb_s(speed.bandwidth_gb_s, speed.latency_us)
+
+
+def _link(spec: LinkSpec | None, default_gb_s: float, default_latency_us: float) -> Link:
+    """The scenario's link if it gives one, else the device's default."""
+    if spec is None:
+        return Link.from_gb_s(default_gb_s, default_latency_us)
+    return Link.from_gb_s(spec.bandwidth_gb_s, spec.latency_us)
+
+
+def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, n_virtual: int) -> Links:
+    intra, inter = spec.intra_node, spec.inter_node
+    cluster = cl.Cluster(
+        nodes=spec.nodes,
+        devices_per_node=spec.devices_per_node,
+        intra=cl.LinkSpeed(intra.bandwidth_gb_s, intra.latency_us) if intra
+        else cl.LinkSpeed(device.intra_node_gb_s, device.intra_node_latency_us),
+        inter=cl.LinkSpeed(inter.bandwidth_gb_s, inter.latency_us) if inter
+        else cl.LinkSpeed(device.inter_node_gb_s, device.inter_node_latency_us),
+        nics_per_node=spec.nics_per_node or spec.devices_per_node,
+    )
+    p, d, t = s.pipeline.stages, s.data_parallel, s.tensor_parallel
+    cl.check_fits(cluster, p, d, t)
+    boundaries, dp, tp = cl.plan_links(cluster, n_virtual, p, d, t, spec.placement)
+    return Links(tuple(as_link(b) for b in boundaries), as_link(dp), as_link(tp))

@@ -1,0 +1,96 @@
+"""Device memory of a stage: model states (weights, gradients, optimizer), buffers and activations.
+
+Model states per parameter, mixed-precision Adam (16-bit dtypes): 2 bytes of weights, 2 of
+gradients and 12 of optimizer state (fp32 master weights, momentum, variance); in fp32: 4 + 4 + 8
+(momentum, variance). ZeRO stage 1 shards the optimizer state over the d data-parallel replicas.
+
+Activations kept per transformer block and micro-batch, from Korthikanti et al. (2022), in 16-bit
+values (scaled by dtype bytes / 2), for s tokens, b sequences, width h and a heads:
+
+- ``none``:      sbh(34 + 5as/h)  — everything the backward needs;
+- ``selective``: 34 sbh           — the attention core (QK^T, softmax, dropout, AV) is recomputed;
+- ``full``:      2 sbh            — only the block's input; the backward runs the forward again.
+
+With tensor parallelism over t devices (no sequence parallelism) each device keeps
+sbh(10 + 24/t + 5as/(ht)), sbh(10 + 24/t) and 2 sbh; with sequence parallelism the 10 sbh of layer
+norms and dropouts are split too: sbh(34/t + 5as/(ht)), 34 sbh / t and 2 sbh / t.
+
+The 24 sbh split by tensor parallelism are the attention's Q, K, V and output-projection inputs
+(8 sbh) and the MLP's intermediate values (16 sbh = 4 sbf for f = 4h). The same accounting covers
+grouped-query attention (K and V are kv/a of Q's size: (4 + 4 kv/a) sbh) and SwiGLU MLPs (gate, up
+and their product: 6 sbf). FlashAttention keeps no s x s scores: the 5as/h term goes (its backward
+recomputes them, as selective recomputation does). A model without dropout keeps neither the two
+1-byte masks of the block (2 sbh of the 10) nor the attention's dropout mask and output (3as/h of
+the 5as/h).
+
+Communication buffers: a receive and a send buffer of one stage-to-stage message for each
+neighbouring stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ppsim.errors import ScenarioError
+
+Recompute = Literal["none", "selective", "full"]
+RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+
+
+def block_activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, dtype_bytes: int,
+                           recompute: Recompute = "none", tensor_parallel: int = 1, *,
+                           kv_heads: int | None = None, ffn_hidden: int | None = None, mlp: str = "gelu",
+                           sequence_parallel: bool = False, flash_attention: bool = False,
+                           dropout: bool = True) -> int:
+    """Bytes one transformer block keeps per micro-batch between its forward and its backward, on
+    each of ``tensor_parallel`` devices (Megatron's tensor parallelism: the layer norms' and
+    dropouts' 10 sbh stay whole unless ``sequence_parallel`` splits them too)."""
+    if recompute not in RECOMPUTE_MODES:
+        raise ScenarioError(f"unknown recompute mode {recompute!r}; use one of {', '.join(RECOMPUTE_MODES)}",
+                            field="training.recompute")
+    sbh = seq_len * micro_batch * hidden
+    scale = dtype_bytes / 2
+    t = tensor_parallel
+    whole_t = t if sequence_parallel else 1
+    if recompute == "full":
+        return int(2 * sbh / whole_t * scale)
+    kv = heads if kv_heads is None else kv_heads
+    ffn = 4 * hidden if ffn_hidden is None else ffn_hidden
+    mlp_values = 6 if mlp == "swiglu" else 4  # 16-bit values of width f kept by the MLP
+    split = (4 + 4 * kv / heads) * sbh + mlp_values * seq_len * micro_batch * ffn
+    kept = (10 if dropout else 8) * sbh / whole_t + split / t
+    if recompute == "none" and not flash_attention:
+        kept += (5 if dropout else 2) * heads * seq_len * sbh / (hidden * t)
+    return int(kept * scale)
+
+
+def model_state_bytes_per_param(dtype_bytes: int) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer state) bytes per parameter with (mixed-precision) Adam."""
+    if dtype_bytes >= 4:
+        return 4, 4, 8
+    return dtype_bytes, dtype_bytes, 12
+
+
+@dataclass(frozen=True)
+class StaticMemory:
+    """What a stage holds for the whole step, in bytes."""
+
+    weights: int
+    gradients: int
+    optimizer: int
+    buffers: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.gradients + self.optimizer + self.buffers
+
+
+def static_memory(params: int, dtype_bytes: int, *, zero_stage: int = 0, data_parallel: int = 1,
+                  message_bytes: int = 0, neighbours: int = 0) -> StaticMemory:
+    """Model states of ``params`` parameters (optimizer sharded over ``data_parallel`` replicas with
+    ZeRO-1) plus send and receive buffers for each of ``neighbours`` neighbouring stages."""
+    w, g, o = model_state_bytes_per_param(dtype_bytes)
+    shards = data_parallel if zero_stage >= 1 else 1
+    return StaticMemory(weights=params * w, gradients=params * g, optimizer=-(-params * o // shards),
+                        buffers=2 * message_bytes * neighbours)

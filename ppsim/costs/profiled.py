@@ -1,0 +1,108 @@
+"""Stage costs from a measured profile (``ppexec profile``) instead of the roofline.
+
+A stage's forward is the overhead of its position (first / middle / last) plus its layers'
+measured forwards, and likewise for backward, weight grad, optimizer and clipping; what
+recomputation adds to a block is as the profile measured it; the link and the collectives are the
+measured ones. With tensor parallelism t a block does its share of its measured work (1/t, or as
+the profile measured a split block: split blocks are less efficient than 1/t) plus two all-reduces
+of the whole activation in each pass (and two more in a fully recomputed forward); the embedding
+and the head are whole on every rank, as ppexec runs them.
+"""
+
+from __future__ import annotations
+
+from ppsim.costs.collectives import grad_allreduce, ring_allreduce_ms
+from ppsim.costs.layers import LayerCost
+from ppsim.costs.layout import Layout
+from ppsim.costs.table import CostTable, Link
+from ppsim.costs.zero import shard_optimizer
+from ppsim.inputs.profile import LayerTimes, LinkProfile, Profile
+from ppsim.inputs.scenario import Scenario
+
+
+def profile_link(lp: LinkProfile) -> Link:
+    """The simulator's link of a measured one (latency, bandwidth, send and receive overheads)."""
+    return Link(latency_ms=lp.latency_us / 1e3, bandwidth_bytes_per_ms=lp.bandwidth_gb_s * 1e6,
+                send_overhead_ms=lp.send_overhead_us / 1e3, recv_overhead_ms=lp.recv_overhead_us / 1e3)
+
+
+def balancing_loads(profile: Profile) -> tuple[float, float, float]:
+    """(a block, what the first stage adds, what the last adds) in measured ms of forward +
+    backward: what the balanced partition evens out."""
+    def both(x: LayerTimes) -> float:
+        return x.forward_ms + x.backward_ms
+
+    o = profile.overheads
+    mid = o["middle"].forward_ms + o["middle"].backward_ms
+    first = both(profile.embedding) + o["first"].forward_ms + o["first"].backward_ms - mid
+    last = both(profile.head) + o["last"].forward_ms + o["last"].backward_ms - mid
+    return both(profile.block), first, last
+
+
+def recompute_extra_ms(profile: Profile, recompute: str, block: LayerCost) -> tuple[float, float]:
+    """(forward, backward) time recomputation adds to a block: as the profile measured it, or, for
+    a profile without it, the recomputed share of the measured forward by FLOPs in the backward."""
+    if recompute == "none":
+        return 0.0, 0.0
+    measured = profile.recompute.get(recompute)  # type: ignore[call-overload]
+    if measured is not None:
+        return measured.forward_ms, measured.backward_ms
+    return 0.0, profile.block.forward_ms * block.recompute_flops / block.forward_flops
+
+
+def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: LayerCost) -> CostTable:
+    """Per virtual stage costs of ``layout`` from the measured ``profile``; ``block_flops`` (the
+    block's FLOPs) prices a recomputation the profile did not measure."""
+    training, d, t = s.training, s.data_parallel, s.tensor_parallel
+    again_forward, again_backward = recompute_extra_ms(profile, training.recompute, block_flops)
+    n = len(layout.stages)
+    link = profile_link(profile.link)
+    # the collectives as measured, where the profile has them; else over the point-to-point link
+    measured = profile.collectives
+    reduce_link = profile_link(measured["allreduce"]) if "allreduce" in measured else link
+    gather_link = profile_link(measured["allgather"]) if "allgather" in measured else link
+    block = profile.block
+    if t > 1:
+        block, share = _tensor_parallel_block(profile, t, layout.activation_bytes, reduce_link,
+                                              full_recompute=training.recompute == "full")
+        again_forward, again_backward = again_forward * share, again_backward * share
+    stages = []
+    for k, st in enumerate(layout.stages):
+        parts = [block] * st.blocks + ([profile.embedding] if k == 0 else []) + ([profile.head] if k == n - 1 else [])
+        extra = profile.overhead(k, n)
+        reduce_ms, buckets = grad_allreduce(st.params * layout.dtype_bytes, d, reduce_link, training.allreduce,
+                                            training.bucket_mb * 1e6)
+        stages.append(layout.stage_cost(
+            k,
+            forward_ms=max(0.0, extra.forward_ms + sum(x.forward_ms for x in parts) + st.blocks * again_forward),
+            backward_ms=max(0.0, extra.backward_ms + sum(x.backward_ms for x in parts) + st.blocks * again_backward),
+            weight_grad_ms=sum(x.weight_grad_ms for x in parts),
+            optimizer_ms=max(0.0, extra.optimizer_ms + sum(x.optimizer_ms for x in parts)),
+            clip_ms=max(0.0, extra.clip_ms),
+            allreduce_ms=reduce_ms,
+            allreduce_buckets=buckets,
+        ))
+    if training.zero_stage >= 1:
+        stages = [shard_optimizer(c, d, reduce_link, gather_link, training.zero_reduce, profile.overhead(k, n).optimizer_ms)
+                  for k, c in enumerate(stages)]
+    return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=(link,),
+                     clip_allreduce_ms=profile.clip_allreduce_us / 1e3)
+
+
+def _tensor_parallel_block(profile: Profile, t: int, activation_bytes: int, reduce_link: Link, *,
+                           full_recompute: bool) -> tuple[LayerTimes, float]:
+    """The measured block split t ways with its all-reduces, and the share of the whole block's
+    forward compute one rank does (what recomputation is scaled by)."""
+    block = profile.block
+    allreduce = ring_allreduce_ms(activation_bytes, t, reduce_link)
+    forward_share, backward_share = 1 / t, 1 / t  # of the whole block's compute
+    split = profile.tensor_parallel
+    if split is not None:  # as measured split over split.size ranks, less its all-reduces, then rescaled
+        measured_allreduce = ring_allreduce_ms(activation_bytes, split.size, reduce_link)
+        forward_share = max(0.0, (split.forward_ms - 2 * measured_allreduce) / split.whole_forward_ms) * split.size / t
+        backward_share = max(0.0, (split.backward_ms - 2 * measured_allreduce) / split.whole_backward_ms) * split.size / t
+    shared = block.model_copy(update={
+        "forward_ms": block.forward_ms * forward_share + 2 * allreduce,
+        "backward_ms": block.backward_ms * backward_share + (4 if full_recompute else 2) * allreduce,
+        "weight_grad_ms": block.weight_grad_ms * backward_share, "optimizer_ms": block.optimizer_ms / t})
+    return shared, forward_share

@@ -1,0 +1,88 @@
+"""Costs the simulator consumes: per virtual stage compute times and memory, and the link model.
+
+The simulator only sees a :class:`CostTable`; how it was made (analytic GPT FLOPs, explicit
+per-stage milliseconds, or a measured profile) is the business of :mod:`ppsim.costs.workload`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ppsim.costs.memory import StaticMemory
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """What one virtual stage costs per micro-batch (compute) or per step (optimizer, all-reduce)."""
+
+    forward_ms: float
+    backward_ms: float  #: the whole backward: input grad + weight grad
+    weight_grad_ms: float = 0.0  #: the part of backward_ms that is weight grad
+    optimizer_ms: float = 0.0
+    clip_ms: float = 0.0  #: gradient clipping's own work (the local gradient norm), before its all-reduce
+    allreduce_ms: float = 0.0  #: gradient all-reduce across data-parallel replicas, once per step
+    allreduce_buckets: int = 1  #: the all-reduce runs in this many equal buckets
+    grad_bytes: int = 0  #: bytes all-reduced per step
+    activation_bytes: int = 0  #: activations held per micro-batch between forward and backward
+    params: int = 0
+    layers: int = 0  #: transformer blocks in this stage (0 when costs are explicit)
+    memory: StaticMemory | None = None  #: what the stage holds all step: model states and buffers
+
+    @property
+    def input_grad_ms(self) -> float:
+        return self.backward_ms - self.weight_grad_ms
+
+
+@dataclass(frozen=True)
+class Link:
+    """Latency + bytes / bandwidth between consecutive stages. Transfers on one directed link queue
+    behind each other (bandwidth is shared in FIFO order); latency is pipelined. Around a transfer
+    the sender spends ``send_overhead_ms`` before the data moves and the receiver
+    ``recv_overhead_ms`` after it has arrived (packing, copying out of the receive buffer)."""
+
+    latency_ms: float
+    bandwidth_bytes_per_ms: float = math.inf
+    send_overhead_ms: float = 0.0
+    recv_overhead_ms: float = 0.0
+
+    def serialization_ms(self, nbytes: int) -> float:
+        if math.isinf(self.bandwidth_bytes_per_ms):
+            return 0.0
+        return nbytes / self.bandwidth_bytes_per_ms
+
+    def transfer_ms(self, nbytes: int) -> float:
+        return self.latency_ms + self.serialization_ms(nbytes)
+
+    @classmethod
+    def from_gb_s(cls, bandwidth_gb_s: float, latency_us: float) -> Link:
+        """From bandwidth in GB/s (1e9 bytes per second) and latency in microseconds."""
+        per_ms = math.inf if bandwidth_gb_s <= 0 or math.isinf(bandwidth_gb_s) else bandwidth_gb_s * 1e9 / 1e3
+        return cls(latency_ms=latency_us / 1e3, bandwidth_bytes_per_ms=per_ms)
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """Per virtual stage costs plus the stage-to-stage message size and links.
+
+    ``links[s]`` carries the messages between virtual stages s and s + 1 (both directions); a
+    single link may be given for all boundaries.
+    """
+
+    stages: tuple[StageCost, ...]
+    message_bytes: int
+    links: tuple[Link, ...]
+    #: gradient clipping (CLIP) all-reduces the gradient norm over every stage of the pipeline, so
+    #: each rank waits for the last one to get there; this is what the all-reduce itself costs
+    clip_allreduce_ms: float = 0.0
+    #: start a stage's gradient all-reduce bucket by bucket while its last backward produces them
+    #: (Megatron's --overlap-grad-reduce, DeepSpeed's overlap_comm), instead of after it
+    overlap_grad_reduce: bool = False
+
+    def link(self, boundary: int) -> Link:
+        return self.links[boundary] if len(self.links) > 1 else self.links[0]
+
+    def p2p_ms(self, boundary: int = 0) -> float:
+        """Time of one unloaded stage-to-stage transfer across ``boundary``, overheads included."""
+        link = self.link(boundary)
+        return link.send_overhead_ms + link.transfer_ms(self.message_bytes) + link.recv_overhead_ms

@@ -1,0 +1,107 @@
+"""The scenario's costs: the model laid out over the virtual stages and priced by one of three
+builders — explicit milliseconds (:mod:`~ppsim.costs.explicit`), a measured profile
+(:mod:`~ppsim.costs.profiled`) or the model's FLOPs on the device's roofline
+(:mod:`~ppsim.costs.analytic`) — plus the figures the metrics need (FLOPs, samples, tokens)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ppsim.costs.analytic import analytic_costs
+from ppsim.costs.explicit import explicit_costs
+from ppsim.costs.layers import LayerCost, gpt_layers
+from ppsim.costs.layout import Layout, lay_out
+from ppsim.costs.links import scenario_links
+from ppsim.costs.partition import blocks_per_stage
+from ppsim.costs.profiled import balancing_loads, profiled_costs
+from ppsim.costs.table import CostTable
+from ppsim.errors import ScenarioError
+from ppsim.inputs.hardware import get_device
+from ppsim.inputs.profile import Profile
+from ppsim.inputs.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Costs plus the figures the metrics need (what one step does)."""
+
+    costs: CostTable
+    partition: list[int] | None  #: blocks per virtual stage, when a model is given
+    model_flops_per_step: float | None  #: forward + backward FLOPs of all micro-batches and replicas
+    forward_flops_per_step: float | None
+    peak_flops_per_device: float | None
+    samples_per_step: int
+    tokens_per_step: int | None
+
+
+def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
+    """Costs of every virtual stage for the scenario: from explicit costs if given, else from a
+    measured profile if given, else from the model's FLOPs on the device's roofline."""
+    if profile is not None:
+        _check_profile(s, profile)
+    device = get_device(s.hardware.device, s.hardware.device_file)
+    n_virtual = s.pipeline.stages * s.pipeline.chunks
+    layers = model_layers(s, profile)
+    blocks = None
+    if layers is not None:
+        emb, block, head = layers
+        loads = balancing_loads(profile) if profile is not None else (block.total_flops, emb.total_flops,
+                                                                     head.total_flops)
+        blocks = blocks_per_stage(s, n_virtual, *loads)
+    layout = lay_out(s, blocks, layers)
+    if s.costs is not None:
+        costs = explicit_costs(s, s.costs, layout)
+    elif profile is not None and layers is not None:
+        costs = profiled_costs(s, layout, profile, layers[1])
+    elif s.model is not None:
+        costs = analytic_costs(s, s.model, layout, device, scenario_links(s, device, n_virtual))
+    else:  # pragma: no cover - a Scenario has a model or costs
+        raise ScenarioError("a scenario needs a 'model' section or a 'costs' section")
+    return _with_figures(s, costs, layout, device.peak_flops(s.model.dtype) if s.model else None)
+
+
+def model_layers(s: Scenario, profile: Profile | None = None) -> tuple[LayerCost, LayerCost, LayerCost] | None:
+    """(embedding, block, head) of the scenario's model for one micro-batch, per tensor-parallel
+    device; with a profile the embedding's and head's parameters are whole, as ppexec holds them."""
+    if s.model is None:
+        return None
+    t, training = s.tensor_parallel, s.training
+    layers = gpt_layers(s.model, training.micro_batch, training.recompute, t,
+                        sequence_parallel=training.sequence_parallel, flash_attention=training.flash_attention)
+    if profile is not None and t > 1:
+        whole_emb, _, whole_head = gpt_layers(s.model, training.micro_batch, training.recompute, 1)
+        emb, block, head = layers
+        layers = (replace(emb, params=whole_emb.params), block, replace(head, params=whole_head.params))
+    return layers
+
+
+def _check_profile(s: Scenario, profile: Profile) -> None:
+    if s.costs is not None:
+        raise ScenarioError("the scenario gives explicit costs; a profile replaces model-based costs only: "
+                            "remove the 'costs' section or the --profile option", field="--profile")
+    profile.check_applies(s)
+    if s.tensor_parallel > 1 and "allreduce" not in profile.collectives:
+        raise ScenarioError("this profile has no measured all-reduce, which tensor parallelism needs; measure a new "
+                            "one with `ppexec profile`, or predict tensor_parallel > 1 from the model (no --profile)",
+                            field="--profile")
+
+
+def _with_figures(s: Scenario, costs: CostTable, layout: Layout, peak_flops: float | None) -> Workload:
+    """The workload of ``costs``: per device figures x t devices; model FLOPs (what MFU counts)
+    leave out the recomputed forward."""
+    m, d, t = s.microbatches, s.data_parallel, s.tensor_parallel
+    samples = s.training.micro_batch * m * d
+    per_step = m * d * t
+    stages = layout.stages
+    flops = sum(st.forward_flops + st.input_grad_flops + st.weight_grad_flops - st.recompute_flops
+                for st in stages) * per_step if stages else None
+    forward = sum(st.forward_flops for st in stages) * per_step if stages else None
+    return Workload(
+        costs=costs,
+        partition=layout.blocks,
+        model_flops_per_step=flops,
+        forward_flops_per_step=forward,
+        peak_flops_per_device=peak_flops,
+        samples_per_step=samples,
+        tokens_per_step=samples * s.model.seq_len if s.model else None,
+    )

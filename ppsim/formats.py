@@ -1,0 +1,28 @@
+"""The names of the file formats ppsim writes, and the bytes that mark a file as ppsim's.
+
+Each writer takes its format name from here and :mod:`ppsim.outputs` recognises the files by the
+same constants, so a format is named in one place. Imports nothing.
+"""
+
+from __future__ import annotations
+
+TRACE_FORMAT = "ppsim-trace"
+PLAN_FORMAT = "ppsim-plan"
+PROFILE_FORMAT = "ppsim-profile"
+CHROME_FORMAT = "ppsim-chrome-trace"
+#: the first line of every HTML page ppsim writes
+HTML_MARKER = "<!-- ppsim -->"
+#: a PNG text chunk naming ppsim as the writer (type and body, without its length and CRC)
+PNG_MARKER = b"tEXtSoftware\x00ppsim"
+
+
+def written_markers() -> tuple[bytes, ...]:
+    """Byte strings, one of which lies in the first 4 KiB of every file ppsim writes."""
+    return (
+        f'"format":"{TRACE_FORMAT}"'.encode(),  # Trace.save (compact JSON)
+        f'"format": "{PLAN_FORMAT}"'.encode(),  # ppsim plan --save (indented JSON)
+        b'"traceEvents"',  # Chrome trace
+        HTML_MARKER.encode(),
+        f"format: {PROFILE_FORMAT}".encode(),  # Profile.to_yaml
+        PNG_MARKER,
+    )

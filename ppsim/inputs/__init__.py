@@ -1,0 +1,5 @@
+"""What the user gives: the scenario (the only reader of scenario files), a DeepSpeed config, a
+measured profile, the hardware catalogue and the cluster's graph.
+
+Imports nothing of ppsim but errors and formats.
+"""

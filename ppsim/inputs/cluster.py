@@ -1,0 +1,175 @@
+"""The cluster as a networkx graph: where every rank runs, and what a transfer between two runs over.
+
+Graph: each node has a switch (NVSwitch / NVLink fabric) that its devices reach over their
+intra-node link, and NICs that reach the cluster's network switch over the inter-node link;
+device j of a node uses NIC ``j * nics // devices_per_node``. A transfer takes the shortest route
+between its two devices. Placement maps (stage, replica, tensor rank) to a device index, node by
+node: ``megatron`` (Megatron-LM's and DeepSpeed's order: tensor rank fastest, then data-parallel
+replica, then pipeline stage) or ``pipeline-inner`` (tensor, then stage, then replica: a replica's
+pipeline packed into as few nodes as possible).
+
+Replicas behave alike and are simulated once, so the same transfer of every replica happens at
+the same time: flows that share a link (several devices behind one NIC) divide its bandwidth, and
+a route's bandwidth is its most shared link's share.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from typing import Literal
+
+import networkx as nx
+
+from ppsim.errors import ScenarioError
+
+Placement = Literal["megatron", "pipeline-inner"]
+SPINE = "network"
+
+
+@dataclass(frozen=True)
+class LinkSpeed:
+    """A link's bandwidth (GB/s, per direction: per device port inside a node, per NIC between
+    nodes) and latency; also what a route between two devices offers a flow."""
+
+    bandwidth_gb_s: float
+    latency_us: float
+
+
+FREE = LinkSpeed(float("inf"), 0.0)  #: a route within one device: no transfer at all
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: int
+    devices_per_node: int
+    intra: LinkSpeed
+    inter: LinkSpeed
+    nics_per_node: int
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    def graph(self) -> nx.Graph:
+        """Devices, node fabrics, NICs and the network, with bandwidth (GB/s) and latency (us) per edge."""
+        g = nx.Graph()
+        g.add_node(SPINE)
+        for n in range(self.nodes):
+            fabric = f"node{n}/fabric"
+            for k in range(self.nics_per_node):
+                nic = f"node{n}/nic{k}"
+                g.add_edge(nic, SPINE, bandwidth=self.inter.bandwidth_gb_s, latency=self.inter.latency_us)
+            for j in range(self.devices_per_node):
+                dev = self.device_name(n * self.devices_per_node + j)
+                g.add_edge(dev, fabric, bandwidth=self.intra.bandwidth_gb_s, latency=self.intra.latency_us / 2)
+                nic = f"node{n}/nic{j * self.nics_per_node // self.devices_per_node}"
+                g.add_edge(dev, nic, bandwidth=float("inf"), latency=0.0)  # PCIe to its NIC: not the bottleneck
+        return g
+
+    def device_name(self, device: int) -> str:
+        n, j = divmod(device, self.devices_per_node)
+        return f"node{n}/gpu{j}"
+
+
+@cache
+def cluster_graph(cluster: Cluster) -> nx.Graph:
+    """The cluster's graph, built once per cluster."""
+    return cluster.graph()
+
+
+def device_of(stage: int, replica: int, tp_rank: int, p: int, d: int, t: int, placement: Placement) -> int:
+    """Global device index of a rank."""
+    if placement == "pipeline-inner":
+        return (replica * p + stage) * t + tp_rank
+    return (stage * d + replica) * t + tp_rank
+
+
+def check_fits(cluster: Cluster, p: int, d: int, t: int) -> None:
+    need = p * d * t
+    if need > cluster.devices:
+        raise ScenarioError(
+            f"the plan needs tensor x stages x data-parallel = {t} x {p} x {d} = {need} devices and the cluster has "
+            f"{cluster.nodes} x {cluster.devices_per_node} = {cluster.devices}; add nodes or shrink the plan",
+            field="cluster.nodes",
+        )
+    if t > cluster.devices_per_node:
+        raise ScenarioError(
+            f"tensor_parallel ({t}) spans more devices than a node has ({cluster.devices_per_node}); tensor "
+            "parallelism stays inside a node", field="tensor_parallel")
+
+
+def route(cluster: Cluster, a: int, b: int) -> list[str]:
+    """The path from device a to device b: through the node's fabric inside a node, else out of
+    a's NIC, over the network and into b's NIC (the graph's shortest path, without a search)."""
+    if a == b:
+        return [cluster.device_name(a)]
+    na, ja = divmod(a, cluster.devices_per_node)
+    nb, jb = divmod(b, cluster.devices_per_node)
+    if na == nb:
+        return [cluster.device_name(a), f"node{na}/fabric", cluster.device_name(b)]
+    nic = cluster.nics_per_node
+    return [cluster.device_name(a), f"node{na}/nic{ja * nic // cluster.devices_per_node}", SPINE,
+            f"node{nb}/nic{jb * nic // cluster.devices_per_node}", cluster.device_name(b)]
+
+
+def route_links(cluster: Cluster, flows: list[tuple[int, int]], graph: nx.Graph | None = None) -> list[LinkSpeed]:
+    """The effective link of each flow (device pairs that transfer at the same time): latencies add
+    up along its route; its bandwidth is the smallest share of a link on the route, a link's
+    bandwidth being divided among the flows that cross it."""
+    g = graph if graph is not None else cluster_graph(cluster)
+    paths = [route(cluster, a, b) for a, b in flows]
+    routes = [[(u, v) if u < v else (v, u) for u, v in zip(path, path[1:])] for path in paths]
+    load = Counter(edge for edges in routes for edge in set(edges))
+    out = []
+    for edges in routes:
+        if not edges:
+            out.append(FREE)
+            continue
+        latency_us = sum(g.edges[e]["latency"] for e in edges)
+        share = min(g.edges[e]["bandwidth"] / load[e] for e in edges)
+        out.append(LinkSpeed(share, latency_us))
+    return out
+
+
+def stage_links(cluster: Cluster, p_virtual: int, p: int, d: int, t: int, placement: Placement) -> list[LinkSpeed]:
+    """One link per boundary between virtual stages s and s + 1 (ranks s % p and (s + 1) % p),
+    with every replica and tensor rank sending across it at once."""
+    by_ranks: dict[tuple[int, int], LinkSpeed] = {}  # chunks repeat the same rank pairs
+    for boundary in range(max(1, p_virtual - 1)):
+        a, b = boundary % p, (boundary + 1) % p
+        if (a, b) not in by_ranks:
+            flows = [(device_of(a, r, k, p, d, t, placement), device_of(b, r, k, p, d, t, placement))
+                     for r in range(d) for k in range(t)]
+            by_ranks[(a, b)] = route_links(cluster, flows)[0]
+    return [by_ranks[(b % p, (b + 1) % p)] for b in range(max(1, p_virtual - 1))]
+
+
+def group_link(cluster: Cluster, devices_by_group: list[list[int]]) -> LinkSpeed:
+    """The slowest hop of a ring over each group's devices, all groups running at once."""
+    flows = [(grp[i], grp[(i + 1) % len(grp)]) for grp in devices_by_group if len(grp) > 1 for i in range(len(grp))]
+    if not flows:
+        return FREE
+    links = route_links(cluster, flows)
+    return LinkSpeed(min(link.bandwidth_gb_s for link in links), max(link.latency_us for link in links))
+
+
+def data_parallel_link(cluster: Cluster, p: int, d: int, t: int, placement: Placement) -> LinkSpeed:
+    """The link of the gradient all-reduce: a ring over each stage's replicas (per tensor rank)."""
+    groups = [[device_of(s, r, k, p, d, t, placement) for r in range(d)] for s in range(p) for k in range(t)]
+    return group_link(cluster, groups)
+
+
+def tensor_parallel_link(cluster: Cluster, p: int, d: int, t: int, placement: Placement) -> LinkSpeed:
+    groups = [[device_of(s, r, k, p, d, t, placement) for k in range(t)] for s in range(p) for r in range(d)]
+    return group_link(cluster, groups)
+
+
+@lru_cache(maxsize=64)
+def plan_links(cluster: Cluster, p_virtual: int, p: int, d: int, t: int, placement: Placement
+               ) -> tuple[tuple[LinkSpeed, ...], LinkSpeed, LinkSpeed]:
+    """(one link per stage boundary, the data-parallel link, the tensor-parallel link) of a plan,
+    remembered: changing the schedule or the micro-batches does not route the cluster again."""
+    return (tuple(stage_links(cluster, p_virtual, p, d, t, placement)), data_parallel_link(cluster, p, d, t, placement),
+            tensor_parallel_link(cluster, p, d, t, placement))

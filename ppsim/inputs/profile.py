@@ -1,0 +1,187 @@
+"""A measured profile: per-layer times, per-action framework overheads and the link, as ppsim reads them.
+
+``ppexec profile`` measures a profile on the machine at hand and writes it as YAML; ``ppsim run
+--profile FILE`` predicts with it instead of the analytic roofline. A profile holds, for one layer
+shape (width, heads, sequence length, vocabulary, dtype, micro-batch size):
+
+- ``layers``: forward, backward (and its input-grad / weight-grad parts) and optimizer-step time of
+  the embedding (with loading the micro-batch), one transformer block, and the head (with the loss);
+- ``overheads``: what the framework adds to every action of a stage outside the layers' own work
+  (DeepSpeed's instruction handling, loading data, cloning buffers), by stage position: ``first``,
+  ``middle`` and ``last`` stage; and gradient clipping's own work before its all-reduce
+  (``clip_allreduce_us``: the all-reduce of the norm over the pipeline, with the norm itself);
+- ``link``: a stage-to-stage transfer as latency + bytes / bandwidth, fitted over several message
+  sizes, plus what sender and receiver spend around the transfer itself.
+
+A stage's forward is then ``overhead + sum of its layers' forwards``; a profile fits any layer count
+and any partition of the same layer shape.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ppsim.errors import ScenarioError
+from ppsim.formats import PROFILE_FORMAT
+from ppsim.inputs.scenario import Dtype, Scenario
+
+PROFILE_VERSION = 1
+POSITIONS = ("first", "middle", "last")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LayerTimes(_Strict):
+    """One layer, one micro-batch, in milliseconds."""
+
+    forward_ms: float = Field(ge=0)
+    backward_ms: float = Field(ge=0, description="input grad + weight grad")
+    weight_grad_ms: float = Field(default=0.0, ge=0, description="the part of backward that is weight grad")
+    optimizer_ms: float = Field(default=0.0, ge=0, description="optimizer step over this layer's parameters")
+    params: int = Field(default=0, ge=0)
+
+
+class Overheads(_Strict):
+    """Framework time per action of a stage, beyond the sum of its layers' own times. Measured as
+    a difference, so it may come out slightly negative (layers run a little faster in the engine
+    than alone); a stage's total is never below zero."""
+
+    forward_ms: float = 0.0
+    backward_ms: float = 0.0
+    optimizer_ms: float = 0.0
+    clip_ms: float = Field(default=0.0, ge=0, description="gradient clipping's own work before its all-reduce")
+
+
+class RecomputeTimes(_Strict):
+    """What a recomputation mode adds to one block over no recomputation, timed alone (either may
+    be negative: a checkpointed forward keeps no activations, which can make it faster)."""
+
+    forward_ms: float
+    backward_ms: float = Field(description="mostly the recomputed forward")
+
+
+class TensorParallelTimes(_Strict):
+    """One block split over ``size`` ranks (its all-reduces included) and the whole block on one
+    rank, timed alone in turns: the split's cost against the whole, per micro-batch."""
+
+    size: int = Field(ge=2)
+    forward_ms: float = Field(ge=0)
+    backward_ms: float = Field(ge=0)
+    whole_forward_ms: float = Field(gt=0)
+    whole_backward_ms: float = Field(gt=0)
+
+
+class LinkProfile(_Strict):
+    """A transfer of n bytes takes latency + n / bandwidth once both sides are there; the sender
+    spends ``send_overhead_us`` before it and the receiver ``recv_overhead_us`` after it."""
+
+    latency_us: float = Field(ge=0)
+    bandwidth_gb_s: float = Field(gt=0)
+    send_overhead_us: float = Field(default=0.0, ge=0)
+    recv_overhead_us: float = Field(default=0.0, ge=0)
+    samples: list[tuple[int, float]] = Field(default_factory=list, description="(bytes, one-way ms) measured")
+
+
+class Shape(_Strict):
+    """What the layers were measured at; a profile applies only to scenarios of this shape."""
+
+    hidden: int
+    heads: int
+    seq_len: int
+    vocab: int
+    ffn_hidden: int
+    dtype: Dtype
+    micro_batch: int
+
+
+class Profile(_Strict):
+    format: Literal["ppsim-profile"] = PROFILE_FORMAT
+    version: Literal[1] = PROFILE_VERSION
+    shape: Shape
+    machine: dict[str, Any] = Field(default_factory=dict)
+    embedding: LayerTimes
+    block: LayerTimes
+    head: LayerTimes
+    overheads: dict[Literal["first", "middle", "last"], Overheads]
+    link: LinkProfile
+    clip_allreduce_us: float = Field(default=0.0, ge=0, description="gradient-norm all-reduce over the pipeline")
+    #: measured by ppexec profile since recompute runs in ppexec; older profiles fall back on FLOPs
+    recompute: dict[Literal["selective", "full"], RecomputeTimes] = Field(default_factory=dict)
+    #: ring-equivalent links of the data-parallel all-reduce and all-gather, fitted to the collectives
+    #: measured over the profiling ranks; older profiles use ``link`` for them
+    collectives: dict[Literal["allreduce", "allgather"], LinkProfile] = Field(default_factory=dict)
+    #: a tensor-parallel block against a whole one; older profiles derive it from FLOPs and the all-reduce
+    tensor_parallel: TensorParallelTimes | None = None
+
+    def overhead(self, stage: int, num_stages: int) -> Overheads:
+        """The overheads of virtual stage ``stage`` of ``num_stages``. A single stage is first and
+        last at once: it pays both, less what every stage pays (the middle overheads)."""
+        o = self.overheads
+        if num_stages == 1:
+            first, last, mid = o["first"], o["last"], o["middle"]
+            return Overheads(**{k: getattr(first, k) + getattr(last, k) - getattr(mid, k) for k in Overheads.model_fields})
+        if stage == 0:
+            return o["first"]
+        if stage == num_stages - 1:
+            return o["last"]
+        return o["middle"]
+
+    def check_applies(self, s: Scenario, source: str = "the profile") -> None:
+        """Raise ScenarioError if the scenario's layer shape is not the one measured."""
+        if s.model is None:
+            raise ScenarioError(f"{source} holds per-layer times; the scenario needs a 'model' section to use it",
+                                field="model")
+        m = s.model
+        ours = {"hidden": m.hidden, "heads": m.heads, "seq_len": m.seq_len, "vocab": m.vocab, "ffn_hidden": m.ffn,
+                "dtype": m.dtype, "micro_batch": s.training.micro_batch}
+        theirs = self.shape.model_dump()
+        diff = [f"{k} {theirs[k]} (scenario: {ours[k]})" for k in ours if ours[k] != theirs[k]]
+        if diff:
+            raise ScenarioError(
+                f"{source} was measured for another layer shape: {', '.join(diff)}; "
+                "measure one for this scenario with `ppexec profile SCENARIO --out PROFILE`",
+                field="--profile",
+            )
+
+    # ----- I/O ---------------------------------------------------------------------------------
+    def to_yaml(self) -> str:
+        doc = self.model_dump(mode="json")
+        doc["link"]["samples"] = [list(x) for x in self.link.samples]
+        header = ("# ppsim profile: measured by `ppexec profile`; read by `ppsim run --profile`.\n"
+                  "# Times in ms per micro-batch (optimizer: per step); see docs/calibration.md.\n")
+        return header + yaml.safe_dump(doc, sort_keys=False)
+
+
+def shape_of(s: Scenario) -> Shape:
+    """The layer shape of a scenario (which a profile must match)."""
+    if s.model is None:
+        raise ScenarioError("a profile measures a model's layers; this scenario has only costs", field="model")
+    m = s.model
+    return Shape(hidden=m.hidden, heads=m.heads, seq_len=m.seq_len, vocab=m.vocab, ffn_hidden=m.ffn, dtype=m.dtype,
+                 micro_batch=s.training.micro_batch)
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read a profile file; errors name the file and the key."""
+    p = Path(path)
+    if not p.is_file():
+        raise ScenarioError(f"profile file {str(p)!r} does not exist; make one with `ppexec profile SCENARIO --out "
+                            f"{p}`", field="--profile")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{p}: not a readable YAML file ({type(exc).__name__})", field="--profile") from None
+    if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
+        raise ScenarioError(f"{p} is not a ppsim profile (its 'format' must be {PROFILE_FORMAT!r})", field="--profile")
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        where = ".".join(str(x) for x in e["loc"])
+        raise ScenarioError(f"{p}: {where}: {e['msg']}", field="--profile") from None

@@ -1,0 +1,419 @@
+"""The Scenario: a validated, typed description of a model, a batch, a pipeline plan and hardware.
+
+This is the only module that reads scenario files. Every error names the key and what to do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ppsim.errors import ScenarioError
+
+Dtype = Literal["bf16", "fp16", "fp32"]
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+PerStage = float | list[float]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    """A GPT-style decoder-only transformer."""
+
+    layers: int = Field(gt=0, description="transformer blocks")
+    hidden: int = Field(gt=0, description="model width h")
+    heads: int = Field(gt=0, description="attention heads")
+    seq_len: int = Field(gt=0, description="tokens per sequence s")
+    vocab: int = Field(gt=0, description="vocabulary size V")
+    ffn_hidden: int | None = Field(default=None, gt=0, description="MLP width, default 4h")
+    kv_heads: int | None = Field(default=None, gt=0, description="key/value heads (grouped-query attention); "
+                                 "default: heads")
+    mlp: Literal["gelu", "swiglu"] = "gelu"  #: swiglu: three h x f matrices (gate, up, down), as in Llama
+    positions: Literal["learned", "rope"] = "learned"  #: rope: no position-embedding table
+    dropout: bool = True  #: dropout layers (their masks are kept for the backward); Llama has none
+    dtype: Dtype = "bf16"
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> ModelSpec:
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        if self.heads % self.kv:
+            raise ValueError(f"kv_heads ({self.kv}) must divide heads ({self.heads})")
+        return self
+
+    @property
+    def kv(self) -> int:
+        """Key/value heads."""
+        return self.kv_heads or self.heads
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden or 4 * self.hidden
+
+
+class TrainingSpec(_Strict):
+    global_batch: int | None = Field(default=None, gt=0, description="sequences per optimizer step, all replicas")
+    micro_batch: int = Field(default=1, gt=0, description="sequences per micro-batch")
+    grad_clip: float = Field(default=1.0, ge=0, description="gradient clipping norm; 0: off (no gradient-norm sync)")
+    recompute: Literal["none", "selective", "full"] = "none"
+    zero_stage: int = Field(default=0, ge=0, le=3, description="DeepSpeed ZeRO stage; pipelines allow 0 or 1")
+    #: how ZeRO-1 reduces the gradients: all-reduce, each replica keeping its part (DeepSpeed's default),
+    #: or reduce-scatter (Megatron's distributed optimizer; DeepSpeed's use_multi_rank_bucket_allreduce: false)
+    zero_reduce: Literal["allreduce", "reduce_scatter"] = "allreduce"
+    allreduce: Literal["ring", "tree"] = "ring"
+    overlap_grad_reduce: bool = False
+    bucket_mb: float = Field(default=25.0, gt=0, description="gradient all-reduce bucket, MB (1e6 bytes)")
+    sequence_parallel: bool = False  #: Megatron's: layer norms and dropouts split over the tensor-parallel group
+    flash_attention: bool = False  #: no s x s scores kept; the backward recomputes them
+
+
+class PipelineSpec(_Strict):
+    stages: int = Field(default=1, gt=0, description="pipeline ranks p")
+    microbatches: int | None = Field(default=None, gt=0, description="micro-batches per step m")
+    schedule: str = "1f1b"
+    chunks: int = Field(default=1, gt=0, description="virtual stages per rank v")
+    partition: Literal["uniform", "balanced"] | list[int] = "balanced"
+    comm: Literal["rendezvous", "eager", "async"] = "async"
+
+
+
+class LinkSpec(_Strict):
+    bandwidth_gb_s: float = Field(gt=0, description="GB/s (1e9 bytes/s) per direction")
+    latency_us: float = Field(default=0.0, ge=0)
+
+
+class HardwareSpec(_Strict):
+    device: str = "a100-80g"
+    device_file: str | None = None  #: a YAML of the catalogue's format, relative to the scenario file
+    efficiency: float | None = Field(default=None, gt=0, le=1, description="fraction of peak reached")
+    link: LinkSpec | None = None  #: between consecutive stages; default: the device's inter-node NIC
+    dp_link: LinkSpec | None = None  #: for the gradient all-reduce; default: the device's intra-node link
+    tp_link: LinkSpec | None = None  #: for tensor parallelism's all-reduces; default: the device's intra-node link
+
+
+class ClusterSpec(_Strict):
+    """Nodes of devices; links inside a node and between nodes; where the ranks go."""
+
+    nodes: int = Field(gt=0)
+    devices_per_node: int = Field(default=8, gt=0)
+    nics_per_node: int | None = Field(default=None, gt=0, description="default: one per device")
+    intra_node: LinkSpec | None = None  #: default: the device's NVLink figures
+    inter_node: LinkSpec | None = None  #: per NIC; default: the device's NIC figures
+    placement: Literal["megatron", "pipeline-inner"] = "megatron"
+
+
+class CostsSpec(_Strict):
+    """Explicit per-stage costs in milliseconds; a number for every stage, or one value per stage."""
+
+    forward_ms: PerStage
+    backward_ms: PerStage
+    weight_grad_ms: PerStage = 0.0
+    p2p_ms: PerStage = 0.0
+    optimizer_ms: PerStage = 0.0
+    allreduce_ms: PerStage = 0.0
+
+    @field_validator("*")
+    @classmethod
+    def _non_negative(cls, v: Any) -> Any:
+        values = v if isinstance(v, list) else [v]
+        if any(x < 0 for x in values):
+            raise ValueError("costs must not be negative")
+        return v
+
+
+class Scenario(_Strict):
+    name: str | None = None
+    description: str | None = None
+    model: ModelSpec | None = None
+    training: TrainingSpec = TrainingSpec()
+    pipeline: PipelineSpec = PipelineSpec()
+    data_parallel: int = Field(default=1, gt=0)
+    tensor_parallel: int = Field(default=1, gt=0, le=8, description="Megatron tensor parallelism inside a node")
+    hardware: HardwareSpec = HardwareSpec()
+    costs: CostsSpec | None = None
+    cluster: ClusterSpec | None = None
+    deepspeed: str | None = Field(default=None, description="a DeepSpeed config JSON, relative to the scenario file")
+
+    @model_validator(mode="after")
+    def _needs_model_or_costs(self) -> Scenario:
+        if self.model is None and self.costs is None:
+            raise ValueError("a scenario needs a 'model' section or a 'costs' section (or both)")
+        return self
+
+    # ----- derived figures ------------------------------------------------------------------
+    @property
+    def microbatches(self) -> int:
+        """m: given, or global batch / (micro-batch x data-parallel)."""
+        if self.pipeline.microbatches is not None:
+            return self.pipeline.microbatches
+        if self.training.global_batch is not None:
+            return self.training.global_batch // (self.training.micro_batch * self.data_parallel)
+        return self.pipeline.stages
+
+    @property
+    def global_batch(self) -> int:
+        return self.microbatches * self.training.micro_batch * self.data_parallel
+
+    def with_overrides(self, **overrides: Any) -> Scenario:
+        """A copy with pipeline keys replaced (``stages``, ``microbatches``, ``schedule``, ``chunks``,
+        ``partition``, ``comm``); ``None`` values are ignored. A new micro-batch count sets the global
+        batch to micro-batch x m x data-parallel."""
+        changes = {k: v for k, v in overrides.items() if v is not None}
+        if not changes:
+            return self
+        data = self.model_dump(exclude_none=True)
+        data.setdefault("pipeline", {}).update(changes)
+        if "microbatches" in changes and "training" in data:
+            data["training"].pop("global_batch", None)
+        return parse_scenario(data, source="command-line options")
+
+
+# ----------------------------------------------------------------------------------------------
+# loading and checks
+# ----------------------------------------------------------------------------------------------
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif item in ("float", "list[float]", "literal['uniform','balanced']", "list[int]") or "[" in str(item):
+            continue  # the branch names pydantic adds for unions
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts)
+
+
+def _explain(exc: ValidationError, source: str) -> ScenarioError:
+    errors = exc.errors()
+    # for unions pydantic reports one error per branch; report the first branch's
+    err = errors[0]
+    loc = _format_loc(err["loc"])
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent_cls = _model_at(err["loc"][:-1])
+        known = ", ".join(parent_cls.model_fields) if parent_cls else ""
+        msg = f"unknown key in {source}; remove it or use one of: {known}"
+    elif kind == "missing":
+        msg = f"is required in {source}; add it"
+    else:
+        msg = f"{err['msg']} (got {err.get('input')!r}) in {source}"
+        msg = msg.replace("Value error, ", "")
+    return ScenarioError(msg, field=loc or None)
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    cls: type[BaseModel] = Scenario
+    for item in loc:
+        field = cls.model_fields.get(str(item)) if isinstance(item, str) else None
+        if field is None:
+            return None
+        ann = field.annotation
+        candidates = getattr(ann, "__args__", (ann,))
+        nxt = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if nxt is None:
+            return None
+        cls = nxt
+    return cls
+
+
+def parse_scenario(data: Any, source: str = "the scenario") -> Scenario:
+    """Validate a mapping (e.g. parsed YAML) into a Scenario, raising ScenarioError on bad input."""
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source} must be a mapping of keys (model, training, pipeline, ...), got {type(data).__name__}")
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise _explain(exc, source) from None
+    check(scenario)
+    return scenario
+
+
+def load(path: str | Path, ds_config: str | Path | None = None) -> Scenario:
+    """Read and validate a scenario YAML file (with its DeepSpeed config, if it names one)."""
+    return load_with_notes(path, ds_config)[0]
+
+
+def load_with_notes(path: str | Path, ds_config: str | Path | None = None) -> tuple[Scenario, list[str]]:
+    """The scenario and notes for the user (e.g. DeepSpeed config keys DeepSpeed ignores).
+    ``ds_config`` (a path) replaces the scenario's own ``deepspeed`` key."""
+    data, p = _read_yaml(path)
+    notes: list[str] = []
+    if ds_config is not None:
+        data["deepspeed"] = str(ds_config)
+        ds_path = Path(ds_config)
+    elif isinstance(data.get("deepspeed"), str):
+        ds_path = p.parent / data["deepspeed"]
+    else:
+        ds_path = None
+    hw = data.get("hardware")
+    if isinstance(hw, dict) and isinstance(hw.get("device_file"), str):
+        hw["device_file"] = str(p.parent / hw["device_file"])  # relative to the scenario file
+    if ds_path is not None:
+        from ppsim.inputs.ds_config import apply_ds_config, read_ds_config
+
+        data, notes = apply_ds_config(data, read_ds_config(ds_path), ds_path.name)
+    return parse_scenario(data, source=str(p)), notes
+
+
+def _read_yaml(path: str | Path) -> tuple[dict[str, Any], Path]:
+    p = Path(path)
+    if not p.exists():
+        raise ScenarioError(f"scenario file {str(p)!r} does not exist; check the path")
+    if p.is_dir():
+        raise ScenarioError(f"{str(p)!r} is a directory; give a scenario YAML file")
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"cannot read {str(p)!r}: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "malformed YAML"
+        raise ScenarioError(f"{p}: malformed YAML{where}: {problem}; fix the syntax") from None
+    if data is None:
+        raise ScenarioError(f"{p} is empty; a scenario needs at least a 'model' or 'costs' section")
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{p} must be a mapping of keys (model, training, pipeline, ...), got {type(data).__name__}")
+    return data, p
+
+
+def check(s: Scenario) -> None:
+    """Cross-field rules that pydantic's per-field checks cannot see; each raises a ScenarioError
+    naming the key and the fix."""
+    for rule in (_check_batch, _check_tensor_parallel, _check_links, _check_zero, _check_partition, _check_costs):
+        rule(s)
+    from ppsim.inputs.hardware import get_device  # local: keeps the catalogue out of schema import time
+
+    get_device(s.hardware.device, s.hardware.device_file)
+
+
+def _check_batch(s: Scenario) -> None:
+    """The global batch agrees with micro-batch x micro-batches x data-parallel."""
+    gb = s.training.global_batch
+    if gb is None:
+        return
+    micro, d, m = s.training.micro_batch, s.data_parallel, s.pipeline.microbatches
+    per_step = micro * d
+    if m is None and gb % per_step:
+        raise ScenarioError(
+            f"global_batch ({gb}) is not a multiple of micro_batch x data_parallel ({micro} x {d} = {per_step}); "
+            "change one of them or set pipeline.microbatches",
+            field="training.global_batch",
+        )
+    if m is not None and gb != m * per_step:
+        raise ScenarioError(
+            f"global_batch ({gb}) != micro_batch x microbatches x data_parallel "
+            f"({micro} x {m} x {d} = {m * per_step}); drop one of them or make them agree",
+            field="training.global_batch",
+        )
+    if gb < per_step:
+        raise ScenarioError(f"global_batch ({gb}) is smaller than micro_batch x data_parallel ({per_step})",
+                            field="training.global_batch")
+
+
+def _check_tensor_parallel(s: Scenario) -> None:
+    tp, m = s.tensor_parallel, s.model
+    if tp > 1 and m is not None and (m.heads % tp or m.ffn % tp or m.kv % tp):
+        raise ScenarioError(
+            f"tensor_parallel ({tp}) must divide model.heads ({m.heads}), model.kv_heads ({m.kv}) and "
+            f"the MLP width ({m.ffn}); choose a divisor of all three",
+            field="tensor_parallel",
+        )
+
+
+def _check_links(s: Scenario) -> None:
+    """Links come from the hardware section or from a cluster's routes, not both."""
+    if s.cluster is None:
+        return
+    given = [k for k in ("link", "dp_link", "tp_link") if getattr(s.hardware, k) is not None]
+    if given:
+        raise ScenarioError(
+            f"hardware.{given[0]} and a cluster section both set links; with a cluster, give the links as "
+            "cluster.intra_node and cluster.inter_node (the routes between ranks decide which is used)",
+            field=f"hardware.{given[0]}",
+        )
+
+
+def _check_zero(s: Scenario) -> None:
+    if s.training.zero_stage >= 2 and s.pipeline.stages > 1:
+        raise ScenarioError(
+            f"ZeRO stage {s.training.zero_stage} cannot be used with pipeline parallelism (DeepSpeed refuses it: "
+            "stages 2 and 3 partition gradients, which the pipeline engine does not support); use 0 or 1",
+            field="training.zero_stage",
+        )
+
+
+def _check_partition(s: Scenario) -> None:
+    """Explicit layer counts (the only place they are checked): one per virtual stage, summing to
+    the layers, at least one each except the first and last (which may hold only the embedding or
+    the LM head); otherwise enough layers for the virtual stages (evenly, for ``uniform``)."""
+    part = s.pipeline.partition
+    p, v = s.pipeline.stages, s.pipeline.chunks
+    n_virtual = p * v
+    if isinstance(part, list):
+        inner = part[1:-1] if n_virtual > 1 else part
+        if min(part, default=0) < 0 or min(inner, default=1) < 1:
+            raise ScenarioError(
+                f"layer counts {part}: every virtual stage needs at least one layer, except the first (which "
+                "also holds the embedding) and the last (the LM head), which may have 0",
+                field="pipeline.partition",
+            )
+    if s.model is None or s.costs is not None:
+        return
+    layers = s.model.layers
+    if isinstance(part, list):
+        if len(part) != n_virtual:
+            raise ScenarioError(
+                f"gives {len(part)} layer counts, but stages x chunks = {p} x {v} = {n_virtual}; "
+                "give one count per virtual stage",
+                field="pipeline.partition",
+            )
+        if sum(part) != layers:
+            raise ScenarioError(f"layer counts sum to {sum(part)}, but model.layers is {layers}; make them agree",
+                                field="pipeline.partition")
+    elif layers < n_virtual:
+        raise ScenarioError(
+            f"model.layers ({layers}) is smaller than stages x chunks ({n_virtual}); "
+            "every virtual stage needs at least one layer: use fewer stages or chunks",
+            field="pipeline.stages",
+        )
+    elif part == "uniform" and layers % n_virtual:
+        raise ScenarioError(
+            f"model.layers ({layers}) is not divisible by stages x chunks ({p} x {v} = {n_virtual}) "
+            "for a uniform partition; use partition: balanced, explicit layer counts, or another stage count",
+            field="pipeline.partition",
+        )
+
+
+def _check_costs(s: Scenario) -> None:
+    """Explicit costs: one number or one per stage (per boundary for p2p_ms); weight grad within backward."""
+    if s.costs is None:
+        return
+    p = s.pipeline.stages
+    for name in CostsSpec.model_fields:
+        value = getattr(s.costs, name)
+        allowed = {p, p - 1} if name == "p2p_ms" else {p}
+        if isinstance(value, list) and len(value) not in allowed:
+            want = f"{p} (or {p - 1}, one per stage boundary)" if name == "p2p_ms" else str(p)
+            raise ScenarioError(f"has {len(value)} values but there are {p} stages; give one number or {want} values",
+                                field=f"costs.{name}")
+    backward, weight_grad = per_stage(s.costs.backward_ms, p), per_stage(s.costs.weight_grad_ms, p)
+    for i, (b, w) in enumerate(zip(backward, weight_grad)):
+        if w > b:
+            raise ScenarioError(
+                f"weight_grad_ms ({w}) of stage {i} exceeds backward_ms ({b}); it is the part of backward that is "
+                "weight grad",
+                field="costs.weight_grad_ms",
+            )
+
+
+def per_stage(value: PerStage, p: int) -> list[float]:
+    """A cost given as one number or one value per stage, as a list of p values."""
+    return [float(x) for x in value] if isinstance(value, list) else [float(value)] * p

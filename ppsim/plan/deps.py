@@ -1,0 +1,112 @@
+"""What a compute action needs, and the ideal timeline of a plan: every action as soon as its rank
+is free and its inputs exist, communication free.
+
+The ideal timeline places messages when a plan is lowered (:mod:`ppsim.plan.lower`) and numbers
+the unit steps of the grid picture (:mod:`ppsim.plan.grid`); a plan whose dependencies form a
+cycle cannot finish and is refused with the grid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ppsim.errors import PlanError
+from ppsim.plan.action import Action, Kind
+from ppsim.plan.plan import Plan
+
+Duration = Callable[[Action], float]  #: how long a compute action takes (any unit)
+Time = tuple[float, int]  #: (time, depth): depth breaks ties so that an output always follows its input
+#: an action as a plain (stage, kind, micro-batch) tuple: equal to, and hashed like, the Action
+Key = tuple[int, Kind, int | None]
+
+#: relative durations used when no costs are given: a transformer's backward is twice its forward
+DEFAULT_WEIGHTS = {Kind.F: 1.0, Kind.B: 2.0, Kind.I: 1.0, Kind.W: 1.0}
+
+
+
+def default_duration(a: Action) -> float:
+    return DEFAULT_WEIGHTS.get(a.kind, 0.0)
+
+
+def grad_producers(plan: Plan) -> dict[tuple[int, int | None], Kind]:
+    """For every (stage, micro-batch): the kind that produces its input grad (B or I)."""
+    B, I = Kind.B, Kind.I
+    return {(a.stage, a.microbatch): a.kind for r in plan.actions for a in r if a.kind is B or a.kind is I}
+
+
+def dependencies(a: Key, num_stages: int, grads: dict[tuple[int, int | None], Kind]) -> tuple[Key, ...]:
+    """The compute actions whose output ``a`` consumes: the previous stage's forward (F), the own
+    forward and the next stage's input grad (B, I), the own input grad (W). They come as plain
+    tuples (this runs for every action of every pass); ``Action(*d)`` when attributes are wanted."""
+    s, kind, mb = a
+    if kind is Kind.F:
+        return ((s - 1, kind, mb),) if s > 0 else ()
+    if kind is Kind.B or kind is Kind.I:
+        if s < num_stages - 1:
+            return (s, Kind.F, mb), (s + 1, grads.get((s + 1, mb), Kind.B), mb)
+        return ((s, Kind.F, mb),)
+    if kind is Kind.W:
+        return ((s, Kind.I, mb),)
+    return ()
+
+
+def ideal_times(plan: Plan, duration: Duration = default_duration) -> tuple[list[list[Time]], list[list[Time]]]:
+    """Start and end of every action when each starts as soon as its rank is free and its inputs
+    exist, communication being free. Times are (time, depth) pairs compared in order, where every
+    action adds its duration and one to the depth, so an action ends strictly after it starts even
+    when it takes no time. Raises PlanError with the grid if the plan can never finish (a cycle of
+    dependencies)."""
+    from ppsim.plan.grid import render_grid
+
+    acts = plan.actions
+    n_stages = plan.num_stages
+    grads = grad_producers(plan)
+    zero: Time = (0.0, 0)
+    starts: list[list[Time]] = [[zero] * len(r) for r in acts]
+    ends: list[list[Time]] = [[zero] * len(r) for r in acts]
+    done: dict[Key, Time] = {}
+    pos = [0] * len(acts)
+    waiting: dict[Key, list[int]] = {}
+    work = list(range(len(acts)))
+    inputs, finished = dependencies, done.get
+    while work:
+        r = work.pop()
+        ra = acts[r]
+        n = len(ra)
+        i = pos[r]
+        free = ends[r][i - 1] if i else zero
+        rank_starts, rank_ends = starts[r], ends[r]
+        while i < n:
+            a = ra[i]
+            start = free
+            for d in inputs(a, n_stages, grads):
+                t = finished(d)
+                if t is None:  # wait for d: its rank wakes this one when d is done
+                    waiting.setdefault(d, []).append(r)
+                    break
+                if t > start:
+                    start = t
+            else:
+                free = (start[0] + duration(a), start[1] + 1)
+                rank_starts[i] = start
+                rank_ends[i] = free
+                done[a] = free
+                i += 1
+                woken = waiting.pop(a, None)
+                if woken:
+                    work.extend(woken)
+                continue
+            break
+        pos[r] = i
+    marks = {r: pos[r] for r in range(len(acts)) if pos[r] < len(acts[r])}
+    if marks:
+        stuck = ", ".join(f"rank {r} at {acts[r][i]}" for r, i in marks.items())
+        raise PlanError(f"plan {plan.schedule!r} cannot finish: every remaining action waits on another ({stuck})",
+                        detail=render_grid(acts, marks))
+    return starts, ends
+
+
+def number_steps(plan: Plan) -> list[list[int]]:
+    """The unit step of every action: the ideal timeline when every action takes one step."""
+    starts, _ = ideal_times(plan, lambda a: 1.0)
+    return [[int(t[0]) for t in r] for r in starts]

@@ -1,0 +1,125 @@
+"""Lowering a compute-only plan: sends and receives, then the end of the step.
+
+Lowering places sends and receives by the plan's ideal timeline (:func:`~ppsim.plan.deps.ideal_times`:
+every action as soon as its inputs exist, communication free, relative durations given): a
+receive right before the action that consumes it. With non-blocking sends, a send goes right after
+the action that produced it. For sends that block until the peer receives (gloo / NCCL
+rendezvous) both ends of a message take the same key, the consumer's start in the ideal timeline
+(then a fixed order of messages), and every rank orders its messages by that key. Then a rank can
+only wait on a message whose key is smaller than the one its peer waits on, so no cycle of waits
+can form: the plan cannot deadlock. For fill-drain and 1F1B-like schedules both ends then reach
+each message together; schedules whose messages do not line up (interleaved with backward !=
+forward) pay for blocking sends with stalls, which is why Megatron and torch use non-blocking
+sends for them (``comm: async``).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from ppsim.errors import PlanError
+from ppsim.gc_pause import gc_paused
+from ppsim.plan.action import BACKWARD_KINDS, COMM_KINDS, COMPUTE_KINDS, Action, Kind
+from ppsim.plan.deps import Duration, default_duration, dependencies, grad_producers, ideal_times
+from ppsim.plan.plan import Plan
+from ppsim.plan.validate import validate_structure
+
+_action = partial(tuple.__new__, Action)  #: Action((s, k, mb)) without the Python-level __new__
+
+
+def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: bool = True) -> Plan:
+    """Insert a send after every output another rank consumes and a receive before its use.
+
+    Actions are placed by the ideal timeline (``duration`` gives relative compute times). A
+    receive goes right before its consumer, so a rank never waits for data earlier than it needs
+    it. Without ``rendezvous`` the send goes right after its producer; with it (sends block until
+    received, as gloo's) the send takes its receive's key, so both ends order their messages alike
+    and the plan cannot deadlock (see the module docstring).
+    """
+    if any(a.kind in COMM_KINDS for r in plan.actions for a in r):
+        raise PlanError("plan already has communication actions; add_comms runs once")
+    grads = grad_producers(plan)
+    where = plan.stage_to_rank
+    n_stages = plan.num_stages
+    act = _action
+    SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
+    if not rendezvous:
+        # receives right before their consumer, sends right after their producer: no sort needed
+        ideal_times(plan, duration)  # rejects plans that cannot finish
+        out: list[list[Action]] = []
+        for r, ra in enumerate(plan.actions):
+            seq: list[Action] = []
+            add = seq.append
+            for a in ra:
+                if a.kind in COMPUTE_KINDS:
+                    for d_stage, d_kind, _ in dependencies(a, n_stages, grads):
+                        if where[d_stage] != r:
+                            add(act((a.stage, RECV_F if d_kind is Kind.F else RECV_B, a.microbatch)))
+                add(a)
+                s, k, mb = a
+                if k is Kind.F and s < n_stages - 1 and where[s + 1] != r:
+                    add(act((s, SEND_F, mb)))
+                elif (k is Kind.B or k is Kind.I) and s > 0 and where[s - 1] != r:
+                    add(act((s, SEND_B, mb)))
+            out.append(seq)
+        return plan.with_actions(out, lowered=True)
+    starts, _ = ideal_times(plan, duration)
+    # entries sort by (time, depth, 0 for messages / 1 for compute, message order, stage, mb)
+    entries: list[list[tuple[Any, ...]]] = [[] for _ in plan.actions]
+    for r, ra in enumerate(plan.actions):
+        mine = entries[r].append
+        for i, a in enumerate(ra):
+            t, depth = starts[r][i]
+            mine((t, depth, 1, 0, 0, 0, a))
+            if a.kind not in COMPUTE_KINDS:
+                continue
+            for d_stage, d_kind, mb in dependencies(a, n_stages, grads):
+                pr = where[d_stage]
+                if pr == r:
+                    continue
+                is_act = d_kind is Kind.F
+                order = 1 if is_act else 0  # within one moment, grads before activations
+                entries[pr].append((t, depth, 0, order, d_stage, mb, act((d_stage, SEND_F if is_act else SEND_B, mb))))
+                mine((t, depth, 0, order, d_stage, mb, act((a.stage, RECV_F if is_act else RECV_B, mb))))
+    lowered = []
+    for es in entries:
+        es.sort()
+        lowered.append([e[6] for e in es])
+    return plan.with_actions(lowered, lowered=True)
+
+
+def add_step_end(plan: Plan, data_parallel: int = 1, clip: bool = False) -> Plan:
+    """Append, on every rank, the gradient all-reduce across data-parallel replicas (when there are
+    several), with ``clip`` the gradient-norm all-reduce over the pipeline (once per rank, on its
+    last virtual stage), and the optimizer step of each of its stages. Forward-only plans get none."""
+    has_backward = any(a.kind in BACKWARD_KINDS for r in plan.actions for a in r)
+    if not has_backward:
+        return plan.with_actions(plan.actions, lowered=True)
+    out = []
+    for r, ra in enumerate(plan.actions):
+        stages = sorted(plan.stages_of_rank(r), reverse=True)
+        tail: list[Action] = []
+        if data_parallel > 1:
+            tail += [Action(s, Kind.REDUCE_GRAD) for s in stages]
+        if clip:
+            tail.append(Action(stages[0], Kind.CLIP))
+        tail += [Action(s, Kind.OPT) for s in stages]
+        out.append(list(ra) + tail)
+    return plan.with_actions(out, lowered=True)
+
+
+def lower(plan: Plan, data_parallel: int = 1, duration: Duration = default_duration, *, rendezvous: bool = True,
+          clip: bool = False) -> Plan:
+    """The full lowering of a compute-only plan: communication, then end-of-step actions.
+
+    The input is validated; the output is valid by construction (the property tests check it with
+    :func:`~ppsim.plan.validate.validate`), so the hot path does not pay for checking it again."""
+    with gc_paused():
+        validate_structure(plan, check_order=False)  # a misordered rank shows as a cycle below
+        try:
+            with_comms = add_comms(plan, duration, rendezvous=rendezvous)
+        except PlanError:
+            validate_structure(plan)  # a misordered pair is a clearer message than the deadlock
+            raise
+        return add_step_end(with_comms, data_parallel, clip)

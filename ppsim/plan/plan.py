@@ -1,0 +1,125 @@
+"""Plan: the contract between schedule builders, the simulator and the executor.
+
+A :class:`Plan` maps every pipeline rank to its ordered :class:`~ppsim.plan.action.Action` s and
+says which rank holds each virtual stage (``stage_to_rank``). It is pure data: it knows no costs
+and no hardware, and is serialised to JSON (and to the CSV layout torch uses).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ppsim.errors import PlanError
+from ppsim.formats import PLAN_FORMAT
+from ppsim.plan.action import Action
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Per-rank ordered actions for one training step of one data-parallel replica.
+
+    ``stage_to_rank[s]`` is the rank that runs virtual stage ``s``; ``chunks`` virtual stages run on
+    every rank. ``lowered`` says whether communication and end-of-step actions were added.
+    """
+
+    schedule: str
+    num_ranks: int
+    num_microbatches: int
+    chunks: int
+    stage_to_rank: tuple[int, ...]
+    actions: tuple[tuple[Action, ...], ...]
+    lowered: bool = False
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def num_stages(self) -> int:
+        """Number of virtual stages (ranks x chunks)."""
+        return len(self.stage_to_rank)
+
+    def stages_of_rank(self, rank: int) -> list[int]:
+        """The virtual stages rank ``rank`` holds, in increasing order."""
+        return [s for s, r in enumerate(self.stage_to_rank) if r == rank]
+
+    def num_actions(self) -> int:
+        return sum(len(a) for a in self.actions)
+
+    def with_actions(self, actions: Sequence[Sequence[Action]], *, lowered: bool | None = None) -> Plan:
+        return Plan(
+            schedule=self.schedule,
+            num_ranks=self.num_ranks,
+            num_microbatches=self.num_microbatches,
+            chunks=self.chunks,
+            stage_to_rank=self.stage_to_rank,
+            actions=tuple(tuple(a) for a in actions),
+            lowered=self.lowered if lowered is None else lowered,
+            meta=dict(self.meta),
+        )
+
+    # ----- serialisation -------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": PLAN_FORMAT,
+            "version": 1,
+            "schedule": self.schedule,
+            "num_ranks": self.num_ranks,
+            "num_microbatches": self.num_microbatches,
+            "chunks": self.chunks,
+            "stage_to_rank": list(self.stage_to_rank),
+            "lowered": self.lowered,
+            "meta": self.meta,
+            "actions": [[str(a) for a in rank] for rank in self.actions],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
+            raise PlanError(f"not a ppsim plan: the 'format' field must be {PLAN_FORMAT!r}")
+        try:
+            return cls(
+                schedule=str(data["schedule"]),
+                num_ranks=int(data["num_ranks"]),
+                num_microbatches=int(data["num_microbatches"]),
+                chunks=int(data["chunks"]),
+                stage_to_rank=tuple(int(r) for r in data["stage_to_rank"]),
+                actions=tuple(tuple(Action.parse(t) for t in rank) for rank in data["actions"]),
+                lowered=bool(data.get("lowered", False)),
+                meta=dict(data.get("meta", {})),
+            )
+        except KeyError as exc:
+            raise PlanError(f"plan JSON lacks the field {exc.args[0]!r}") from None
+        except (TypeError, ValueError) as exc:
+            raise PlanError(f"plan JSON has a malformed field ({exc})") from None
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PlanError(f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        return cls.from_dict(data)
+
+    def to_csv(self) -> str:
+        """One row per rank, one action text per cell: the layout of torch's schedule CSV files."""
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        for rank in self.actions:
+            writer.writerow([str(a) for a in rank])
+        return buf.getvalue()
+
+    @staticmethod
+    def actions_from_csv(text: str) -> list[list[Action]]:
+        rows = csv.reader(io.StringIO(text))
+        return [[Action.parse(c) for c in row if c.strip()] for row in rows]
+
+
+def loop_placement(num_ranks: int, chunks: int) -> tuple[int, ...]:
+    """Virtual stage ``c * ranks + r`` runs on rank ``r`` (Megatron's interleaved placement)."""
+    return tuple(s % num_ranks for s in range(num_ranks * chunks))

@@ -1,0 +1,72 @@
+"""One-forward-one-backward schedules: 1F1B (PipeDream-flush, DeepSpeed's TrainSchedule) and
+Megatron's interleaved 1F1B with several chunks (virtual stages) per rank."""
+
+from __future__ import annotations
+
+from ppsim.errors import ScheduleError
+from ppsim.plan.action import Action, Kind
+from ppsim.plan.plan import Plan
+from ppsim.plan.schedules.base import check_sizes, make_plan, require_one_chunk
+
+
+def one_f_one_b(num_ranks: int, num_microbatches: int, chunks: int = 1) -> Plan:
+    """1F1B: stage s runs min(p - s - 1, m) warm-up forwards, then alternates F and B, then drains.
+
+    This is the per-stage order of DeepSpeed's ``TrainSchedule``; stage s never holds more than
+    min(p - s, m) micro-batches of activations.
+    """
+    check_sizes("1f1b", num_ranks, num_microbatches, chunks)
+    require_one_chunk("1f1b", chunks)
+    p, m = num_ranks, num_microbatches
+    orders: list[list[Action]] = []
+    for s in range(p):
+        warmup = min(p - s - 1, m)
+        order = [Action(s, Kind.F, i) for i in range(warmup)]
+        for i in range(m - warmup):
+            order.append(Action(s, Kind.F, warmup + i))
+            order.append(Action(s, Kind.B, i))
+        order.extend(Action(s, Kind.B, i) for i in range(m - warmup, m))
+        orders.append(order)
+    return make_plan("1f1b", p, m, chunks, orders)
+
+
+def _virtual(k: int, p: int, v: int, backward: bool) -> tuple[int, int]:
+    """The (chunk, micro-batch) of a rank's k-th forward (or backward) in Megatron's order."""
+    group = (k // p) % v
+    chunk = v - 1 - group if backward else group
+    microbatch = (k // (p * v)) * p + k % p
+    return chunk, microbatch
+
+
+def _nth(k: int, p: int, v: int, rank: int, kind: Kind) -> Action:
+    """Rank ``rank``'s k-th forward (or backward) in Megatron's interleaved order."""
+    chunk, microbatch = _virtual(k, p, v, backward=kind is Kind.B)
+    return Action(chunk * p + rank, kind, microbatch)
+
+
+def interleaved_1f1b(num_ranks: int, num_microbatches: int, chunks: int = 2) -> Plan:
+    """Megatron's interleaved 1F1B: v chunks per rank, rank r warms up with (v-1)p + 2(p-1-r)
+    forwards, micro-batches advance in groups of p per chunk. Needs m to be a multiple of p."""
+    check_sizes("interleaved-1f1b", num_ranks, num_microbatches, chunks)
+    p, m, v = num_ranks, num_microbatches, chunks
+    if v == 1:  # as in Megatron: one chunk per rank is plain 1F1B
+        plain = one_f_one_b(p, m, 1)
+        return make_plan("interleaved-1f1b", p, m, 1, [list(a) for a in plain.actions])
+    if m % p != 0:
+        raise ScheduleError(
+            f"interleaved-1f1b needs micro-batches to be a multiple of the stage count ({p}), "
+            f"got {m}; use {((m + p - 1) // p) * p}",
+            field="pipeline.microbatches",
+        )
+    total = m * v
+    orders: list[list[Action]] = []
+    for r in range(p):
+        warmup = min((v - 1) * p + 2 * (p - 1 - r), total)
+
+        order = [_nth(k, p, v, r, Kind.F) for k in range(warmup)]
+        for i in range(total - warmup):
+            order.append(_nth(warmup + i, p, v, r, Kind.F))
+            order.append(_nth(i, p, v, r, Kind.B))
+        order.extend(_nth(k, p, v, r, Kind.B) for k in range(total - warmup, total))
+        orders.append(order)
+    return make_plan("interleaved-1f1b", p, m, v, orders)

@@ -1,0 +1,158 @@
+"""Checks of a plan's invariants; every failure is a PlanError with the step x rank grid marked.
+
+- every action runs on the rank that holds its stage, stages and micro-batches are in range, and
+  nothing appears twice;
+- every (stage, micro-batch) has one forward and, in a training plan, one backward (B, or I and W);
+- on a rank, a backward follows its forward and a weight grad its input grad;
+- lowered plans: every send has its receive, after the output it sends and before its use; and
+  (with ``rendezvous``) the plan runs to the end even if every send blocks until its receive is
+  posted;
+- compute-only plans: the dependencies leave no cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+from ppsim.errors import PlanError
+from ppsim.plan.action import BACKWARD_KINDS, COMM_KINDS, COMPUTE_KINDS, Action, Kind, matching, message_kinds, peer_stage
+from ppsim.plan.deps import dependencies, grad_producers, ideal_times
+from ppsim.plan.grid import render_grid
+from ppsim.plan.plan import Plan
+
+_action = partial(tuple.__new__, Action)
+Positions = dict[Action, tuple[int, int]]  #: where every action sits: (rank, index)
+
+
+def fail(message: str, actions: Sequence[Sequence[Action]], marks: dict[int, int]) -> PlanError:
+    """A PlanError whose picture is the grid with ``marks`` (rank -> index) highlighted."""
+    return PlanError(message, detail=render_grid(actions, marks))
+
+
+def validate(plan: Plan, *, rendezvous: bool = True) -> None:
+    """Check every invariant of the module docstring; raise PlanError with the grid on the first broken one."""
+    seen = validate_structure(plan)
+    if plan.lowered:
+        _check_messages(plan, seen)
+        if rendezvous:
+            _check_runs_with_rendezvous(plan)
+    else:
+        if any(a.kind not in COMPUTE_KINDS for a in seen):
+            raise PlanError("plan is marked not lowered but holds communication or end-of-step actions")
+        ideal_times(plan)
+
+
+def validate_structure(plan: Plan, *, check_order: bool = True) -> Positions:
+    """Placement, ranges, no duplicates and completeness (and, with ``check_order``, the order of
+    each micro-batch's forward and backward pieces on its rank); returns where every action sits."""
+    acts = plan.actions
+    if len(acts) != plan.num_ranks:
+        raise PlanError(f"plan has {len(acts)} rank lists for {plan.num_ranks} ranks")
+    seen = _positions(plan)
+    _check_complete(plan, seen, check_order)
+    return seen
+
+
+def _positions(plan: Plan) -> Positions:
+    acts, where = plan.actions, plan.stage_to_rank
+    n_stages, m = len(where), plan.num_microbatches
+    seen: Positions = {}
+    for r, ra in enumerate(acts):
+        for i, a in enumerate(ra):
+            s, _, mb = a
+            if 0 <= s < n_stages and where[s] == r and (mb is None or 0 <= mb < m) and a not in seen:
+                seen[a] = (r, i)
+                continue
+            if not 0 <= s < n_stages:
+                raise fail(f"rank {r} step {i}: {a} names stage {s}, but the plan has {n_stages} stages", acts, {r: i})
+            if where[s] != r:
+                raise fail(f"rank {r} step {i}: {a} belongs to stage {s}, which runs on rank {where[s]}", acts, {r: i})
+            if a not in seen:
+                raise fail(f"rank {r} step {i}: {a} names micro-batch {mb}, but the plan has {m}", acts, {r: i})
+            r0, i0 = seen[a]
+            raise fail(f"{a} appears twice (rank {r0} step {i0} and rank {r} step {i})", acts, {r0: i0, r: i})
+    return seen
+
+
+def _check_complete(plan: Plan, seen: Positions, check_order: bool) -> None:
+    acts, where = plan.actions, plan.stage_to_rank
+    training = any(a.kind in BACKWARD_KINDS for a in seen)
+    F, B, I, W = Kind.F, Kind.B, Kind.I, Kind.W
+    for s in range(plan.num_stages):
+        r = where[s]
+        end = {r: len(acts[r]) - 1}
+        for mb in range(plan.num_microbatches):
+            f = _action((s, F, mb))
+            if f not in seen:
+                raise fail(f"stage {s} never runs the forward of micro-batch {mb} ({f})", acts, end)
+            if not training:
+                continue
+            b, i_, w = _action((s, B, mb)), _action((s, I, mb)), _action((s, W, mb))
+            has_b, has_i, has_w = b in seen, i_ in seen, w in seen
+            if has_b and (has_i or has_w):
+                raise fail(f"micro-batch {mb} on stage {s} has both a full backward and a split one", acts,
+                           {r: seen[b][1]})
+            if not has_b and not (has_i and has_w):
+                missing = b if not has_i and not has_w else (i_ if not has_i else w)
+                raise fail(f"stage {s} never runs {missing}", acts, end)
+            if not check_order:
+                continue
+            first = b if has_b else i_
+            if seen[first][1] < seen[f][1]:
+                raise fail(f"{first} runs before its forward {f} on rank {r}", acts, {r: seen[first][1]})
+            if has_w and seen[w][1] < seen[i_][1]:
+                raise fail(f"{w} runs before its input grad {i_} on rank {r}", acts, {r: seen[w][1]})
+
+
+def _check_messages(plan: Plan, seen: Positions) -> None:
+    """Every send has its receive; a message is sent after its producer and received before its consumer."""
+    acts = plan.actions
+    grads = grad_producers(plan)
+    for a, (r, i) in seen.items():
+        if a.kind in COMM_KINDS:
+            other = matching(a)
+            if other not in seen:
+                raise fail(f"{a} on rank {r} has no matching {other}", acts, {r: i})
+        if a.kind not in COMPUTE_KINDS:
+            continue
+        for key in dependencies(a, plan.num_stages, grads):
+            d = Action(*key)
+            pr = plan.stage_to_rank[d.stage]
+            if pr == r:
+                if d in seen and seen[d][1] > i:
+                    raise fail(f"{a} runs before {d}, whose output it needs, on rank {r}", acts, {r: i})
+                continue
+            send_kind, recv_kind = message_kinds(d)
+            send, recv = Action(d.stage, send_kind, d.microbatch), Action(a.stage, recv_kind, a.microbatch)
+            if recv not in seen or seen[recv][1] > i:
+                raise fail(f"{a} on rank {r} needs {recv} before it", acts, {r: i})
+            if send not in seen or d not in seen or seen[send][1] < seen[d][1]:
+                spot = seen.get(send, seen.get(d, (pr, 0)))
+                raise fail(f"{send} on rank {pr} must come after {d}", acts, {pr: spot[1]})
+
+
+def _check_runs_with_rendezvous(plan: Plan) -> None:
+    """Execute the lowered plan symbolically with sends that block until the receive is posted;
+    a plan that stops with actions left would deadlock on gloo / NCCL."""
+    acts = plan.actions
+    where = plan.stage_to_rank
+    pos = [0] * len(acts)
+    work = list(range(len(acts)))
+    while work:
+        r = work.pop()
+        ra = acts[r]
+        while pos[r] < len(ra):
+            a = ra[pos[r]]
+            if a.kind in COMM_KINDS:
+                peer = where[peer_stage(a)]
+                if pos[peer] < len(acts[peer]) and acts[peer][pos[peer]] == matching(a):
+                    pos[peer] += 1
+                    work.append(peer)
+                else:
+                    break
+            pos[r] += 1
+    marks = {r: pos[r] for r in range(len(acts)) if pos[r] < len(acts[r])}
+    if marks:
+        stuck = ", ".join(f"rank {r} at {acts[r][i]}" for r, i in marks.items())
+        raise fail(f"plan {plan.schedule!r} deadlocks when sends block until received ({stuck})", acts, marks)

@@ -1,0 +1,103 @@
+"""Order the evaluations by predicted throughput and say, from the numbers, why the best wins."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ppsim.search.tune.evaluate import Evaluation
+
+GIB = 2**30
+
+
+def ranking(evals: list[Evaluation]) -> list[Evaluation]:
+    """Plans that fit, best first: throughput, then less memory, then the candidates' order."""
+    ok = [e for e in evals if e.ranked]
+    return sorted(ok, key=lambda e: (-(e.throughput_samples_per_s or 0.0), e.peak_memory_bytes or 0.0, e.candidate))
+
+
+def pareto_front(evals: list[Evaluation]) -> list[Evaluation]:
+    """Fitting plans no other plan beats on both throughput (higher) and peak memory (lower)."""
+    front: list[Evaluation] = []
+    for e in sorted(ranking(evals), key=lambda e: (e.peak_memory_bytes or 0.0, -(e.throughput_samples_per_s or 0.0))):
+        if not front or (e.throughput_samples_per_s or 0) > (front[-1].throughput_samples_per_s or 0):
+            front.append(e)
+    return front
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """The best plan of a group that differs from the winner in one way, or why the group has none."""
+
+    what: str  #: e.g. "p=4", "pure data parallel", "recompute=none"
+    best: Evaluation | None
+    least_memory: Evaluation | None  #: when nothing in the group fits: the plan closest to fitting
+
+
+def _group(evals: list[Evaluation], what: str, keep: Callable[[Evaluation], bool]) -> Alternative | None:
+    members = [e for e in evals if keep(e) and e.error is None]
+    if not members:
+        return None
+    ranked = ranking(members)
+    closest = min(members, key=lambda e: e.peak_memory_bytes or float("inf"))
+    return Alternative(what, ranked[0] if ranked else None, closest)
+
+
+def alternatives(evals: list[Evaluation], best: Evaluation) -> list[Alternative]:
+    """The winner against: the nearest fewer and more stages, pure data parallel, each other
+    schedule, each other recompute mode, and ZeRO-1 on / off."""
+    b = best.candidate
+    out: list[Alternative | None] = []
+    stage_counts = sorted({e.candidate.stages for e in evals})
+    fewer = [p for p in stage_counts if p < b.stages]
+    more = [p for p in stage_counts if p > b.stages]
+    for p in ([fewer[-1]] if fewer else []) + ([more[0]] if more else []):
+        out.append(_group(evals, f"p={p}", lambda e, p=p: e.candidate.stages == p))
+    if not b.pure_data_parallel:
+        out.append(_group(evals, "pure data parallel", lambda e: e.candidate.pure_data_parallel)
+                   or Alternative("pure data parallel", None, None))
+    for sched in sorted({e.candidate.schedule for e in evals} - {b.schedule}):
+        out.append(_group(evals, f"schedule {sched}", lambda e, s=sched: e.candidate.schedule == s))
+    for rc in sorted({e.candidate.recompute for e in evals} - {b.recompute}):
+        out.append(_group(evals, f"recompute={rc}", lambda e, rc=rc: e.candidate.recompute == rc))
+    for z in sorted({e.candidate.zero_stage for e in evals} - {b.zero_stage}):
+        out.append(_group(evals, f"zero={z}", lambda e, z=z: e.candidate.zero_stage == z))
+    return [a for a in out if a is not None]
+
+
+def _gib(x: float | None) -> str:
+    return f"{(x or 0) / GIB:,.1f} GiB"
+
+
+def explain(evals: list[Evaluation], best: Evaluation) -> list[str]:
+    """One line per alternative: how far its best plan is behind, and the figure that explains it."""
+    lines = []
+    for alt in alternatives(evals, best):
+        closest = alt.least_memory
+        if alt.best is not None:
+            lines.append(f"{alt.what}: {_reason(alt.best, best)}")
+        elif closest is not None:
+            lines.append(f"{alt.what}: nothing fits; the least memory it needs is {_gib(closest.peak_memory_bytes)} "
+                         f"of {_gib(closest.memory_capacity_bytes)} ({closest.candidate.label()})")
+        else:
+            k = best.candidate
+            batch = k.micro_batch * k.microbatches * k.data_parallel
+            lines.append(f"{alt.what}: no such plan splits the batch of {batch} sequences over {k.devices} "
+                         "replicas with the micro-batch sizes searched")
+    return lines
+
+
+def _reason(alt: Evaluation, best: Evaluation) -> str:
+    ratio = (alt.throughput_samples_per_s or 0) / (best.throughput_samples_per_s or 1)
+    parts = [f"best {alt.throughput_samples_per_s:,.2f} samples/s = {ratio:.2f}x ({alt.candidate.label()})"]
+    if best.device_compute_ms and alt.device_compute_ms:  # the same batch: compute per sample
+        extra = alt.device_compute_ms / best.device_compute_ms - 1
+        if abs(extra) >= 0.02:
+            parts.append(f"{extra:+.0%} compute")
+    if alt.bubble_fraction is not None and best.bubble_fraction is not None:
+        if abs(alt.bubble_fraction - best.bubble_fraction) >= 0.01:
+            parts.append(f"bubble {alt.bubble_fraction:.1%} vs {best.bubble_fraction:.1%}")
+    if alt.candidate.recompute != best.candidate.recompute:
+        parts.append(f"recompute {alt.candidate.recompute}")
+    parts.append(f"peak {_gib(alt.peak_memory_bytes)}")
+    return "; ".join(parts)

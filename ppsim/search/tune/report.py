@@ -1,0 +1,141 @@
+"""What ``ppsim tune`` shows: the top plans as a table, the whole search as JSON, and a page with
+throughput against stages and micro-batches and the Pareto front of throughput against memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ppsim.search.tune.evaluate import Evaluation
+from ppsim.search.tune.rank import GIB, explain, pareto_front, ranking
+from ppsim.views.palette import series_color
+
+if TYPE_CHECKING:  # pragma: no cover
+    import plotly.graph_objects as go
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    scenario: str
+    gpus: int
+    evaluations: list[Evaluation]
+    seconds: float
+    jobs: int
+    executor: str
+
+    @property
+    def ranked(self) -> list[Evaluation]:
+        return ranking(self.evaluations)
+
+    def counts(self) -> dict[str, int]:
+        ev = self.evaluations
+        return {
+            "plans": len(ev),
+            "pruned_by_memory": sum(1 for e in ev if e.error is None and not e.fits),
+            "simulated": sum(1 for e in ev if e.simulated),
+            "invalid": sum(1 for e in ev if e.error is not None),
+        }
+
+    def why(self) -> list[str]:
+        return explain(self.evaluations, self.ranked[0]) if self.ranked else []
+
+    def to_json_dict(self, top: int) -> dict[str, Any]:
+        ranked = self.ranked
+        pure = [e for e in ranked if e.candidate.pure_data_parallel]
+        return {
+            "scenario": self.scenario,
+            "gpus": self.gpus,
+            **self.counts(),
+            "seconds": self.seconds,
+            "jobs": self.jobs,
+            "executor": self.executor,
+            "top": [e.to_dict() for e in ranked[:top]],
+            "why": self.why(),
+            "best_pure_data_parallel": pure[0].to_dict() if pure else None,
+            "pareto_front": [e.to_dict() for e in pareto_front(self.evaluations)],
+        }
+
+
+def print_result(result: TuneResult, top: int, console: Console | None = None) -> None:
+    console = console or Console()
+    c = result.counts()
+    console.print(f"[bold]{escape(result.scenario)}[/] on {result.gpus} devices: {c['plans']} plans, "
+                  f"{c['pruned_by_memory']} pruned by memory (exact, no simulation), {c['simulated']} simulated, "
+                  f"{c['invalid']} invalid; {result.seconds:.1f} s on {result.jobs} {result.executor} job(s)",
+                  highlight=False)
+    ranked = result.ranked
+    if not ranked:
+        return
+    table = Table(show_edge=False, pad_edge=False)
+    for col, justify in (("#", "right"), ("p", "right"), ("d", "right"), ("t", "right"), ("b", "right"),
+                         ("m", "right"), ("schedule", "left"), ("recompute", "left"), ("zero", "right"),
+                         ("step ms", "right"), ("samples/s", "right"), ("MFU", "right"), ("bubble", "right"),
+                         ("peak GiB", "right")):
+        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for i, e in enumerate(ranked[:top], 1):
+        k = e.candidate
+        sched = k.schedule + (f" v={k.chunks}" if k.chunks > 1 else "")
+        table.add_row(str(i), str(k.stages), str(k.data_parallel), str(k.tensor_parallel), str(k.micro_batch),
+                      str(k.microbatches), sched, k.recompute, str(k.zero_stage), f"{e.step_time_ms:,.1f}",
+                      f"{e.throughput_samples_per_s:,.2f}", f"{(e.mfu or 0) * 100:.1f} %",
+                      f"{(e.bubble_fraction or 0) * 100:.1f} %", f"{(e.peak_memory_bytes or 0) / GIB:,.1f}")
+    console.print(table)
+    best = ranked[0]
+    console.print(f"[bold]best[/]: {escape(best.candidate.label())}: {best.throughput_samples_per_s:,.2f} samples/s, "
+                  f"bubble {best.bubble_fraction:.1%}, peak {(best.peak_memory_bytes or 0) / GIB:,.1f} of "
+                  f"{(best.memory_capacity_bytes or 0) / GIB:,.0f} GiB. Against it:", highlight=False)
+    for line in result.why():
+        console.print(f"  - {line}", highlight=False, markup=False, soft_wrap=True)
+
+
+def figure(result: TuneResult) -> go.Figure:
+    """Throughput against stages and against micro-batches (best plan per value and schedule), and
+    every fitting plan's throughput against its peak memory with the Pareto front."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    ranked = result.ranked
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.07, subplot_titles=(
+        "throughput vs pipeline stages", "throughput vs micro-batches per step", "throughput vs peak memory"))
+    schedules = sorted({e.candidate.schedule for e in ranked})
+    colours = {name: series_color(i) for i, name in enumerate(schedules)}  # the same in both line plots
+    for col, key, title in ((1, "stages", "stages p"), (2, "microbatches", "micro-batches m")):
+        values = sorted({getattr(e.candidate, key) for e in ranked})
+        for sched in schedules:
+            best: dict[int, Evaluation] = {}
+            for e in ranked:
+                x = getattr(e.candidate, key)
+                if e.candidate.schedule == sched and x not in best:
+                    best[x] = e
+            xs = sorted(best)
+            fig.add_trace(go.Scatter(x=xs, y=[best[x].throughput_samples_per_s for x in xs], mode="lines+markers",
+                                     name=sched, legendgroup=sched, showlegend=col == 1,
+                                     line={"color": colours[sched]}, marker={"color": colours[sched]},
+                                     text=[best[x].candidate.label() for x in xs],
+                                     hovertemplate="%{text}<br>%{y:.2f} samples/s<extra></extra>"), row=1, col=col)
+        fig.update_xaxes(title_text=title, type="log", tickvals=values, ticktext=[str(v) for v in values],
+                         row=1, col=col)
+    fig.add_trace(go.Scatter(x=[(e.peak_memory_bytes or 0) / GIB for e in ranked],
+                             y=[e.throughput_samples_per_s for e in ranked], mode="markers", name="fitting plans",
+                             marker={"size": 5, "color": "#bbbbbb"}, text=[e.candidate.label() for e in ranked],
+                             hovertemplate="%{text}<br>%{x:.1f} GiB<br>%{y:.2f} samples/s<extra></extra>"),
+                  row=1, col=3)
+    front = pareto_front(result.evaluations)
+    fig.add_trace(go.Scatter(x=[(e.peak_memory_bytes or 0) / GIB for e in front],
+                             y=[e.throughput_samples_per_s for e in front], mode="lines+markers", name="Pareto front",
+                             line={"shape": "hv", "color": "#d62728"}, text=[e.candidate.label() for e in front],
+                             hovertemplate="%{text}<br>%{x:.1f} GiB<br>%{y:.2f} samples/s<extra></extra>"),
+                  row=1, col=3)
+    fig.update_xaxes(title_text="peak memory per device (GiB)", row=1, col=3)
+    fig.update_yaxes(title_text="samples/s", row=1, col=1)
+    c = result.counts()
+    fig.update_layout(
+        title={"text": f"{result.scenario} on {result.gpus} devices: {c['plans']} plans, {c['simulated']} fit "
+                       f"and simulated" + (f"; best {ranked[0].candidate.label()}" if ranked else ""),
+               "font": {"size": 14}},
+        template="plotly_white", height=520, width=1500, margin={"l": 60, "r": 20, "t": 80, "b": 60})
+    return fig

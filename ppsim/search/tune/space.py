@@ -1,0 +1,135 @@
+"""The plans ``ppsim tune`` considers for a scenario's model and global batch on N devices."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ppsim.errors import PpsimError
+from ppsim.inputs.scenario import Scenario
+
+MICRO_BATCHES = (1, 2, 4, 8)
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-h1", "gpipe")
+CHUNKS = (2, 4)
+TENSOR = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    """One plan: parallel degrees, batch split, schedule, recompute, ZeRO."""
+
+    stages: int
+    data_parallel: int
+    tensor_parallel: int
+    micro_batch: int
+    microbatches: int
+    schedule: str
+    chunks: int
+    recompute: str
+    zero_stage: int
+
+    @property
+    def devices(self) -> int:
+        return self.stages * self.data_parallel * self.tensor_parallel
+
+    @property
+    def pure_data_parallel(self) -> bool:
+        return self.stages == 1 and self.tensor_parallel == 1
+
+    def label(self) -> str:
+        sched = self.schedule + (f" v={self.chunks}" if self.chunks > 1 else "")
+        return (f"p={self.stages} d={self.data_parallel} t={self.tensor_parallel} b={self.micro_batch} "
+                f"m={self.microbatches} {sched} recompute={self.recompute} zero={self.zero_stage}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What may vary. ``None`` keeps every value the scenario's model and cluster allow."""
+
+    gpus: int
+    micro_batches: tuple[int, ...] = MICRO_BATCHES
+    schedules: tuple[str, ...] = SCHEDULES
+    recompute: tuple[str, ...] = RECOMPUTE
+    tensor_parallel: tuple[int, ...] = TENSOR
+    chunks: tuple[int, ...] = CHUNKS
+    zero: tuple[int, ...] = (0, 1)
+    max_stages: int | None = None
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def candidates(s: Scenario, space: SearchSpace) -> list[Candidate]:
+    """Every plan of the space that the scenario's model, batch and cluster allow, in a fixed order.
+    Raises a PpsimError naming the reason when there is none."""
+    if s.model is None:
+        raise PpsimError("tune needs a 'model' section: it prices plans from the model's FLOPs and memory",
+                         field="model")
+    gb = s.global_batch
+    if space.gpus < 1:
+        raise PpsimError(f"--gpus must be at least 1, got {space.gpus}", field="--gpus")
+    per_node = s.cluster.devices_per_node if s.cluster else 8
+    if s.cluster is not None and space.gpus > s.cluster.nodes * s.cluster.devices_per_node:
+        raise PpsimError(f"--gpus {space.gpus} is more than the cluster's {s.cluster.nodes} x "
+                         f"{s.cluster.devices_per_node} devices; enlarge cluster.nodes or ask for fewer", field="--gpus")
+    m = s.model
+    out: list[Candidate] = []
+    for t in space.tensor_parallel:
+        if space.gpus % t or t > per_node or m.heads % t or m.ffn % t or m.kv % t:
+            continue
+        for p in _divisors(space.gpus // t):
+            if p > m.layers or (space.max_stages and p > space.max_stages):
+                continue
+            d = space.gpus // (t * p)
+            for b in space.micro_batches:
+                if gb % (b * d):
+                    continue
+                mb = gb // (b * d)
+                for schedule, v in _schedules(p, mb, m.layers, space):
+                    for rc in space.recompute:
+                        for z in space.zero:
+                            if z and d == 1:
+                                continue  # ZeRO-1 shards over replicas: with one it is the same plan
+                            out.append(Candidate(p, d, t, b, mb, schedule, v, rc, z))
+    if not out:
+        raise PpsimError(
+            f"no plan splits global_batch {gb} over {space.gpus} devices with micro-batches of "
+            f"{'/'.join(map(str, space.micro_batches))} and tensor parallelism of "
+            f"{'/'.join(map(str, space.tensor_parallel))}; choose another --gpus (a divisor-friendly count)",
+            field="--gpus")
+    return out
+
+
+def _schedules(p: int, m: int, layers: int, space: SearchSpace) -> list[tuple[str, int]]:
+    """(schedule, chunks) pairs for p stages and m micro-batches; one stage needs no schedule."""
+    if p == 1:
+        return [("1f1b", 1)]  # gradient accumulation: every schedule is the same
+    out = []
+    for name in space.schedules:
+        if name == "interleaved-1f1b":
+            out += [(name, v) for v in space.chunks if m % p == 0 and layers >= p * v]
+        else:
+            out.append((name, 1))
+    return out
+
+
+def apply(base: dict[str, Any], c: Candidate) -> dict[str, Any]:
+    """The scenario mapping (``Scenario.model_dump``) with the candidate's plan."""
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    data["data_parallel"] = c.data_parallel
+    data["tensor_parallel"] = c.tensor_parallel
+    training = dict(data.get("training", {}))
+    training.update(micro_batch=c.micro_batch, recompute=c.recompute, zero_stage=c.zero_stage)
+    training.pop("global_batch", None)
+    data["training"] = training
+    pipeline = dict(data.get("pipeline", {}))
+    pipeline.update(stages=c.stages, microbatches=c.microbatches, schedule=c.schedule, chunks=c.chunks,
+                    partition="balanced")
+    data["pipeline"] = pipeline
+    data.pop("deepspeed", None)
+    return data

@@ -1,0 +1,237 @@
+"""Metrics computed from a Trace alone, so they work on simulated and measured traces alike.
+
+Figures are per *rank* (a device of the pipeline), which holds one virtual stage or, with v
+chunks, several. Definitions (used everywhere in ppsim):
+- step time: from the earliest span start to the latest span end.
+- busy time of a rank: the time its compute lane is occupied (forward, backward, weight grad,
+  optimizer step), overlapping spans counted once.
+- bubble fraction of a rank: idle / total = 1 - busy / step time.
+- overall bubble fraction: 1 - sum(busy) / (ranks x step time).
+- peak activation micro-batches of a rank: the most micro-batches whose activations it holds at
+  once, a micro-batch counting from the start of its forward to the end of its last backward piece
+  (B, or W when the backward is split); with v chunks per rank each chunk's micro-batch counts 1/v.
+- peak memory of a rank: the highest value of its ``memory_bytes`` counter (model states, buffers
+  and the activations held), with the action running then; the plan fits when every rank's peak
+  is within ``meta["device_memory_bytes"]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ppsim.plan import Kind
+from ppsim.trace.trace import Span, Trace
+
+
+@dataclass(frozen=True)
+class RankMetrics:
+    """The figures of one rank (device) of the pipeline; ``stages`` are the virtual stages it holds."""
+
+    rank: int
+    stages: tuple[int, ...]
+    busy_ms: float
+    bubble_fraction: float
+    peak_activation_microbatches: float
+    compute_ms: dict[str, float]  #: busy time split by kind (F, B, I, W, OPT)
+    comm_wait_ms: float  #: time the rank spends blocked in send / receive / collective outside compute
+    peak_memory_bytes: float | None = None  #: highest ``memory_bytes`` counter value (simulated traces)
+    peak_memory_at: str | None = None  #: the action running when the peak was reached
+    static_memory_bytes: dict[str, int] | None = None  #: weights, gradients, optimizer, buffers, total
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The headline figures of a trace and each rank's."""
+
+    source: str
+    schedule: str
+    num_ranks: int
+    microbatches: int
+    chunks: int
+    data_parallel: int
+    step_time_ms: float
+    bubble_fraction: float
+    throughput_samples_per_s: float | None
+    tokens_per_s: float | None
+    mfu: float | None
+    per_rank: tuple[RankMetrics, ...]
+    meta: dict[str, Any]
+    memory_capacity_bytes: float | None = None  #: the device's memory
+    fits: bool | None = None  #: every rank's peak within the capacity (None: memory not modelled)
+
+    @property
+    def num_stages(self) -> int:
+        """Virtual stages: ranks x chunks."""
+        return self.num_ranks * self.chunks
+
+    def over_capacity(self) -> list[RankMetrics]:
+        """Ranks whose peak memory exceeds the device's."""
+        cap = self.memory_capacity_bytes
+        return [r for r in self.per_rank if cap and r.peak_memory_bytes is not None and r.peak_memory_bytes > cap]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The document ``ppsim run --json`` prints."""
+        return {
+            "source": self.source,
+            "scenario": self.meta.get("scenario"),
+            "schedule": self.schedule,
+            "ranks": [asdict(r) for r in self.per_rank],
+            "num_ranks": self.num_ranks,
+            "num_stages": self.num_stages,
+            "microbatches": self.microbatches,
+            "chunks": self.chunks,
+            "data_parallel": self.data_parallel,
+            "partition": self.meta.get("partition"),
+            "step_time_ms": self.step_time_ms,
+            "bubble_fraction": self.bubble_fraction,
+            "throughput_samples_per_s": self.throughput_samples_per_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "samples_per_step": self.meta.get("samples_per_step"),
+            "tokens_per_step": self.meta.get("tokens_per_step"),
+            "comm": self.meta.get("comm"),
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "fits": self.fits,
+        }
+
+
+def union_length(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by intervals, overlaps counted once."""
+    total = 0.0
+    cur_s = cur_e = None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s  # type: ignore[operator]
+            cur_s, cur_e = s, e
+        elif e > cur_e:
+            cur_e = e
+    if cur_e is not None:
+        total += cur_e - cur_s  # type: ignore[operator]
+    return total
+
+
+def step_bounds(trace: Trace) -> tuple[float, float]:
+    if not trace.spans:
+        return 0.0, 0.0
+    return min(s.start for s in trace.spans), max(s.end for s in trace.spans)
+
+
+def step_time_ms(trace: Trace) -> float:
+    lo, hi = step_bounds(trace)
+    return hi - lo
+
+
+def peak_activations(spans: list[Span], chunks: int) -> float:
+    """Most micro-batches of activations held at once on one rank (see module docstring)."""
+    split = {(s.action.stage, s.action.microbatch) for s in spans if s.action.kind is Kind.W}
+    events: list[tuple[float, int, float]] = []
+    weight = 1.0 / chunks
+    for s in spans:
+        k = s.action.kind
+        key = (s.action.stage, s.action.microbatch)
+        if k is Kind.F:
+            events.append((s.start, 1, weight))
+        if (k is Kind.B) or (k is Kind.W) or (k is Kind.I and key not in split):
+            events.append((s.end, 0, -weight))
+    # an inference plan frees nothing: a forward holds its activations only while it runs
+    if not any(e[2] < 0 for e in events):
+        events += [(s.end, 0, -weight) for s in spans if s.action.kind is Kind.F]
+    held = peak = 0.0
+    for _, _, delta in sorted(events):
+        held += delta
+        peak = max(peak, held)
+    return round(peak, 9)
+
+
+def rank_stages(trace: Trace, rank: int) -> tuple[int, ...]:
+    """The virtual stages ``rank`` holds: from the trace's ``stage_to_rank``, else from its spans."""
+    placement = trace.meta.get("stage_to_rank")
+    if placement:
+        return tuple(s for s, r in enumerate(placement) if r == rank)
+    return tuple(sorted({s.action.stage for s in trace.spans if s.rank == rank}))
+
+
+def memory_peak(trace: Trace, rank: int, compute: list[Span]) -> tuple[float, str | None] | None:
+    """(peak of the rank's ``memory_bytes`` counter, the action of ``compute`` — the rank's compute
+    spans — running then), if the rank has that counter."""
+    counter = next((c for c in trace.counters if c.rank == rank and c.name == "memory_bytes"), None)
+    if counter is None or not counter.points:
+        return None
+    t, peak = max(counter.points, key=lambda p: (p[1], -p[0]))
+    running = [s for s in compute if s.start <= t <= s.end]
+    at = min(running, key=lambda s: (abs(s.start - t), s.start)) if running else None
+    return peak, str(at.action) if at else None
+
+
+def rank_metrics(trace: Trace) -> list[RankMetrics]:
+    """Busy time, bubble, activations held, waiting and memory of every rank."""
+    step = step_time_ms(trace)
+    chunks = int(trace.meta.get("chunks", 1))
+    static = trace.meta.get("memory_static_bytes")
+    out = []
+    by_rank: list[list[Span]] = [[] for _ in range(trace.num_ranks)]
+    for s in trace.spans:
+        by_rank[s.rank].append(s)
+    for r, spans in enumerate(by_rank):
+        compute = [s for s in spans if s.lane == "compute"]
+        busy = union_length([(s.start, s.end) for s in compute])
+        by_kind: dict[str, float] = {}
+        for s in compute:
+            by_kind[s.action.kind.value] = by_kind.get(s.action.kind.value, 0.0) + s.duration
+        waiting = union_length([(s.start, s.end) for s in spans]) - busy
+        peak = memory_peak(trace, r, compute)
+        out.append(
+            RankMetrics(
+                rank=r,
+                stages=rank_stages(trace, r),
+                busy_ms=busy,
+                bubble_fraction=(1.0 - busy / step) if step > 0 else 0.0,
+                peak_activation_microbatches=peak_activations(compute, chunks),
+                compute_ms=by_kind,
+                comm_wait_ms=max(0.0, waiting),
+                peak_memory_bytes=peak[0] if peak else None,
+                peak_memory_at=peak[1] if peak else None,
+                static_memory_bytes=static[r] if static and r < len(static) else None,
+            )
+        )
+    return out
+
+
+def summarize(trace: Trace) -> Summary:
+    """All headline figures of a trace."""
+    meta = trace.meta
+    per_rank = rank_metrics(trace)
+    step = step_time_ms(trace)
+    p = len(per_rank)
+    bubble = (1.0 - sum(r.busy_ms for r in per_rank) / (p * step)) if step > 0 and p else 0.0
+    samples = meta.get("samples_per_step")
+    tokens = meta.get("tokens_per_step")
+    flops = meta.get("model_flops_per_step")
+    peak = meta.get("peak_flops_per_device")
+    devices = meta.get("num_devices")
+    step_s = step / 1000.0
+    sps = samples / step_s if samples and step_s > 0 else None
+    tps = tokens / step_s if tokens and step_s > 0 else None
+    mfu = flops / (step_s * devices * peak) if flops and peak and devices and step_s > 0 else None
+    capacity = meta.get("device_memory_bytes")
+    peaks = [r.peak_memory_bytes for r in per_rank]
+    fits = None if not capacity or any(p is None for p in peaks) else all(p <= capacity for p in peaks)  # type: ignore[operator]
+    return Summary(
+        memory_capacity_bytes=capacity,
+        fits=fits,
+        source=str(meta.get("source", "simulated")),
+        schedule=str(meta.get("schedule", "?")),
+        num_ranks=p,
+        microbatches=int(meta.get("num_microbatches", 0)),
+        chunks=int(meta.get("chunks", 1)),
+        data_parallel=int(meta.get("data_parallel", 1)),
+        step_time_ms=step,
+        bubble_fraction=bubble,
+        throughput_samples_per_s=sps,
+        tokens_per_s=tps,
+        mfu=mfu,
+        per_rank=tuple(per_rank),
+        meta=meta,
+    )

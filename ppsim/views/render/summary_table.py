@@ -1,0 +1,91 @@
+"""``ppsim run`` in the terminal: a Summary's headline figures and a table per rank (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from ppsim.trace.metrics import RankMetrics, Summary
+from ppsim.views.text import gib, or_dash
+
+
+def summary_renderable(s: Summary) -> Group:
+    """Headline figures and a per-rank table."""
+    meta = s.meta
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    name = meta.get("scenario") or "-"
+    head.add_row("scenario", f"{name}  ({s.source})")
+    plan = f"{s.schedule}, {s.num_ranks} ranks"
+    if s.chunks > 1:
+        plan += f" x {s.chunks} chunks ({s.num_stages} stages)"
+    plan += f", {s.microbatches} micro-batches"
+    if meta.get("micro_batch"):
+        plan += f" of {meta['micro_batch']}"
+    plan += f", data parallel {s.data_parallel}"
+    head.add_row("plan", plan)
+    if meta.get("partition"):
+        head.add_row("partition", " ".join(str(c) for c in meta["partition"]) + " layers per stage")
+    if meta.get("comm"):
+        head.add_row("communication", str(meta["comm"]))
+    head.add_row("step time", f"{s.step_time_ms:,.3f} ms")
+    head.add_row("throughput", f"{or_dash(s.throughput_samples_per_s, ',.2f')} samples/s   "
+                               f"{or_dash(s.tokens_per_s, ',.0f')} tokens/s")
+    head.add_row("MFU", or_dash(None if s.mfu is None else 100 * s.mfu, ".1f", " %"))
+    head.add_row("bubble", f"{100 * s.bubble_fraction:.2f} %  (idle / total over all ranks)")
+    memory = memory_line(s)
+    if memory:
+        head.add_row("memory", memory)
+    return Group(head, Text(""), rank_table(s))
+
+
+def rank_table(s: Summary) -> Table:
+    """One row per rank: its stages (when it holds several) and their layers, busy time, bubble,
+    activations, waiting, memory."""
+    counts = s.meta.get("partition")
+    several = any(len(r.stages) > 1 for r in s.per_rank)
+    table = Table(title="per rank", title_justify="left")
+    table.add_column("rank", justify="right")
+    if several:
+        table.add_column("stages", justify="right")
+    if counts:
+        table.add_column("layers", justify="right")
+    with_memory = any(r.peak_memory_bytes is not None for r in s.per_rank)
+    for col in ("busy ms", "bubble", "peak act. mb", "comm wait ms") + (("peak mem GiB",) if with_memory else ()):
+        table.add_column(col, justify="right")
+    for r in s.per_rank:
+        row = [str(r.rank)] + ([",".join(map(str, r.stages)) or "-"] if several else [])
+        if counts:
+            row.append("+".join(str(counts[k]) for k in r.stages if k < len(counts)) or "-")
+        row += [f"{r.busy_ms:,.3f}", f"{100 * r.bubble_fraction:.2f} %", f"{r.peak_activation_microbatches:g}",
+                f"{r.comm_wait_ms:,.3f}"]
+        if with_memory:
+            over = bool(s.memory_capacity_bytes) and (r.peak_memory_bytes or 0) > (s.memory_capacity_bytes or 0)
+            row.append(Text(or_dash(gib(r.peak_memory_bytes), ",.2f"), style="red" if over else ""))
+        table.add_row(*row)
+    return table
+
+
+def memory_line(s: Summary) -> Text | None:
+    """Peak memory against the device's, naming every rank that does not fit, by how much and where."""
+    peaks = [r for r in s.per_rank if r.peak_memory_bytes is not None]
+    if not peaks or not s.memory_capacity_bytes:
+        return None
+    cap = s.memory_capacity_bytes
+    top = max(peaks, key=lambda r: r.peak_memory_bytes or 0.0)
+    line = f"peak {gib(top.peak_memory_bytes):,.2f} GiB on rank {top.rank} of {cap / 2**30:,.0f} GiB per device"
+    over = s.over_capacity()
+    if not over:
+        return Text(line + ": fits")
+    return Text.assemble(("DOES NOT FIT", "bold red"), ": " + "; ".join(_over(r, cap) for r in over))
+
+
+def _over(r: RankMetrics, cap: float) -> str:
+    return (f"rank {r.rank} needs {gib(r.peak_memory_bytes):,.2f} GiB, "
+            f"{gib((r.peak_memory_bytes or 0.0) - cap):,.2f} GiB too many, at {r.peak_memory_at}")
+
+
+def print_summary(s: Summary, console: Console | None = None) -> None:
+    (console or Console()).print(summary_renderable(s))

@@ -1,0 +1,209 @@
+"""The Textual app of ``ppsim tui``: the timeline(s), the plan, the figures and the selected block,
+redrawn from :class:`~ppsim.views.tui.state.TuiState` after every key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Group
+from rich.text import Text
+from textual import events
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widget import Widget
+from textual.widgets import Footer, Static
+
+from ppsim.errors import PpsimError
+from ppsim.views.tui import panels
+from ppsim.views.tui.state import PAN_FRACTION, ZOOM_FACTOR, TuiState
+from ppsim.views.tui.timeline import LABEL_WIDTH, Drawn, axis, draw
+
+WIDE = 150  #: from this many columns the figures sit right of the timeline
+
+
+class TimelineView(Widget):
+    """Every shown trace's rows over the state's window, one time axis under each."""
+
+    DEFAULT_CSS = "TimelineView { height: auto; }"
+
+    def __init__(self, state: TuiState, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.state = state
+        self.drawn: list[tuple[int, Drawn]] = []  #: (first line, drawing) per shown trace
+
+    def _time_columns(self) -> int:
+        return max(10, self.size.width - LABEL_WIDTH)
+
+    def render(self) -> Group:
+        st, width = self.state, self._time_columns()
+        selected = st.selected_span()
+        lines: list[Text] = []
+        self.drawn = []
+        for k, shown in enumerate(st.shown):
+            if len(st.shown) > 1:
+                lines.append(Text(f"{shown.label}", style="bold underline"))
+            d = draw(shown.trace, st.window.start, st.window.end, width, st.lanes,
+                     selected if st.selected and st.selected[0] == k else None)
+            self.drawn.append((len(lines), d))
+            lines.extend(d.lines)
+            lines.append(axis(st.window.start, st.window.end, width))
+        return Group(*lines)
+
+    def get_content_height(self, container: object, viewport: object, width: int) -> int:
+        st = self.state
+        per = [len(draw(sh.trace, 0, 1, 1, st.lanes).rows) + 1 + (len(st.shown) > 1) for sh in st.shown]
+        return sum(per)
+
+    def on_click(self, event: events.Click) -> None:
+        column = event.x - LABEL_WIDTH
+        for k, (first, d) in enumerate(self.drawn):
+            span = d.span_at(event.y - first, column)
+            if span is not None:
+                self.state.select(k, span)
+                self.app.refresh_all()  # type: ignore[attr-defined]
+                return
+
+
+class HelpScreen(ModalScreen[None]):
+    """The keys; any key closes it."""
+
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > Static { width: auto; max-width: 90%; height: auto; border: round $accent; padding: 0 1;
+                          background: $surface; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static(panels.keys_table())
+
+    def on_key(self, event: events.Key) -> None:
+        event.stop()
+        self.dismiss()
+
+    def on_click(self, event: events.Click) -> None:
+        self.dismiss()
+
+
+class PpsimTui(App[None]):
+    """``ppsim tui``: see a predicted step, change the plan with keys, export what is shown."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "ppsim"
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("question_mark", "help", "keys"),
+        Binding("plus,equals_sign", "zoom(2)", "zoom", key_display="+/-"),
+        Binding("minus", "zoom(0.5)", "zoom out", show=False),
+        Binding("left", "pan(-1)", "pan", show=False),
+        Binding("right", "pan(1)", "pan", show=False),
+        Binding("home", "home", "start", show=False),
+        Binding("end", "end", "end", show=False),
+        Binding("0", "fit", "all", show=False),
+        Binding("s", "schedule", "schedule"),
+        Binding("m", "microbatches(0.5)", "micro-batches", key_display="m/M"),
+        Binding("M", "microbatches(2)", "double micro-batches", show=False),
+        Binding("p", "stages(-1)", "stages", key_display="p/P"),
+        Binding("P", "stages(1)", "more stages", show=False),
+        Binding("c", "chunks", "chunks"),
+        Binding("left_square_bracket", "select(-1)", "previous block", show=False),
+        Binding("right_square_bracket", "select(1)", "next block", show=False),
+        Binding("up", "rank(-1)", "rank above", show=False),
+        Binding("down", "rank(1)", "rank below", show=False),
+        Binding("l", "lanes", "lanes", show=False),  # in the ? list; the footer keeps to 80 columns
+        Binding("e", "export", "export"),
+    ]
+
+    def __init__(self, state: TuiState, export_dir: Path | None = None, show_timing: bool = True) -> None:
+        super().__init__()
+        self.state = state
+        self.export_dir = export_dir or Path.cwd()
+        self.show_timing = show_timing
+
+    # ----- layout ------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Static(id="plan")
+        with Vertical(id="body"):
+            with VerticalScroll(id="timeline-box"):
+                yield TimelineView(self.state, id="timeline")
+            yield VerticalScroll(Static(id="figures"), id="figures-box")
+        yield Static(id="detail")
+        yield Static(id="message")
+        yield Footer(compact=True, show_command_palette=False)  # every plan key fits in 80 columns
+
+    def on_mount(self) -> None:
+        self.refresh_all()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.query_one("#body").set_class(event.size.width >= WIDE, "wide")
+
+    def refresh_all(self) -> None:
+        st = self.state
+        self.query_one("#plan", Static).update(panels.plan_text(st, self.show_timing))
+        many = len(st.shown) > 1
+        self.query_one("#figures", Static).update(Group(*(panels.figures(sh, many) for sh in st.shown)))
+        origin = st.origin(st.selected[0])[0] if st.selected else 0.0
+        self.query_one("#detail", Static).update(panels.detail_text(st.selected_span(), origin))
+        self.query_one("#message", Static).update(Text(st.message, style="bold yellow") if st.message else "")
+        timeline = self.query_one("#timeline", TimelineView)
+        timeline.refresh(layout=True)
+
+    # ----- actions -----------------------------------------------------------------------------
+    def _run(self, change: object, *args: object) -> None:
+        self.state.message = ""
+        try:
+            change(*args)  # type: ignore[operator]
+        except PpsimError as exc:
+            self.state.message = str(exc)
+        self.refresh_all()
+
+    def action_zoom(self, factor: float) -> None:
+        self._run(self.state.window.zoom, factor if factor > 1 else 1 / ZOOM_FACTOR)
+
+    def action_pan(self, direction: int) -> None:
+        self._run(self.state.window.pan, direction * PAN_FRACTION)
+
+    def action_home(self) -> None:
+        self._run(self.state.window.to_start)
+
+    def action_end(self) -> None:
+        self._run(self.state.window.to_end)
+
+    def action_fit(self) -> None:
+        self._run(self.state.window.fit)
+
+    def action_schedule(self) -> None:
+        self._run(self.state.cycle_schedule)
+
+    def action_microbatches(self, factor: float) -> None:
+        self._run(self.state.scale_microbatches, factor)
+
+    def action_stages(self, delta: int) -> None:
+        self._run(self.state.change_stages, delta)
+
+    def action_chunks(self) -> None:
+        self._run(self.state.cycle_chunks)
+
+    def action_select(self, delta: int) -> None:
+        self._run(self.state.step_selection, delta)
+
+    def action_rank(self, delta: int) -> None:
+        self._run(self.state.move_rank, delta)
+
+    def action_lanes(self) -> None:
+        self.state.lanes = not self.state.lanes
+        self.refresh_all()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_export(self) -> None:
+        from ppsim.views.tui.export import export_view
+
+        try:
+            path = export_view(self.state, self.export_dir)
+            self.state.message = f"wrote {path}"
+        except PpsimError as exc:
+            self.state.message = str(exc)
+        self.refresh_all()

@@ -1,0 +1,266 @@
+"""What the TUI shows and how its keys change it: a scenario with plan overrides and its prediction,
+or saved traces; the time window; the selected block. No Textual here.
+
+The state is handed the function that predicts a scenario (``ppsim.predict``'s, from the CLI), so
+the views never drive the simulator themselves.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ppsim.errors import PpsimError, TraceError
+from ppsim.inputs.scenario import Scenario
+from ppsim.plan.schedules import SCHEDULES, get
+from ppsim.trace import Span, Trace
+from ppsim.trace.metrics import Summary, step_bounds, summarize
+
+Predictor = Callable[[Scenario], Trace]  #: the predicted trace of a scenario
+
+MIN_WINDOW_MS = 1e-6
+PAN_FRACTION = 0.25  #: an arrow key moves the window by this share of its width
+ZOOM_FACTOR = 2.0
+
+
+@dataclass
+class Shown:
+    """One timeline on screen: its trace and figures (``label`` names it in a comparison)."""
+
+    label: str
+    trace: Trace
+    summary: Summary
+
+
+@dataclass
+class Window:
+    """The time window [start, end) in ms, inside the bounds [lo, hi] of what is shown."""
+
+    lo: float
+    hi: float
+    start: float = 0.0
+    end: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.end <= self.start:
+            self.start, self.end = self.lo, self.hi
+
+    @property
+    def width(self) -> float:
+        return self.end - self.start
+
+    def place(self, start: float, width: float) -> None:
+        """Show ``width`` ms from ``start``, kept inside the bounds."""
+        width = min(max(width, MIN_WINDOW_MS), max(self.hi - self.lo, MIN_WINDOW_MS))
+        start = min(max(start, self.lo), self.hi - width)
+        self.start, self.end = start, start + width
+
+    def zoom(self, factor: float) -> None:
+        """Zoom around the centre: ``factor`` > 1 shows less time (in), < 1 more (out)."""
+        centre = (self.start + self.end) / 2
+        width = self.width / factor
+        self.place(centre - width / 2, width)
+
+    def pan(self, fraction: float) -> None:
+        self.place(self.start + fraction * self.width, self.width)
+
+    def to_start(self) -> None:
+        self.place(self.lo, self.width)
+
+    def to_end(self) -> None:
+        self.place(self.hi - self.width, self.width)
+
+    def fit(self) -> None:
+        self.place(self.lo, self.hi - self.lo)
+
+    def rebound(self, lo: float, hi: float) -> None:
+        """New bounds (a rerun changed the step): keep the zoom when it still fits, else show all."""
+        was_all = self.start <= self.lo and self.end >= self.hi
+        self.lo, self.hi = lo, hi
+        if was_all or self.width >= hi - lo:
+            self.fit()
+        else:
+            self.place(self.start, self.width)
+
+
+@dataclass
+class TuiState:
+    """Everything on screen. Built by :meth:`from_scenario` (plan keys active) or :meth:`from_traces`."""
+
+    shown: list[Shown]
+    window: Window
+    scenario: Scenario | None = None
+    message: str = ""  #: the last key's result (an error, a note), shown in the status line
+    rerun_ms: float | None = None  #: how long the last simulation took
+    selected: tuple[int, Span] | None = None  #: (timeline, span)
+    lanes: bool = False  #: show the send / recv / collective rows too
+    predictor: Predictor | None = None  #: reruns the prediction after a plan key (None: saved traces)
+    schedules: list[str] = field(default_factory=list)  #: what ``s`` cycles through
+
+    # ----- building ----------------------------------------------------------------------------
+    @classmethod
+    def from_scenario(cls, s: Scenario, predictor: Predictor) -> TuiState:
+        shown, ms = _predict(s, predictor)
+        return cls(shown=[shown], window=Window(*_bounds([shown])), scenario=s, rerun_ms=ms, predictor=predictor,
+                   schedules=list(SCHEDULES))
+
+    @classmethod
+    def from_traces(cls, traces: list[tuple[str, Trace]]) -> TuiState:
+        shown = []
+        for label, trace in traces:
+            if not trace.spans:
+                raise TraceError(f"{label}: the trace has no spans; there is nothing to show")
+            shown.append(Shown(label, trace, summarize(trace)))
+        return cls(shown=shown, window=Window(*_bounds(shown)))
+
+    # ----- plan keys ---------------------------------------------------------------------------
+    @property
+    def editable(self) -> bool:
+        return self.scenario is not None
+
+    def cycle_schedule(self) -> None:
+        s = self._need_scenario()
+        names = self.schedules
+        i = names.index(s.pipeline.schedule) if s.pipeline.schedule in names else -1
+        for step in range(1, len(names)):
+            name = names[(i + step) % len(names)]
+            if get(name).chunks == "1":
+                tries = [{"chunks": 1}]
+            elif s.pipeline.chunks == 1:  # an interleaved schedule on one chunk would only repeat 1F1B
+                tries = [{"chunks": 2, **self._free_partition(s)}, {}]
+            else:
+                tries = [{}]
+            for extra in tries:
+                if self._apply({"schedule": name, **extra}, quiet=True):
+                    return
+        self.message = "no other schedule can run this plan"
+
+    def scale_microbatches(self, factor: float) -> None:
+        s = self._need_scenario()
+        m = max(1, round(s.microbatches * factor))
+        if m == s.microbatches:
+            self.message = f"micro-batches stay at {m}"
+            return
+        self._apply({"microbatches": m})
+
+    def change_stages(self, delta: int) -> None:
+        s = self._need_scenario()
+        p = s.pipeline.stages + delta
+        if p < 1:
+            self.message = "one stage is the least"
+            return
+        self._apply({"stages": p, **self._free_partition(s)})
+
+    def cycle_chunks(self) -> None:
+        s = self._need_scenario()
+        if get(s.pipeline.schedule).chunks == "1":
+            self.message = f"{s.pipeline.schedule} runs one chunk per rank; press s for interleaved-1f1b"
+            return
+        for v in _next_chunks(s.pipeline.chunks):
+            if self._apply({"chunks": v, **self._free_partition(s)}, quiet=True):
+                return
+        self.message = "no other chunk count runs this plan"
+
+    def _free_partition(self, s: Scenario) -> dict[str, Any]:
+        """An explicit partition only fits its own stage count: let a new one be balanced."""
+        return {"partition": "balanced"} if isinstance(s.pipeline.partition, list) else {}
+
+    def _need_scenario(self) -> Scenario:
+        return self._editable()[0]
+
+    def _editable(self) -> tuple[Scenario, Predictor]:
+        if self.scenario is None or self.predictor is None:
+            raise PpsimError("a saved trace is shown: its plan cannot change (open a scenario to edit the plan)")
+        return self.scenario, self.predictor
+
+    def _apply(self, changes: dict[str, Any], quiet: bool = False) -> bool:
+        """Rerun with ``changes``; on an error keep what is shown and say why. True when it ran."""
+        s, predictor = self._editable()
+        try:
+            new = s.with_overrides(**changes)
+            shown, ms = _predict(new, predictor)
+        except PpsimError as exc:
+            if not quiet:
+                self.message = str(exc)
+            return False
+        self.scenario, self.shown, self.rerun_ms = new, [shown], ms
+        self.message = ""
+        self.selected = None
+        self.window.rebound(*_bounds([shown]))
+        return True
+
+    # ----- selection ---------------------------------------------------------------------------
+    def select(self, timeline: int, span: Span) -> None:
+        self.selected = (timeline, span)
+
+    def selected_span(self) -> Span | None:
+        return self.selected[1] if self.selected else None
+
+    def step_selection(self, delta: int) -> None:
+        """Select the next (previous) block of the selected block's row, or rank 0's first (last)."""
+        if self.selected is None:
+            row = lane_spans(self.shown[0].trace, 0, "compute")
+            if row:
+                self.selected = (0, row[0] if delta > 0 else row[-1])
+        else:
+            t, span = self.selected
+            row = lane_spans(self.shown[t].trace, span.rank, span.lane)
+            i = row.index(span) if span in row else 0
+            self.selected = (t, row[min(max(i + delta, 0), len(row) - 1)])
+        self._show_selected()
+
+    def move_rank(self, delta: int) -> None:
+        """Select the compute block of the next (previous) rank nearest in time to the selected one."""
+        if self.selected is None:
+            self.step_selection(1)
+            return
+        t, span = self.selected
+        rows = [(k, r) for k, sh in enumerate(self.shown) for r in range(sh.trace.num_ranks)]
+        k = min(max(rows.index((t, span.rank)) + delta, 0), len(rows) - 1)
+        nt, nr = rows[k]
+        row = lane_spans(self.shown[nt].trace, nr, "compute")
+        if row:
+            at = (span.start + span.end) / 2
+            self.selected = (nt, min(row, key=lambda s: abs((s.start + s.end) / 2 - at)))
+            self._show_selected()
+
+    def _show_selected(self) -> None:
+        """Pan so the selected block is in the window."""
+        span = self.selected_span()
+        if span is None:
+            return
+        w, (lo, _) = self.window, self.origin(self.selected[0])
+        start, end = span.start - lo, span.end - lo
+        if start < w.start or end > w.end:
+            w.place((start + end) / 2 - w.width / 2, w.width)
+
+    def origin(self, timeline: int) -> tuple[float, float]:
+        """Bounds of a timeline's step on its own clock; the window's 0 is its start."""
+        return step_bounds(self.shown[timeline].trace)
+
+
+def lane_spans(trace: Trace, rank: int, lane: str) -> list[Span]:
+    """A rank's spans of one lane in time order (what selection steps through)."""
+    return sorted((s for s in trace.spans if s.rank == rank and s.lane == lane), key=lambda s: (s.start, s.end))
+
+
+def _predict(s: Scenario, predictor: Predictor) -> tuple[Shown, float]:
+    t0 = time.perf_counter()
+    trace = predictor(s)
+    summary = summarize(trace)
+    ms = (time.perf_counter() - t0) * 1e3
+    return Shown(s.name, trace, summary), ms
+
+
+def _next_chunks(v: int) -> list[int]:
+    """Chunk counts to try after ``v``: the next larger ones of 1, 2, 3, 4, 6, 8, then back to 1."""
+    order = [1, 2, 3, 4, 6, 8]
+    return [c for c in order if c > v] + [c for c in order if c < v]
+
+
+def _bounds(shown: list[Shown]) -> tuple[float, float]:
+    """One time axis for all timelines: each starts at its own first span."""
+    width = max(step_bounds(sh.trace)[1] - step_bounds(sh.trace)[0] for sh in shown)
+    return 0.0, width
