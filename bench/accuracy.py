@@ -1,10 +1,12 @@
-"""How close ppsim's prediction comes to what DeepSpeed really does, over a matrix of plans.
+"""How close ppsim's prediction comes to what the runtimes really do, over a matrix of plans.
 
-For each model it measures one profile (``ppexec profile``: layer times, framework overheads, the
-link) and then, for every case of the matrix — schedule x micro-batches x partition — predicts the
-step with that profile (``ppsim run --profile``, blocking sends), runs the same plan for real with
-ppexec (2 ranks, gloo, one core each) and compares the prediction with the run's median step
-(``ppsim compare``). Printed per case: predicted and measured step time, the signed step-time error
+For each runtime (DeepSpeed's PipelineEngine, torch.distributed.pipelining) and model it measures
+one profile (``ppexec profile --runtime``: layer times, that runtime's overheads, the link) and then,
+for every case of the matrix — schedule x micro-batches x partition — predicts the step with that
+profile (``ppsim run --profile``, with the runtime's send semantics), runs the same plan for real
+with ppexec (2 ranks, gloo, one core each) and compares the prediction with the run's median step
+(``ppsim compare``). DeepSpeed runs gpipe and 1f1b; torch also interleaved-1f1b (2 chunks) and
+zb-h1. Printed per case: predicted and measured step time, the signed step-time error
 (relative to measured), the largest per-stage bubble error in percentage points (per stage, the
 median over the recorded steps) and the run's own step-to-step spread (half the inter-quartile
 range over the median). Then the median and maximum |step-time error| and the maximum bubble
@@ -17,7 +19,8 @@ measured once per model. The first case of each model is therefore run again at 
 Only 2 ranks: this machine has 2 cores, and with more ranks than cores the timing says more about
 the OS scheduler than about the plan.
 
-    .venv/bin/python bench/accuracy.py                          # the whole matrix (~20 min)
+    .venv/bin/python bench/accuracy.py                          # the whole matrix (~50 min)
+    .venv/bin/python bench/accuracy.py --runtimes torch --models small   # the torch runtime's schedules
     .venv/bin/python bench/accuracy.py --models tiny --microbatches 4 --schedules 1f1b --steps 4
     .venv/bin/python bench/accuracy.py --json results.json      # also write every figure as JSON
 """
@@ -49,10 +52,14 @@ MODELS = {
 #: a deliberately uneven partition: one block on the first stage, three (and the head) on the last
 UNEVEN = [1, 3]
 TARGET_MEDIAN, TARGET_MAX, TARGET_BUBBLE_PP = 0.05, 0.10, 3.0
+#: what each runtime runs of the matrix (chunks per rank of each schedule)
+SCHEDULES = {"deepspeed": {"gpipe": 1, "1f1b": 1},
+             "torch": {"gpipe": 1, "1f1b": 1, "interleaved-1f1b": 2, "zb-h1": 1}}
 
 
 @dataclass
 class Case:
+    runtime: str
     model: str
     schedule: str
     microbatches: int
@@ -66,12 +73,13 @@ class Case:
     seconds: float
 
 
-def scenario(model: str, schedule: str, m: int, partition: str) -> Scenario:
+def scenario(model: str, schedule: str, m: int, partition: str, chunks: int = 1) -> Scenario:
+    """A case (its send semantics are set by the runtime that runs it)."""
     return parse_scenario({
         "name": f"accuracy-{model}",
         "model": MODELS[model],
         "training": {"micro_batch": 4},
-        "pipeline": {"stages": 2, "microbatches": m, "schedule": schedule, "comm": "rendezvous",
+        "pipeline": {"stages": 2, "microbatches": m, "schedule": schedule, "chunks": chunks,
                      "partition": UNEVEN if partition == "uneven" else "balanced"},
         "hardware": {"device": "cpu"},
     }, source=f"bench case {model}")
@@ -84,27 +92,27 @@ def spread(times: list[float]) -> float:
     return (q[2] - q[0]) / 2 / statistics.median(times)
 
 
-def run_case(model: str, schedule: str, m: int, partition: str, profile, steps: int, warmup: int,
+def run_case(runtime: str, model: str, schedule: str, m: int, partition: str, profile, steps: int, warmup: int,
              work: Path) -> Case:
     from ppexec.validate import validate
     from ppsim.trace.metrics import step_time_ms
 
     t0 = time.perf_counter()
-    s = scenario(model, schedule, m, partition)
-    folder = work / f"{model}-{schedule}-m{m}-{partition}"
-    v = validate(s, profile, folder, steps=steps, warmup=warmup)
+    s = scenario(model, schedule, m, partition, SCHEDULES[runtime][schedule])
+    folder = work / f"{runtime}-{model}-{schedule}-m{m}-{partition}"
+    v = validate(s, profile, folder, steps=steps, warmup=warmup, runtime=runtime)
     seconds = time.perf_counter() - t0
     c = v.comparison
     blocks = v.scenario.pipeline.partition
     assert isinstance(blocks, list)
-    return Case(model=model, schedule=schedule, microbatches=m, partition=partition, blocks=list(blocks),
+    return Case(runtime=runtime, model=model, schedule=schedule, microbatches=m, partition=partition, blocks=list(blocks),
                 predicted_ms=c.predicted_step_time_ms, measured_ms=c.measured_step_time_ms,
                 step_time_error=c.step_time_error, max_bubble_error_pp=v.max_abs_bubble_error_pp,
                 spread=spread([step_time_ms(t) for t in v.run.traces]), seconds=seconds)
 
 
 def row(c: Case) -> str:
-    return (f"{c.model:6} {c.schedule:8} {c.microbatches:>3} {c.partition:9} {'/'.join(map(str, c.blocks)):7} "
+    return (f"{c.runtime:9} {c.model:6} {c.schedule:16} {c.microbatches:>3} {c.partition:9} {'/'.join(map(str, c.blocks)):7} "
             f"{c.predicted_ms:9.2f} {c.measured_ms:9.2f} {100 * c.step_time_error:+7.2f}% "
             f"{c.max_bubble_error_pp:9.2f} {100 * c.spread:6.1f}%")
 
@@ -114,7 +122,9 @@ def main() -> int:
     ap.add_argument("--models", default="small,medium", help="comma-separated: " + ", ".join(MODELS))
     ap.add_argument("--repeats", type=int, default=3,
                     help="run each model's first case this many times in all, to show the run-to-run noise floor")
-    ap.add_argument("--schedules", default="gpipe,1f1b")
+    ap.add_argument("--runtimes", default="deepspeed,torch", help="comma-separated: deepspeed, torch")
+    ap.add_argument("--schedules", default="gpipe,1f1b,interleaved-1f1b,zb-h1",
+                    help="comma-separated; each runtime runs those it can")
     ap.add_argument("--microbatches", default="2,4,8,16")
     ap.add_argument("--partitions", default="balanced,uneven")
     ap.add_argument("--steps", type=int, default=12, help="recorded steps per run (the median step is compared)")
@@ -127,39 +137,48 @@ def main() -> int:
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         ap.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
+    runtimes = args.runtimes.split(",")
+    if any(r not in SCHEDULES for r in runtimes):
+        ap.error(f"unknown runtime in {runtimes}; choose from {list(SCHEDULES)}")
     schedules = args.schedules.split(",")
     mbs = [int(x) for x in args.microbatches.split(",")]
     partitions = args.partitions.split(",")
     cases: list[Case] = []
     drifts: list[float] = []
-    print(f"{'model':6} {'schedule':8} {'m':>3} {'partition':9} {'blocks':7} {'pred ms':>9} {'meas ms':>9} "
-          f"{'error':>8} {'bubble pp':>9} {'spread':>7}", flush=True)
+    print(f"{'runtime':9} {'model':6} {'schedule':16} {'m':>3} {'partition':9} {'blocks':7} {'pred ms':>9} "
+          f"{'meas ms':>9} {'error':>8} {'bubble pp':>9} {'spread':>7}", flush=True)
     with tempfile.TemporaryDirectory(prefix="ppsim-accuracy-") as tmp:
         work = Path(tmp)
-        for model in models:
-            t0 = time.perf_counter()
-            profile = measure_profile(scenario(model, "1f1b", 4, "balanced"))
-            print(f"# {model}: profiled in {time.perf_counter() - t0:.0f} s: block F {profile.block.forward_ms:.2f} ms, "
-                  f"B {profile.block.backward_ms:.2f} ms; link {profile.link.latency_us:.0f} us + "
-                  f"{profile.link.bandwidth_gb_s:.2f} GB/s", flush=True)
-            first: Case | None = None
-            for schedule in schedules:
-                for m in mbs:
-                    for partition in partitions:
-                        c = run_case(model, schedule, m, partition, profile, args.steps, args.warmup, work)
-                        cases.append(c)
-                        first = first or c
-                        print(row(c), flush=True)
-            if first is not None and args.repeats > 1:
-                again = [first] + [run_case(first.model, first.schedule, first.microbatches, first.partition, profile,
-                                            args.steps, args.warmup, work) for _ in range(args.repeats - 1)]
-                for c in again[1:]:
-                    print(row(c) + "  (repeat)", flush=True)
-                meds = [c.measured_ms for c in again]
-                drift = (max(meds) - min(meds)) / statistics.median(meds)
-                drifts.append(drift)
-                print(f"# {model}: the same case measured {len(again)} times: "
-                      f"{', '.join(f'{x:.1f}' for x in meds)} ms, range {100 * drift:.1f}% of the median", flush=True)
+        for runtime in runtimes:
+            for model in models:
+                t0 = time.perf_counter()
+                profile = measure_profile(scenario(model, "1f1b", 4, "balanced"), runtime=runtime)
+                print(f"# {runtime} {model}: profiled in {time.perf_counter() - t0:.0f} s: block F "
+                      f"{profile.block.forward_ms:.2f} ms, B {profile.block.backward_ms:.2f} ms; link "
+                      f"{profile.link.latency_us:.0f} us + {profile.link.bandwidth_gb_s:.2f} GB/s", flush=True)
+                first: Case | None = None
+                for schedule in [x for x in schedules if x in SCHEDULES[runtime]]:
+                    # 4 blocks over 2 ranks x 2 chunks leave one partition only: balanced
+                    kinds = partitions if SCHEDULES[runtime][schedule] == 1 else ["balanced"]
+                    for m in mbs:
+                        for partition in kinds:
+                            c = run_case(runtime, model, schedule, m, partition, profile, args.steps, args.warmup,
+                                         work)
+                            cases.append(c)
+                            first = first or c
+                            print(row(c), flush=True)
+                if first is not None and args.repeats > 1:
+                    again = [first] + [run_case(runtime, first.model, first.schedule, first.microbatches,
+                                                first.partition, profile, args.steps, args.warmup, work)
+                                       for _ in range(args.repeats - 1)]
+                    for c in again[1:]:
+                        print(row(c) + "  (repeat)", flush=True)
+                    meds = [c.measured_ms for c in again]
+                    drift = (max(meds) - min(meds)) / statistics.median(meds)
+                    drifts.append(drift)
+                    print(f"# {runtime} {model}: the same case measured {len(again)} times: "
+                          f"{', '.join(f'{x:.1f}' for x in meds)} ms, range {100 * drift:.1f}% of the median",
+                          flush=True)
     errors = [abs(c.step_time_error) for c in cases]
     med, worst = statistics.median(errors), max(errors)
     bubble = max(c.max_bubble_error_pp for c in cases)
@@ -170,6 +189,13 @@ def main() -> int:
         return "ok" if ok else "MISSED"
 
     print()
+    print("per runtime and schedule: cases, median |step-time error|, max |step-time error|")
+    for runtime in runtimes:
+        for schedule in schedules:
+            mine = [abs(c.step_time_error) for c in cases if (c.runtime, c.schedule) == (runtime, schedule)]
+            if mine:
+                print(f"  {runtime:9} {schedule:16} {len(mine):>3}   {100 * statistics.median(mine):6.2f}%   "
+                      f"{100 * max(mine):6.2f}%")
     print(f"cases: {len(cases)}   median |step-time error| {100 * med:.2f}% "
           f"(target <= {100 * TARGET_MEDIAN:.0f}%): {verdict(med <= TARGET_MEDIAN)}")
     print(f"max |step-time error| {100 * worst:.2f}% (target <= {100 * TARGET_MAX:.0f}%): {verdict(worst <= TARGET_MAX)}")

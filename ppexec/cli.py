@@ -31,8 +31,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from ppexec.run import RunResult
     from ppsim.inputs.profile import Profile
 
-#: the plan options of ppexec's commands (chunks and send semantics are ppexec's to choose)
-RUN_PLAN_OPTIONS = ("schedule", "stages", "microbatches", "partition")
+#: the plan options of ppexec's commands (the send semantics are the runtime's)
+RUN_PLAN_OPTIONS = ("schedule", "stages", "microbatches", "chunks", "partition")
+Runtime = Literal["auto", "deepspeed", "torch"]
+RUNTIME_HELP = ("What runs the plan: deepspeed (DeepSpeed's PipelineEngine), torch (torch.distributed.pipelining), "
+                "or auto: DeepSpeed where it can run the plan, else torch.")
+
+
+def runtime_option() -> Runtime:
+    return typer.Option("auto", "--runtime", help=RUNTIME_HELP)  # type: ignore[return-value]
 
 app = typer.Typer(
     name="ppexec",
@@ -64,6 +71,7 @@ def run(
     save_params: bool = typer.Option(False, "--save-params", help="Save every rank's weights at the end."),
     profile: Path | None = typer.Option(None, "--profile", help="Plan with measured costs (as `ppsim run --profile`)."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    runtime: Runtime = runtime_option(),
     plan: PlanOverrides = PlanOverrides(),
 ) -> None:
     """Train SCENARIO's plan for --steps steps and write the measured trace into --out."""
@@ -77,7 +85,8 @@ def run(
         check_run_folder(out)
         s = scenario_with(scenario, plan)
         opts = RunOptions(out=out, steps=steps, warmup=warmup, timeout_s=timeout, seed=seed, lr=lr,
-                          save_params=save_params, backend="nccl" if launcher == "deepspeed" else "gloo")
+                          save_params=save_params, backend="nccl" if launcher == "deepspeed" else "gloo",
+                          runtime=runtime)
         progress = _Progress(steps + warmup, warmup)
         result = execute(s, opts, progress, hostfile=hostfile if launcher == "deepspeed" else None,
                          profile=load_profile_option(profile))
@@ -96,6 +105,7 @@ def prepare(
     timeout: float = typer.Option(300.0, "--timeout", min=1),
     seed: int = typer.Option(1234, "--seed"),
     lr: float = typer.Option(1e-3, "--lr", min=0, help="AdamW learning rate."),
+    runtime: Runtime = runtime_option(),
     plan: PlanOverrides = PlanOverrides(),
 ) -> None:
     """Write RUN_DIR/run.json for any launcher (torchrun, srun, deepspeed) to start
@@ -104,9 +114,11 @@ def prepare(
 
     with bad_input_exits():
         s = scenario_with(scenario, plan)
-        opts = RunOptions(out=out, steps=steps, warmup=warmup, timeout_s=timeout, seed=seed, lr=lr, backend=backend)
-        _, _, world = prepare_run(s, opts)
-    typer.echo(f"wrote {out}/run.json: start {world} ranks with `python -m ppexec.worker {out}`")
+        opts = RunOptions(out=out, steps=steps, warmup=warmup, timeout_s=timeout, seed=seed, lr=lr, backend=backend,
+                          runtime=runtime)
+        prepared, world = prepare_run(s, opts)
+    typer.echo(f"wrote {out}/run.json ({prepared.runtime} runtime): start {world} ranks with "
+               f"`python -m ppexec.worker {out}`")
 
 
 @app.command()
@@ -131,6 +143,8 @@ def profile_cmd(
     timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds a rank may wait on a peer before failing."),
     keep_run: Path | None = typer.Option(None, "--keep-run", help="Keep the profiling run's folder here."),
     force: bool = force_option(),
+    runtime: Literal["deepspeed", "torch"] = typer.Option(
+        "deepspeed", "--runtime", help="Whose overheads to measure: the runtime the predictions are for."),
 ) -> None:
     """Measure SCENARIO's layer times, framework overheads and link on this machine (two ranks)."""
     from ppexec.profile import measure_profile
@@ -143,8 +157,8 @@ def profile_cmd(
 
             check_run_folder(keep_run)
         s = scenario_with(scenario)
-        err.print("profiling on 2 ranks: layer times, a short GPipe run, message ping-pong ...")
-        measured = measure_profile(s, timeout_s=timeout, keep=keep_run)
+        err.print(f"profiling on 2 ranks ({runtime} runtime): layer times, a short GPipe run, message ping-pong ...")
+        measured = measure_profile(s, timeout_s=timeout, keep=keep_run, runtime=runtime)
         outputs.write_text(target, measured.to_yaml())
     _print_profile(measured)
     err.print(f"wrote {target}: use it with `ppsim run {scenario} --profile {target}`")
@@ -160,6 +174,7 @@ def validate_cmd(
     warmup: int = typer.Option(2, "--warmup", min=0, help="Steps to run first and not record."),
     timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds a rank may wait on a peer before failing."),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    runtime: Runtime = runtime_option(),
     plan: PlanOverrides = PlanOverrides(),
 ) -> None:
     """Profile this machine, predict SCENARIO with the profile, run it for real and compare."""
@@ -171,12 +186,15 @@ def validate_cmd(
         s = scenario_with(scenario, plan)
         measured = load_profile_option(profile)
         out.mkdir(parents=True, exist_ok=True)
+        from ppexec.run import prepare
+
+        chosen = prepare(s, measured, runtime).runtime
         if measured is None:
-            err.print("1/3 profiling this machine (2 ranks) ...")
-            measured = measure_profile(s, timeout_s=timeout)
+            err.print(f"1/3 profiling this machine (2 ranks, {chosen} runtime) ...")
+            measured = measure_profile(s, timeout_s=timeout, runtime=chosen)
             (out / PROFILE_FILE).write_text(measured.to_yaml())
-        err.print(f"2/3 predicting and running {steps + warmup} steps ...")
-        result = validate(s, measured, out / "run", steps=steps, warmup=warmup, timeout_s=timeout)
+        err.print(f"2/3 predicting and running {steps + warmup} steps ({chosen} runtime) ...")
+        result = validate(s, measured, out / "run", steps=steps, warmup=warmup, timeout_s=timeout, runtime=chosen)
         err.print("3/3 comparing")
         write_outputs(result, out)
     c = result.comparison
@@ -233,13 +251,14 @@ def _report(result: RunResult, out: Path, json_out: bool) -> None:
     for note in teardown_notes(result.states):
         say("note", note)
     if json_out:
-        doc = result.summary.to_json_dict()
-        doc["losses"] = result.losses
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        from ppexec.run import summary_doc
+
+        sys.stdout.write(json.dumps(summary_doc(result), indent=2) + "\n")
         return
     from ppsim.views.render.summary_table import print_summary
 
     print_summary(result.summary)
+    err.print(f"runtime: {result.runtime}")
     err.print(f"losses: {', '.join(f'{x:.4f}' for x in result.losses)}")
     err.print(f"wrote {out}/trace.json, {out}/trace.chrome.json, {out}/summary.json, {out}/steps/")
 
@@ -254,7 +273,7 @@ class _Progress:
     def __call__(self, states: list[RankState]) -> None:
         done = min((len(st.steps) for st in states), default=0)
         if done != self.shown and done > 0:
-            losses = [st.steps[done - 1]["loss"] for st in states if st.steps and st.steps[done - 1].get("loss") is not None]
+            losses = [st.steps[done - 1].loss for st in states if st.steps and st.steps[done - 1].loss is not None]
             loss = f"  loss {losses[0]:.4f}" if losses else ""
             err.print(f"step {self.warmup + done}/{self.total} recorded{loss}")
             self.shown = done

@@ -8,18 +8,20 @@ where each was. No process is left behind, and everything recorded so far stays 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ppexec.events import Done, Failure, Measure, Ready, Step, decode, events_path
 from ppsim.errors import PpsimError
 
 
@@ -29,14 +31,16 @@ class RunFailed(PpsimError):
 
 @dataclass
 class RankState:
+    """What the launcher knows of one rank, from its events."""
+
     rank: int
-    ready: dict[str, Any] | None = None
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    error: dict[str, Any] | None = None
+    ready: Ready | None = None
+    steps: list[Step] = field(default_factory=list)
+    error: Failure | None = None
     done: bool = False
     teardown_code: int | None = None  #: a non-zero exit after "done": a crash in the teardown, the run complete
-    teardown_error: dict[str, Any] | None = None  #: an error reported after "done" (in the final barrier)
-    measurements: dict[str, Any] = field(default_factory=dict)  #: a profiling rank's ``measure`` events
+    teardown_error: Failure | None = None  #: an error reported after "done" (in the final barrier)
+    measurements: dict[str, Any] = field(default_factory=dict)  #: a profiling rank's ``Measure`` events
     offset: int = 0  #: bytes of the event file already read
 
 
@@ -49,7 +53,7 @@ def free_port() -> int:
 def read_events(run_dir: Path, states: list[RankState]) -> None:
     """Read the new lines of every rank's event file into ``states``."""
     for st in states:
-        path = run_dir / "ranks" / f"rank-{st.rank}.jsonl"
+        path = events_path(run_dir, st.rank)
         if not path.exists():
             continue
         with path.open("rb") as fh:
@@ -58,28 +62,27 @@ def read_events(run_dir: Path, states: list[RankState]) -> None:
         complete = chunk[: chunk.rfind(b"\n") + 1]
         st.offset += len(complete)
         for line in complete.splitlines():
-            event = json.loads(line)
-            kind = event["type"]
-            if kind == "ready":
+            event = decode(line)
+            if isinstance(event, Ready):
                 st.ready = event
-            elif kind == "step":
+            elif isinstance(event, Step):
                 st.steps.append(event)
-            elif kind == "error" and st.done:
+            elif isinstance(event, Failure) and st.done:
                 st.teardown_error = event  # a peer left the final barrier early: all was recorded
-            elif kind == "error":
+            elif isinstance(event, Failure):
                 st.error = event
-            elif kind == "done":
+            elif isinstance(event, Done):
                 st.done = True
-            elif kind == "measure":
-                st.measurements[event["name"]] = event["data"]
+            elif isinstance(event, Measure):
+                st.measurements[event.name] = event.data
 
 
 def _where(st: RankState) -> str:
-    if st.error and st.error.get("action"):
-        return f"in action {st.error['action']}"
+    if st.error and st.error.action:
+        return f"in action {st.error.action}"
     if st.steps:
-        last = st.steps[-1]["spans"][-1][0] if st.steps[-1]["spans"] else "?"
-        return f"after step {st.steps[-1]['step']} (last action {last})"
+        last = st.steps[-1].spans[-1][0] if st.steps[-1].spans else "?"
+        return f"after step {st.steps[-1].step} (last action {last})"
     return "before its first recorded step"
 
 
@@ -112,6 +115,24 @@ def local_rank_env(rank: int, world: int, port: int) -> dict[str, str]:
                 DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"), PYTHONUNBUFFERED="1")
 
 
+@contextmanager
+def _stopped_by_sigterm() -> Iterator[None]:
+    """While the ranks run, SIGTERM (``timeout``, a job scheduler, ``kill``) ends the launcher
+    through its cleanup, which stops every rank, instead of leaving them behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise RunFailed(f"the run was stopped by signal {signal.Signals(signum).name}; every rank was stopped")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_local(run_dir: Path, world: int, deadline_s: float,
               on_progress: Callable[[list[RankState]], None] | None = None) -> list[RankState]:
     """Run ``world`` ranks on this machine (CPU, gloo) and wait for them; raise RunFailed on a fault."""
@@ -119,6 +140,12 @@ def run_local(run_dir: Path, world: int, deadline_s: float,
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen[bytes]] = []
+    with _stopped_by_sigterm():
+        return _start_and_watch(procs, run_dir, world, port, logs, deadline_s, on_progress)
+
+
+def _start_and_watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, port: int, logs: Path,
+                     deadline_s: float, on_progress: Callable[[list[RankState]], None] | None) -> list[RankState]:
     try:
         for r in range(world):
             env = local_rank_env(r, world, port)
@@ -135,13 +162,14 @@ def run_deepspeed(run_dir: Path, world: int, hostfile: Path, deadline_s: float,
     """Start every rank through DeepSpeed's launcher (one per GPU of each host in the hostfile)."""
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    with (logs / "launcher.log").open("wb") as log:
-        proc = subprocess.Popen(deepspeed_command(run_dir, hostfile, free_port()), stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        return watch([proc], run_dir, world, deadline_s, on_progress, per_rank=False)
-    finally:
-        stop_processes([proc])
+    with _stopped_by_sigterm():
+        with (logs / "launcher.log").open("wb") as log:
+            proc = subprocess.Popen(deepspeed_command(run_dir, hostfile, free_port()), stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return watch([proc], run_dir, world, deadline_s, on_progress, per_rank=False)
+        finally:
+            stop_processes([proc])
 
 
 def watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, deadline_s: float,
@@ -197,7 +225,7 @@ def teardown_notes(states: list[RankState]) -> list[str]:
             out.append(f"rank {st.rank} exited with code {st.teardown_code} in its teardown, after recording "
                        "everything; the run is complete")
         elif st.teardown_error is not None:
-            out.append(f"rank {st.rank} reported after recording everything: {st.teardown_error['error']}")
+            out.append(f"rank {st.rank} reported after recording everything: {st.teardown_error.error}")
     return out
 
 
@@ -233,10 +261,10 @@ def _failure_message(run_dir: Path, states: list[RankState], failed: list[int], 
         r = silent[0]
         return (f"rank {r} exited with code {codes[r]} {_where(states[r])} without reporting an error "
                 f"(killed, or out of memory?); log: {log_of(r)}")
-    reported = [st for st in states if st.error]
+    reported = [(st, st.error) for st in states if st.error is not None]
     if reported:
-        first = min(reported, key=lambda st: (any(w in st.error["error"] for w in _SECONDARY), st.rank))
-        return f"rank {first.rank} failed {_where(first)}: {first.error['error']}; log: {log_of(first.rank)}"
+        first, error = min(reported, key=lambda x: (any(w in x[1].error for w in _SECONDARY), x[0].rank))
+        return f"rank {first.rank} failed {_where(first)}: {error.error}; log: {log_of(first.rank)}"
     return f"a rank exited with codes {codes} without reporting an error; logs in {logs}"
 
 

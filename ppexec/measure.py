@@ -120,20 +120,27 @@ def _medians_in_turns(forwards: dict[str, Callable[[], torch.Tensor]], reps: int
             for k, xs in samples.items()}
 
 
-def recompute_times(spec: ModelSpec, micro_batch: int, seed: int, budget_s: float = 1.0
+def recompute_times(spec: ModelSpec, micro_batch: int, seed: int, budget_s: float = 1.0, runtime: str = "deepspeed"
                     ) -> dict[str, dict[str, float]]:
     """What recomputation adds to one block, timed alone: for ``selective`` (the block checkpoints
-    its attention core) and ``full`` (DeepSpeed's checkpoint of the whole block, as the pipeline
-    module runs it), the forward and backward time less those of the same block without
-    recomputation, measured in turns so that drift hits every mode alike."""
-    from deepspeed.runtime.activation_checkpointing.checkpointing import checkpoint as ds_checkpoint
+    its attention core) and ``full`` (the whole block checkpointed as the runtime does it:
+    DeepSpeed's checkpoint in its pipeline module, torch's non-reentrant one in the torch runtime),
+    the forward and backward time less those of the same block without recomputation, measured
+    in turns so that drift hits every mode alike."""
+    if runtime == "deepspeed":
+        from deepspeed.runtime.activation_checkpointing.checkpointing import checkpoint as whole
+    else:
+        from torch.utils.checkpoint import checkpoint as torch_checkpoint
+
+        def whole(block: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+            return torch_checkpoint(block, x, use_reentrant=False)
 
     dtype = TORCH_DTYPES[spec.dtype]
     plain = Block(spec, seed + 1).to(dtype)
     selective = Block(spec, seed + 1, selective=True).to(dtype)
     x = torch.randn(micro_batch, spec.seq_len, spec.hidden, dtype=dtype).requires_grad_(True)
     forwards: dict[str, Callable[[], torch.Tensor]] = {
-        "none": lambda: plain(x), "selective": lambda: selective(x), "full": lambda: ds_checkpoint(plain, x)}
+        "none": lambda: plain(x), "selective": lambda: selective(x), "full": lambda: whole(plain, x)}
 
     for forward in forwards.values():  # warm up
         _pass_ns(forward)

@@ -11,6 +11,8 @@ process, which is what the parity checks rely on. Data is synthetic tokens drawn
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -142,6 +144,15 @@ def stage_boundaries(blocks_per_stage: list[int]) -> list[int]:
         parts.append(parts[-1] + count + (1 if k == 0 else 0))
     parts[-1] += 1  # the head
     return parts
+
+
+def optimizer_state(optimizer: Any) -> dict[str, Any]:
+    """What an optimizer holds: its class and the elements of its state tensors (Adam's two
+    moments), which ZeRO-1 divides among the data-parallel ranks."""
+    # DeepSpeed's wrappers keep the torch optimizer in .optimizer, torch's ZeroRedundancyOptimizer in .optim
+    inner = getattr(optimizer, "optimizer", None) or getattr(optimizer, "optim", optimizer)
+    elements = sum(t.numel() for st in inner.state.values() for t in st.values() if torch.is_tensor(t) and t.dim() > 0)
+    return {"class": type(optimizer).__name__, "state_elements": int(elements)}
 
 
 def reference_model(spec: ModelSpec, seed: int) -> nn.Sequential:

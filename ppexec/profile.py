@@ -123,8 +123,8 @@ def _stage_spans(st: RankState) -> _StageSpans:
     rest: list[float] = []
     for step in st.steps:
         prev_end = None
-        marks = [t for name, t in step.get("marks", []) if name == "clip"]
-        for text, t0, t1 in step["spans"]:
+        marks = [t for name, t in step.marks if name == "clip"]
+        for text, t0, t1 in step.spans:
             a = Action.parse(text)
             if a.kind in by_kind:
                 by_kind[a.kind].append((t1 - t0) / 1e6)
@@ -147,12 +147,12 @@ def _transfer_overheads(states: list[RankState], one_way_ms: float) -> tuple[flo
     send's time beyond the bare transfer and how long the receive ends after the send."""
     from ppsim.plan import peer_stage
 
-    by_stage = {st.ready["stage"]: st for st in states if st.ready}
+    by_stage = {st.ready.pipe_rank: st for st in states if st.ready}
     sends, recvs = [], []
     for k in range(min(len(st.steps) for st in states)):
         spans = {}
         for stage, st in by_stage.items():
-            for text, t0, t1 in st.steps[k]["spans"]:
+            for text, t0, t1 in st.steps[k].spans:
                 spans[(stage, text)] = (t0, t1)
         for (_, text), (s0, s1) in spans.items():
             a = Action.parse(text)
@@ -213,7 +213,7 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
                  for mode in ("selective", "full") if recompute_runs}
     per_run = []
     for partition, sts in runs:
-        by_stage = {st.ready["stage"]: st for st in sts if st.ready}
+        by_stage = {st.ready.pipe_rank: st for st in sts if st.ready}
         per_run.append((partition, {stage: _stage_spans(by_stage[stage]) for stage in (0, 1)}))
     fitted: dict[str, tuple[float, dict[int, float]]] = {}
     for field, fallback in (("forward", alone["block"].forward_ms), ("backward", alone["block"].backward_ms),
@@ -241,7 +241,7 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
     clip_allreduce_ms = statistics.median(min(sp.clip_rest for sp in spans.values()) for _, spans in per_run)
     overheads["middle"] = Overheads(**{k: min(getattr(overheads["first"], k), getattr(overheads["last"], k))
                                        for k in Overheads.model_fields})
-    first_run = {st.ready["stage"]: st for st in runs[0][1] if st.ready}
+    first_run = {st.ready.pipe_rank: st for st in runs[0][1] if st.ready}
     samples = [(int(b), float(t)) for b, t in first_run[0].measurements["link"]]
     tp_runs = [st.measurements["tensor_parallel"] for st in states if "tensor_parallel" in st.measurements]
     tensor_parallel = TensorParallelTimes(size=int(tp_runs[0]["size"]), **{
@@ -266,7 +266,8 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
         machine={
             "host": socket.gethostname(),
             "cpu": platform.processor() or platform.machine(),
-            "backend": states[0].ready.get("backend", "gloo") if states[0].ready else "gloo",
+            "backend": states[0].ready.backend if states[0].ready else "gloo",
+            "runtime": states[0].ready.runtime if states[0].ready else "deepspeed",
             "ranks": len(runs[0][1]),
             "profiling_partitions": [part for part, _ in runs],
             "torch": torch.__version__,
@@ -291,22 +292,25 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
     )
 
 
-def measure_profile(s: Scenario, timeout_s: float = 120.0, keep: Path | None = None) -> Profile:
-    """Run the profiling ranks locally (once per profiling partition) and return the profile. The
-    run folders are temporary unless ``keep`` names a folder for them."""
+def measure_profile(s: Scenario, timeout_s: float = 120.0, keep: Path | None = None, runtime: str = "deepspeed"
+                    ) -> Profile:
+    """Run the profiling ranks locally (once per profiling partition) in ``runtime`` and return the
+    profile (its overheads are that runtime's). The run folders are temporary unless ``keep``
+    names a folder for them."""
     from ppexec.launch import run_local
     from ppexec.run import RunOptions, check_environment, check_fits, deadline_s, prepare_run
 
-    check_environment()
+    check_environment(runtime)
     base = profiling_scenario(s)
-    assert base.model is not None
+    layers = base.model.layers if base.model else 0
     top = keep or Path(tempfile.mkdtemp(prefix="ppexec-profile-"))
     runs: list[tuple[list[int], list[RankState]]] = []
-    for k, partition in enumerate(profiling_partitions(base.model.layers)):
+    for k, partition in enumerate(profiling_partitions(layers)):
         folder = top / f"run-{k}"
-        opts = RunOptions(out=folder, steps=PROFILE_STEPS, warmup=PROFILE_WARMUP, timeout_s=timeout_s, mode="profile")
-        ps, plan, world = prepare_run(base.with_overrides(partition=partition), opts)
-        check_fits(ps, world)
+        opts = RunOptions(out=folder, steps=PROFILE_STEPS, warmup=PROFILE_WARMUP, timeout_s=timeout_s, mode="profile",
+                          runtime=runtime)
+        prepared, world = prepare_run(base.with_overrides(partition=partition), opts)
+        check_fits(prepared.scenario, world)
         try:
             runs.append((partition, run_local(folder, world, deadline_s(opts) + 60)))
         except PpsimError as exc:

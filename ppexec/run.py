@@ -9,10 +9,10 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ppexec.launch import RankState, run_local
 from ppexec.results import step_trace
+from ppexec.spec import RunSpec
 from ppsim.errors import PpsimError
 from ppsim.inputs.profile import Profile
 from ppsim.inputs.scenario import Scenario
@@ -32,10 +32,22 @@ class RunOptions:
     backend: str = "gloo"
     save_params: bool = False
     mode: str = "train"  #: "profile": the ranks also measure layer times and the link (ppexec.profile)
+    runtime: str = "auto"  #: deepspeed | torch | auto (DeepSpeed where it can run the plan, else torch)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A scenario as ppexec runs it."""
+
+    scenario: Scenario  #: with the runtime's send semantics and the partition made explicit
+    plan: Plan  #: lowered for those semantics, its messages placed by the scenario's (or profile's) costs
+    partition: list[int]
+    runtime: str
 
 
 @dataclass
 class RunResult:
+    runtime: str
     plan: Plan
     traces: list[Trace]  #: one per recorded step (replica 0)
     losses: list[float]
@@ -44,8 +56,8 @@ class RunResult:
     states: list[RankState]
 
 
-def check_environment() -> None:
-    for module in ("torch", "deepspeed"):
+def check_environment(runtime: str = "deepspeed") -> None:
+    for module in ("torch", "deepspeed") if runtime == "deepspeed" else ("torch",):
         if importlib.util.find_spec(module) is None:
             raise PpsimError(
                 f"{module} is not installed; install the executor with: pip install torch==2.13.0 && "
@@ -57,7 +69,8 @@ def check_fits(s: Scenario, world: int) -> None:
     """Refuse a scenario whose local run would not fit in this machine's memory."""
     from ppexec.model import memory_estimate_bytes
 
-    assert s.model is not None
+    if s.model is None:
+        return
     need = memory_estimate_bytes(s.model, s.training.micro_batch, s.microbatches, world)
     try:
         avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
@@ -71,14 +84,26 @@ def check_fits(s: Scenario, world: int) -> None:
         )
 
 
-def prepare(s: Scenario, profile: Profile | None = None) -> tuple[Scenario, Plan, list[int]]:
-    """The scenario as ppexec runs it (blocking sends, as DeepSpeed's p2p; the partition made
-    explicit), its plan and partition. With a profile, the partition and the order of sends and
-    receives come from the measured costs, exactly as in ``ppsim run --profile``."""
-    from ppexec.translate import check_runnable
+def prepare(s: Scenario, profile: Profile | None = None, runtime: str = "auto") -> Prepared:
+    """The scenario as ppexec runs it: the runtime that runs its plan (``auto``: DeepSpeed where
+    it can, else torch), the plan lowered for that runtime's sends, the partition made explicit.
+    With a profile the partition and the order of sends and receives come from the measured costs,
+    exactly as in ``ppsim run --profile``."""
+    from ppexec.runtime import choose
     from ppsim.costs import build_workload
-    from ppsim.predict import lowered_plan
+    from ppsim.predict import compute_plan, lowered_plan
 
+    check_buildable(s)
+    chosen = choose(runtime, compute_plan(s), s)
+    s = s.with_overrides(comm=chosen.comm)
+    workload = build_workload(s, profile)
+    partition = workload.partition or []
+    s = s.with_overrides(partition=partition)
+    return Prepared(s, lowered_plan(s, workload), partition, chosen.name)
+
+
+def check_buildable(s: Scenario) -> None:
+    """Refuse, naming the key, what ppexec's model does not build (whatever the runtime)."""
     if s.model is None:
         raise PpsimError("ppexec needs a 'model' section to build a network; this scenario has only costs",
                          field="model")
@@ -96,17 +121,9 @@ def prepare(s: Scenario, profile: Profile | None = None) -> tuple[Scenario, Plan
                          "Megatron's sequence parallelism; ppsim predicts it, for a run use sequence_parallel: false",
                          field="training.sequence_parallel")
     if s.training.zero_stage >= 2:
-        raise PpsimError(f"DeepSpeed's PipelineEngine, which ppexec runs, refuses ZeRO stage {s.training.zero_stage} "
-                         "even with one stage; use zero_stage: 1 (optimizer states sharded) or 0",
-                         field="training.zero_stage")
-    s = s.with_overrides(comm="rendezvous")
-    workload = build_workload(s, profile)
-    assert workload.partition is not None
-    s = s.with_overrides(partition=workload.partition)
-    plan = lowered_plan(s, workload)
-    check_runnable(plan)
-    assert workload.partition is not None
-    return s, plan, workload.partition
+        raise PpsimError(f"pipelines run ZeRO stage 0 or 1 (DeepSpeed's PipelineEngine refuses stage "
+                         f"{s.training.zero_stage} even with one stage); use zero_stage: 1 (optimizer states "
+                         "sharded) or 0", field="training.zero_stage")
 
 
 def check_run_folder(out: Path) -> None:
@@ -117,11 +134,12 @@ def check_run_folder(out: Path) -> None:
         raise PpsimError(f"{out} holds files that are not a ppexec run; choose an empty or new folder", field="--out")
 
 
-def prepare_run(s: Scenario, opts: RunOptions, profile: Profile | None = None) -> tuple[Scenario, Plan, int]:
+def prepare_run(s: Scenario, opts: RunOptions, profile: Profile | None = None) -> tuple[Prepared, int]:
     """Write ``run.json`` into the run folder: what every worker needs, whoever launches it.
-    Returns the scenario as run, its plan and the world size."""
+    Returns the scenario as it runs and the world size."""
     check_run_folder(opts.out)
-    s, plan, partition = prepare(s, profile)
+    prepared = prepare(s, profile, opts.runtime)
+    s = prepared.scenario
     world = s.pipeline.stages * s.data_parallel * s.tensor_parallel
     opts.out.mkdir(parents=True, exist_ok=True)
     # a previous run's files in this folder would be read, or shown, as this run's
@@ -130,23 +148,10 @@ def prepare_run(s: Scenario, opts: RunOptions, profile: Profile | None = None) -
         for old in (opts.out / sub).iterdir():
             if old.is_file():
                 old.unlink()
-    spec: dict[str, Any] = {
-        "format": "ppexec-run",
-        "scenario": s.model_dump(exclude_none=True),
-        "plan": plan.to_dict(),
-        "partition": partition,
-        "world_size": world,
-        "steps": opts.steps,
-        "warmup": opts.warmup,
-        "seed": opts.seed,
-        "lr": opts.lr,
-        "timeout_s": opts.timeout_s,
-        "backend": opts.backend,
-        "save_params": opts.save_params,
-        "mode": opts.mode,
-    }
-    (opts.out / "run.json").write_text(json.dumps(spec, indent=1))
-    return s, plan, world
+    RunSpec(scenario=s, plan=prepared.plan, partition=prepared.partition, runtime=prepared.runtime, world_size=world,
+            steps=opts.steps, warmup=opts.warmup, seed=opts.seed, lr=opts.lr, timeout_s=opts.timeout_s,
+            backend=opts.backend, save_params=opts.save_params, mode=opts.mode).write(opts.out)
+    return prepared, world
 
 
 def deadline_s(opts: RunOptions) -> float:
@@ -160,13 +165,14 @@ def execute(s: Scenario, opts: RunOptions, on_progress: Callable[[list[RankState
     hostfile) and collect the measured traces."""
     from ppexec.launch import run_deepspeed
 
-    check_environment()
-    s, plan, world = prepare_run(s, opts, profile)
+    check_environment("torch" if opts.runtime == "torch" else "deepspeed")
+    prepared, world = prepare_run(s, opts, profile)
+    s = prepared.scenario
     if hostfile is None:
-        assert s.model is not None
-        if s.model.dtype == "fp16":
-            raise PpsimError("DeepSpeed runs no fp16 on a CPU; for a local run set model.dtype (or the DeepSpeed "
-                             "config's fp16.enabled) to bf16 or fp32", field="model.dtype")
+        if s.model is not None and s.model.dtype == "fp16":
+            raise PpsimError("fp16 does not train on a CPU (DeepSpeed runs none; it needs loss scaling); for a local "
+                             "run set model.dtype (or the DeepSpeed config's fp16.enabled) to bf16 or fp32",
+                             field="model.dtype")
         check_fits(s, world)
         states = run_local(opts.out, world, deadline_s(opts), on_progress)
     else:
@@ -178,37 +184,42 @@ def collect(out: Path, states: list[RankState] | None = None) -> RunResult:
     """Read a finished run folder (after any launcher) into measured traces and a summary."""
     from ppexec.launch import read_events
     from ppsim.costs import build_workload
-    from ppsim.inputs.scenario import parse_scenario
     from ppsim.predict import workload_meta
     from ppsim.trace.metrics import step_time_ms
 
-    spec_path = out / "run.json"
-    if not spec_path.is_file():
-        raise PpsimError(f"{out} is not a ppexec run folder (no run.json); run `ppexec run` or `ppexec prepare`")
-    spec = json.loads(spec_path.read_text())
-    s = parse_scenario(spec["scenario"], source=str(spec_path))
-    plan = Plan.from_dict(spec["plan"])
+    spec = RunSpec.read(out)
+    s, plan = spec.scenario, spec.plan
     if states is None:
-        states = [RankState(r) for r in range(spec["world_size"])]
+        states = [RankState(r) for r in range(spec.world_size)]
         read_events(out, states)
     unfinished = [st.rank for st in states if not st.done]
     if unfinished:
         raise PpsimError(f"ranks {unfinished} of the run in {out} did not finish; see {out / 'logs'}")
     workload = build_workload(s)
     meta = workload_meta(s, workload, training=True)
-    meta["backend"] = spec["backend"]
-    traces = [step_trace(states, plan, k, meta, workload.costs.message_bytes) for k in range(spec["steps"])]
+    meta.update(backend=spec.backend, runtime=spec.runtime)
+    traces = [step_trace(states, plan, k, meta, workload.costs.message_bytes, s.pipeline.comm)
+              for k in range(spec.steps)]
     times = [step_time_ms(t) for t in traces]
     rep = traces[times.index(statistics.median_low(times))]
     losses = [t.meta["loss"] for t in traces]
-    return RunResult(plan=plan, traces=traces, losses=losses, representative=rep, summary=summarize(rep),
-                     states=states)
+    return RunResult(runtime=spec.runtime, plan=plan, traces=traces, losses=losses, representative=rep,
+                     summary=summarize(rep), states=states)
+
+
+def summary_doc(result: RunResult) -> dict[str, object]:
+    """``summary.json`` and ``ppexec run --json``: ppsim's figures of the median step, the runtime
+    that ran it, every step's loss and time."""
+    from ppsim.trace.metrics import step_time_ms
+
+    doc = result.summary.to_json_dict()
+    doc.update(runtime=result.runtime, losses=result.losses, step_times_ms=[step_time_ms(t) for t in result.traces])
+    return doc
 
 
 def write_run_outputs(result: RunResult, out: Path) -> None:
     """Write a run's measured traces (each step and the median one), Chrome trace, summary and plan."""
     from ppsim.trace.chrome import write_chrome_trace
-    from ppsim.trace.metrics import step_time_ms
 
     steps_dir = out / "steps"
     steps_dir.mkdir(exist_ok=True)
@@ -216,8 +227,5 @@ def write_run_outputs(result: RunResult, out: Path) -> None:
         trace.save(steps_dir / f"step-{k}.trace.json")
     result.representative.save(out / "trace.json")
     write_chrome_trace(result.representative, out / "trace.chrome.json")
-    doc = result.summary.to_json_dict()
-    doc["losses"] = result.losses
-    doc["step_times_ms"] = [step_time_ms(t) for t in result.traces]
-    (out / "summary.json").write_text(json.dumps(doc, indent=2))
+    (out / "summary.json").write_text(json.dumps(summary_doc(result), indent=2))
     (out / "plan.json").write_text(json.dumps(result.plan.to_dict(), indent=1))

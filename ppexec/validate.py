@@ -1,8 +1,9 @@
 """``ppexec validate``: the whole loop for one scenario — profile, predict, run, compare.
 
 The prediction and the run use the same plan: the partition and the order of sends and receives
-come from the measured profile on both sides (``ppexec.run.prepare``), and the prediction uses
-blocking (rendezvous) sends, as DeepSpeed's point-to-point calls are.
+come from the measured profile on both sides (``ppexec.run.prepare``), and the prediction uses the
+send semantics of the runtime that runs it (DeepSpeed's sends block until received, torch's are
+posted and waited for at the end of the step).
 """
 
 from __future__ import annotations
@@ -61,17 +62,18 @@ def median_bubble_errors(predicted: Trace, steps: list[Trace]) -> tuple[float, .
     return tuple(100 * statistics.median(p - meas[k] for meas in per_step) for k, p in enumerate(pred))
 
 
-def predict_as_run(s: Scenario, profile: Profile) -> tuple[Scenario, Prediction]:
-    """The scenario exactly as ppexec will run it, and its prediction from the profile."""
-    as_run, _, _ = prepare(s, profile)
-    return as_run, predict(as_run, profile)
+def predict_as_run(s: Scenario, profile: Profile, runtime: str = "auto") -> tuple[Scenario, str, Prediction]:
+    """The scenario exactly as ppexec will run it, the runtime that runs it, and its prediction from the profile."""
+    prepared = prepare(s, profile, runtime)
+    return prepared.scenario, prepared.runtime, predict(prepared.scenario, profile)
 
 
 def validate(s: Scenario, profile: Profile, run_dir: Path, steps: int = 10, warmup: int = 2,
-             timeout_s: float = 120.0) -> Validation:
+             timeout_s: float = 120.0, runtime: str = "auto") -> Validation:
     """Predict the scenario with ``profile``, run it for real in ``run_dir`` and compare."""
-    as_run, prediction = predict_as_run(s, profile)
-    result = execute(as_run, RunOptions(out=run_dir, steps=steps, warmup=warmup, timeout_s=timeout_s), profile=profile)
+    as_run, chosen, prediction = predict_as_run(s, profile, runtime)
+    result = execute(as_run, RunOptions(out=run_dir, steps=steps, warmup=warmup, timeout_s=timeout_s,
+                                        runtime=chosen), profile=profile)
     comparison = compare_traces(prediction.trace, result.representative)
     return Validation(scenario=as_run, prediction=prediction, run=result, comparison=comparison,
                       bubble_error_pp=median_bubble_errors(prediction.trace, result.traces))

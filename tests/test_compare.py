@@ -152,7 +152,8 @@ def test_communication_on_one_side_only_is_a_note() -> None:
     meas = Trace(spans=[s for s in pred.spans if s.lane != "send"], meta=dict(pred.meta))
     c = compare_traces(pred, meas)
     assert c.matched == len(meas.spans)
-    assert c.unmatched == ("2 communication actions only in the predicted trace: rank 0 0SEND_F0, rank 1 1SEND_B0",)
+    assert c.unmatched == ("2 communication or end-of-step actions only in the predicted trace: rank 0 0SEND_F0, "
+                           "rank 1 1SEND_B0",)
 
 
 # ----- refusals ----------------------------------------------------------------------------------
@@ -162,7 +163,7 @@ def test_different_compute_actions_name_the_difference() -> None:
     with pytest.raises(TraceError) as info:
         compare_traces(Trace.load(PRED_M8), Trace.load(MEAS))
     msg = str(info.value)
-    assert "predicted has 34, measured has 18" in msg
+    assert "predicted has 32, measured has 16" in msg  # F and B of every (stage, micro-batch); OPT apart
     assert "only in predicted: rank 0 0F4, " in msg and "(+12 more)" in msg and "only in measured" not in msg
     assert "micro-batch count differs (predicted 8, measured 4)" in msg
 

@@ -13,6 +13,7 @@ import typer.main
 
 from conftest import ROOT, SCENARIOS, table_rows
 from ppexec.cli import app
+from ppsim.errors import PpsimError
 
 DOC = ROOT / "docs" / "ppexec.md"
 PPEXEC = ROOT / "ppexec"
@@ -192,25 +193,27 @@ def test_run_folder_table_matches_a_real_run(doc: str, local_run: Path) -> None:
 # --- schedules, deadline, worker environment ------------------------------------------------------
 
 
-def test_schedule_table_matches_what_ppexec_runs(doc: str) -> None:
+def test_schedule_table_matches_what_each_runtime_runs(doc: str) -> None:
     from ppexec.run import prepare
-    from ppexec.translate import RUNNABLE, TranslationError
     from ppsim.inputs.scenario import load
     from ppsim.plan.schedules import SCHEDULES
 
-    rows = _table_rows(_section(doc, "## Which schedules run"))
-    table = {r[0].strip("`"): r[1] for r in rows}
+    rows = _table_rows(_section(doc, "## Which schedules run, and where"))
+    table = {r[0].strip("`"): {"deepspeed": r[1], "torch": r[2]} for r in rows}
     assert set(table) == set(SCHEDULES), f"schedule table {sorted(table)} != registry {sorted(SCHEDULES)}"
-    assert {n for n, runs in table.items() if runs == "yes"} == set(RUNNABLE)
-    assert all(runs in ("yes", "refused") for runs in table.values()), table
     tiny = load(SCENARIOS / "tiny-cpu.yaml")
-    for name, runs in table.items():
+    for name, by_runtime in table.items():
         s = tiny.with_overrides(schedule=name, chunks=2 if name.startswith("interleaved") else None)
-        if runs == "yes":
-            prepare(s)
-        else:
-            with pytest.raises(TranslationError):
-                prepare(s)
+        for runtime, runs in by_runtime.items():
+            assert runs in ("yes", "refused"), (name, runtime, runs)
+            if runs == "yes":
+                assert prepare(s, runtime=runtime).runtime == runtime
+            else:
+                with pytest.raises(PpsimError, match="--runtime"):
+                    prepare(s, runtime=runtime)
+        auto = next((r for r in ("deepspeed", "torch") if by_runtime[r] == "yes"), None)
+        if auto:
+            assert prepare(s).runtime == auto, f"auto runs {name} in {auto}"
 
 
 def test_documented_deadline_is_the_code_s(doc: str) -> None:

@@ -107,7 +107,7 @@ def test_zero_1_shards_the_optimizer_state_and_trains_the_same(tmp_path: Path, r
     for st in result.states:
         opt = st.measurements["optimizer"]
         assert opt["class"] == "DeepSpeedZeroOptimizer"
-        assert opt["state_elements"] == 2 * stage_params[st.ready["stage"]] // 2  # two moments, half each
+        assert opt["state_elements"] == 2 * stage_params[st.ready.pipe_rank] // 2  # two moments, half each
 
 
 @pytest.mark.parametrize("stages, tp, dp, recompute", [(2, 2, 1, "none"), (1, 2, 2, "none"), (2, 2, 1, "full")],
@@ -124,7 +124,7 @@ def test_tensor_parallel_blocks_train_like_one_process(tmp_path: Path, stages: i
     result = execute(s, RunOptions(out=tmp_path, steps=3, warmup=0, seed=7, lr=1e-2, timeout_s=60, save_params=True))
     ref_losses, ref_params = train_reference(s, steps=3, seed=7, lr=1e-2)
     assert result.losses == pytest.approx(ref_losses, rel=1e-5, abs=1e-6)
-    assert {st.ready["tp"] for st in result.states} == set(range(tp))
+    assert {st.ready.tp_rank for st in result.states} == set(range(tp))
     sliced = 0
     for path in sorted((tmp_path / "ranks").glob("params-*.pt")):
         saved = torch.load(path)
@@ -137,3 +137,95 @@ def test_tensor_parallel_blocks_train_like_one_process(tmp_path: Path, stages: i
             # gradients Adam's update shows that at ~6e-5 after 3 steps of 1e-2 (1 % of one step)
             torch.testing.assert_close(value, want, rtol=1e-4, atol=1e-4)
     assert sliced > 0  # the blocks really are split
+
+
+# ----- the torch runtime: every schedule, both placements of work, the same training ------------------
+def _torch_tiny(schedule: str, stages: int, dp: int = 1, **kw: object):
+    chunks = 2 if schedule == "interleaved-1f1b" else 1
+    s = tiny(schedule, stages, dp, **kw)  # type: ignore[arg-type]
+    layers = max(4, stages * chunks)
+    data = s.model_dump(exclude_none=True)
+    data["model"]["layers"] = layers
+    data["pipeline"]["chunks"] = chunks
+    data["pipeline"]["microbatches"] = max(4, stages)  # interleaved: a multiple of the ranks
+    return parse_scenario(data)
+
+
+def _assert_weights_equal(run_dir: Path, ref_params: dict[str, torch.Tensor]) -> set[str]:
+    seen = set()
+    for path in sorted((run_dir / "ranks").glob("params-*.pt")):
+        for name, value in torch.load(path)["state"].items():
+            torch.testing.assert_close(value, ref_params[name], rtol=1e-4, atol=5e-5)
+            seen.add(name)
+    return seen
+
+
+@pytest.mark.parametrize("schedule, stages", [(s, p) for s in ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
+                                              for p in (2, 4)], ids=lambda v: str(v))
+def test_the_torch_runtime_trains_every_schedule_like_one_process(tmp_path: Path, schedule: str, stages: int) -> None:
+    """Every schedule in torch.distributed.pipelining's runtime: the plan's actions run exactly, in
+    its order, on every rank, and losses and weights equal one process's (with clipping that every
+    step reaches, so the norm must cover every stage)."""
+    s = _torch_tiny(schedule, stages, grad_clip=0.05)
+    result = execute(s, RunOptions(out=tmp_path, steps=3, warmup=0, seed=7, lr=1e-2, timeout_s=60, save_params=True,
+                                   runtime="torch"))
+    assert result.runtime == "torch" and result.representative.meta["runtime"] == "torch"
+    for trace in result.traces:
+        assert trace.actions_by_rank() == [list(r) for r in result.plan.actions]
+    ref_losses, ref_params = train_reference(s, steps=3, seed=7, lr=1e-2)
+    assert result.losses == pytest.approx(ref_losses, rel=1e-5, abs=1e-6)
+    assert _assert_weights_equal(tmp_path, ref_params) == set(ref_params)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_both_runtimes_train_a_plan_they_both_run_alike(tmp_path: Path, schedule: str) -> None:
+    s = tiny(schedule, 2, 1)
+    runs = {rt: execute(s, RunOptions(out=tmp_path / rt, steps=3, warmup=0, seed=7, lr=1e-2, timeout_s=60,
+                                      save_params=True, runtime=rt)) for rt in ("deepspeed", "torch")}
+    assert runs["torch"].losses == pytest.approx(runs["deepspeed"].losses, rel=1e-5, abs=1e-6)
+    weights = {rt: {n: v for p in sorted((tmp_path / rt / "ranks").glob("params-*.pt"))
+                    for n, v in torch.load(p)["state"].items()} for rt in runs}
+    assert weights["torch"].keys() == weights["deepspeed"].keys()
+    for name, value in weights["torch"].items():
+        torch.testing.assert_close(value, weights["deepspeed"][name], rtol=1e-4, atol=5e-5)
+
+
+@pytest.mark.parametrize("schedule, zero", [("1f1b", 0), ("zb-h1", 0), ("interleaved-1f1b", 1)], ids=lambda v: str(v))
+def test_the_torch_runtime_averages_gradients_over_replicas(tmp_path: Path, schedule: str, zero: int) -> None:
+    """2 ranks x 2 replicas (4 processes: correctness only): REDUCE_GRAD averages each stage's
+    gradients over its replicas; with ZeRO-1 each replica keeps the Adam state of half the parameters."""
+    s = _torch_tiny(schedule, 2, dp=2, grad_clip=0.05)
+    s = s.model_copy(update={"training": s.training.model_copy(update={"zero_stage": zero})})
+    result = execute(s, RunOptions(out=tmp_path, steps=2, warmup=0, seed=7, lr=1e-2, timeout_s=90, save_params=True,
+                                   runtime="torch"))
+    ref_losses, ref_params = train_reference(s, steps=2, seed=7, lr=1e-2)
+    assert result.losses == pytest.approx(ref_losses, rel=1e-5, abs=1e-6)
+    assert _assert_weights_equal(tmp_path, ref_params) == set(ref_params)
+    if zero:
+        from ppsim.costs import build_workload
+
+        params = {}  # per pipeline rank, the parameters of its stages, as ppsim counts them
+        for k, c in enumerate(build_workload(s).costs.stages):
+            params[result.plan.stage_to_rank[k]] = params.get(result.plan.stage_to_rank[k], 0) + c.params
+        held: dict[int, list[int]] = {}
+        for st in result.states:
+            opt = st.measurements["optimizer"]
+            assert opt["class"] == "ZeroRedundancyOptimizer"
+            held.setdefault(st.ready.pipe_rank, []).append(opt["state_elements"])
+        for rank, shards in held.items():  # two moments of every parameter, split between the replicas
+            assert sum(shards) == 2 * params[rank] and max(shards) < 2 * params[rank]
+
+
+@pytest.mark.parametrize("recompute, blocks, cores", [("full", 2, 2), ("selective", 1, 2)])
+def test_the_torch_runtime_recomputes_with_split_backwards_too(tmp_path: Path, recompute: str, blocks: int,
+                                                               cores: int) -> None:
+    """zb-h1's I and W with recomputation inside the stages (non-reentrant checkpoints): the same
+    losses as one process without it, the forwards run again as counted inside the run."""
+    s = _torch_tiny("zb-h1", 2, recompute=recompute)
+    result = execute(s, RunOptions(out=tmp_path, steps=2, warmup=0, seed=7, lr=1e-2, timeout_s=60, runtime="torch"))
+    ref_losses, _ = train_reference(s, steps=2, seed=7, lr=1e-2)
+    assert result.losses == pytest.approx(ref_losses, rel=1e-5, abs=1e-6)
+    once = s.model.layers * s.microbatches
+    for trace in result.traces:
+        assert trace.meta["forward_calls"]["block"] >= blocks * once
+        assert trace.meta["forward_calls"]["attention_core"] >= cores * once

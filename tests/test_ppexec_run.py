@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -18,9 +19,11 @@ from typer.testing import CliRunner  # noqa: E402
 
 from conftest import GPT_YAML, SCENARIOS  # noqa: E402
 from ppexec.cli import app  # noqa: E402
+from ppexec.events import Done, Event, Failure, Ready, encode  # noqa: E402
 from ppexec.launch import RunFailed  # noqa: E402
 from ppexec.run import RunOptions, execute  # noqa: E402
-from ppsim.inputs.scenario import load  # noqa: E402
+from ppsim.errors import PpsimError  # noqa: E402
+from ppsim.inputs.scenario import load, parse_scenario  # noqa: E402
 from ppsim.plan import Plan  # noqa: E402
 from ppsim.trace import Trace  # noqa: E402
 from ppsim.trace.chrome import validate_chrome_trace  # noqa: E402
@@ -64,8 +67,7 @@ def test_measured_trace_is_the_plans_actions(tiny_run: Path) -> None:
     # the same actions as the prediction of the same scenario, action by action
     from ppexec.run import prepare
 
-    _, predicted_plan, _ = prepare(load(TINY))
-    assert predicted_plan == plan
+    assert prepare(load(TINY)).plan == plan
 
 
 @pytest.mark.slow  # starts ranks
@@ -100,12 +102,28 @@ def test_measured_trace_has_a_memory_track_per_rank(tiny_run: Path) -> None:
     assert {e["pid"] for e in doc["traceEvents"] if e["ph"] == "C" and e["name"] == "memory_bytes"} == {1, 2}
 
 
-def test_unrunnable_schedules_are_refused(tmp_path: Path) -> None:
-    for schedule, words in (("zb-h1", "input grad and weight grad"), ("inference", "no backward")):
-        res = runner.invoke(app, ["run", str(TINY), "--out", str(tmp_path / schedule), "--schedule", schedule])
-        assert res.exit_code == 1 and words in res.output and "gpipe, 1f1b" in res.output
-    res = runner.invoke(app, ["run", str(SCENARIOS / "gpt-interleaved.yaml"), "--out", str(tmp_path / "il")])
-    assert res.exit_code == 1 and "chunks" in res.output
+@pytest.mark.parametrize("args, words", [
+    (["--schedule", "zb-h1", "--runtime", "deepspeed"], "splits the backward into input grad and weight grad"),
+    (["--schedule", "interleaved-1f1b", "--chunks", "2", "--runtime", "deepspeed"], "2 stages on each rank"),
+    (["--schedule", "inference"], "no runtime can run this plan"),  # auto: neither runs it, both say why
+])
+def test_a_plan_a_runtime_cannot_run_is_one_line_naming_why(tmp_path: Path, args: list[str], words: str) -> None:
+    res = runner.invoke(app, ["run", str(TINY), "--out", str(tmp_path / "x"), *args])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 1 and words in text and "Traceback" not in res.output, res.output
+    assert text.count("error:") == 1
+    assert not (tmp_path / "x" / "ranks").exists() or not any((tmp_path / "x" / "ranks").iterdir())
+
+
+def test_tensor_parallelism_is_refused_by_the_torch_runtime_by_name(tmp_path: Path) -> None:
+    data = load(TINY).model_dump(exclude_none=True)
+    data["tensor_parallel"] = 2
+    s = parse_scenario(data)
+    from ppexec.run import prepare
+
+    with pytest.raises(PpsimError, match="tensor parallelism runs in the DeepSpeed runtime only"):
+        prepare(s, runtime="torch")
+    assert prepare(s).runtime == "deepspeed"
 
 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
@@ -169,10 +187,10 @@ def test_a_plan_that_deadlocks_ends_within_the_timeout(tmp_path: Path) -> None:
     s = load(TINY).with_overrides(microbatches=2)
     real_prepare = run_mod.prepare
 
-    def deadlocking(scenario, profile=None):
-        s2, plan, partition = real_prepare(scenario, profile)
+    def deadlocking(scenario, profile=None, runtime="auto"):
+        prepared = real_prepare(scenario, profile, runtime)
         bad = lower(schedules.build("1f1b", 2, 2), 1, rendezvous=False)
-        return s2, bad, partition
+        return dataclasses.replace(prepared, plan=bad)
 
     run_mod.prepare = deadlocking
     try:
@@ -191,8 +209,8 @@ def test_a_crashed_rank_stops_the_run_and_keeps_what_was_recorded(tmp_path: Path
     def kill_rank1_after_first_step(states) -> None:
         st = states[1]
         if st.steps and not killed and st.ready:
-            os.kill(st.ready["pid"], signal.SIGKILL)
-            killed.append(st.ready["pid"])
+            os.kill(st.ready.pid, signal.SIGKILL)
+            killed.append(st.ready.pid)
 
     with pytest.raises(RunFailed, match=r"rank 1 exited with code -9 after step \d+ \(last action 1\w+\)") as exc:
         execute(load(TINY), RunOptions(out=tmp_path, steps=20, warmup=0, timeout_s=20), kill_rank1_after_first_step)
@@ -215,9 +233,14 @@ class _Exited:
         return self.code
 
 
-def _events(tmp_path: Path, rank: int, *events: dict) -> None:
+def _events(tmp_path: Path, rank: int, *events: Event) -> None:
     (tmp_path / "ranks").mkdir(exist_ok=True)
-    (tmp_path / "ranks" / f"rank-{rank}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (tmp_path / "ranks" / f"rank-{rank}.jsonl").write_text("".join(encode(e) + "\n" for e in events))
+
+
+def _ready(rank: int) -> Ready:
+    return Ready(rank=rank, pipe_rank=rank, replica=0, tp_rank=0, host="h", clock_ns=0, pid=0, backend="gloo",
+                 runtime="deepspeed")
 
 
 def test_a_crash_after_done_is_a_teardown_not_a_failed_run(tmp_path: Path) -> None:
@@ -225,9 +248,8 @@ def test_a_crash_after_done_is_a_teardown_not_a_failed_run(tmp_path: Path) -> No
     (gloo's threads): the run is complete and its measurements are kept."""
     from ppexec.launch import teardown_notes, watch
 
-    ready = {"type": "ready", "stage": 0, "replica": 0, "clock_ns": 0}
-    _events(tmp_path, 0, ready, {"type": "done", "rank": 0})
-    _events(tmp_path, 1, ready, {"type": "done", "rank": 1})
+    _events(tmp_path, 0, _ready(0), Done(0))
+    _events(tmp_path, 1, _ready(1), Done(1))
     states = watch([_Exited(0), _Exited(-6)], tmp_path, 2, 5.0, None, per_rank=True)
     assert [st.done for st in states] == [True, True]
     assert [st.teardown_code for st in states] == [None, -6]
@@ -240,10 +262,9 @@ def test_an_error_after_done_and_a_failed_launcher_after_done_are_teardowns(tmp_
     DeepSpeed launcher then exits non-zero. Every rank recorded everything: the run stands."""
     from ppexec.launch import teardown_notes, watch
 
-    ready = {"type": "ready", "stage": 0, "replica": 0, "clock_ns": 0}
-    lost = {"type": "error", "rank": 0, "action": None, "error": "RuntimeError: Connection closed by peer"}
-    _events(tmp_path, 0, ready, {"type": "done", "rank": 0}, lost)
-    _events(tmp_path, 1, ready, {"type": "done", "rank": 1})
+    lost = Failure(0, None, "RuntimeError: Connection closed by peer")
+    _events(tmp_path, 0, _ready(0), Done(0), lost)
+    _events(tmp_path, 1, _ready(1), Done(1))
     states = watch([_Exited(1)], tmp_path, 2, 5.0, None, per_rank=False)
     assert states[0].error is None and states[0].teardown_error == lost
     assert teardown_notes(states) == ["rank 0 reported after recording everything: RuntimeError: Connection closed by peer"]
@@ -252,9 +273,8 @@ def test_an_error_after_done_and_a_failed_launcher_after_done_are_teardowns(tmp_
 def test_a_crash_before_done_still_fails_the_run(tmp_path: Path) -> None:
     from ppexec.launch import watch
 
-    ready = {"type": "ready", "stage": 0, "replica": 0, "clock_ns": 0}
-    _events(tmp_path, 0, ready, {"type": "done", "rank": 0})
-    _events(tmp_path, 1, ready)
+    _events(tmp_path, 0, _ready(0), Done(0))
+    _events(tmp_path, 1, _ready(1))
     with pytest.raises(RunFailed, match="rank 1 exited with code -6 before its first recorded step"):
         watch([_Exited(0), _Exited(-6)], tmp_path, 2, 5.0, None, per_rank=True)
 
@@ -289,7 +309,7 @@ def test_zero_2_is_refused_even_with_one_stage() -> None:
     data = load(TINY).model_dump(exclude_none=True)
     data["pipeline"]["stages"] = 1
     data["training"]["zero_stage"] = 2
-    with pytest.raises(PpsimError, match="training.zero_stage: DeepSpeed's PipelineEngine.*refuses ZeRO stage 2"):
+    with pytest.raises(PpsimError, match="training.zero_stage: pipelines run ZeRO stage 0 or 1.*refuses stage 2"):
         prepare(parse_scenario(data))
 
 
@@ -297,7 +317,7 @@ def test_fp16_on_the_cpu_is_refused_before_any_rank_starts(tmp_path: Path) -> No
     fp16 = tmp_path / "fp16.yaml"
     fp16.write_text(TINY.read_text().replace("dtype: fp32", "dtype: fp16"))
     res = CliRunner().invoke(app, ["run", str(fp16), "--out", str(tmp_path / "run")])
-    assert res.exit_code == 1 and "model.dtype: DeepSpeed runs no fp16 on a CPU" in " ".join(res.output.split())
+    assert res.exit_code == 1 and "model.dtype: fp16 does not train on a CPU" in " ".join(res.output.split())
 
 
 @pytest.mark.parametrize("key, value", [("model.mlp", "swiglu"), ("model.positions", "rope"), ("model.kv_heads", 1)])

@@ -89,10 +89,12 @@ def test_profile_needs_a_model_with_two_layers(tmp_path: Path) -> None:
 
 def test_accuracy_bench_runs() -> None:
     """bench/accuracy.py end to end with the smallest matrix (the figures themselves are not checked)."""
-    cmd = [sys.executable, str(ROOT / "bench" / "accuracy.py"), "--models", "tiny", "--schedules", "1f1b",
-           "--microbatches", "2", "--partitions", "balanced", "--steps", "2", "--warmup", "0", "--repeats", "1"]
+    cmd = [sys.executable, str(ROOT / "bench" / "accuracy.py"), "--runtimes", "torch", "--models", "tiny",
+           "--schedules", "zb-h1", "--microbatches", "2", "--partitions", "balanced", "--steps", "2", "--warmup", "0",
+           "--repeats", "1"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "median |step-time error|" in res.stdout and "max per-stage bubble error" in res.stdout
     # the balanced split follows the measured times, which a loaded machine can tip (2/2 or 1/3)
-    assert re.search(r"^tiny +1f1b +2 balanced +\d/\d ", res.stdout, re.M), res.stdout
+    assert re.search(r"^torch +tiny +zb-h1 +2 balanced +\d/\d ", res.stdout, re.M), res.stdout
+    assert re.search(r"^  torch +zb-h1 +1 ", res.stdout, re.M), res.stdout  # the per-schedule summary

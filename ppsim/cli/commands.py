@@ -145,7 +145,9 @@ def plan(
 @app.command()
 def compare(
     predicted: Path = typer.Argument(..., help="Predicted Trace JSON (`ppsim run --save-trace`)."),
-    measured: Path = typer.Argument(..., help="Measured Trace JSON, or a `ppexec run` folder (its trace.json)."),
+    measured: list[Path] = typer.Argument(..., help="Measured: a Trace JSON, a `ppexec run` folder, or torch profiler "
+                                                    "traces of a torch.distributed.pipelining run (their folder, or "
+                                                    "one Kineto JSON per rank)."),
     html: Path | None = html_option("both timelines on one time axis"),
     png: Path | None = png_option(),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as one JSON document."),
@@ -157,8 +159,9 @@ def compare(
     from ppsim.trace.load import load_trace
 
     with bad_input_exits():
-        targets = output_targets({"--html": html, "--png": png}, [predicted, measured], force)
-        pred, meas = load_trace(predicted, "predicted"), load_trace(measured, "measured")
+        targets = output_targets({"--html": html, "--png": png}, [predicted, *measured], force)
+        pred, meas = load_trace(predicted, "predicted"), load_trace(measured if len(measured) > 1 else measured[0],
+                                                                  "measured")
         result = compare_traces(pred, meas, top)
         from ppsim.views.render.compare_html import compare_figure
 
@@ -332,8 +335,9 @@ def tune(
 @app.command()
 @plan_options()
 def tui(
-    files: list[Path] = typer.Argument(..., help="A scenario YAML, or one or two saved traces (Trace or Chrome JSON, "
-                                                 "or ppexec run folders) to see side by side."),
+    files: list[Path] = typer.Argument(..., help="A scenario YAML, or one or two saved traces to see side by side: "
+                                                 "Trace or Chrome JSON, ppexec run folders, torch profiler traces "
+                                                 "(a folder, or one Kineto JSON per rank in a row)."),
     ds_config: Path | None = typer.Option(None, "--ds-config", help="DeepSpeed config JSON (with a scenario)."),
     plan: PlanOverrides = PlanOverrides(),
 ) -> None:
@@ -341,8 +345,6 @@ def tui(
     scenario_like = [f for f in files if f.suffix in (".yaml", ".yml")]
     if scenario_like and len(files) > 1:
         raise usage_error("give one scenario, or one or two traces; not a scenario and more files", "FILES")
-    if len(files) > 2:
-        raise usage_error(f"at most two traces side by side, got {len(files)}", "FILES")
     if not scenario_like and (plan.given() or ds_config is not None):
         raise usage_error("plan options (--schedule, --stages, ...) need a scenario, not a saved trace", "--schedule")
     with bad_input_exits():
@@ -353,9 +355,12 @@ def tui(
 
             state = TuiState.from_scenario(scenario_with(files[0], plan, ds_config), lambda s: predict(s).trace)
         else:
-            from ppsim.trace.load import load_trace
+            from ppsim.trace.load import load_traces
 
-            state = TuiState.from_traces([(f.name, load_trace(f)) for f in files])
+            traces = load_traces(files)
+            if len(traces) > 2:
+                raise usage_error(f"at most two traces side by side, got {len(traces)}", "FILES")
+            state = TuiState.from_traces(traces)
     try:
         from ppsim.views.tui.app import PpsimTui
     except ImportError as exc:

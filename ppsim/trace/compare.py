@@ -2,9 +2,10 @@
 
 Spans are matched one to one by (rank, action text), e.g. ``(1, "1B3")``. Each trace's times are
 taken from its own first span (:func:`ppsim.metrics.step_bounds`), so both steps start at 0.
-The compute actions (F, B, I, W, OPT) must be the same on both sides, else the traces come from
-different plans and :class:`~ppsim.errors.TraceError` says what differs; communication actions
-are matched where both sides have them and counted where only one side has them.
+The compute actions (F, B, I, W) must be the same on both sides, else the traces come from
+different plans and :class:`~ppsim.errors.TraceError` says what differs; communication and
+end-of-step actions (REDUCE_GRAD, CLIP, OPT) are matched where both sides have them and counted
+where only one side has them (a torch profiler trace has no CLIP, and REDUCE_GRAD even without replicas).
 
 Signs: ``step_time_error`` and relative errors are (predicted - measured) / measured, so a
 positive value means the prediction is too high; a bubble error is predicted - measured in
@@ -19,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ppsim.errors import TraceError
-from ppsim.plan import Kind
+from ppsim.plan import COMPUTE_KINDS, Kind
 from ppsim.trace.metrics import step_bounds, summarize
 from ppsim.trace.trace import Span, Trace
 
@@ -162,8 +163,8 @@ def _check_comparable(pred: Trace, meas: Trace, p_idx: dict[Key, Span], m_idx: d
             f"the traces have different numbers of ranks: predicted {pred.num_ranks}, measured {meas.num_ranks}; "
             "compare a prediction and a run of the same scenario with the same stage count"
         )
-    p_comp = {k for k, s in p_idx.items() if s.lane == "compute"}
-    m_comp = {k for k, s in m_idx.items() if s.lane == "compute"}
+    p_comp = {k for k, s in p_idx.items() if s.action.kind in COMPUTE_KINDS}
+    m_comp = {k for k, s in m_idx.items() if s.action.kind in COMPUTE_KINDS}
     if p_comp == m_comp:
         return
     parts = [f"the traces run different compute actions: predicted has {len(p_comp)}, measured has {len(m_comp)}"]
@@ -249,7 +250,8 @@ def _unmatched_notes(p_idx: dict[Key, Span], m_idx: dict[Key, Span]) -> list[str
         only = [k for k in mine if k not in other]
         if only:
             n = len(only)
-            notes.append(f"{n} communication action{'s' if n != 1 else ''} only in the {side} trace: {_names(only, mine)}")
+            notes.append(f"{n} communication or end-of-step action{'s' if n != 1 else ''} only in the {side} trace: "
+                         f"{_names(only, mine)}")
     return notes
 
 

@@ -1,42 +1,92 @@
 """Reading a timeline from disk as a Trace, whatever wrote it: a ppsim Trace JSON, a ppexec run
-folder (its ``trace.json``), or a Chrome trace that ppsim or ppexec exported."""
+folder (its ``trace.json``), a Chrome trace that ppsim or ppexec exported, or the torch profiler
+traces of a torch.distributed.pipelining run (a folder of one Kineto JSON per rank, or the files)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ppsim.errors import TraceError
 from ppsim.trace.trace import Trace
 
-_HEAD_BYTES = 4096  #: how much of a file tells its format
+WHAT = "a ppsim trace, a Chrome trace ppsim wrote, a ppexec run folder, or torch profiler traces (a folder or files)"
 
 
-def load_trace(path: str | Path, side: str | None = None) -> Trace:
-    """The Trace in ``path``; errors name ``side`` (e.g. "predicted") as the field at fault."""
-    p = Path(path)
+def load_trace(path: str | Path | list[Path], side: str | None = None) -> Trace:
+    """The Trace in ``path`` (or in the Kineto rank files ``path`` lists); errors name ``side``
+    (e.g. "measured") as the field at fault."""
     try:
-        return _load(p)
+        if isinstance(path, list):
+            return _load_files(path)
+        return _load(Path(path))
     except TraceError as exc:
         raise TraceError(exc.message, field=side or exc.field) from None
 
 
+def load_traces(paths: list[Path]) -> list[tuple[str, Trace]]:
+    """(label, Trace) of each trace ``paths`` name, several torch profiler files in a row making one."""
+    out: list[tuple[str, Trace]] = []
+    group: list[Path] = []
+
+    def flush() -> None:
+        if group:
+            out.append((group[0].parent.name or group[0].name, load_trace(list(group))))
+            group.clear()
+
+    for p in paths:
+        if p.is_file() and _may_be_kineto(p) and _looks_like_kineto(p):
+            group.append(p)
+            continue
+        flush()
+        out.append((p.name, load_trace(p)))
+    flush()
+    return out
+
+
+def _may_be_kineto(p: Path) -> bool:
+    return p.name.endswith((".json", ".json.gz")) and not p.name.endswith(".trace.json")
+
+
+def _looks_like_kineto(p: Path) -> bool:
+    """The head of a torch profiler file (it opens with its schema version; ppsim's files do not)."""
+    import gzip
+
+    try:
+        with (gzip.open(p, "rt", encoding="utf-8") if p.suffix == ".gz" else p.open(encoding="utf-8")) as fh:
+            head = fh.read(4096)
+    except (OSError, UnicodeDecodeError, EOFError):
+        return False
+    return '"schemaVersion"' in head or '"distributedInfo"' in head
+
+
+def _load_files(paths: list[Path]) -> Trace:
+    from ppsim.trace.kineto import load_kineto
+
+    if len(paths) == 1:
+        return _load(paths[0])
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        raise TraceError(f"{missing[0]} does not exist; several files are the torch profiler traces of one run's ranks")
+    return load_kineto(paths)
+
+
 def _load(p: Path) -> Trace:
+    from ppsim.trace.kineto import is_kineto, load_kineto, read_json
+
     if p.is_dir():
-        if not (p / "trace.json").is_file():
-            raise TraceError(f"{p} is a folder without trace.json; give a trace file or a ppexec run folder")
-        p = p / "trace.json"
+        if (p / "trace.json").is_file():
+            p = p / "trace.json"
+        else:
+            ranks = sorted(f for f in p.iterdir() if f.is_file() and _may_be_kineto(f))
+            if not ranks:
+                raise TraceError(f"{p} is a folder without trace.json or torch profiler traces; give {WHAT}")
+            return load_kineto(ranks)
     if not p.is_file():
-        raise TraceError(f"{p} does not exist; give a ppsim trace, a Chrome trace ppsim wrote or a ppexec run folder")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{p}: cannot read it ({type(exc).__name__})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if '"traceEvents"' in text[:_HEAD_BYTES] or (isinstance(data, dict) and "traceEvents" in data):
+        raise TraceError(f"{p} does not exist; give {WHAT}")
+    data = read_json(p)
+    if is_kineto(data):
+        return load_kineto([p])
+    if isinstance(data, dict) and "traceEvents" in data:
         from ppsim.trace.chrome import from_chrome_trace
 
         try:

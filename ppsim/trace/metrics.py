@@ -222,7 +222,7 @@ def summarize(trace: Trace) -> Summary:
         memory_capacity_bytes=capacity,
         fits=fits,
         source=str(meta.get("source", "simulated")),
-        schedule=str(meta.get("schedule", "?")),
+        schedule=str(meta.get("schedule") or meta.get("trace_format") or "?"),
         num_ranks=p,
         microbatches=int(meta.get("num_microbatches", 0)),
         chunks=int(meta.get("chunks", 1)),

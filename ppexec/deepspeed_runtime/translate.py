@@ -1,9 +1,9 @@
-"""Plan -> DeepSpeed PipeSchedule: the only schedule-aware code in ppexec.
+"""Plan -> DeepSpeed PipeSchedule.
 
 Every action of a rank's lowered plan becomes one step of DeepSpeed instructions, with the
 micro-batch as the buffer id (one buffer per micro-batch, so any order of forwards and backwards
-is safe). What DeepSpeed's PipelineEngine cannot express is refused with a message that names the
-schedules that run.
+is safe). What DeepSpeed's PipelineEngine cannot express (several stages per rank, a backward
+split into input and weight grads, forward-only plans) is refused, saying what it is.
 """
 
 from __future__ import annotations
@@ -14,38 +14,24 @@ from typing import Any
 from ppsim.errors import PpsimError
 from ppsim.plan import Action, Kind, Plan
 
-#: schedules whose plans DeepSpeed's PipelineEngine can run
-RUNNABLE = ("gpipe", "1f1b")
-
 
 class TranslationError(PpsimError):
     """The plan needs something DeepSpeed's pipeline engine cannot do."""
 
 
-def check_runnable(plan: Plan) -> None:
-    """Raise TranslationError if DeepSpeed's engine cannot run ``plan``."""
-    runnable = ", ".join(RUNNABLE)
-    if plan.chunks != 1:
-        raise TranslationError(
-            f"schedule {plan.schedule!r} runs {plan.chunks} chunks (virtual stages) per rank, which DeepSpeed's "
-            f"PipelineEngine cannot run; schedules that run: {runnable}",
-            field="pipeline.schedule",
-        )
+def refusal(plan: Plan) -> str | None:
+    """Why DeepSpeed's PipelineEngine cannot run ``plan`` (None if it can): it runs one stage per
+    rank, full backwards, and trains."""
+    if plan.chunks != 1 or len(set(plan.stage_to_rank)) != plan.num_stages:
+        return (f"{plan.schedule!r} puts {plan.chunks} stages on each rank; DeepSpeed's PipelineEngine runs one "
+                "stage per rank")
     kinds = {a.kind for r in plan.actions for a in r}
     if kinds & {Kind.I, Kind.W}:
-        raise TranslationError(
-            f"schedule {plan.schedule!r} splits the backward into input grad and weight grad (I, W), which "
-            f"DeepSpeed's PipelineEngine cannot run; schedules that run: {runnable}",
-            field="pipeline.schedule",
-        )
+        return (f"{plan.schedule!r} splits the backward into input grad and weight grad (I, W); DeepSpeed's "
+                "PipelineEngine runs whole backwards")
     if Kind.B not in kinds:
-        raise TranslationError(
-            f"schedule {plan.schedule!r} has no backward: ppexec trains, it does not run inference; "
-            f"schedules that run: {runnable}",
-            field="pipeline.schedule",
-        )
-    if not plan.lowered:
-        raise TranslationError("ppexec needs a lowered plan (with sends, receives and the optimizer step)")
+        return f"{plan.schedule!r} has no backward: ppexec trains, it does not run inference"
+    return None
 
 
 def clip_instruction() -> type:
@@ -100,7 +86,10 @@ def plan_schedule(plan: Plan, rank: int) -> Any:
     """The DeepSpeed PipeSchedule that runs ``plan``'s actions of pipeline rank ``rank``."""
     from deepspeed.runtime.pipe.schedule import PipeSchedule
 
-    check_runnable(plan)
+    why = refusal(plan)
+    if why or not plan.lowered:
+        raise TranslationError(why or "ppexec needs a lowered plan (with sends, receives and the optimizer step)",
+                               field="pipeline.schedule")
     p = plan.num_ranks
     actions = list(plan.actions[rank])
     reduce_in_plan = any(a.kind is Kind.REDUCE_GRAD for a in actions)

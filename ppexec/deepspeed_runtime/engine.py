@@ -2,11 +2,8 @@
 
 What the subclass changes:
 - the schedule it runs is the plan's (``_train_schedule``);
-- ``_exec_schedule`` records the start and end of every plan action (the group of DeepSpeed
-  instructions it became) on ``time.perf_counter_ns`` (CLOCK_MONOTONIC: one clock for every
-  process of a machine), synchronising the device first on GPUs — the only timing code — and
-  the memory in use after it (the device allocator's bytes on GPUs, the process's resident
-  memory on CPUs);
+- ``_exec_schedule`` runs each plan action (the group of DeepSpeed instructions it became) inside
+  the rank's :class:`~ppexec.timing.ActionClock`, the one timing point of every runtime;
 - gradient clipping runs as the plan's own CLIP action (an instruction of ppexec's), so its
   gradient-norm all-reduce is timed apart from the optimizer step, and is not done twice;
 - the last stage keeps one loss per micro-batch (the stock engine keeps one, which breaks any
@@ -15,16 +12,14 @@ What the subclass changes:
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ppexec.translate import clip_instruction
-from ppsim.plan import Action, Kind
-
-Batch = tuple[Any, Any]
+from ppexec.deepspeed_runtime.translate import clip_instruction
+from ppexec.runtime import BatchOf
+from ppexec.timing import ActionClock
+from ppsim.plan import Kind
 
 
 def engine_class() -> type:
@@ -38,17 +33,6 @@ def engine_class() -> type:
 _ENGINE: type | None = None
 
 
-def resident_bytes() -> int:
-    """This process's resident memory (Linux: /proc/self/statm; elsewhere its peak so far)."""
-    try:
-        with open("/proc/self/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:  # pragma: no cover - not Linux
-        import resource
-
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def _make_engine_class() -> type:
     from deepspeed.runtime.pipe.engine import PipelineEngine
 
@@ -58,22 +42,12 @@ def _make_engine_class() -> type:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.ppexec_schedule: Any = None
-            self.ppexec_batch: Callable[[int], Batch] | None = None
-            self.ppexec_spans: list[tuple[Action, int, int]] = []
-            self.ppexec_marks: list[tuple[str, int]] = []  #: named moments inside actions (ns)
-            self.ppexec_memory: list[tuple[int, int]] = []  #: (ns, bytes) at the end of every action
-            self.ppexec_current: Action | None = None
+            self.ppexec_batch: BatchOf | None = None
+            self.ppexec_clock: ActionClock | None = None
             self._ppexec_losses: dict[int, Any] = {}
             self._ppexec_loading: int | None = None
             self._ppexec_clipping = False
             self._ppexec_plan_clips = False
-            from deepspeed.accelerator import get_accelerator
-
-            accel = get_accelerator()
-            on_cpu = accel.device_name() == "cpu"
-            self._ppexec_sync = None if on_cpu else accel.synchronize
-            self.ppexec_memory_source = "rss" if on_cpu else "allocator"
-            self._ppexec_memory_now = resident_bytes if on_cpu else accel.memory_allocated
 
         def _train_schedule(self) -> Any:
             if self.ppexec_schedule is None:
@@ -82,33 +56,24 @@ def _make_engine_class() -> type:
             return self.ppexec_schedule
 
         def _exec_schedule(self, pipe_schedule: Any) -> None:
+            clock = self.ppexec_clock
+            if clock is None:
+                raise RuntimeError("set engine.ppexec_clock before train_batch()")
             self._reserve_pipe_buffers(pipe_schedule.num_pipe_buffers())
             self.fwd_outputs = []
-            record = self.ppexec_spans.append
-            record_memory = self.ppexec_memory.append
-            memory_now = self._ppexec_memory_now
             # the stock map holds PipelineEngine's functions; bind by name so overrides here count
             table = {kind: getattr(self, fn.__name__) for kind, fn in self._INSTRUCTION_MAP.items()}
             table[clip_instruction()] = self._ppexec_clip
-            clock = time.perf_counter_ns
-            # on a GPU, work is queued asynchronously: wait for it, or a span measures only the queueing
-            sync = self._ppexec_sync
             for action, cmds in zip(pipe_schedule.actions, pipe_schedule.steps()):
-                self.ppexec_current = action
-                start = clock()
-                for cmd in cmds:
-                    table[type(cmd)](**cmd.kwargs)
-                if sync is not None:
-                    sync()
-                end = clock()
-                record((action, start, end))
-                record_memory((end, memory_now()))
-            self.ppexec_current = None
+                with clock.action(str(action)):
+                    for cmd in cmds:
+                        table[type(cmd)](**cmd.kwargs)
 
         def _ppexec_clip(self) -> None:
             """Gradient clipping as the plan's CLIP action (fp32; with fp16 / bf16 DeepSpeed's
             optimizer wrapper clips inside its step, and this only marks the place)."""
-            self.ppexec_marks.append(("clip", time.perf_counter_ns()))  # own work before: reducing grads
+            if self.ppexec_clock is not None:
+                self.ppexec_clock.mark("clip")  # its own work before: reducing the grads
             self._ppexec_clipping = True
             try:
                 if self.gradient_clipping() > 0.0 and not (self.fp16_enabled() or self.bfloat16_enabled()
@@ -136,7 +101,7 @@ def _make_engine_class() -> type:
             self._ppexec_loading = buffer_id
             super()._exec_load_micro_batch(buffer_id)
 
-        def _next_batch(self) -> Batch:
+        def _next_batch(self) -> Any:
             if self.ppexec_batch is None or self._ppexec_loading is None:
                 raise RuntimeError("set engine.ppexec_batch before train_batch()")
             return self.ppexec_batch(self._ppexec_loading)

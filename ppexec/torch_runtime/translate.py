@@ -1,0 +1,45 @@
+"""Plan -> torch.distributed.pipelining's actions: the lowered plan's actions one for one.
+
+torch's action text form is ppsim's (``2F0``, ``0I3``, ``1SEND_B2``, ``0REDUCE_GRAD``), so every
+compute, send, receive and gradient-reduction action maps to the torch action of the same text.
+Gradient clipping and the optimizer step have no torch counterpart: they are the rank's tail,
+run after torch's step in the plan's order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ppsim.errors import PlanError
+from ppsim.plan import Action, Kind, Plan
+
+#: the plan's kinds that run after torch's step (torch has no action for them)
+TAIL_KINDS = frozenset({Kind.CLIP, Kind.OPT})
+
+
+def torch_actions(plan: Plan) -> dict[int, list[Any]]:
+    """Every rank's actions as torch ``_Action`` s (what ``_prepare_schedule_with_comms`` takes,
+    with ``format="compute_comms"``: run as given), without the tail."""
+    from torch.distributed.pipelining.schedules import _Action
+
+    out: dict[int, list[Any]] = {}
+    for rank, actions in enumerate(plan.actions):
+        out[rank] = []
+        for a in actions:
+            if a.kind in TAIL_KINDS:
+                continue
+            torch_action = _Action.from_str(str(a))
+            if str(torch_action) != str(a):  # from_str matches a prefix: check that the whole text came through
+                raise PlanError(f"torch reads action {a} as {torch_action}; this torch does not know ppsim's action")
+            out[rank].append(torch_action)
+    return out
+
+
+def tail(plan: Plan, rank: int) -> list[Action]:
+    """What ``rank`` runs after torch's step, in the plan's order: clipping, the optimizer steps."""
+    actions = plan.actions[rank]
+    first = next((i for i, a in enumerate(actions) if a.kind in TAIL_KINDS), len(actions))
+    if any(a.kind not in TAIL_KINDS for a in actions[first:]):
+        raise PlanError(f"rank {rank} runs {actions[first]} before the end of its step; clipping and the optimizer "
+                        "step come last")
+    return list(actions[first:])
