@@ -12,6 +12,7 @@ the biases added after an all-reduce are replicated: every rank holds the whole 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -26,17 +27,18 @@ class TPGroup:
     size: int
 
 
-def make_groups(world: int, size: int, rank: int) -> TPGroup | None:
+def make_groups(world: int, size: int, rank: int, timeout: timedelta | None = None) -> TPGroup | None:
     """The tensor-parallel group of ``rank`` when every ``size`` consecutive ranks form one (the
     model axis is the fastest in DeepSpeed's pipe x data x model topology). Every rank must call it
-    (torch creates each group on all ranks)."""
+    (torch creates each group on all ranks). Give the run's ``timeout``: a new group's own default
+    is 30 minutes, whatever the default group was given."""
     if size <= 1:
         return None
     import torch.distributed as dist
 
     mine = None
     for first in range(0, world, size):
-        group = dist.new_group(ranks=list(range(first, first + size)))
+        group = dist.new_group(ranks=list(range(first, first + size)), timeout=timeout)
         if first <= rank < first + size:
             mine = TPGroup(group, rank - first, size)
     assert mine is not None
@@ -109,3 +111,4 @@ def shard(name: str, full: torch.Tensor, rank: int, size: int) -> torch.Tensor:
 def is_sharded(name: str) -> bool:
     """Whether the block parameter ``name`` (``qkv.weight``, ...) is split over the ranks."""
     return SPLIT_DIM.get(name) is not None
+

@@ -15,6 +15,7 @@ import socket
 import sys
 import time
 import traceback
+from datetime import timedelta
 from pathlib import Path
 
 from ppexec.events import Done, EventLog, Failure, Measure, Ready, Step, events_path
@@ -115,7 +116,7 @@ def _measure_machine(ctx: RankContext, log: EventLog) -> None:
     log.write(Measure("link", ping_pong(ctx.rank, 1 - ctx.rank, message_sizes(message))))
     grads = parameter_count(model) * DTYPE_BYTES[model.dtype] // spec.plan.num_ranks  # a stage's gradients, about
     log.write(Measure("collectives", collective_times(message_sizes(grads, COLLECTIVE_FACTORS))))
-    pair = make_groups(ctx.world, 2, ctx.rank)  # the two profiling ranks as one tensor-parallel group
+    pair = make_groups(ctx.world, 2, ctx.rank, timedelta(seconds=spec.timeout_s))  # the two ranks as one TP group
     if pair is not None:
         log.write(Measure("tensor_parallel", tensor_parallel_times(model, micro, spec.seed, pair)))
 

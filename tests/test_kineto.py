@@ -127,7 +127,8 @@ def test_a_fresh_profile_of_a_plain_torch_job_is_read(tmp_path: Path, predicted:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            str(tmp_path / "make_fixture.py"), str(tmp_path / "out")]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          start_new_session=True)  # torchrun signals its process group when it ends
     assert done.returncode == 0, done.stderr[-3000:]
     trace = load_trace(tmp_path / "out")
     assert trace.meta["num_ranks"] == 2 and len(trace.meta["profiled_steps"]) == 3

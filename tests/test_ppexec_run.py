@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -330,3 +331,83 @@ def test_model_features_ppexec_does_not_build_are_refused_by_name(key: str, valu
     data["model"][key.split(".")[1]] = value
     with pytest.raises(PpsimError, match=f"{key}: ppexec builds GPT-style blocks"):
         prepare(parse_scenario(data))
+
+
+# ----- the torch runtime under other launchers, and its faults --------------------------------------
+@pytest.mark.slow  # starts ranks
+def test_torchrun_starts_the_torch_runtime_from_a_prepared_folder(tmp_path: Path) -> None:
+    """`ppexec prepare --runtime torch`, any launcher (here torchrun) starting the worker on every
+    rank, then `ppexec collect`: the same run folder as `ppexec run`."""
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["prepare", str(TINY), "--out", str(out), "--backend", "gloo", "--runtime", "torch",
+                              "--schedule", "zb-h1", "--steps", "2", "--timeout", "30"])
+    assert res.exit_code == 0 and "(torch runtime)" in res.output, res.output
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "ppexec.worker", str(out)], env=env, capture_output=True, text=True, timeout=300,
+                          start_new_session=True)  # torchrun signals its process group when it ends
+    assert done.returncode == 0, done.stderr[-2000:]
+    res = runner.invoke(app, ["collect", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert (summary["runtime"], summary["schedule"], len(summary["losses"])) == ("torch", "zb-h1", 2)
+    trace = Trace.load(out)
+    plan = Plan.from_dict(json.loads((out / "run.json").read_text())["plan"])
+    assert trace.actions_by_rank() == [list(r) for r in plan.actions]
+
+
+@pytest.mark.slow  # starts ranks
+def test_a_killed_torch_rank_stops_the_run_naming_it(tmp_path: Path) -> None:
+    killed: list[int] = []
+
+    def kill_rank0_after_a_step(states) -> None:
+        st = states[0]
+        if st.steps and not killed and st.ready:
+            os.kill(st.ready.pid, signal.SIGKILL)
+            killed.append(st.ready.pid)
+
+    s = load(TINY).with_overrides(schedule="interleaved-1f1b", chunks=2)
+    with pytest.raises(RunFailed, match=r"rank 0 exited with code -9 after step \d+") as exc:
+        execute(s, RunOptions(out=tmp_path, steps=40, warmup=0, timeout_s=20, runtime="torch"), kill_rank0_after_a_step)
+    assert "without reporting an error" in str(exc.value)
+    assert _no_workers_left(tmp_path)
+
+
+@pytest.mark.slow  # starts ranks
+def test_a_torch_plan_that_waits_forever_ends_within_the_timeout(tmp_path: Path) -> None:
+    """A plan whose receive has no send (a hand-made plan gone wrong): the receiving rank's wait
+    times out, the error names the action it was in, and no rank is left behind."""
+    from ppexec import run as run_mod
+
+    real_prepare = run_mod.prepare
+
+    def missing_send(scenario, profile=None, runtime="auto"):
+        prepared = real_prepare(scenario, profile, runtime)
+        plan = prepared.plan
+        broken = [list(r) for r in plan.actions]
+        broken[0] = [a for a in broken[0] if str(a) != "0SEND_F1"]
+        return dataclasses.replace(prepared, plan=plan.with_actions(broken))
+
+    run_mod.prepare = missing_send
+    try:
+        with pytest.raises(RunFailed, match=r"rank \d failed in action \d\w+: .*(Timed out|timed out|Connection)"):
+            execute(load(TINY), RunOptions(out=tmp_path, steps=1, warmup=0, timeout_s=8, runtime="torch"))
+    finally:
+        run_mod.prepare = real_prepare
+    assert _no_workers_left(tmp_path)
+
+
+@pytest.mark.slow  # starts ranks
+def test_the_launcher_stops_every_rank_on_sigterm(tmp_path: Path) -> None:
+    """SIGTERM to ppexec (a job scheduler's, `timeout`'s) stops every rank it started."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "ppexec.cli", "run", str(TINY), "--out", str(out), "--steps", "500", "--runtime", "torch"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list((out / "ranks").glob("rank-*.jsonl")):
+        time.sleep(0.5)
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "stopped by signal SIGTERM" in stderr, stderr[-2000:]
+    assert _no_workers_left(out)

@@ -61,7 +61,7 @@ class DeepSpeedProgram:
                 self._set_bounds(start=parts[stage_id], stop=parts[stage_id + 1])
 
         recompute = scenario.training.recompute
-        tp = make_groups(ctx.world, t, ctx.rank)  # consecutive ranks, as DeepSpeed's model axis
+        tp = make_groups(ctx.world, t, ctx.rank, timedelta(seconds=spec.timeout_s))  # consecutive: DeepSpeed's model axis
         specs = [LayerSpec(cls, *args) for cls, args in layer_factories(model, spec.seed, recompute, tp)]
         # full recomputation is DeepSpeed's activation checkpointing of every block (the embedding and
         # the head keep their activations, as in Megatron); selective is done inside the blocks

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -68,8 +69,12 @@ class TorchProgram:
         # DeepSpeed's layout of a pipe x data topology: rank = pipeline rank x d + replica
         self.pipe_rank, self.replica = divmod(ctx.rank, d)
         self.tp_rank = 0
-        pipelines = [dist.new_group([q * d + r for q in range(p)]) for r in range(d)]  # every rank makes every group
-        replicas = [dist.new_group([q * d + r for r in range(d)]) for q in range(p)] if d > 1 else [None] * p
+        # every rank makes every group; a group's waits time out as the run says (new_group's own
+        # default is 30 minutes, whatever init_process_group was given)
+        timeout = timedelta(seconds=spec.timeout_s)
+        pipelines = [dist.new_group([q * d + r for q in range(p)], timeout=timeout) for r in range(d)]
+        replicas = ([dist.new_group([q * d + r for r in range(d)], timeout=timeout) for q in range(p)] if d > 1
+                    else [None] * p)
         self.pipeline_group, self.replica_group, self.replicas = pipelines[self.replica], replicas[self.pipe_rank], d
         local = int(os.environ.get("LOCAL_RANK", "0"))
         device = torch.device(f"cuda:{local}") if spec.backend == "nccl" else torch.device("cpu")
