@@ -90,13 +90,12 @@ def prepare(s: Scenario, profile: Profile | None = None, runtime: str = "auto") 
     With a profile the partition and the order of sends and receives come from the measured costs,
     exactly as in ``ppsim run --profile``."""
     from ppexec.runtime import choose
-    from ppsim.costs import build_workload
-    from ppsim.predict import compute_plan, lowered_plan
+    from ppsim.predict import compute_plan, lowered_plan, scenario_workload
 
     check_buildable(s)
     chosen = choose(runtime, compute_plan(s), s)
     s = s.with_overrides(comm=chosen.comm)
-    workload = build_workload(s, profile)
+    workload = scenario_workload(s, profile)
     partition = workload.partition or []
     s = s.with_overrides(partition=partition)
     return Prepared(s, lowered_plan(s, workload), partition, chosen.name)
@@ -183,8 +182,7 @@ def execute(s: Scenario, opts: RunOptions, on_progress: Callable[[list[RankState
 def collect(out: Path, states: list[RankState] | None = None) -> RunResult:
     """Read a finished run folder (after any launcher) into measured traces and a summary."""
     from ppexec.launch import read_events
-    from ppsim.costs import build_workload
-    from ppsim.predict import workload_meta
+    from ppsim.predict import scenario_workload, workload_meta
     from ppsim.trace.metrics import step_time_ms
 
     spec = RunSpec.read(out)
@@ -195,7 +193,7 @@ def collect(out: Path, states: list[RankState] | None = None) -> RunResult:
     unfinished = [st.rank for st in states if not st.done]
     if unfinished:
         raise PpsimError(f"ranks {unfinished} of the run in {out} did not finish; see {out / 'logs'}")
-    workload = build_workload(s)
+    workload = scenario_workload(s)
     meta = workload_meta(s, workload, training=True)
     meta.update(backend=spec.backend, runtime=spec.runtime)
     traces = [step_trace(states, plan, k, meta, workload.costs.message_bytes, s.pipeline.comm)

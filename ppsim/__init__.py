@@ -53,12 +53,11 @@ def load_profile(path: str | Path) -> Profile:
 def build_plan(scenario: Scenario, *, lowered: bool = True, profile: Profile | None = None) -> Plan:
     """The scenario's plan: compute-only, or lowered (sends, receives, end of step) as the simulator
     and ppexec run it, its messages ordered by the scenario's (or the profile's) costs."""
-    from ppsim.costs import build_workload
-    from ppsim.predict import compute_plan, lowered_plan
+    from ppsim.predict import compute_plan, lowered_plan, scenario_workload
 
     if not lowered:
         return compute_plan(scenario)
-    return lowered_plan(scenario, build_workload(scenario, profile))
+    return lowered_plan(scenario, scenario_workload(scenario, profile))
 
 
 def predict(scenario: Scenario, profile: Profile | None = None) -> Prediction:

@@ -27,10 +27,22 @@ def compute_plan(s: Scenario) -> Plan:
     return schedules.build(s.pipeline.schedule, s.pipeline.stages, s.microbatches, s.pipeline.chunks)
 
 
+def stage_to_rank(s: Scenario) -> tuple[int, ...]:
+    """Which rank runs each virtual stage under the scenario's schedule (its sizes checked)."""
+    info = schedules.get(s.pipeline.schedule)
+    info.check(s.pipeline.stages, s.microbatches, s.pipeline.chunks)
+    return info.stage_to_rank(s.pipeline.stages, s.pipeline.chunks)
+
+
+def scenario_workload(s: Scenario, profile: Profile | None = None) -> Workload:
+    """The scenario's costs for its schedule's placement of the virtual stages."""
+    return build_workload(s, profile, stage_to_rank(s))
+
+
 def lowered_plan(s: Scenario, workload: Workload | None = None) -> Plan:
     """The plan with sends, receives and the end-of-step actions, validated. Messages are placed
     by the ideal timeline of the scenario's own costs and ordered for its send semantics."""
-    w = workload or build_workload(s)
+    w = workload or scenario_workload(s)
     return lower(compute_plan(s), s.data_parallel, compute_ms(w.costs), rendezvous=s.pipeline.comm == "rendezvous",
                  clip=s.training.grad_clip > 0)
 
@@ -62,7 +74,7 @@ def workload_meta(s: Scenario, w: Workload, training: bool, profile: Profile | N
 def predict(s: Scenario, profile: Profile | None = None, workload: Workload | None = None) -> Prediction:
     """Simulate one training step of the scenario (with measured costs when a profile is given;
     ``workload``: the scenario's costs when the caller has built them already)."""
-    workload = workload or build_workload(s, profile)
+    workload = workload or scenario_workload(s, profile)
     plan = lowered_plan(s, workload)
     trace = simulate(plan, workload.costs, s.pipeline.comm)
     trace.meta.update(workload_meta(s, workload, schedules.get(s.pipeline.schedule).training, profile))

@@ -78,10 +78,16 @@ def test_outputs_never_clobber_user_files(tmp_path: Path) -> None:
     assert invoke(app, "run", GPT, *SMALL, "--save-trace", str(mine), "--force").exit_code == 0
 
 
-def test_schedules_lists_one_line_each() -> None:
+def test_schedules_lists_one_line_each_with_its_capabilities() -> None:
+    from ppsim.plan.schedules import SCHEDULES
+
     res = invoke(app, "schedules")
     lines = res.stdout.strip().splitlines()
-    assert [line.split()[0] for line in lines] == ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "inference"]
+    assert lines[0].split()[:3] == ["schedule", "chunks", "placement"]
+    rows = {line.split()[0]: line.split() for line in lines[1:len(SCHEDULES) + 1]}
+    assert list(rows) == list(SCHEDULES)
+    assert rows["zb-v"][1:4] == ["2", "v", "I"] and rows["1f1b"][1:4] == ["1", "loop", "B"]
+    assert "file:PATH" in res.stdout
 
 
 def test_plan_prints_the_grid(tmp_path: Path) -> None:

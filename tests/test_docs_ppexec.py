@@ -203,7 +203,7 @@ def test_schedule_table_matches_what_each_runtime_runs(doc: str) -> None:
     assert set(table) == set(SCHEDULES), f"schedule table {sorted(table)} != registry {sorted(SCHEDULES)}"
     tiny = load(SCENARIOS / "tiny-cpu.yaml")
     for name, by_runtime in table.items():
-        s = tiny.with_overrides(schedule=name, chunks=2 if name.startswith("interleaved") else None)
+        s = tiny.with_overrides(schedule=name, chunks=SCHEDULES[name].chunks.default)
         for runtime, runs in by_runtime.items():
             assert runs in ("yes", "refused"), (name, runtime, runs)
             if runs == "yes":

@@ -17,8 +17,8 @@ RANKS, MICROBATCHES = 4, 8
 
 
 def _sizes(name: str) -> int:
-    """Chunks: 2 for schedules that take them, else 1."""
-    return 1 if schedules.get(name).chunks == "1" else 2
+    """Chunks: each schedule's default (2 for those that take several, else 1)."""
+    return schedules.get(name).chunks.default
 
 
 def _cases() -> list[tuple[str, str]]:

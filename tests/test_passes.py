@@ -5,7 +5,20 @@ from __future__ import annotations
 import pytest
 
 from ppsim.errors import PlanError
-from ppsim.plan import Action, Kind, Plan, add_comms, lower, render_grid, schedules, validate
+from ppsim.plan import (
+    RECV_KINDS,
+    SEND_KINDS,
+    Action,
+    Kind,
+    Plan,
+    add_comms,
+    lower,
+    matching,
+    peer_stage,
+    render_grid,
+    schedules,
+    validate,
+)
 
 
 def _plan(rows: list[str], *, m: int, lowered: bool = False, chunks: int = 1) -> Plan:
@@ -101,3 +114,35 @@ def test_grid_is_cropped_around_the_mark_for_large_plans() -> None:
     text = render_grid(plan.actions, {20: 100})
     assert ">>" in text and "earlier steps" in text and "later steps" in text
     assert text.count("\n") < 30
+
+
+@pytest.mark.parametrize("name, p, m", [("zb-v", 2, 4), ("interleaved-zb", 2, 4), ("zb-v", 4, 8)])
+def test_two_ranks_receive_each_others_messages_in_the_order_sent(name: str, p: int, m: int) -> None:
+    # activations and grads have the same shape: NCCL and gloo, which match a rank pair's messages
+    # by order, would take two crossed ones for each other (both V schedules crossed them at p = 2
+    # when sends went right after their producers)
+    lowered = lower(schedules.build(name, p, m), rendezvous=False)
+    validate(lowered, rendezvous=False)
+    where = lowered.stage_to_rank
+    for src in range(p):
+        for dst in range(p):
+            sent = [a for a in lowered.actions[src] if a.kind in SEND_KINDS and where[peer_stage(a)] == dst]
+            received = [matching(a) for a in lowered.actions[dst]
+                        if a.kind in RECV_KINDS and where[peer_stage(a)] == src]
+            assert sent == received
+
+
+def test_crossed_messages_are_refused_with_the_grid() -> None:
+    lowered = lower(schedules.build("1f1b", 2, 2), rendezvous=False)
+    crossed = lowered.with_actions([_sends_swapped(lowered.actions[0]), lowered.actions[1]])
+    with pytest.raises(PlanError, match="crossed") as exc:
+        validate(crossed, rendezvous=False)
+    assert exc.value.detail and "rank 0" in exc.value.detail
+
+
+def _sends_swapped(actions: tuple[Action, ...]) -> list[Action]:
+    """Rank 0 of 1F1B (p = 2, m = 2) with both forwards first, then its two sends in reverse."""
+    compute = [a for a in actions if a.kind not in SEND_KINDS]
+    f0, f1 = compute.index(Action(0, Kind.F, 0)), compute.index(Action(0, Kind.F, 1))
+    assert f1 == f0 + 1
+    return (compute[:f1 + 1] + [Action(0, Kind.SEND_F, 1), Action(0, Kind.SEND_F, 0)] + compute[f1 + 1:])

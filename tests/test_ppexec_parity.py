@@ -141,7 +141,9 @@ def test_tensor_parallel_blocks_train_like_one_process(tmp_path: Path, stages: i
 
 # ----- the torch runtime: every schedule, both placements of work, the same training ------------------
 def _torch_tiny(schedule: str, stages: int, dp: int = 1, **kw: object):
-    chunks = 2 if schedule == "interleaved-1f1b" else 1
+    from ppsim.plan.schedules import get
+
+    chunks = get(schedule).chunks.default
     s = tiny(schedule, stages, dp, **kw)  # type: ignore[arg-type]
     layers = max(4, stages * chunks)
     data = s.model_dump(exclude_none=True)
@@ -160,8 +162,11 @@ def _assert_weights_equal(run_dir: Path, ref_params: dict[str, torch.Tensor]) ->
     return seen
 
 
-@pytest.mark.parametrize("schedule, stages", [(s, p) for s in ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
-                                              for p in (2, 4)], ids=lambda v: str(v))
+TORCH_CASES = [(s, p) for s in ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1") for p in (2, 4)] + [
+    ("zb-h2", 2), ("looped-bfs", 2), ("interleaved-zb", 2), ("zb-v", 2), ("zb-v", 4), ("interleaved-zb", 4)]
+
+
+@pytest.mark.parametrize("schedule, stages", TORCH_CASES, ids=lambda v: str(v))
 def test_the_torch_runtime_trains_every_schedule_like_one_process(tmp_path: Path, schedule: str, stages: int) -> None:
     """Every schedule in torch.distributed.pipelining's runtime: the plan's actions run exactly, in
     its order, on every rank, and losses and weights equal one process's (with clipping that every

@@ -150,7 +150,7 @@ def test_overrides_replace_pipeline_keys_and_are_checked() -> None:
 
 def test_interleaved_with_too_few_microbatches_is_refused() -> None:
     s = parse_scenario(BASE).with_overrides(schedule="interleaved-1f1b", chunks=2, microbatches=2)
-    with pytest.raises(PpsimError, match="multiple of the stage count"):
+    with pytest.raises(PpsimError, match="multiple of p"):
         predict(s)
 
 

@@ -92,12 +92,11 @@ def run(
 
 @app.command()
 def schedules() -> None:
-    """List the schedules, one line each."""
-    from ppsim.plan.schedules import SCHEDULES
+    """List the schedules: what each does, the chunks and micro-batches it takes, its placement and
+    the activations a rank holds at most (in micro-batches of the whole rank; 1F1B holds p)."""
+    from ppsim.views.render.schedules_table import print_schedules
 
-    width = max(len(n) for n in SCHEDULES)
-    for name, info in SCHEDULES.items():
-        typer.echo(f"{name:<{width}}  {info.summary}")
+    print_schedules()
 
 
 @app.command()
@@ -189,10 +188,10 @@ def _print_variants(variants: list, keys: list[str], title: str, targets: dict[s
 
 
 def _schedule_names(text: str) -> list[str]:
-    from ppsim.plan.schedules import SCHEDULES
+    from ppsim.plan.schedules import FILE_PREFIX, SCHEDULES
 
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in SCHEDULES]
+    unknown = [n for n in names if n not in SCHEDULES and not n.startswith(FILE_PREFIX)]
     if not names or unknown or len(set(names)) != len(names):
         what = f"unknown {', '.join(map(repr, unknown))}" if unknown else "empty or repeated names"
         raise usage_error(f"{what}; choose from {', '.join(SCHEDULES)}", "--schedules")

@@ -64,10 +64,11 @@ def usage_error(message: str, option: str) -> typer.BadParameter:
 def _known_schedule(name: str | None) -> str | None:
     if name is None:
         return None
-    from ppsim.plan.schedules import SCHEDULES
+    from ppsim.plan.schedules import FILE_PREFIX, SCHEDULES
 
-    if name not in SCHEDULES:
-        raise usage_error(f"unknown schedule {name!r}; choose one of: {', '.join(SCHEDULES)}", "--schedule")
+    if name not in SCHEDULES and not name.startswith(FILE_PREFIX):
+        raise usage_error(f"unknown schedule {name!r}; choose one of: {', '.join(SCHEDULES)}, or file:PATH "
+                          "(a plan file)", "--schedule")
     return name
 
 
@@ -79,7 +80,7 @@ class _PlanOption:
 
 PLAN_OPTIONS: dict[str, _PlanOption] = {
     "schedule": _PlanOption(str | None, lambda: typer.Option(
-        None, "--schedule", callback=_known_schedule, help="Schedule name (see `ppsim schedules`).")),
+        None, "--schedule", callback=_known_schedule, help="Schedule name (see `ppsim schedules`), or file:PATH (a plan file).")),
     "stages": _PlanOption(int | None, lambda: typer.Option(None, "--stages", min=1, help="Pipeline stages (ranks) p.")),
     "microbatches": _PlanOption(int | None, lambda: typer.Option(
         None, "--microbatches", min=1, help="Micro-batches per step m.")),

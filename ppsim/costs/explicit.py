@@ -12,20 +12,23 @@ from ppsim.costs.table import CostTable, Link
 from ppsim.inputs.scenario import CostsSpec, Scenario, per_stage
 
 
-def explicit_costs(s: Scenario, given: CostsSpec, layout: Layout) -> CostTable:
-    """The CostTable of ``given`` for the scenario's virtual stages (memory from ``layout`` when it has a model)."""
+def explicit_costs(s: Scenario, given: CostsSpec, layout: Layout, stage_to_rank: tuple[int, ...]) -> CostTable:
+    """The CostTable of ``given`` for the scenario's virtual stages, virtual stage k costing 1/v of
+    its rank's (``stage_to_rank[k]``) figures (memory from ``layout`` when it has a model)."""
     p, v = s.pipeline.stages, s.pipeline.chunks
     forward, backward, weight_grad, optimizer, allreduce = (
         per_stage(getattr(given, k), p)
         for k in ("forward_ms", "backward_ms", "weight_grad_ms", "optimizer_ms", "allreduce_ms"))
     stages = []
     for k in range(p * v):
-        r = k % p
+        r = stage_to_rank[k]
         stages.append(layout.stage_cost(k, forward_ms=forward[r] / v, backward_ms=backward[r] / v,
                                         weight_grad_ms=weight_grad[r] / v, optimizer_ms=optimizer[r] / v,
                                         allreduce_ms=allreduce[r] / v))
-    # p values: the transfer out of rank r; p - 1 values: one per boundary
+    # p values: the transfer out of rank r; p - 1 values: one per boundary (cyclically over chunks)
     p2p = per_stage(given.p2p_ms, p)
-    links = tuple(Link(latency_ms=p2p[b % len(p2p)]) for b in range(max(1, p * v - 1)))
+    out_of_rank = len(p2p) == p
+    links = tuple(Link(latency_ms=p2p[stage_to_rank[b] if out_of_rank else b % len(p2p)])
+                  for b in range(max(1, p * v - 1)))
     return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=links,
                      clip_allreduce_ms=2 * (p - 1) * links[0].latency_ms)

@@ -19,10 +19,10 @@ class Links:
     tensor_parallel: Link
 
 
-def scenario_links(s: Scenario, device: Device, n_virtual: int) -> Links:
+def scenario_links(s: Scenario, device: Device, stage_to_rank: tuple[int, ...]) -> Links:
     """The scenario's links: routed over its cluster when it has one, else as ``hardware`` gives them."""
     if s.cluster is not None:
-        return _cluster_links(s.cluster, s, device, n_virtual)
+        return _cluster_links(s.cluster, s, device, stage_to_rank)
     hw = s.hardware
     return Links(
         boundaries=(_link(hw.link, device.inter_node_gb_s, device.inter_node_latency_us),),
@@ -42,7 +42,7 @@ def _link(spec: LinkSpec | None, default_gb_s: float, default_latency_us: float)
     return Link.from_gb_s(spec.bandwidth_gb_s, spec.latency_us)
 
 
-def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, n_virtual: int) -> Links:
+def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank: tuple[int, ...]) -> Links:
     intra, inter = spec.intra_node, spec.inter_node
     cluster = cl.Cluster(
         nodes=spec.nodes,
@@ -55,5 +55,5 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, n_virtual: in
     )
     p, d, t = s.pipeline.stages, s.data_parallel, s.tensor_parallel
     cl.check_fits(cluster, p, d, t)
-    boundaries, dp, tp = cl.plan_links(cluster, n_virtual, p, d, t, spec.placement)
+    boundaries, dp, tp = cl.plan_links(cluster, stage_to_rank, p, d, t, spec.placement)
     return Links(tuple(as_link(b) for b in boundaries), as_link(dp), as_link(tp))

@@ -3,6 +3,8 @@
 - ``uniform``: the same count everywhere (layers must divide evenly);
 - ``balanced``: minimise the slowest stage's time, counting the embedding on the first stage and
   the LM head on the last (exact: bisection on the bottleneck with a greedy feasibility test);
+  when a rank holds several virtual stages (interleaved, V placement) what must be even is the
+  work of each rank: the blocks go to the least loaded rank, then are spread over its stages;
 - explicit: the user's counts (checked with the scenario).
 """
 
@@ -14,15 +16,20 @@ from ppsim.errors import ScenarioError
 from ppsim.inputs.scenario import Scenario
 
 
-def blocks_per_stage(s: Scenario, n_virtual: int, block: float, first_extra: float, last_extra: float) -> list[int]:
+def blocks_per_stage(s: Scenario, stage_to_rank: Sequence[int], block: float, first_extra: float,
+                     last_extra: float) -> list[int]:
     """Blocks per virtual stage as ``pipeline.partition`` says; ``balanced`` evens out ``block``
-    per layer plus the extras of the first and last stage (FLOPs, or measured milliseconds)."""
+    per layer plus the extras of the first and last stage (FLOPs, or measured milliseconds) over
+    the stages, or over the ranks when a rank holds several (``stage_to_rank``)."""
     how = s.pipeline.partition
     layers = s.model.layers if s.model else 0
+    n_virtual = len(stage_to_rank)
     if isinstance(how, list):
         return list(how)
     if how == "uniform":
         return uniform(layers, n_virtual)
+    if len(set(stage_to_rank)) < n_virtual:
+        return balanced_over_ranks(layers, stage_to_rank, block, first_extra, last_extra)
     return balanced([block] * layers, n_virtual, first_extra, last_extra)
 
 
@@ -81,6 +88,36 @@ def balanced(layer_costs: Sequence[float], parts: int, first_extra: float = 0.0,
         else:
             hi, best = mid, got
     return best
+
+
+def balanced_over_ranks(layers: int, stage_to_rank: Sequence[int], block: float, first_extra: float = 0.0,
+                        last_extra: float = 0.0) -> list[int]:
+    """Blocks of equal cost ``block`` over virtual stages placed on ranks by ``stage_to_rank``,
+    every stage at least one: each block goes to the rank whose work is least (the embedding and
+    the head counted on the ranks of the first and last stage), which makes the most loaded rank
+    as light as it can be; then each rank's blocks go one by one to its least loaded stage, which
+    evens the stages of a rank (and so the flow through the pipeline)."""
+    n = len(stage_to_rank)
+    if layers < n:
+        raise ScenarioError(f"cannot split {layers} layers into {n} stages of at least one layer",
+                            field="pipeline.stages")
+    extra = [0.0] * n
+    extra[0] += first_extra
+    extra[-1] += last_extra
+    ranks = sorted(set(stage_to_rank))
+    stages_of = {r: [k for k in range(n) if stage_to_rank[k] == r] for r in ranks}
+    per_rank = {r: len(stages_of[r]) for r in ranks}  # one block per stage to start with
+    load = {r: per_rank[r] * block + sum(extra[k] for k in stages_of[r]) for r in ranks}
+    for _ in range(layers - n):
+        r = min(ranks, key=lambda q: (load[q], q))
+        per_rank[r] += 1
+        load[r] += block
+    counts = [1] * n
+    for r in ranks:
+        for _ in range(per_rank[r] - len(stages_of[r])):
+            k = min(stages_of[r], key=lambda j: (counts[j] * block + extra[j], j))
+            counts[k] += 1
+    return counts
 
 
 def stage_loads(counts: Sequence[int], layer_costs: Sequence[float], first_extra: float, last_extra: float) -> list[float]:

@@ -34,27 +34,35 @@ class Workload:
     tokens_per_step: int | None
 
 
-def build_workload(s: Scenario, profile: Profile | None = None) -> Workload:
+def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: tuple[int, ...] | None = None
+                   ) -> Workload:
     """Costs of every virtual stage for the scenario: from explicit costs if given, else from a
-    measured profile if given, else from the model's FLOPs on the device's roofline."""
+    measured profile if given, else from the model's FLOPs on the device's roofline.
+    ``stage_to_rank``: the schedule's placement of the virtual stages (Megatron's loop placement
+    when None); the partition balances each rank's work and the links join the ranks it names."""
     if profile is not None:
         _check_profile(s, profile)
     device = get_device(s.hardware.device, s.hardware.device_file)
-    n_virtual = s.pipeline.stages * s.pipeline.chunks
+    p, v = s.pipeline.stages, s.pipeline.chunks
+    if stage_to_rank is None:
+        stage_to_rank = tuple(k % p for k in range(p * v))
+    elif len(stage_to_rank) != p * v:
+        raise ScenarioError(f"the schedule places {len(stage_to_rank)} virtual stages, the scenario has "
+                            f"stages x chunks = {p} x {v}", field="pipeline.chunks")
     layers = model_layers(s, profile)
     blocks = None
     if layers is not None:
         emb, block, head = layers
         loads = balancing_loads(profile) if profile is not None else (block.total_flops, emb.total_flops,
                                                                      head.total_flops)
-        blocks = blocks_per_stage(s, n_virtual, *loads)
+        blocks = blocks_per_stage(s, stage_to_rank, *loads)
     layout = lay_out(s, blocks, layers)
     if s.costs is not None:
-        costs = explicit_costs(s, s.costs, layout)
+        costs = explicit_costs(s, s.costs, layout, stage_to_rank)
     elif profile is not None and layers is not None:
         costs = profiled_costs(s, layout, profile, layers[1])
     elif s.model is not None:
-        costs = analytic_costs(s, s.model, layout, device, scenario_links(s, device, n_virtual))
+        costs = analytic_costs(s, s.model, layout, device, scenario_links(s, device, stage_to_rank))
     else:  # pragma: no cover - a Scenario has a model or costs
         raise ScenarioError("a scenario needs a 'model' section or a 'costs' section")
     return _with_figures(s, costs, layout, device.peak_flops(s.model.dtype) if s.model else None)

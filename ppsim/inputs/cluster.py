@@ -133,17 +133,22 @@ def route_links(cluster: Cluster, flows: list[tuple[int, int]], graph: nx.Graph 
     return out
 
 
-def stage_links(cluster: Cluster, p_virtual: int, p: int, d: int, t: int, placement: Placement) -> list[LinkSpeed]:
-    """One link per boundary between virtual stages s and s + 1 (ranks s % p and (s + 1) % p),
-    with every replica and tensor rank sending across it at once."""
+def stage_links(cluster: Cluster, stage_to_rank: tuple[int, ...], p: int, d: int, t: int, placement: Placement
+                ) -> list[LinkSpeed]:
+    """One link per boundary between virtual stages s and s + 1 (from rank ``stage_to_rank[s]`` to
+    rank ``stage_to_rank[s + 1]``), with every replica and tensor rank sending across it at once;
+    a boundary inside one rank (the turn of a V) is free."""
     by_ranks: dict[tuple[int, int], LinkSpeed] = {}  # chunks repeat the same rank pairs
-    for boundary in range(max(1, p_virtual - 1)):
-        a, b = boundary % p, (boundary + 1) % p
+    out = []
+    for boundary in range(max(1, len(stage_to_rank) - 1)):
+        a = stage_to_rank[boundary]
+        b = stage_to_rank[boundary + 1] if boundary + 1 < len(stage_to_rank) else a
         if (a, b) not in by_ranks:
             flows = [(device_of(a, r, k, p, d, t, placement), device_of(b, r, k, p, d, t, placement))
                      for r in range(d) for k in range(t)]
             by_ranks[(a, b)] = route_links(cluster, flows)[0]
-    return [by_ranks[(b % p, (b + 1) % p)] for b in range(max(1, p_virtual - 1))]
+        out.append(by_ranks[(a, b)])
+    return out
 
 
 def group_link(cluster: Cluster, devices_by_group: list[list[int]]) -> LinkSpeed:
@@ -167,9 +172,9 @@ def tensor_parallel_link(cluster: Cluster, p: int, d: int, t: int, placement: Pl
 
 
 @lru_cache(maxsize=64)
-def plan_links(cluster: Cluster, p_virtual: int, p: int, d: int, t: int, placement: Placement
+def plan_links(cluster: Cluster, stage_to_rank: tuple[int, ...], p: int, d: int, t: int, placement: Placement
                ) -> tuple[tuple[LinkSpeed, ...], LinkSpeed, LinkSpeed]:
     """(one link per stage boundary, the data-parallel link, the tensor-parallel link) of a plan,
     remembered: changing the schedule or the micro-batches does not route the cluster again."""
-    return (tuple(stage_links(cluster, p_virtual, p, d, t, placement)), data_parallel_link(cluster, p, d, t, placement),
+    return (tuple(stage_links(cluster, stage_to_rank, p, d, t, placement)), data_parallel_link(cluster, p, d, t, placement),
             tensor_parallel_link(cluster, p, d, t, placement))

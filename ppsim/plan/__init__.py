@@ -20,12 +20,12 @@ from ppsim.plan.action import (
 from ppsim.plan.deps import Duration, default_duration, dependencies, ideal_times, number_steps
 from ppsim.plan.grid import aligned_grid, render_grid
 from ppsim.plan.lower import add_comms, add_step_end, lower
-from ppsim.plan.plan import Plan, loop_placement
+from ppsim.plan.plan import Plan, loop_placement, v_placement
 from ppsim.plan.validate import validate, validate_structure
 
 __all__ = [
     "BACKWARD_KINDS", "COMM_KINDS", "COMPUTE_KINDS", "LANE_OF_KIND", "RECV_KINDS", "SEND_KINDS", "STEP_KINDS",
     "Action", "Duration", "Kind", "Plan", "add_comms", "add_step_end", "aligned_grid", "default_duration",
     "dependencies", "ideal_times", "loop_placement", "lower", "matching", "message_kinds", "number_steps",
-    "peer_stage", "render_grid", "validate", "validate_structure",
+    "peer_stage", "render_grid", "v_placement", "validate", "validate_structure",
 ]

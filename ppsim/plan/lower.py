@@ -20,7 +20,17 @@ from typing import Any
 
 from ppsim.errors import PlanError
 from ppsim.gc_pause import gc_paused
-from ppsim.plan.action import BACKWARD_KINDS, COMM_KINDS, COMPUTE_KINDS, Action, Kind
+from ppsim.plan.action import (
+    BACKWARD_KINDS,
+    COMM_KINDS,
+    COMPUTE_KINDS,
+    RECV_KINDS,
+    SEND_KINDS,
+    Action,
+    Kind,
+    matching,
+    peer_stage,
+)
 from ppsim.plan.deps import Duration, default_duration, dependencies, grad_producers, ideal_times
 from ppsim.plan.plan import Plan
 from ppsim.plan.validate import validate_structure
@@ -63,7 +73,7 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
                 elif (k is Kind.B or k is Kind.I) and s > 0 and where[s - 1] != r:
                     add(act((s, SEND_B, mb)))
             out.append(seq)
-        return plan.with_actions(out, lowered=True)
+        return plan.with_actions(in_receive_order(out, where), lowered=True)
     starts, _ = ideal_times(plan, duration)
     # entries sort by (time, depth, 0 for messages / 1 for compute, message order, stage, mb)
     entries: list[list[tuple[Any, ...]]] = [[] for _ in plan.actions]
@@ -87,6 +97,42 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
         es.sort()
         lowered.append([e[6] for e in es])
     return plan.with_actions(lowered, lowered=True)
+
+
+def in_receive_order(ranks: list[list[Action]], where: tuple[int, ...]) -> list[list[Action]]:
+    """Each rank's sends to a peer in the order that peer receives them, each as early as that
+    allows. NCCL, and gloo without tags, match the sends and receives between two ranks in the
+    order they are posted: activations and grads have the same shape, so two messages crossed
+    would be taken silently for each other. A send held back waits only for messages its receiver
+    needs first, so the plan cannot deadlock where it did not."""
+    expected: dict[tuple[int, int], list[Action]] = {}  # (sender, receiver) -> sends in receive order
+    for r, seq in enumerate(ranks):
+        for a in seq:
+            if a.kind in RECV_KINDS:
+                send = matching(a)
+                expected.setdefault((where[send.stage], r), []).append(send)
+    out = []
+    for r, seq in enumerate(ranks):
+        if not any(a.kind in SEND_KINDS for a in seq):
+            out.append(seq)
+            continue
+        ready: dict[int, set[Action]] = {}
+        nxt: dict[int, int] = {}
+        mine: list[Action] = []
+        for a in seq:
+            if a.kind not in SEND_KINDS:
+                mine.append(a)
+                continue
+            peer = where[peer_stage(a)]
+            ready.setdefault(peer, set()).add(a)
+            order, i = expected[(r, peer)], nxt.get(peer, 0)
+            while i < len(order) and order[i] in ready[peer]:
+                ready[peer].discard(order[i])
+                mine.append(order[i])
+                i += 1
+            nxt[peer] = i
+        out.append(mine)
+    return out
 
 
 def add_step_end(plan: Plan, data_parallel: int = 1, clip: bool = False) -> Plan:

@@ -123,3 +123,10 @@ class Plan:
 def loop_placement(num_ranks: int, chunks: int) -> tuple[int, ...]:
     """Virtual stage ``c * ranks + r`` runs on rank ``r`` (Megatron's interleaved placement)."""
     return tuple(s % num_ranks for s in range(num_ranks * chunks))
+
+
+def v_placement(num_ranks: int) -> tuple[int, ...]:
+    """Two chunks per rank in a V: rank r holds stages r and 2p - 1 - r, so the last stage comes
+    back to rank 0 and the turn (stages p - 1 and p) stays on rank p - 1 (ZB-V, DualPipeV)."""
+    p = num_ranks
+    return tuple(s if s < p else 2 * p - 1 - s for s in range(2 * p))

@@ -4,9 +4,10 @@
   nothing appears twice;
 - every (stage, micro-batch) has one forward and, in a training plan, one backward (B, or I and W);
 - on a rank, a backward follows its forward and a weight grad its input grad;
-- lowered plans: every send has its receive, after the output it sends and before its use; and
-  (with ``rendezvous``) the plan runs to the end even if every send blocks until its receive is
-  posted;
+- lowered plans: every send has its receive, after the output it sends and before its use; two
+  ranks receive each other's messages in the order they were sent (NCCL and gloo match them by
+  order); and (with ``rendezvous``) the plan runs to the end even if every send blocks until its
+  receive is posted;
 - compute-only plans: the dependencies leave no cycle.
 """
 
@@ -16,7 +17,18 @@ from collections.abc import Sequence
 from functools import partial
 
 from ppsim.errors import PlanError
-from ppsim.plan.action import BACKWARD_KINDS, COMM_KINDS, COMPUTE_KINDS, Action, Kind, matching, message_kinds, peer_stage
+from ppsim.plan.action import (
+    BACKWARD_KINDS,
+    COMM_KINDS,
+    COMPUTE_KINDS,
+    RECV_KINDS,
+    SEND_KINDS,
+    Action,
+    Kind,
+    matching,
+    message_kinds,
+    peer_stage,
+)
 from ppsim.plan.deps import dependencies, grad_producers, ideal_times
 from ppsim.plan.grid import render_grid
 from ppsim.plan.plan import Plan
@@ -35,6 +47,7 @@ def validate(plan: Plan, *, rendezvous: bool = True) -> None:
     seen = validate_structure(plan)
     if plan.lowered:
         _check_messages(plan, seen)
+        _check_channel_order(plan)
         if rendezvous:
             _check_runs_with_rendezvous(plan)
     else:
@@ -130,6 +143,31 @@ def _check_messages(plan: Plan, seen: Positions) -> None:
             if send not in seen or d not in seen or seen[send][1] < seen[d][1]:
                 spot = seen.get(send, seen.get(d, (pr, 0)))
                 raise fail(f"{send} on rank {pr} must come after {d}", acts, {pr: spot[1]})
+
+
+def _check_channel_order(plan: Plan) -> None:
+    """Between two ranks, the receives come in the order of the sends."""
+    acts, where = plan.actions, plan.stage_to_rank
+    sent: dict[tuple[int, int], list[tuple[Action, int]]] = {}
+    for r, ra in enumerate(acts):
+        for i, a in enumerate(ra):
+            if a.kind in SEND_KINDS:
+                sent.setdefault((r, where[peer_stage(a)]), []).append((a, i))
+    for r, ra in enumerate(acts):
+        position = {}
+        for i, a in enumerate(ra):
+            if a.kind in RECV_KINDS:
+                position[matching(a)] = (a, i)
+        for (src, dst), sends in sent.items():
+            if dst != r:
+                continue
+            last = -1
+            for send, i in sends:
+                recv, j = position[send]
+                if j < last:
+                    raise fail(f"rank {src} sends {send} after an earlier message to rank {r}, which receives "
+                               f"it first ({recv}): NCCL and gloo would match the two crossed", acts, {src: i, r: j})
+                last = j
 
 
 def _check_runs_with_rendezvous(plan: Plan) -> None:

@@ -52,26 +52,28 @@ def predict_variant(base: Scenario, label: str, overrides: dict[str, Any], profi
 
 
 def schedule_variants(base: Scenario, names: list[str], profile: Profile | None = None) -> list[Variant]:
-    """One variant per schedule. A schedule that runs one chunk per rank gets ``chunks: 1`` when the
-    scenario has more (noted), so 1F1B and interleaved 1F1B compare on the same model and batch; a
-    schedule that takes chunks gets 2 when the scenario has 1 (where it can run them; noted), or
-    it would only repeat 1F1B."""
+    """One variant per schedule, on the same model and batch. A schedule that cannot run the
+    scenario's chunks gets its own (noted); a schedule that takes several gets its default when
+    the scenario has 1 (where it can run them; noted), or it would only repeat 1F1B."""
     from ppsim.plan.schedules import get
 
     out = []
     for name in names:
         overrides: dict[str, Any] = {"schedule": name}
         notes: tuple[str, ...] = ()
-        if get(name).chunks == "1" and base.pipeline.chunks != 1:
-            overrides["chunks"] = 1
-            notes = (f"{name} runs one chunk per rank: compared with chunks 1 (the scenario has {base.pipeline.chunks})",)
-        elif get(name).chunks != "1" and base.pipeline.chunks == 1:
-            two = predict_variant(base, name, {**overrides, "chunks": 2}, profile,
-                                  (f"{name} compared with chunks 2 (the scenario has 1, which is plain 1F1B)",))
-            if two.error is None:
-                out.append(two)
+        chunks, have = get(name).chunks, base.pipeline.chunks
+        if not chunks.allows(have):
+            overrides["chunks"] = chunks.default
+            notes = (f"{name} runs {chunks.words()} per rank: compared with chunks {chunks.default} "
+                     f"(the scenario has {have})",)
+        elif have == 1 and chunks.default > 1:
+            own = predict_variant(base, name, {**overrides, "chunks": chunks.default}, profile,
+                                  (f"{name} compared with chunks {chunks.default} (the scenario has 1, which is "
+                                   "plain 1F1B)",))
+            if own.error is None:
+                out.append(own)
                 continue
-            notes = (f"{name} compared with chunks 1: chunks 2 cannot run here ({two.error})",)
+            notes = (f"{name} compared with chunks 1: chunks {chunks.default} cannot run here ({own.error})",)
         out.append(predict_variant(base, name, overrides, profile, notes))
     return out
 

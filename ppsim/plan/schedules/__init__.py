@@ -1,56 +1,90 @@
-"""Schedule registry: a schedule is a pure function of integers that returns a compute-only Plan.
+"""Schedule registry: a schedule is a pure function of integers that returns a compute-only Plan,
+registered with the capabilities every consumer reads (chunks, placement, split backward,
+micro-batch rule, memory); no module outside this package names a schedule.
 
 To add a schedule, write a builder ``(ranks, microbatches, chunks) -> Plan`` in a module here and
-register it in ``SCHEDULES`` with one line of summary.
+register it in ``SCHEDULES`` with its capabilities; ``file:PATH`` reads a plan from a file.
 """
 
 from __future__ import annotations
 
 from ppsim.errors import ScheduleError
 from ppsim.plan.plan import Plan
-from ppsim.plan.schedules.base import ScheduleInfo
-from ppsim.plan.schedules.fill_drain import gpipe, inference
+from ppsim.plan.schedules.base import Chunks, Microbatches, Placement, ScheduleInfo
+from ppsim.plan.schedules.fill_drain import gpipe, inference, looped_bfs
+from ppsim.plan.schedules.from_file import FILE_PREFIX, from_file
 from ppsim.plan.schedules.one_f_one_b import interleaved_1f1b, one_f_one_b
-from ppsim.plan.schedules.zero_bubble import zb_h1
+from ppsim.plan.schedules.zero_bubble import interleaved_zb, zb_h1, zb_h2, zb_v
+
+
+def _multiple_of_ranks_when_interleaved(p: int, m: int, v: int) -> int | None:
+    return None if v == 1 or m % p == 0 else -(-m // p) * p
+
+
+def _whole_rounds(p: int, m: int, v: int) -> int | None:
+    """torch's interleaved zero bubble runs m in max(1, m // p) equal rounds."""
+    fits = lambda n: n % max(1, n // p) == 0  # noqa: E731
+    return None if fits(m) else next(n for n in range(m + 1, 2 * m + p) if fits(n))
+
+
+def _interleaved_peak(p: int, m: int, v: int) -> float:
+    return min(p, m) if v == 1 else min((v + 1) * p - 1, m * v) / v
+
+
+def _interleaved_zb_peak(p: int, m: int, v: int) -> float:
+    per_round = m // max(1, m // p)
+    return min((v - 1) * per_round + p, m * v) / v
+
+
+ANY_CHUNKS = Chunks(minimum=1, maximum=None, default=2)
+TWO_OR_MORE = Chunks(minimum=2, maximum=None, default=2)
+V_SHAPED = Chunks(minimum=2, maximum=2, default=2)
 
 SCHEDULES: dict[str, ScheduleInfo] = {
     info.name: info
     for info in (
-        ScheduleInfo("gpipe", "GPipe: all forwards, then all backwards; holds m micro-batches", gpipe),
-        ScheduleInfo(
-            "1f1b", "1F1B (PipeDream-flush, DeepSpeed TrainSchedule): holds at most p - s on stage s", one_f_one_b
-        ),
-        ScheduleInfo(
-            "interleaved-1f1b",
-            "Megatron interleaved 1F1B: v chunks per rank, bubble / v, v x more messages",
-            interleaved_1f1b,
-            chunks=">=1",
-            min_microbatches="multiple of p",
-        ),
-        ScheduleInfo(
-            "zb-h1",
-            "Zero-bubble H1: backward split into input grad (I) and weight grad (W); 1/3 of 1F1B's bubble",
-            zb_h1,
-            splits_backward=True,
-        ),
+        ScheduleInfo("gpipe", "GPipe: all forwards, then all backwards", gpipe,
+                     memory="m", peak_activations=lambda p, m, v: m),
+        ScheduleInfo("1f1b", "1F1B (PipeDream-flush, DeepSpeed TrainSchedule): stage s holds p - s",
+                     one_f_one_b, memory="p", peak_activations=lambda p, m, v: min(p, m)),
+        ScheduleInfo("interleaved-1f1b", "Megatron interleaved 1F1B: v chunks per rank, bubble / v, v x more messages",
+                     interleaved_1f1b, chunks=ANY_CHUNKS,
+                     microbatches=Microbatches("multiple of p (v > 1)", _multiple_of_ranks_when_interleaved),
+                     memory="p + (p - 1) / v", peak_activations=_interleaved_peak),
+        ScheduleInfo("looped-bfs", "Breadth-first over chunks (looped BFS): GPipe chunk by chunk",
+                     looped_bfs, chunks=TWO_OR_MORE, memory="m", peak_activations=lambda p, m, v: m),
+        ScheduleInfo("zb-h1", "Zero bubble H1: split backward, W's fill the drain: 1/3 of 1F1B's bubble",
+                     zb_h1, splits_backward=True, memory="p", peak_activations=lambda p, m, v: min(p, m)),
+        ScheduleInfo("zb-h2", "Zero bubble H2: more warm-up forwards; no gap in a rank's span for m >= 2p - 1",
+                     zb_h2, splits_backward=True, memory="2p - 1", peak_activations=lambda p, m, v: min(2 * p - 1, m)),
+        ScheduleInfo("zb-v", "ZB-V: V placement, split backward; no gap in a span for m >= 2p - 1",
+                     zb_v, chunks=V_SHAPED, placement=Placement.V, splits_backward=True,
+                     memory="p", peak_activations=lambda p, m, v: min(p, m)),
+        ScheduleInfo("interleaved-zb", "Interleaved zero bubble: Megatron's interleaving with split backward",
+                     interleaved_zb, chunks=TWO_OR_MORE, splits_backward=True,
+                     microbatches=Microbatches("max(1, m // p) equal rounds", _whole_rounds),
+                     memory="p (m multiple of p)", peak_activations=_interleaved_zb_peak),
         ScheduleInfo("inference", "Forward only, pipelined (no backward, no optimizer)", inference, training=False),
     )
 }
 
 
 def get(name: str) -> ScheduleInfo:
-    """Look a schedule up by name; an unknown name lists the known ones."""
+    """Look a schedule up by name (or ``file:PATH``); an unknown name lists the known ones."""
+    if name.startswith(FILE_PREFIX):
+        return from_file(name[len(FILE_PREFIX):])
     try:
         return SCHEDULES[name]
     except KeyError:
         raise ScheduleError(
-            f"unknown schedule {name!r}; choose one of: {', '.join(SCHEDULES)}", field="pipeline.schedule"
+            f"unknown schedule {name!r}; choose one of: {', '.join(SCHEDULES)}, or file:PATH (a plan file)",
+            field="pipeline.schedule",
         ) from None
 
 
-def build(name: str, num_ranks: int, num_microbatches: int, chunks: int = 1) -> Plan:
-    """Build the compute-only plan of schedule ``name``."""
+def build(name: str, num_ranks: int, num_microbatches: int, chunks: int | None = None) -> Plan:
+    """Build the compute-only plan of schedule ``name`` (chunks: the schedule's default when None)."""
     return get(name).build(num_ranks, num_microbatches, chunks)
 
 
-__all__ = ["SCHEDULES", "ScheduleInfo", "build", "get"]
+__all__ = ["FILE_PREFIX", "SCHEDULES", "Chunks", "Microbatches", "Placement", "ScheduleInfo", "build", "get"]

@@ -1,31 +1,121 @@
-"""What every schedule builder shares: the registry entry and the argument checks."""
+"""What every schedule shares: its registry entry, which declares what it accepts and what it does
+as typed fields (every consumer reads these, never a schedule's name), and the size checks."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 from ppsim.errors import ScheduleError
 from ppsim.plan.action import Action
-from ppsim.plan.plan import Plan, loop_placement
+from ppsim.plan.plan import Plan, loop_placement, v_placement
 
-Builder = Callable[[int, int, int], Plan]
+Builder = Callable[[int, int, int], Plan]  #: (ranks p, micro-batches m, chunks v) -> compute-only plan
+#: (p, m, v) -> the most micro-batches of activations a rank holds, in units of one micro-batch of
+#: everything the rank holds (a chunk's micro-batch counts 1/v); None where no bound is published
+PeakActivations = Callable[[int, int, int], float]
+
+
+class Placement(str, Enum):
+    """Which rank runs each virtual stage."""
+
+    LOOP = "loop"  #: stage c * p + r on rank r (Megatron's interleaved placement)
+    V = "v"  #: two chunks: rank r holds stages r and 2p - 1 - r (ZB-V, DualPipeV)
+    PLAN = "plan"  #: the plan's own ``stage_to_rank`` (a plan read from a file)
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """The virtual stages per rank (v) a schedule runs."""
+
+    minimum: int = 1
+    maximum: int | None = 1  #: None: no upper bound
+    default: int = 1  #: what a tool that picks for the user takes (sweep, TUI, tune)
+
+    def allows(self, v: int) -> bool:
+        return v >= self.minimum and (self.maximum is None or v <= self.maximum)
+
+    @property
+    def fixed(self) -> bool:
+        """Exactly one value allowed."""
+        return self.maximum == self.minimum
+
+    def words(self) -> str:
+        """``one chunk``, ``2 chunks``, ``at least 2 chunks``."""
+        if self.fixed:
+            return "one chunk" if self.minimum == 1 else f"{self.minimum} chunks"
+        return f"at least {self.minimum} chunk" + ("s" if self.minimum > 1 else "") if self.maximum is None else (
+            f"{self.minimum} to {self.maximum} chunks")
+
+    def __str__(self) -> str:
+        if self.fixed:
+            return str(self.minimum)
+        return f">= {self.minimum}" if self.maximum is None else f"{self.minimum}-{self.maximum}"
+
+
+#: (p, m, v) -> None when m is accepted, else the nearest accepted m
+MicrobatchRule = Callable[[int, int, int], int | None]
+
+
+@dataclass(frozen=True)
+class Microbatches:
+    """The micro-batch counts (m) a schedule accepts, for p ranks."""
+
+    text: str = "any"  #: what the schedule needs, in words (p: the rank count)
+    fix: MicrobatchRule | None = None
+
+    def nearest(self, p: int, m: int, v: int) -> int | None:
+        """None when ``m`` is accepted, else the nearest accepted count to suggest."""
+        return None if self.fix is None else self.fix(p, m, v)
 
 
 @dataclass(frozen=True)
 class ScheduleInfo:
-    """A registered schedule: its builder and what it accepts."""
+    """A registered schedule: its builder and the capabilities every consumer reads."""
 
     name: str
     summary: str
-    build: Builder
-    chunks: str = "1"  #: "1" (one chunk per rank) or ">=1" / ">=2"
-    splits_backward: bool = False  #: uses I and W instead of B
+    build_order: Builder  #: the per-rank orders; call :meth:`build`, which checks the sizes first
+    chunks: Chunks = Chunks()
+    placement: Placement = Placement.LOOP
+    splits_backward: bool = False  #: runs I and W (input grad, weight grad) instead of one B
+    overlaps: bool = False  #: runs a forward and a backward of two micro-batches as one compound action
     training: bool = True  #: False for forward-only schedules
-    min_microbatches: str = "1"  #: "1", "p" (at least the stage count) or "multiple of p"
+    microbatches: Microbatches = Microbatches()
+    memory: str = ""  #: the peak activations per rank in words (1F1B holds p micro-batches)
+    peak_activations: PeakActivations | None = None  #: the same as a formula, checked by the tests
+    stage_to_rank_of: Callable[[int, int], tuple[int, ...]] | None = None  #: for Placement.PLAN
+    ranks: int | None = None  #: the one rank count it runs (a plan file); None: any
+
+    def stage_to_rank(self, p: int, v: int) -> tuple[int, ...]:
+        """Which rank runs each of the p x v virtual stages."""
+        if self.stage_to_rank_of is not None:
+            return self.stage_to_rank_of(p, v)
+        return v_placement(p) if self.placement is Placement.V else loop_placement(p, v)
+
+    def check(self, p: int, m: int, v: int) -> None:
+        """Refuse sizes this schedule cannot run, naming the field and the value to use."""
+        check_sizes(p, m, v)
+        if self.ranks is not None and p != self.ranks:
+            raise ScheduleError(f"schedule {self.name!r} runs {self.ranks} ranks, got {p}; set stages: {self.ranks}",
+                                field="pipeline.stages")
+        if not self.chunks.allows(v):
+            raise ScheduleError(f"schedule {self.name!r} runs {self.chunks.words()} per rank, got chunks={v}; "
+                                f"set chunks: {self.chunks.default}", field="pipeline.chunks")
+        use = self.microbatches.nearest(p, m, v)
+        if use is not None:
+            raise ScheduleError(f"schedule {self.name!r} needs micro-batches: {self.microbatches.text}, with "
+                                f"p = {p} ranks; got {m}, use {use}", field="pipeline.microbatches")
+
+    def build(self, p: int, m: int, v: int | None = None) -> Plan:
+        """The compute-only plan for p ranks, m micro-batches and v chunks (default: the schedule's)."""
+        v = self.chunks.default if v is None else v
+        self.check(p, m, v)
+        return self.build_order(p, m, v)
 
 
-def check_sizes(name: str, num_ranks: int, num_microbatches: int, chunks: int) -> None:
+def check_sizes(num_ranks: int, num_microbatches: int, chunks: int) -> None:
     """Reject sizes no schedule accepts, naming the field to change."""
     if num_ranks < 1:
         raise ScheduleError(f"must be at least 1, got {num_ranks}", field="pipeline.stages")
@@ -35,21 +125,13 @@ def check_sizes(name: str, num_ranks: int, num_microbatches: int, chunks: int) -
         raise ScheduleError(f"must be at least 1, got {chunks}", field="pipeline.chunks")
 
 
-def require_one_chunk(name: str, chunks: int) -> None:
-    if chunks != 1:
-        raise ScheduleError(
-            f"schedule {name!r} runs one chunk per rank, got chunks={chunks}; "
-            "set chunks: 1 or use interleaved-1f1b",
-            field="pipeline.chunks",
-        )
-
-
-def make_plan(name: str, num_ranks: int, num_microbatches: int, chunks: int, orders: list[list[Action]]) -> Plan:
+def make_plan(name: str, num_ranks: int, num_microbatches: int, chunks: int, orders: list[list[Action]],
+              stage_to_rank: tuple[int, ...] | None = None) -> Plan:
     return Plan(
         schedule=name,
         num_ranks=num_ranks,
         num_microbatches=num_microbatches,
         chunks=chunks,
-        stage_to_rank=loop_placement(num_ranks, chunks),
+        stage_to_rank=stage_to_rank or loop_placement(num_ranks, chunks),
         actions=tuple(tuple(o) for o in orders),
     )

@@ -3,10 +3,9 @@ Megatron's interleaved 1F1B with several chunks (virtual stages) per rank."""
 
 from __future__ import annotations
 
-from ppsim.errors import ScheduleError
 from ppsim.plan.action import Action, Kind
 from ppsim.plan.plan import Plan
-from ppsim.plan.schedules.base import check_sizes, make_plan, require_one_chunk
+from ppsim.plan.schedules.base import make_plan
 
 
 def one_f_one_b(num_ranks: int, num_microbatches: int, chunks: int = 1) -> Plan:
@@ -15,8 +14,6 @@ def one_f_one_b(num_ranks: int, num_microbatches: int, chunks: int = 1) -> Plan:
     This is the per-stage order of DeepSpeed's ``TrainSchedule``; stage s never holds more than
     min(p - s, m) micro-batches of activations.
     """
-    check_sizes("1f1b", num_ranks, num_microbatches, chunks)
-    require_one_chunk("1f1b", chunks)
     p, m = num_ranks, num_microbatches
     orders: list[list[Action]] = []
     for s in range(p):
@@ -47,17 +44,10 @@ def _nth(k: int, p: int, v: int, rank: int, kind: Kind) -> Action:
 def interleaved_1f1b(num_ranks: int, num_microbatches: int, chunks: int = 2) -> Plan:
     """Megatron's interleaved 1F1B: v chunks per rank, rank r warms up with (v-1)p + 2(p-1-r)
     forwards, micro-batches advance in groups of p per chunk. Needs m to be a multiple of p."""
-    check_sizes("interleaved-1f1b", num_ranks, num_microbatches, chunks)
     p, m, v = num_ranks, num_microbatches, chunks
     if v == 1:  # as in Megatron: one chunk per rank is plain 1F1B
         plain = one_f_one_b(p, m, 1)
         return make_plan("interleaved-1f1b", p, m, 1, [list(a) for a in plain.actions])
-    if m % p != 0:
-        raise ScheduleError(
-            f"interleaved-1f1b needs micro-batches to be a multiple of the stage count ({p}), "
-            f"got {m}; use {((m + p - 1) // p) * p}",
-            field="pipeline.microbatches",
-        )
     total = m * v
     orders: list[list[Action]] = []
     for r in range(p):

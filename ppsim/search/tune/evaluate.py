@@ -41,16 +41,15 @@ class Evaluation:
 
 def evaluate(base: dict[str, Any], c: Candidate) -> Evaluation:
     """Build the candidate's scenario and costs, check its memory exactly, simulate it if it fits."""
-    from ppsim.costs import build_workload
     from ppsim.inputs.hardware import get_device
     from ppsim.inputs.scenario import parse_scenario
-    from ppsim.predict import compute_plan, predict
+    from ppsim.predict import compute_plan, predict, scenario_workload
     from ppsim.sim import peak_memory_bytes
     from ppsim.trace.metrics import summarize
 
     try:
         s = parse_scenario(apply(base, c), source="the plan")
-        workload = build_workload(s)
+        workload = scenario_workload(s)
         peak = max(peak_memory_bytes(compute_plan(s), workload.costs))
         capacity = get_device(s.hardware.device, s.hardware.device_file).memory_gb * 2**30
         if peak > capacity:

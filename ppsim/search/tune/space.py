@@ -7,10 +7,11 @@ from typing import Any
 
 from ppsim.errors import PpsimError
 from ppsim.inputs.scenario import Scenario
+from ppsim.plan import schedules as registry
 
 MICRO_BATCHES = (1, 2, 4, 8)
 RECOMPUTE = ("none", "selective", "full")
-SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-h1", "gpipe")
+SCHEDULES = tuple(name for name, info in registry.SCHEDULES.items() if info.training)  #: every training schedule
 CHUNKS = (2, 4)
 TENSOR = (1, 2, 4, 8)
 
@@ -111,10 +112,10 @@ def _schedules(p: int, m: int, layers: int, space: SearchSpace) -> list[tuple[st
         return [("1f1b", 1)]  # gradient accumulation: every schedule is the same
     out = []
     for name in space.schedules:
-        if name == "interleaved-1f1b":
-            out += [(name, v) for v in space.chunks if m % p == 0 and layers >= p * v]
-        else:
-            out.append((name, 1))
+        info = registry.get(name)
+        for v in space.chunks if not info.chunks.fixed else (info.chunks.default,):
+            if info.chunks.allows(v) and layers >= p * v and info.microbatches.nearest(p, m, v) is None:
+                out.append((name, v))
     return out
 
 

@@ -126,12 +126,11 @@ class TuiState:
         i = names.index(s.pipeline.schedule) if s.pipeline.schedule in names else -1
         for step in range(1, len(names)):
             name = names[(i + step) % len(names)]
-            if get(name).chunks == "1":
-                tries = [{"chunks": 1}]
-            elif s.pipeline.chunks == 1:  # an interleaved schedule on one chunk would only repeat 1F1B
-                tries = [{"chunks": 2, **self._free_partition(s)}, {}]
-            else:
+            chunks = get(name).chunks
+            if chunks.allows(s.pipeline.chunks) and not (s.pipeline.chunks == 1 and chunks.default > 1):
                 tries = [{}]
+            else:  # the schedule's own chunk count (an interleaved schedule on one chunk only repeats 1F1B)
+                tries = [{"chunks": chunks.default, **self._free_partition(s)}, {}]
             for extra in tries:
                 if self._apply({"schedule": name, **extra}, quiet=True):
                     return
@@ -155,10 +154,11 @@ class TuiState:
 
     def cycle_chunks(self) -> None:
         s = self._need_scenario()
-        if get(s.pipeline.schedule).chunks == "1":
-            self.message = f"{s.pipeline.schedule} runs one chunk per rank; press s for interleaved-1f1b"
+        chunks = get(s.pipeline.schedule).chunks
+        if chunks.fixed:
+            self.message = f"{s.pipeline.schedule} runs {chunks.words()} per rank; press s for another schedule"
             return
-        for v in _next_chunks(s.pipeline.chunks):
+        for v in (c for c in _next_chunks(s.pipeline.chunks) if chunks.allows(c)):
             if self._apply({"chunks": v, **self._free_partition(s)}, quiet=True):
                 return
         self.message = "no other chunk count runs this plan"

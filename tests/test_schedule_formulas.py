@@ -1,0 +1,109 @@
+"""Every schedule against its paper: idle time with F = I = W (or the paper's general formula) and
+free, non-blocking communication, and the peak activations each declares (``peak_activations``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_schedule
+from ppsim.plan import schedules
+from ppsim.trace import Trace
+from ppsim.trace.metrics import summarize
+
+
+def _run(name: str, p: int, m: int, v: int = 1, f: float = 1.0, i: float = 1.0, w: float = 1.0) -> Trace:
+    """Chunk costs f, i, w (a rank with v chunks does v times the work per micro-batch)."""
+    return run_schedule(name, p, m, v, forward=f * v, backward=(i + w) * v,
+                        weight_grad=w * v if schedules.get(name).splits_backward else 0.0, comm="async")
+
+
+def idle_per_rank(trace: Trace) -> list[float]:
+    """Each rank's idle time in the step (step time minus its compute)."""
+    s = summarize(trace)
+    return [s.step_time_ms - r.busy_ms for r in s.per_rank]
+
+
+def span_idle(trace: Trace) -> list[float]:
+    """Each rank's gaps between its first compute and its last: the bubble the zero-bubble papers
+    count (steps that follow each other without a barrier overlap the rest)."""
+    out = []
+    for r in range(trace.num_ranks):
+        spans = [s for s in trace.spans if s.rank == r and s.lane == "compute"]
+        out.append(max(s.end for s in spans) - min(s.start for s in spans) - sum(s.end - s.start for s in spans))
+    return out
+
+
+ZB_COSTS = [(1.0, 1.0, 1.0), (1.0, 1.0, 0.5), (2.0, 1.0, 1.0), (1.0, 2.0, 1.0), (1.0, 1.2, 0.8)]
+
+
+@pytest.mark.parametrize("f,i,w", ZB_COSTS)
+@pytest.mark.parametrize("p,m", [(4, 8), (4, 16), (8, 16), (8, 32)])
+def test_zb_h1_bubble_is_the_papers(f: float, i: float, w: float, p: int, m: int) -> None:
+    # Qi et al. 2024, Table 2: ZB-H1 idles (p - 1)(T_F + T_B - T_W) per stage, T_B the input grad
+    for idle in idle_per_rank(_run("zb-h1", p, m, f=f, i=i, w=w)):
+        assert idle == pytest.approx((p - 1) * (f + i - w), abs=1e-9)
+
+
+@pytest.mark.parametrize("f,i,w", ZB_COSTS)
+@pytest.mark.parametrize("p,m", [(4, 8), (4, 16), (8, 16), (8, 32)])
+def test_zb_h2_bubble_is_the_papers(f: float, i: float, w: float, p: int, m: int) -> None:
+    # Table 2: ZB-H2 idles (p - 1)(T_F + T_B - 2 T_W) within a stage's span (m >= 2p - 1, 2W <= F + I)
+    trace = _run("zb-h2", p, m, f=f, i=i, w=w)
+    assert max(span_idle(trace)) == pytest.approx((p - 1) * (f + i - 2 * w), abs=1e-9)
+    # one isolated step still pays the warm-up: its makespan is m (F + I + W) + (p - 1) F
+    assert summarize(trace).step_time_ms == pytest.approx(m * (f + i + w) + (p - 1) * f, abs=1e-9)
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 16), (8, 16), (8, 32)])
+def test_zb_v_has_no_bubble_in_a_span(p: int, m: int) -> None:
+    # ZB-V (Qi et al. 2024, sec. 6): with F = I = W and m >= 2p - 1 every rank computes without a
+    # gap; one isolated step idles (p - 1) chunk-units on every rank
+    trace = _run("zb-v", p, m, 2)
+    assert max(span_idle(trace)) == pytest.approx(0.0, abs=1e-9)
+    for idle in idle_per_rank(trace):
+        assert idle == pytest.approx(p - 1, abs=1e-9)
+
+
+@pytest.mark.parametrize("p,m,v", [(2, 4, 2), (4, 8, 2), (4, 16, 3), (8, 16, 2), (8, 32, 4)])
+def test_interleaved_zb_has_zb_h1_bubble_over_chunks(p: int, m: int, v: int) -> None:
+    # ZB-H1's (p - 1)(F + I - W) with chunk costs: a v-th of ZB-H1's on the same model
+    trace = _run("interleaved-zb", p, m, v)
+    for idle in idle_per_rank(trace):
+        assert idle == pytest.approx(p - 1, abs=1e-9)
+
+
+@pytest.mark.parametrize("p,m,v", [(2, 4, 2), (4, 8, 2), (4, 16, 3), (8, 16, 2)])
+def test_looped_bfs_has_gpipes_bubble_over_chunks(p: int, m: int, v: int) -> None:
+    # breadth first: the fill and drain of GPipe once, at chunk granularity, (p - 1)(F + B)
+    for idle in idle_per_rank(_run("looped-bfs", p, m, v)):
+        assert idle == pytest.approx((p - 1) * 3, abs=1e-9)
+
+
+BOUNDED = [name for name, info in schedules.SCHEDULES.items() if info.peak_activations is not None]
+
+
+@pytest.mark.parametrize("name", BOUNDED)
+@pytest.mark.parametrize("p,m", [(1, 1), (2, 1), (2, 4), (4, 3), (4, 8), (4, 6), (8, 16), (8, 32)])
+def test_peak_activations_are_the_declared_bound(name: str, p: int, m: int) -> None:
+    info = schedules.get(name)
+    for v in sorted({info.chunks.minimum, info.chunks.default, 3} if not info.chunks.fixed else {info.chunks.default}):
+        if not info.chunks.allows(v) or info.microbatches.nearest(p, m, v) is not None:
+            continue
+        peaks = [r.peak_activation_microbatches for r in summarize(_run(name, p, m, v)).per_rank]
+        assert max(peaks) == pytest.approx(info.peak_activations(p, m, v), abs=1e-9), (name, p, m, v, peaks)
+
+
+# Qi et al. 2024, Fig. 3 (p = 4, m = 8), the first and the last stage, 1-indexed micro-batches, B
+# their input-grad pass: warm-up as in 1F1B (ZB-H1) or longer (ZB-H2), then the W's deferred
+PAPER_FIGURE_3 = {
+    ("zb-h1", 0): "F1 F2 F3 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 F8 B5 W5 B6 W6 B7 W7 B8 W8",
+    ("zb-h1", 3): "F1 B1 F2 B2 F3 B3 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 F8 B8 W5 W6 W7 W8",
+    ("zb-h2", 0): "F1 F2 F3 F4 F5 F6 F7 B1 W1 F8 B2 W2 B3 W3 B4 W4 B5 W5 B6 W6 B7 W7 B8 W8",
+    ("zb-h2", 3): "F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 W1 F8 B8 W2 W3 W4 W5 W6 W7 W8",
+}
+
+
+@pytest.mark.parametrize("name, rank", list(PAPER_FIGURE_3), ids=lambda x: str(x))
+def test_zero_bubble_orders_are_the_papers(name: str, rank: int) -> None:
+    expected = [f"{rank}{'I' if t[0] == 'B' else t[0]}{int(t[1:]) - 1}" for t in PAPER_FIGURE_3[name, rank].split()]
+    assert [str(a) for a in schedules.build(name, 4, 8).actions[rank]] == expected
