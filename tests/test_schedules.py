@@ -108,10 +108,13 @@ def test_interleaved_order_is_megatrons() -> None:
 # ----- properties over (p, m, v) -------------------------------------------------------------
 @st.composite
 def plans(draw: st.DrawFn) -> tuple[str, int, int, int]:
-    name = draw(st.sampled_from(["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "inference"]))
+    """A registered schedule at sizes it accepts (its chunks and micro-batch rule)."""
+    name = draw(st.sampled_from(sorted(schedules.SCHEDULES)))
+    info = schedules.get(name)
     p = draw(st.integers(1, 8))
-    v = draw(st.integers(1, 3)) if name == "interleaved-1f1b" else 1
-    m = p * draw(st.integers(1, 4)) if name == "interleaved-1f1b" else draw(st.integers(1, 12))
+    v = info.chunks.default if info.chunks.fixed else draw(st.integers(info.chunks.minimum, 3))
+    m = draw(st.integers(1, 12))
+    m = info.microbatches.nearest(p, m, v) or m
     return name, p, m, v
 
 
@@ -143,7 +146,8 @@ def test_lowered_plans_run_under_every_semantics(case: tuple[str, int, int, int]
     sends = {a for r in lowered.actions for a in r if a.kind in (Kind.SEND_F, Kind.SEND_B)}
     recvs = {a for r in lowered.actions for a in r if a.kind in (Kind.RECV_F, Kind.RECV_B)}
     assert len(sends) == len(recvs)
-    trace = run_schedule(name, p, m, v, weight_grad=1.0 if name == "zb-h1" else 0.0, p2p=0.25, comm=comm, dp=dp)
+    weight_grad = 1.0 if schedules.get(name).splits_backward else 0.0
+    trace = run_schedule(name, p, m, v, weight_grad=weight_grad, p2p=0.25, comm=comm, dp=dp)
     executed = trace.actions_by_rank()
     assert [sorted(map(str, r)) for r in executed] == [sorted(map(str, r)) for r in lowered.actions]
     s = summarize(trace)

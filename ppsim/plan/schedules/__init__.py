@@ -11,6 +11,7 @@ from __future__ import annotations
 from ppsim.errors import ScheduleError
 from ppsim.plan.plan import Plan
 from ppsim.plan.schedules.base import Chunks, Microbatches, Placement, ScheduleInfo
+from ppsim.plan.schedules.controllable import v_half, v_min
 from ppsim.plan.schedules.fill_drain import gpipe, inference, looped_bfs
 from ppsim.plan.schedules.from_file import FILE_PREFIX, from_file
 from ppsim.plan.schedules.one_f_one_b import interleaved_1f1b, one_f_one_b
@@ -60,6 +61,12 @@ SCHEDULES: dict[str, ScheduleInfo] = {
         ScheduleInfo("zb-v", "ZB-V: V placement, split backward; no gap in a span for m >= 2p - 1",
                      zb_v, chunks=V_SHAPED, placement=Placement.V, splits_backward=True,
                      memory="p", peak_activations=lambda p, m, v: min(p, m)),
+        ScheduleInfo("v-half", "V-Half: V placement, split backward, half of 1F1B's activations",
+                     v_half, chunks=V_SHAPED, placement=Placement.V, splits_backward=True,
+                     memory="(p + 2) // 2", peak_activations=lambda p, m, v: min((p + 2) // 2, m)),
+        ScheduleInfo("v-min", "V-Min: V placement, split backward, a third of 1F1B's activations",
+                     v_min, chunks=V_SHAPED, placement=Placement.V, splits_backward=True,
+                     memory="(p + 4) // 3", peak_activations=lambda p, m, v: min((p + 4) // 3, m)),
         ScheduleInfo("interleaved-zb", "Interleaved zero bubble: Megatron's interleaving with split backward",
                      interleaved_zb, chunks=TWO_OR_MORE, splits_backward=True,
                      microbatches=Microbatches("max(1, m // p) equal rounds", _whole_rounds),
