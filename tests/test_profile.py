@@ -107,6 +107,22 @@ def test_recomputation_without_measured_times_falls_back_on_flops() -> None:
         assert after.backward_ms == pytest.approx(before.backward_ms + blocks * 1.0)
 
 
+def test_a_negative_fitted_overhead_never_makes_an_input_grad_negative() -> None:
+    """A position's overhead is a fit and can come out below zero (seen for torch's runtime on the
+    tiny model): it shortens the backward, but the weight grad stays within it, so a split
+    backward's input grad is never negative and a zero-bubble prediction stays a valid trace."""
+    from ppsim.predict import predict
+
+    p = make_profile()
+    p = p.model_copy(update={"overheads": {**p.overheads, "first": Overheads(
+        forward_ms=0.2, backward_ms=-2.5, optimizer_ms=1.0, clip_ms=0.5)}})
+    s = load(TINY).with_overrides(stages=2, partition=[1, 3], schedule="zb-h1")
+    first = build_workload(s, p).costs.stages[0]
+    assert first.backward_ms == 0.0 and first.weight_grad_ms == 0.0 and first.input_grad_ms == 0.0
+    trace = predict(s, p).trace
+    assert all(sp.end >= sp.start for sp in trace.spans)
+
+
 def test_middle_stages_and_a_single_stage() -> None:
     p = make_profile()
     w = build_workload(load(TINY).with_overrides(stages=4, partition="uniform"), p)

@@ -72,11 +72,14 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
         extra = profile.overhead(k, n)
         reduce_ms, buckets = grad_allreduce(st.params * layout.dtype_bytes, d, reduce_link, training.allreduce,
                                             training.bucket_mb * 1e6)
+        backward_ms = max(0.0, extra.backward_ms + sum(x.backward_ms for x in parts) + st.blocks * again_backward)
         stages.append(layout.stage_cost(
             k,
             forward_ms=max(0.0, extra.forward_ms + sum(x.forward_ms for x in parts) + st.blocks * again_forward),
-            backward_ms=max(0.0, extra.backward_ms + sum(x.backward_ms for x in parts) + st.blocks * again_backward),
-            weight_grad_ms=sum(x.weight_grad_ms for x in parts),
+            backward_ms=backward_ms,
+            # the position's overhead is fitted and may be negative (noise): it shortens the input-grad
+            # part, which is the framework's; the weight grad, measured alone, can be at most the backward
+            weight_grad_ms=min(backward_ms, sum(x.weight_grad_ms for x in parts)),
             optimizer_ms=max(0.0, extra.optimizer_ms + sum(x.optimizer_ms for x in parts)),
             clip_ms=max(0.0, extra.clip_ms),
             allreduce_ms=reduce_ms,

@@ -29,6 +29,11 @@ class StageCost:
     layers: int = 0  #: transformer blocks in this stage (0 when costs are explicit)
     memory: StaticMemory | None = None  #: what the stage holds all step: model states and buffers
 
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.weight_grad_ms <= self.backward_ms * (1 + 1e-12):
+            raise ValueError(f"a stage's weight grad ({self.weight_grad_ms} ms) must lie between 0 and its whole "
+                             f"backward ({self.backward_ms} ms)")
+
     @property
     def input_grad_ms(self) -> float:
         return self.backward_ms - self.weight_grad_ms
