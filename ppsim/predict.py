@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ppsim.costs import Workload, build_workload
+from ppsim.costs import CostTable, Workload, build_workload
 from ppsim.inputs.hardware import get_device
 from ppsim.inputs.profile import Profile
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan import Plan, lower, schedules
+from ppsim.plan.schedules.list_scheduler import Timing
 from ppsim.sim import compute_ms, simulate
 from ppsim.trace import Trace
 
@@ -22,9 +23,69 @@ class Prediction:
     trace: Trace
 
 
-def compute_plan(s: Scenario) -> Plan:
-    """The schedule's compute-only plan for the scenario's stages, micro-batches and chunks."""
-    return schedules.build(s.pipeline.schedule, s.pipeline.stages, s.microbatches, s.pipeline.chunks)
+def compute_plan(s: Scenario, workload: Workload | None = None) -> Plan:
+    """The schedule's compute-only plan for the scenario's stages, micro-batches and chunks (a
+    schedule that searches on the costs, ``auto``, gets the scenario's, or ``workload``)."""
+    info = schedules.get(s.pipeline.schedule)
+    if info.needs_costs:
+        return auto_plan(s, workload or scenario_workload(s))
+    return info.build(s.pipeline.stages, s.microbatches, s.pipeline.chunks)
+
+
+#: how many of auto's own best candidates the simulator runs (besides every hand-written one)
+AUTO_SHORTLIST = 6
+
+
+def auto_plan(s: Scenario, workload: Workload) -> Plan:
+    """Schedule ``auto``: of the candidates :func:`ppsim.plan.schedules.auto.candidates` makes on
+    the stage costs under each rank's activation budget, simulate the hand-written ones and the
+    best few of the rest, and keep the fastest (``meta["search"]`` says which and what it beat)."""
+    from ppsim.plan.schedules import auto
+
+    info = schedules.get(s.pipeline.schedule)
+    info.check(s.pipeline.stages, s.microbatches, s.pipeline.chunks)
+    costs = workload.costs
+    timing, budget = auto_inputs(s, costs)
+    found = auto.candidates(s.pipeline.stages, s.microbatches, timing, budget)
+    shortlist = [c for c in found if c.hand_written] + [c for c in found if not c.hand_written][:AUTO_SHORTLIST]
+    timed = []
+    for c in shortlist:
+        lowered = lower(c.plan, s.data_parallel, compute_ms(costs), rendezvous=s.pipeline.comm == "rendezvous",
+                        clip=s.training.grad_clip > 0)
+        trace = simulate(lowered, costs, s.pipeline.comm)
+        timed.append((max(sp.end for sp in trace.spans) - min(sp.start for sp in trace.spans), c))
+    step_ms, best = min(timed, key=lambda x: (x[0], not x[1].hand_written))
+    plan = Plan(schedule=auto.NAME, num_ranks=best.plan.num_ranks, num_microbatches=best.plan.num_microbatches,
+                chunks=1, stage_to_rank=best.plan.stage_to_rank, actions=best.plan.actions)
+    plan.meta["search"] = {"chosen": best.how, "step_ms": step_ms, "considered": len(found),
+                         "simulated": {c.how: t for t, c in timed}}
+    return plan
+
+
+def auto_inputs(s: Scenario, costs: CostTable) -> tuple[Timing, list[float]]:
+    """The stage costs as auto's search reads them, and each rank's activation budget in the same
+    units: bytes when the costs know them (what the device holds beyond the stage's model states,
+    at most ``pipeline.memory_budget`` micro-batches), else micro-batches."""
+    from ppsim.inputs.hardware import get_device
+    from ppsim.plan.schedules.list_scheduler import Timing
+
+    stages = costs.stages
+    n = len(stages)
+    by_bytes = all(c.activation_bytes > 0 for c in stages)
+    timing = Timing(
+        forward=[c.forward_ms for c in stages], backward=[c.backward_ms for c in stages],
+        input_grad=[c.input_grad_ms for c in stages], weight_grad=[c.weight_grad_ms for c in stages],
+        latency=[costs.p2p_ms(b) for b in range(max(1, n - 1))],
+        activation=[float(c.activation_bytes) if by_bytes else 1.0 for c in stages])
+    cap = s.pipeline.memory_budget
+    budget = []
+    device = get_device(s.hardware.device, s.hardware.device_file).memory_gb * 2**30
+    for c, unit in zip(stages, timing.activation, strict=True):
+        allowed = float(s.microbatches) * unit if cap is None else cap * unit
+        if by_bytes and c.memory is not None:
+            allowed = min(allowed, device - c.memory.total)
+        budget.append(allowed)
+    return timing, budget
 
 
 def stage_to_rank(s: Scenario) -> tuple[int, ...]:
@@ -43,7 +104,7 @@ def lowered_plan(s: Scenario, workload: Workload | None = None) -> Plan:
     """The plan with sends, receives and the end-of-step actions, validated. Messages are placed
     by the ideal timeline of the scenario's own costs and ordered for its send semantics."""
     w = workload or scenario_workload(s)
-    return lower(compute_plan(s), s.data_parallel, compute_ms(w.costs), rendezvous=s.pipeline.comm == "rendezvous",
+    return lower(compute_plan(s, w), s.data_parallel, compute_ms(w.costs), rendezvous=s.pipeline.comm == "rendezvous",
                  clip=s.training.grad_clip > 0)
 
 

@@ -79,6 +79,9 @@ class PipelineSpec(_Strict):
     chunks: int = Field(default=1, gt=0, description="virtual stages per rank v")
     partition: Literal["uniform", "balanced"] | list[int] = "balanced"
     comm: Literal["rendezvous", "eager", "async"] = "async"
+    memory_budget: float | None = Field(default=None, gt=0, description=(
+        "the most micro-batches of activations a rank may hold at once: the cap of schedule auto "
+        "(default: what fits in the device's memory)"))
 
 
 

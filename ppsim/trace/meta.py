@@ -8,7 +8,9 @@ from ppsim.plan import Plan
 
 
 def plan_meta(plan: Plan, *, source: str, clock: str, comm: str, message_bytes: int) -> dict[str, Any]:
-    """What a Trace's ``meta`` says of the plan it ran (``source``: simulated | measured)."""
+    """What a Trace's ``meta`` says of the plan it ran (``source``: simulated | measured); a
+    searched plan (schedule ``auto``) adds its ``search``: the plan chosen and those it beat."""
+    searched = {"search": plan.meta["search"]} if "search" in plan.meta else {}
     return {
         "source": source,
         "clock": clock,
@@ -20,4 +22,5 @@ def plan_meta(plan: Plan, *, source: str, clock: str, comm: str, message_bytes: 
         "stage_to_rank": list(plan.stage_to_rank),
         "comm": comm,
         "message_bytes": message_bytes,
+        **searched,
     }

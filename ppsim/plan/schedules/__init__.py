@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ppsim.errors import ScheduleError
 from ppsim.plan.plan import Plan
+from ppsim.plan.schedules import auto
 from ppsim.plan.schedules.base import Chunks, Microbatches, Placement, ScheduleInfo
 from ppsim.plan.schedules.controllable import v_half, v_min
 from ppsim.plan.schedules.fill_drain import gpipe, inference, looped_bfs
@@ -71,6 +72,8 @@ SCHEDULES: dict[str, ScheduleInfo] = {
                      interleaved_zb, chunks=TWO_OR_MORE, splits_backward=True,
                      microbatches=Microbatches("max(1, m // p) equal rounds", _whole_rounds),
                      memory="p (m multiple of p)", peak_activations=_interleaved_zb_peak),
+        ScheduleInfo(auto.NAME, "Searched on the stage costs: the fastest plan that fits each rank's memory",
+                     auto.no_costs, splits_backward=True, needs_costs=True, memory="memory_budget"),
         ScheduleInfo("inference", "Forward only, pipelined (no backward, no optimizer)", inference, training=False),
     )
 }

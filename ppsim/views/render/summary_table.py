@@ -10,6 +10,14 @@ from ppsim.trace.metrics import RankMetrics, Summary
 from ppsim.views.text import gib, or_dash
 
 
+def search_line(search: dict) -> str:
+    """What schedule ``auto`` chose, against the hand-written schedules it simulated."""
+    others = sorted((ms, how) for how, ms in search.get("simulated", {}).items() if how != search["chosen"])
+    beaten = ", ".join(f"{how} {ms:,.1f} ms" for ms, how in others[:4])
+    return (f"picked {search['chosen']} ({search['step_ms']:,.1f} ms) of {search['considered']} plans"
+            + (f"; next: {beaten}" if beaten else ""))
+
+
 def summary_renderable(s: Summary) -> Group:
     """Headline figures and a per-rank table."""
     meta = s.meta
@@ -26,6 +34,8 @@ def summary_renderable(s: Summary) -> Group:
         plan += f" of {meta['micro_batch']}"
     plan += f", data parallel {s.data_parallel}"
     head.add_row("plan", plan)
+    if meta.get("search"):
+        head.add_row("search", search_line(meta["search"]))
     if meta.get("partition"):
         head.add_row("partition", " ".join(str(c) for c in meta["partition"]) + " layers per stage")
     if meta.get("comm"):

@@ -1,0 +1,186 @@
+"""``auto``: the plan with the least predicted step time whose activations fit each rank's cap.
+
+The zero-bubble authors' scheduler tries eight flag settings of one greedy rule under one memory
+cap with every stage's costs set to their median. Here the search is wider and uses the stage's
+own costs and message latencies:
+
+- the hand-written schedules of one stage per rank (1F1B, GPipe, ZB-H1, ZB-H2), where they fit;
+- the list scheduler (:mod:`~ppsim.plan.schedules.list_scheduler`) under every rule of
+  :func:`rules` (backward first, oldest micro-batch first, forward first, longest remaining path
+  first), with weight grads deferred to the gaps or not, at caps from p micro-batches up to the
+  largest all ranks can hold, and at each rank's own budget (a rank with memory to spare holds
+  more than the tightest).
+
+Each candidate comes with the makespan of its own timeline (durations and latencies, messages
+free of bandwidth); the caller (:func:`ppsim.predict.auto_plan`) simulates the best of them and
+the hand-written ones with the full simulator and keeps the fastest, so ``auto`` is never slower
+than ZB-H1 or ZB-H2 at the same memory. Placement: one stage per rank (loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ppsim.errors import ScheduleError
+from ppsim.plan.action import Action, Kind
+from ppsim.plan.plan import Plan, loop_placement
+from ppsim.plan.schedules.base import make_plan
+from ppsim.plan.schedules.fill_drain import gpipe
+from ppsim.plan.schedules.list_scheduler import Priority, Timing, list_schedule
+from ppsim.plan.schedules.one_f_one_b import one_f_one_b
+from ppsim.plan.schedules.zero_bubble import zb_h1, zb_h2
+
+NAME = "auto"
+HAND_WRITTEN: dict[str, Callable[[int, int, int], Plan]] = {"zb-h1": zb_h1, "zb-h2": zb_h2, "1f1b": one_f_one_b,
+                                                            "gpipe": gpipe}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One plan ``auto`` considered: how it was made, its order and its own timeline's makespan."""
+
+    how: str
+    plan: Plan
+    makespan: float
+    hand_written: bool = False
+    meta: dict[str, object] = field(default_factory=dict, compare=False)
+
+
+def remaining_path(p: int, timing: Timing, split: bool) -> dict[tuple[int, Kind], float]:
+    """For each (stage, kind): the longest chain of work from its start to the end of the step."""
+    out: dict[tuple[int, Kind], float] = {}
+    back = Kind.I if split else Kind.B
+    for s in range(p):
+        if split:
+            out[(s, Kind.W)] = timing.weight_grad[s]
+    for s in range(p):  # backwards run from the last stage to the first
+        lag = timing.latency[s - 1] if s > 0 else 0.0
+        downstream = out[(s - 1, back)] + lag if s > 0 else 0.0
+        mine = timing.input_grad[s] if split else timing.backward[s]
+        out[(s, back)] = mine + max(downstream, out.get((s, Kind.W), 0.0))
+    for s in reversed(range(p)):
+        lag = timing.latency[s] if s < p - 1 else 0.0
+        onward = out[(s + 1, Kind.F)] + lag if s < p - 1 else 0.0
+        out[(s, Kind.F)] = timing.forward[s] + max(onward, out[(s, back)])
+    return out
+
+
+def rules(p: int, timing: Timing, split: bool) -> dict[str, Priority]:
+    """The priority rules the search tries (smaller first)."""
+    tail = remaining_path(p, timing, split)
+    order = {Kind.B: 0, Kind.I: 0, Kind.F: 1, Kind.W: 2}
+    return {
+        "backward first": lambda a: (order[a.kind], a.microbatch or 0),
+        "oldest first": lambda a: (a.microbatch or 0, order[a.kind]),
+        "forward first": lambda a: (1 - order[a.kind] if a.kind is not Kind.W else 2, a.microbatch or 0),
+        "longest path first": lambda a: (-tail[(a.stage, a.kind)], a.microbatch or 0),
+    }
+
+
+def peak_held(orders: Sequence[Sequence[Action]], timing: Timing, split: bool) -> list[float]:
+    """Each rank's most activations held, in ``timing.activation`` units, as its order allocates them."""
+    frees = Kind.W if split else Kind.B
+    out = []
+    for order in orders:
+        held = peak = 0.0
+        for a in order:
+            if a.kind is Kind.F:
+                held += timing.activation[a.stage]
+                peak = max(peak, held)
+            elif a.kind is frees:
+                held -= timing.activation[a.stage]
+        out.append(peak)
+    return out
+
+
+def caps_to_try(p: int, m: int, largest: float) -> list[float]:
+    """Caps in micro-batches: p (1F1B's), 2p - 1 (ZB-H2's), 2p, m and the largest allowed, those within it."""
+    options = {float(p), float(2 * p - 1), float(2 * p), float(m), float(largest)}
+    return sorted(c for c in options if 1 <= c <= largest)
+
+
+def candidates(p: int, m: int, timing: Timing, budget: Sequence[float]) -> list[Candidate]:
+    """Every plan the search considers whose activations fit ``budget`` (per rank, in the units of
+    ``timing.activation``), best estimated first; the hand-written ones are marked."""
+    if any(b < timing.activation[r] for r, b in enumerate(budget)):
+        raise ScheduleError("no plan fits: a rank cannot hold even one micro-batch of activations; lower "
+                            "training.micro_batch, recompute, or raise pipeline.memory_budget", field="pipeline.schedule")
+    placement = loop_placement(p, 1)
+    out: list[Candidate] = []
+    for name, build in HAND_WRITTEN.items():
+        plan = build(p, m, 1)
+        split = any(a.kind is Kind.W for a in plan.actions[0])
+        if all(h <= b + 1e-9 for h, b in zip(peak_held(plan.actions, timing, split), budget, strict=True)):
+            out.append(Candidate(name, plan, _makespan(plan, timing), hand_written=True))
+    largest = min(b / timing.activation[r] for r, b in enumerate(budget))
+    caps: list[tuple[str, list[float]]] = [(f"cap {c:.3g} micro-batches", [c * timing.activation[r] for r in range(p)])
+                                           for c in caps_to_try(p, m, min(largest, float(m)))]
+    own = [min(b, m * timing.activation[r]) for r, b in enumerate(budget)]
+    if own != caps[-1][1]:  # ranks with room to spare hold more than the tightest one
+        caps.append(("each rank's own budget", own))
+    for cap_name, per_rank in caps:
+        for rule_name, priority in rules(p, timing, True).items():
+            for defer in (True, False):
+                made = list_schedule(m, placement, True, timing, per_rank, priority, defer_weight_grads=defer)
+                if made is None:  # pragma: no cover - one stage per rank cannot stall (see list_scheduler)
+                    continue
+                orders, makespan = made
+                how = f"{rule_name}, {cap_name}" + (", weight grads in the gaps" if defer else "")
+                out.append(Candidate(how, make_plan(NAME, p, m, 1, orders), makespan))
+    out.sort(key=lambda c: (c.makespan, not c.hand_written))
+    seen: set[tuple[tuple[Action, ...], ...]] = set()
+    unique = []
+    for c in out:  # the first of plans with the same order (a hand-written one before its equals)
+        if c.plan.actions not in seen:
+            seen.add(c.plan.actions)
+            unique.append(c)
+    return unique
+
+
+def _makespan(plan: Plan, timing: Timing) -> float:
+    """The plan's makespan on the timing's durations and latencies (each action as soon as its
+    rank is free and its inputs have arrived)."""
+    where = plan.stage_to_rank
+    ends: dict[Action, float] = {}
+    pos = [0] * plan.num_ranks
+    free = [0.0] * plan.num_ranks
+    back = {(a.stage, a.microbatch): a.kind for r in plan.actions for a in r if a.kind in (Kind.B, Kind.I)}
+    progress = True
+    while progress:
+        progress = False
+        for r, order in enumerate(plan.actions):
+            while pos[r] < len(order):
+                a = order[pos[r]]
+                t = free[r]
+                blocked = False
+                for d in _inputs(a, plan.num_stages, back):
+                    if d not in ends:
+                        blocked = True
+                        break
+                    lag = 0.0 if where[d.stage] == r else timing.latency[min(d.stage, a.stage)]
+                    t = max(t, ends[d] + lag)
+                if blocked:
+                    break
+                ends[a] = free[r] = t + timing.duration(a)
+                pos[r] += 1
+                progress = True
+    return max(free)
+
+
+def _inputs(a: Action, n_stages: int, back: dict[tuple[int, int | None], Kind]) -> list[Action]:
+    s, k, mb = a
+    if k is Kind.F:
+        return [Action(s - 1, Kind.F, mb)] if s > 0 else []
+    if k is Kind.W:
+        return [Action(s, Kind.I, mb)]
+    out = [Action(s, Kind.F, mb)]
+    if s < n_stages - 1:
+        out.append(Action(s + 1, back[(s + 1, mb)], mb))
+    return out
+
+
+def no_costs(num_ranks: int, num_microbatches: int, chunks: int = 1) -> Plan:
+    """``auto`` built without costs: the search needs them (:func:`ppsim.predict.auto_plan`)."""
+    raise ScheduleError("auto builds its plan from the stage costs: use ppsim run / plan on a scenario "
+                        "(or ppsim.predict.auto_plan), not a bare schedule build", field="pipeline.schedule")

@@ -1,0 +1,142 @@
+"""A list scheduler under a memory cap: every rank, whenever it is free, runs the ready action it
+ranks first, on a timeline of the given durations and message latencies.
+
+- an action is ready once the actions it needs have ended (plus the message's latency when they
+  ran on another rank);
+- a forward is only started if the rank's activations stay within its cap; a backward (or a
+  weight grad, when the backward is split) frees its micro-batch's;
+- a stage runs its forwards, its backwards and its weight grads each in micro-batch order, so a
+  rank takes new micro-batches in order and the oldest one in flight can always go on: with one
+  stage per rank and a cap of at least one micro-batch, the schedule cannot stall;
+- among the ready actions a rank runs the one with the smallest ``priority``; with
+  ``defer_weight_grads`` weight grads, which nothing waits for, run only when nothing else can
+  (or to free memory);
+- a rank never idles while it has a ready action it may run (no look-ahead).
+
+It builds the V-Half and V-Min orders (priority: the building block's slots, cap: their bound)
+and is the inner step of the ``auto`` search (priority rules x caps, real costs). It returns None
+when the cap leaves no rank anything to run (a deadlock of memory), so a caller can try another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ppsim.plan.action import Action, Kind
+
+Priority = Callable[[Action], tuple[float, ...]]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What the scheduler needs to know of the costs: all in one unit (ms, or unit steps)."""
+
+    forward: Sequence[float]  #: per virtual stage
+    backward: Sequence[float]  #: full backward B, per stage
+    input_grad: Sequence[float]  #: I, per stage
+    weight_grad: Sequence[float]  #: W, per stage
+    latency: Sequence[float]  #: per stage boundary (s, s + 1), both directions
+    activation: Sequence[float]  #: held from a micro-batch's F to its B (or W), per stage
+
+    @classmethod
+    def unit(cls, num_stages: int) -> Timing:
+        """F = I = W = 1 (B = 2), free messages, one unit of memory per stage and micro-batch."""
+        ones = [1.0] * num_stages
+        return cls(ones, [2.0] * num_stages, ones, ones, [0.0] * max(1, num_stages - 1), ones)
+
+    def duration(self, a: Action) -> float:
+        table = {Kind.F: self.forward, Kind.B: self.backward, Kind.I: self.input_grad, Kind.W: self.weight_grad}
+        return table[a.kind][a.stage]
+
+
+def list_schedule(num_microbatches: int, stage_to_rank: Sequence[int], split_backward: bool, timing: Timing,
+                  cap: Sequence[float], priority: Priority, *, defer_weight_grads: bool = True
+                  ) -> tuple[list[list[Action]], float] | None:
+    """Per-rank orders and the makespan of the timeline they were built on, or None when the
+    memory cap stalls every rank."""
+    n_stages, m = len(stage_to_rank), num_microbatches
+    p = max(stage_to_rank) + 1
+    backward = Kind.I if split_backward else Kind.B
+    ends: dict[Action, float] = {}
+    waiting_on: dict[Action, int] = {}
+    known: list[list[tuple[Action, float]]] = [[] for _ in range(p)]  # actions whose inputs are all scheduled
+
+    def needs(a: Action) -> list[Action]:
+        s, k, mb = a
+        out = [Action(s, k, mb - 1)] if mb else []  # the stage's previous one of its kind
+        if k is Kind.F:
+            return out + ([Action(s - 1, Kind.F, mb)] if s > 0 else [])
+        if k is Kind.W:
+            return out + [Action(s, Kind.I, mb)]
+        out.append(Action(s, Kind.F, mb))
+        if s < n_stages - 1:
+            out.append(Action(s + 1, backward, mb))
+        return out
+
+    def users(a: Action) -> list[Action]:
+        s, k, mb = a
+        out = [Action(s, k, mb + 1)] if mb + 1 < m else []
+        if k is Kind.F:
+            return out + ([Action(s + 1, Kind.F, mb)] if s < n_stages - 1 else []) + [Action(s, backward, mb)]
+        if k is Kind.W:
+            return out
+        if s > 0:
+            out.append(Action(s - 1, backward, mb))
+        if k is Kind.I:
+            out.append(Action(s, Kind.W, mb))
+        return out
+
+    def ready_at(a: Action) -> float:
+        assert a.microbatch is not None
+        r = stage_to_rank[a.stage]
+        t = 0.0
+        for d in needs(a):
+            lag = 0.0 if stage_to_rank[d.stage] == r else timing.latency[min(d.stage, a.stage)]
+            t = max(t, ends[d] + lag)
+        return t
+
+    kinds = (Kind.F, Kind.I, Kind.W) if split_backward else (Kind.F, Kind.B)
+    total = 0
+    for s in range(n_stages):
+        for mb in range(m):
+            for k in kinds:
+                a = Action(s, k, mb)
+                waiting_on[a] = len(needs(a))
+                total += 1
+                if waiting_on[a] == 0:
+                    known[stage_to_rank[s]].append((a, 0.0))
+    free_at = [0.0] * p
+    held = [0.0] * p
+    orders: list[list[Action]] = [[] for _ in range(p)]
+    frees = Kind.W if split_backward else Kind.B
+    for _ in range(total):
+        best: tuple[float, int] | None = None
+        for r in range(p):
+            times = [t for a, t in known[r] if a.kind is not Kind.F or held[r] + timing.activation[a.stage] <= cap[r] + 1e-9]
+            if times:
+                t = max(free_at[r], min(times))
+                if best is None or (t, r) < best:
+                    best = (t, r)
+        if best is None:
+            return None  # every rank is at its cap with nothing to free
+        t, r = best
+        runnable = [(a, ta) for a, ta in known[r] if ta <= t + 1e-12 and (
+            a.kind is not Kind.F or held[r] + timing.activation[a.stage] <= cap[r] + 1e-9)]
+        urgent = [x for x in runnable if x[0].kind is not Kind.W] if defer_weight_grads else runnable
+        chosen = min(urgent or runnable, key=lambda x: priority(x[0]))
+        a = chosen[0]
+        known[r].remove(chosen)
+        end = t + timing.duration(a)
+        ends[a] = end
+        free_at[r] = end
+        orders[r].append(a)
+        if a.kind is Kind.F:
+            held[r] += timing.activation[a.stage]
+        elif a.kind is frees:
+            held[r] -= timing.activation[a.stage]
+        for u in users(a):
+            waiting_on[u] -= 1
+            if waiting_on[u] == 0:
+                known[stage_to_rank[u.stage]].append((u, ready_at(u)))
+    return orders, max(free_at)
