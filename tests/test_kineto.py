@@ -22,7 +22,7 @@ from ppsim.plan import COMPUTE_KINDS, Kind
 from ppsim.predict import predict
 from ppsim.trace import Trace
 from ppsim.trace.load import load_trace, load_traces
-from ppsim.trace.metrics import step_time_ms
+from ppsim.trace.metrics import step_time_ms, summarize
 
 KINETO = DATA / "kineto"
 FILES = sorted(KINETO.glob("rank*.json.gz"))
@@ -73,6 +73,26 @@ def test_ppsim_compare_reads_the_folder_and_the_files(predicted: Path) -> None:
         doc = json.loads(res.stdout)
         assert doc["matched"] >= 32 and doc["measured_schedule"] == "kineto"
         assert any("only in the measured trace" in note and "REDUCE_GRAD" in note for note in doc["unmatched"])
+
+
+def test_a_dualpipev_run_reads_with_its_overlapped_actions_and_matches_ppsims_plan(tmp_path: Path) -> None:
+    """torch's own ScheduleDualPipeV (tests/data/kineto/dualpipev, the same script): V placement,
+    and the overlapped forward and backward as one action each, equal to ppsim's dualpipev plan."""
+    from ppsim.plan import schedules
+
+    measured = load_trace(KINETO / "dualpipev")
+    assert (measured.meta["num_ranks"], measured.meta["stage_to_rank"]) == (2, [0, 1, 1, 0])
+    compute = [[str(s.action) for s in sorted(measured.spans, key=lambda s: s.start)
+                if s.rank == r and s.action.kind in COMPUTE_KINDS] for r in range(2)]
+    assert compute == [[str(a) for a in rank] for rank in schedules.build("dualpipev", 2, 4).actions]
+    assert sum(x.startswith("(") for r in compute for x in r) == 6  # torch's (F;B)OVERLAP_F_B, read whole
+    assert max(r.peak_activation_microbatches for r in summarize(measured).per_rank) == 2.5  # p + 1/2
+    path = tmp_path / "predicted.trace.json"
+    scenario = {**SCENARIO, "pipeline": {**SCENARIO["pipeline"], "schedule": "dualpipev"}}  # type: ignore[dict-item]
+    predict(parse_scenario(scenario)).trace.save(path)
+    res = invoke(app, "compare", path, KINETO / "dualpipev", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["matched"] > sum(map(len, compute))  # every compute action, and messages
 
 
 def test_ppsim_tui_shows_a_prediction_above_the_profiled_run(predicted: Path) -> None:

@@ -146,3 +146,46 @@ def _sends_swapped(actions: tuple[Action, ...]) -> list[Action]:
     f0, f1 = compute.index(Action(0, Kind.F, 0)), compute.index(Action(0, Kind.F, 1))
     assert f1 == f0 + 1
     return (compute[:f1 + 1] + [Action(0, Kind.SEND_F, 1), Action(0, Kind.SEND_F, 0)] + compute[f1 + 1:])
+
+
+# ----- overlapped forward and backward (DualPipe) ------------------------------------------------------
+def _v_plan(rows: list[str], *, m: int) -> Plan:
+    """Two ranks, V placement: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2."""
+    from ppsim.plan import v_placement
+
+    actions = tuple(tuple(Action.parse(t) for t in row.split()) for row in rows)
+    return Plan("custom", 2, m, 2, v_placement(2), actions)
+
+
+def test_an_overlap_of_a_micro_batchs_own_forward_and_backward_is_refused() -> None:
+    with pytest.raises(PlanError, match="its own forward") as exc:
+        validate(_plan(["0F0 (0F1;0B1)OVERLAP_F_B 0B0", "1F0 1B0 1F1 1B1"], m=2))
+    assert ">>(0F1;0B1)OVERLAP_F_B<<" in (exc.value.detail or "")
+
+
+def test_an_overlap_whose_backward_waits_for_its_own_forward_cannot_finish() -> None:
+    # 0B1 needs 1B1, which needs 3F1... which runs inside the same action as 0B1 on rank 0
+    rows = ["0F0 0F1 3F0 3B0 (3F1;0B1)OVERLAP_F_B 0B0 3B1", "1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1"]
+    with pytest.raises(PlanError, match="cannot finish"):
+        validate(_v_plan(rows, m=2))
+
+
+def test_an_overlap_with_a_part_of_another_rank_is_refused() -> None:
+    with pytest.raises(PlanError, match="which runs on rank 1"):
+        validate(_plan(["0F0 0B0 (0F1;1B1)OVERLAP_F_B 0B1", "1F0 1B0 1F1"], m=2))
+
+
+def test_an_overlaps_messages_go_around_it() -> None:
+    """Lowered: the receives either part needs come before the overlapped action, and the sends of
+    what either part made right after it (non-blocking sends)."""
+    rows = ["0F0 0F1 3F0 (0F2;3B0)OVERLAP_F_B 3F1 (3F2;0B0)OVERLAP_F_B 3B1 3B2 0B1 0B2",
+            "1F0 2F0 1F1 2F1 2B0 1F2 2F2 1B0 2B1 1B1 2B2 1B2"]
+    plan = _v_plan(rows, m=3)
+    validate(plan)
+    lowered = lower(plan, 1, rendezvous=False)
+    validate(lowered, rendezvous=False)
+    seq = [str(a) for a in lowered.actions[0]]
+    i = seq.index("(3F2;0B0)OVERLAP_F_B")
+    assert {"3RECV_F2", "0RECV_B0"} <= set(seq[:i]) and "SEND" not in seq[i + 1]  # stages 3 and 0 send nothing on
+    j = seq.index("(0F2;3B0)OVERLAP_F_B")
+    assert sorted(seq[j + 1:j + 3]) == ["0SEND_F2", "3SEND_B0"]

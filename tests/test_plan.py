@@ -7,9 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ppsim.errors import PlanError
-from ppsim.plan import STEP_KINDS, Action, Kind, Plan, lower, schedules
+from ppsim.plan import STEP_KINDS, Action, Kind, Overlap, Plan, lower, schedules
 
-kinds = st.sampled_from(list(Kind))
+kinds = st.sampled_from([k for k in Kind if k is not Kind.OVERLAP_F_B])
 
 
 @given(stage=st.integers(0, 10_000), kind=kinds, mb=st.integers(0, 10_000))
@@ -17,6 +17,23 @@ def test_action_text_round_trip(stage: int, kind: Kind, mb: int) -> None:
     a = Action(stage, kind, None if kind in STEP_KINDS else mb)
     assert Action.parse(str(a)) == a
     assert hash(Action.parse(str(a))) == hash(a)
+
+
+@given(f=st.tuples(st.integers(0, 999), st.integers(0, 999)), b=st.tuples(st.integers(0, 999), st.integers(0, 999)),
+       backward=st.sampled_from([Kind.B, Kind.I]))
+def test_overlapped_action_text_round_trip(f: tuple[int, int], b: tuple[int, int], backward: Kind) -> None:
+    a = Overlap.of(Action(f[0], Kind.F, f[1]), Action(b[0], backward, b[1]))
+    text = str(a)
+    assert text == f"({f[0]}F{f[1]};{b[0]}{backward.value}{b[1]})OVERLAP_F_B"  # torch's form
+    assert Action.parse(text) == a and hash(Action.parse(text)) == hash(a)
+    assert a.parts == (a.forward, a.backward) and a.kind is Kind.OVERLAP_F_B and a.lane == "compute"
+
+
+@pytest.mark.parametrize("bad", ["(0F3)OVERLAP_F_B", "(0F3;1B2;2B0)OVERLAP_F_B", "(0B3;1F2)OVERLAP_F_B",
+                                 "(0F3;1W2)OVERLAP_F_B", "(0F3;1B2)", "0OVERLAP_F_B3", "(0F3;1X2)OVERLAP_F_B"])
+def test_malformed_overlapped_actions_are_refused(bad: str) -> None:
+    with pytest.raises(PlanError):
+        Action.parse(bad)
 
 
 @pytest.mark.parametrize(

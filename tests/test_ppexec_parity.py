@@ -143,13 +143,15 @@ def test_tensor_parallel_blocks_train_like_one_process(tmp_path: Path, stages: i
 def _torch_tiny(schedule: str, stages: int, dp: int = 1, **kw: object):
     from ppsim.plan.schedules import get
 
-    chunks = get(schedule).chunks.default
+    info = get(schedule)
+    chunks = info.chunks.default
     s = tiny(schedule, stages, dp, **kw)  # type: ignore[arg-type]
     layers = max(4, stages * chunks)
     data = s.model_dump(exclude_none=True)
     data["model"]["layers"] = layers
     data["pipeline"]["chunks"] = chunks
-    data["pipeline"]["microbatches"] = max(4, stages)  # interleaved: a multiple of the ranks
+    m = max(4, stages)  # interleaved: a multiple of the ranks
+    data["pipeline"]["microbatches"] = info.microbatches.nearest(stages, m, chunks) or m  # dualpipev: 2p
     return parse_scenario(data)
 
 
@@ -164,7 +166,7 @@ def _assert_weights_equal(run_dir: Path, ref_params: dict[str, torch.Tensor]) ->
 
 TORCH_CASES = [(s, p) for s in ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1") for p in (2, 4)] + [
     ("zb-h2", 2), ("looped-bfs", 2), ("interleaved-zb", 2), ("zb-v", 2), ("zb-v", 4), ("interleaved-zb", 4),
-    ("v-half", 4), ("v-min", 2)]
+    ("v-half", 4), ("v-min", 2), ("dualpipev", 2), ("dualpipev", 4)]
 
 
 @pytest.mark.parametrize("schedule, stages", TORCH_CASES, ids=lambda v: str(v))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_schedule
+from conftest import run_schedule, uniform_costs
 from ppsim.plan import schedules
 from ppsim.trace import Trace
 from ppsim.trace.metrics import summarize
@@ -122,3 +122,43 @@ def test_controllable_memory_schedules_trade_memory_for_bubble(name: str, claim:
     assert claim - 0.25 < ratio <= ceiling
     holds = max(r.peak_activation_microbatches for r in summarize(trace).per_rank)
     assert holds == schedules.get(name).peak_activations(p, m, 2) <= p / (2 if name == "v-half" else 3) + 1.34
+
+
+def _dualpipev(p: int, m: int, f: float, i: float, w: float, f_comm: float = 0.0, b_comm: float = 0.0) -> Trace:
+    """DualPipeV with chunk costs f, i (+ w = its full backward), w, each pass holding the given
+    communication (what the other pass of an overlapped action hides)."""
+    from dataclasses import replace
+
+    from ppsim.plan import lower
+    from ppsim.sim import compute_ms, simulate
+
+    base = uniform_costs(2 * p, f, i + w, w)
+    costs = replace(base, stages=tuple(replace(c, forward_comm_ms=f_comm, backward_comm_ms=b_comm)
+                                       for c in base.stages))
+    plan = lower(schedules.build("dualpipev", p, m), 1, compute_ms(costs), rendezvous=False)
+    return simulate(plan, costs, "async")
+
+
+@pytest.mark.parametrize("f,i,w", [(1.0, 1.0, 1.0), (1.0, 1.0, 0.5), (2.0, 2.0, 1.0), (1.0, 1.0, 0.2)])
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 12), (8, 16), (8, 40)])
+def test_dualpipev_bubble_is_the_papers(f: float, i: float, w: float, p: int, m: int) -> None:
+    # DeepSeek-V3 (2024), Table 2 / DualPipe's README: DualPipeV idles (PP/2 - 1)(F&B + B - 3W) with
+    # PP = 2p stages, F&B the overlapped pass, B the full backward; nothing hidden: F&B = F + B. The
+    # formula holds for a forward as long as the input grad; with F != I the warm-up's critical path
+    # differs (e.g. F = 2, I = W = 1, p = 2: 4 units where the formula says 3)
+    b = i + w
+    idle = idle_per_rank(_dualpipev(p, m, f, i, w))
+    assert max(idle) == pytest.approx((p - 1) * ((f + b) + b - 3 * w), abs=1e-9)
+
+
+@pytest.mark.parametrize("f_comm,b_comm", [(0.3, 0.0), (0.0, 0.4), (0.3, 0.4), (0.9, 0.9)])
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_dualpipev_overlap_hides_each_passs_communication_under_the_others_compute(
+        f_comm: float, b_comm: float, p: int) -> None:
+    f, i, w = 1.0, 1.0, 1.0
+    trace = _dualpipev(p, 3 * p, f, i, w, f_comm, b_comm)
+    b = i + w
+    hidden = min(f_comm, b - b_comm) + min(b_comm, f - f_comm)
+    overlapped = [s.duration for s in trace.spans if s.action.kind.value == "OVERLAP_F_B"]
+    assert overlapped and all(d == pytest.approx(f + b - hidden) for d in overlapped)
+    assert max(idle_per_rank(trace)) == pytest.approx((p - 1) * ((f + b - hidden) + b - 3 * w), abs=1e-9)

@@ -126,12 +126,18 @@ def test_schedule_invariants(case: tuple[str, int, int, int]) -> None:
     plan = schedules.build(name, p, m, v)
     validate(plan)
     training = schedules.get(name).training
-    for r, actions in enumerate(plan.actions):
-        assert all(a.kind in COMPUTE_KINDS for a in actions)
+    info = schedules.get(name)
+    for r, compound in enumerate(plan.actions):
+        assert all(a.kind in COMPUTE_KINDS for a in compound)
+        assert any(a.kind is Kind.OVERLAP_F_B for a in compound) <= info.overlaps  # only where it says so
+        actions = [x for a in compound for x in a.parts]
         assert all(plan.stage_to_rank[a.stage] == r for a in actions)
-        per_mb = 1 if not training else (3 if schedules.get(name).splits_backward else 2)
-        assert len(actions) == v * m * per_mb
-        pos = {a: i for i, a in enumerate(actions)}
+        passes = {(a.stage, a.microbatch): 0 for a in actions}
+        for a in actions:
+            passes[(a.stage, a.microbatch)] += 1 if a.kind in (Kind.F, Kind.B) or not info.overlaps else 0.5
+        per_mb = 1 if not training else (3 if info.splits_backward and not info.overlaps else 2)
+        assert len(passes) == v * m and set(passes.values()) == {per_mb}  # F + B, or F + I + W (I + W = one B)
+        pos = {a: i for i, a in enumerate(compound) for a in a.parts}
         for a in actions:
             if a.kind in (Kind.B, Kind.I):
                 assert pos[a._replace(kind=Kind.F)] < pos[a]

@@ -16,7 +16,8 @@ from ppsim.plan import schedules
 pytest.importorskip("torch")
 
 TORCH_NAMES = {"gpipe": "GPipe", "interleaved-1f1b": "Interleaved1F1B", "looped-bfs": "LoopedBFS",
-               "interleaved-zb": "InterleavedZeroBubble", "zb-v": "ZBVZeroBubble"}
+               "interleaved-zb": "InterleavedZeroBubble", "zb-v": "ZBVZeroBubble",
+               "dualpipev": "DualPipeV"}
 
 
 def _torch_order(name: str, p: int, m: int, v: int) -> list[list[str]] | None:

@@ -29,6 +29,9 @@ def refusal(plan: Plan) -> str | None:
     if kinds & {Kind.I, Kind.W}:
         return (f"{plan.schedule!r} splits the backward into input grad and weight grad (I, W); DeepSpeed's "
                 "PipelineEngine runs whole backwards")
+    if Kind.OVERLAP_F_B in kinds:
+        return (f"{plan.schedule!r} overlaps a forward and a backward of two micro-batches as one action; DeepSpeed's "
+                "PipelineEngine runs one pass at a time")
     if Kind.B not in kinds:
         return f"{plan.schedule!r} has no backward: ppexec trains, it does not run inference"
     return None

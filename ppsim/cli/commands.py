@@ -188,8 +188,11 @@ def _print_variants(variants: list, keys: list[str], title: str, targets: dict[s
 
 
 def _schedule_names(text: str) -> list[str]:
+    """The names of a ``--schedules`` list; ``all``: every schedule that trains."""
     from ppsim.plan.schedules import FILE_PREFIX, SCHEDULES
 
+    if text.strip() == "all":
+        return [n for n, info in SCHEDULES.items() if info.training]
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in SCHEDULES and not n.startswith(FILE_PREFIX)]
     if not names or unknown or len(set(names)) != len(names):
@@ -203,7 +206,7 @@ def _schedule_names(text: str) -> list[str]:
 def compare_schedules(
     scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     schedules_list: str = typer.Option("gpipe,1f1b,interleaved-1f1b,zb-h1", "--schedules",
-                                       help="Comma-separated schedule names (see `ppsim schedules`)."),
+                                       help="Comma-separated schedule names (see `ppsim schedules`), or all."),
     html: Path | None = html_option("the timelines and bar charts"),
     png: Path | None = png_option(),
     force: bool = force_option(),
@@ -274,7 +277,8 @@ def tune(
     executor: str = typer.Option("local", "--executor", help="local | ray"),
     ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster to use (default: start one here)."),
     schedules_list: str | None = typer.Option(None, "--schedules", help="Comma-separated schedules to consider "
-                                                                          "(default: 1f1b,interleaved-1f1b,zb-h1,gpipe)."),
+                                                                          "(default: every schedule that trains but "
+                                                                          "auto; all: auto too)."),
     micro_batches: str | None = typer.Option(None, "--micro-batch-sizes", help="Micro-batch sizes to consider "
                                                                               "(default: 1,2,4,8)."),
     max_stages: int | None = typer.Option(None, "--max-stages", min=1, help="Consider at most this many stages."),

@@ -44,6 +44,8 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
             clip_ms=st.params * layout.dtype_bytes / hbm_bytes_per_ms,
             allreduce_ms=reduce_ms,
             allreduce_buckets=buckets,
+            forward_comm_ms=st.blocks * tp_pass_ms,
+            backward_comm_ms=st.blocks * tp_backward_ms,
         ))
     if training.zero_stage >= 1:
         stages = [shard_optimizer(c, d, links.data_parallel, links.data_parallel, training.zero_reduce)

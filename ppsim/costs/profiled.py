@@ -62,7 +62,11 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
     reduce_link = profile_link(measured["allreduce"]) if "allreduce" in measured else link
     gather_link = profile_link(measured["allgather"]) if "allgather" in measured else link
     block = profile.block
+    # a block's tensor-parallel all-reduces in its forward and its backward (what an overlapped pass hides)
+    tp_comm_forward = tp_comm_backward = 0.0
     if t > 1:
+        tp_allreduce = ring_allreduce_ms(layout.activation_bytes, t, reduce_link)
+        tp_comm_forward, tp_comm_backward = 2 * tp_allreduce, (4 if training.recompute == "full" else 2) * tp_allreduce
         block, share = _tensor_parallel_block(profile, t, layout.activation_bytes, reduce_link,
                                               full_recompute=training.recompute == "full")
         again_forward, again_backward = again_forward * share, again_backward * share
@@ -84,6 +88,8 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
             clip_ms=max(0.0, extra.clip_ms),
             allreduce_ms=reduce_ms,
             allreduce_buckets=buckets,
+            forward_comm_ms=st.blocks * tp_comm_forward,
+            backward_comm_ms=st.blocks * tp_comm_backward,
         ))
     if training.zero_stage >= 1:
         stages = [shard_optimizer(c, d, reduce_link, gather_link, training.zero_reduce, profile.overhead(k, n).optimizer_ms)

@@ -28,6 +28,10 @@ class StageCost:
     params: int = 0
     layers: int = 0  #: transformer blocks in this stage (0 when costs are explicit)
     memory: StaticMemory | None = None  #: what the stage holds all step: model states and buffers
+    #: the communication inside a forward / a backward (tensor-parallel collectives): what the compute
+    #: of a pass overlapped with it (DualPipe's overlapped forward and backward) can hide
+    forward_comm_ms: float = 0.0
+    backward_comm_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.weight_grad_ms <= self.backward_ms * (1 + 1e-12):

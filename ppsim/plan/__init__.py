@@ -13,8 +13,10 @@ from ppsim.plan.action import (
     STEP_KINDS,
     Action,
     Kind,
+    Overlap,
     matching,
     message_kinds,
+    parts,
     peer_stage,
 )
 from ppsim.plan.deps import Duration, default_duration, dependencies, ideal_times, number_steps
@@ -25,7 +27,7 @@ from ppsim.plan.validate import validate, validate_structure
 
 __all__ = [
     "BACKWARD_KINDS", "COMM_KINDS", "COMPUTE_KINDS", "LANE_OF_KIND", "RECV_KINDS", "SEND_KINDS", "STEP_KINDS",
-    "Action", "Duration", "Kind", "Plan", "add_comms", "add_step_end", "aligned_grid", "default_duration",
+    "Action", "Duration", "Kind", "Overlap", "Plan", "add_comms", "add_step_end", "aligned_grid", "default_duration",
     "dependencies", "ideal_times", "loop_placement", "lower", "matching", "message_kinds", "number_steps",
-    "peer_stage", "render_grid", "v_placement", "validate", "validate_structure",
+    "parts", "peer_stage", "render_grid", "v_placement", "validate", "validate_structure",
 ]

@@ -1,6 +1,8 @@
 """Action: one thing one stage does, ``(stage, kind, microbatch)``, with a text form that parses back.
 
-``stage`` is the *virtual* stage; its text form is ``2F0``, ``3RECV_B5`` or ``1OPT``. Besides the
+``stage`` is the *virtual* stage; its text form is ``2F0``, ``3RECV_B5`` or ``1OPT``. An
+:class:`Overlap` is one compute action holding a forward and a backward of two micro-batches
+(DualPipe's overlapped chunk), written as torch writes it: ``(0F3;3B1)OVERLAP_F_B``. Besides the
 kinds, this module holds the facts every consumer of a plan shares about communication actions:
 which stage is at the other end, and which action matches a send or a receive.
 """
@@ -28,6 +30,7 @@ class Kind(str, Enum):
     REDUCE_GRAD = "REDUCE_GRAD"  #: all-reduce of weight grads across data-parallel replicas
     CLIP = "CLIP"  #: gradient clipping: the gradient norm all-reduced over the pipeline's stages
     OPT = "OPT"  #: optimizer step
+    OVERLAP_F_B = "OVERLAP_F_B"  #: a forward and a backward of two micro-batches as one action (:class:`Overlap`)
 
     # str's own C hash instead of Enum's Python-level one: Actions are hashed in every pass
     __hash__ = str.__hash__
@@ -39,7 +42,7 @@ class Kind(str, Enum):
         return f"Kind.{self.name}"
 
 
-COMPUTE_KINDS = frozenset({Kind.F, Kind.B, Kind.I, Kind.W})
+COMPUTE_KINDS = frozenset({Kind.F, Kind.B, Kind.I, Kind.W, Kind.OVERLAP_F_B})
 BACKWARD_KINDS = frozenset({Kind.B, Kind.I, Kind.W})
 SEND_KINDS = frozenset({Kind.SEND_F, Kind.SEND_B})
 RECV_KINDS = frozenset({Kind.RECV_F, Kind.RECV_B})
@@ -53,6 +56,7 @@ LANE_OF_KIND: dict[Kind, str] = {
     Kind.I: "compute",
     Kind.W: "compute",
     Kind.OPT: "compute",
+    Kind.OVERLAP_F_B: "compute",
     Kind.SEND_F: "send",
     Kind.SEND_B: "send",
     Kind.RECV_F: "recv",
@@ -79,9 +83,17 @@ class Action(NamedTuple):
     def lane(self) -> str:
         return LANE_OF_KIND[self.kind]
 
+    @property
+    def parts(self) -> tuple[Action]:
+        """The plain actions this one runs: itself (an :class:`Overlap` runs two)."""
+        return (self,)
+
     @classmethod
     def parse(cls, text: str) -> Action:
-        """Parse the text form (``2F0``, ``0SEND_B3``, ``1OPT``) back into an Action; PlanError if it is none."""
+        """Parse the text form (``2F0``, ``0SEND_B3``, ``1OPT``) back into an Action, or the compound
+        form (``(0F3;3B1)OVERLAP_F_B``) into an :class:`Overlap`; PlanError if it is neither."""
+        if isinstance(text, str) and text.strip().startswith("("):
+            return Overlap.parse(text)  # type: ignore[return-value]
         m = _ACTION_RE.match(text.strip()) if isinstance(text, str) else None
         if not m:
             raise PlanError(f"not an action: {text!r} (expected e.g. '2F0', '0SEND_B3', '1OPT')")
@@ -97,7 +109,62 @@ class Action(NamedTuple):
             raise PlanError(f"not an action: {text!r}: kind {kind_text} needs a micro-batch index")
         if not needs_mb and mb != "":
             raise PlanError(f"not an action: {text!r}: kind {kind_text} takes no micro-batch index")
+        if kind is Kind.OVERLAP_F_B:
+            raise PlanError(f"not an action: {text!r}: an overlapped action is written (F;B)OVERLAP_F_B, e.g. "
+                            "'(0F3;3B1)OVERLAP_F_B'")
         return cls(int(stage), kind, int(mb) if mb else None)
+
+
+_OVERLAP_RE = re.compile(r"^\(([^;()]+);([^;()]+)\)OVERLAP_F_B$")
+
+
+class Overlap(NamedTuple):
+    """A forward and a backward of two micro-batches run as one compute action on one rank
+    (DualPipe, DualPipeV): each part's communication can hide under the other's compute. Its
+    fields are ordered so that it unpacks like an Action: ``forward, kind, backward = a``."""
+
+    forward: Action  #: an F
+    kind: Kind  #: always Kind.OVERLAP_F_B
+    backward: Action  #: a B or an I
+
+    @classmethod
+    def of(cls, forward: Action, backward: Action) -> Overlap:
+        if forward.kind is not Kind.F or backward.kind not in (Kind.B, Kind.I):
+            raise PlanError(f"an overlapped action holds a forward and a backward (B or I), got {forward} and "
+                            f"{backward}")
+        return cls(forward, Kind.OVERLAP_F_B, backward)
+
+    @property
+    def stage(self) -> int:
+        """The forward's stage (both parts run on one rank)."""
+        return self.forward.stage
+
+    @property
+    def microbatch(self) -> None:
+        return None
+
+    @property
+    def parts(self) -> tuple[Action, Action]:
+        return self.forward, self.backward
+
+    @property
+    def lane(self) -> str:
+        return "compute"
+
+    def __str__(self) -> str:
+        return f"({self.forward};{self.backward}){Kind.OVERLAP_F_B.value}"
+
+    @classmethod
+    def parse(cls, text: str) -> Overlap:
+        m = _OVERLAP_RE.match(text.strip())
+        if not m:
+            raise PlanError(f"not an action: {text!r} (an overlapped action is written e.g. '(0F3;3B1)OVERLAP_F_B')")
+        return cls.of(Action.parse(m.group(1)), Action.parse(m.group(2)))
+
+
+def parts(a: Action | Overlap) -> tuple[Action, ...]:
+    """The plain actions ``a`` runs: ``(a,)``, or an Overlap's forward and backward."""
+    return (a.forward, a.backward) if a.kind is Kind.OVERLAP_F_B else (a,)  # type: ignore[union-attr]
 
 
 # ----- communication: the two ends of a message ------------------------------------------------

@@ -25,20 +25,32 @@ DEFAULT_WEIGHTS = {Kind.F: 1.0, Kind.B: 2.0, Kind.I: 1.0, Kind.W: 1.0}
 
 
 def default_duration(a: Action) -> float:
+    """The relative weight of ``a``; an overlapped action, the sum of its parts' (nothing hidden)."""
+    if a.kind is Kind.OVERLAP_F_B:
+        return sum(DEFAULT_WEIGHTS[x.kind] for x in a.parts)
     return DEFAULT_WEIGHTS.get(a.kind, 0.0)
 
 
 def grad_producers(plan: Plan) -> dict[tuple[int, int | None], Kind]:
     """For every (stage, micro-batch): the kind that produces its input grad (B or I)."""
-    B, I = Kind.B, Kind.I
-    return {(a.stage, a.microbatch): a.kind for r in plan.actions for a in r if a.kind is B or a.kind is I}
+    B, I, OVERLAP = Kind.B, Kind.I, Kind.OVERLAP_F_B
+    out = {(a.stage, a.microbatch): a.kind for r in plan.actions for a in r if a.kind is B or a.kind is I}
+    for r in plan.actions:
+        for a in r:
+            if a.kind is OVERLAP:
+                b = a.backward  # type: ignore[union-attr]
+                out[(b.stage, b.microbatch)] = b.kind
+    return out
 
 
 def dependencies(a: Key, num_stages: int, grads: dict[tuple[int, int | None], Kind]) -> tuple[Key, ...]:
     """The compute actions whose output ``a`` consumes: the previous stage's forward (F), the own
     forward and the next stage's input grad (B, I), the own input grad (W). They come as plain
-    tuples (this runs for every action of every pass); ``Action(*d)`` when attributes are wanted."""
+    tuples (this runs for every action of every pass); ``Action(*d)`` when attributes are wanted.
+    An overlapped action needs what either of its parts needs."""
     s, kind, mb = a
+    if kind is Kind.OVERLAP_F_B:  # (forward, kind, backward): its parts never feed each other (validated)
+        return dependencies(s, num_stages, grads) + dependencies(mb, num_stages, grads)  # type: ignore[arg-type]
     if kind is Kind.F:
         return ((s - 1, kind, mb),) if s > 0 else ()
     if kind is Kind.B or kind is Kind.I:
@@ -69,6 +81,7 @@ def ideal_times(plan: Plan, duration: Duration = default_duration) -> tuple[list
     waiting: dict[Key, list[int]] = {}
     work = list(range(len(acts)))
     inputs, finished = dependencies, done.get
+    OVERLAP = Kind.OVERLAP_F_B
     while work:
         r = work.pop()
         ra = acts[r]
@@ -90,11 +103,12 @@ def ideal_times(plan: Plan, duration: Duration = default_duration) -> tuple[list
                 free = (start[0] + duration(a), start[1] + 1)
                 rank_starts[i] = start
                 rank_ends[i] = free
-                done[a] = free
                 i += 1
-                woken = waiting.pop(a, None)
-                if woken:
-                    work.extend(woken)
+                for part in (a.parts if a.kind is OVERLAP else (a,)):
+                    done[part] = free
+                    woken = waiting.pop(part, None)
+                    if woken:
+                        work.extend(woken)
                 continue
             break
         pos[r] = i

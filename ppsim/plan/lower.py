@@ -54,6 +54,7 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
     n_stages = plan.num_stages
     act = _action
     SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
+    OVERLAP = Kind.OVERLAP_F_B
     if not rendezvous:
         # receives right before their consumer, sends right after their producer: no sort needed
         ideal_times(plan, duration)  # rejects plans that cannot finish
@@ -62,16 +63,21 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
             seq: list[Action] = []
             add = seq.append
             for a in ra:
-                if a.kind in COMPUTE_KINDS:
+                if a.kind is OVERLAP:  # the receives of both parts before it
+                    for part in a.parts:
+                        for d_stage, d_kind, _ in dependencies(part, n_stages, grads):
+                            if where[d_stage] != r:
+                                add(act((part.stage, RECV_F if d_kind is Kind.F else RECV_B, part.microbatch)))
+                elif a.kind in COMPUTE_KINDS:
                     for d_stage, d_kind, _ in dependencies(a, n_stages, grads):
                         if where[d_stage] != r:
                             add(act((a.stage, RECV_F if d_kind is Kind.F else RECV_B, a.microbatch)))
                 add(a)
-                s, k, mb = a
-                if k is Kind.F and s < n_stages - 1 and where[s + 1] != r:
-                    add(act((s, SEND_F, mb)))
-                elif (k is Kind.B or k is Kind.I) and s > 0 and where[s - 1] != r:
-                    add(act((s, SEND_B, mb)))
+                for s, k, mb in (a.parts if a.kind is OVERLAP else (a,)):
+                    if k is Kind.F and s < n_stages - 1 and where[s + 1] != r:
+                        add(act((s, SEND_F, mb)))
+                    elif (k is Kind.B or k is Kind.I) and s > 0 and where[s - 1] != r:
+                        add(act((s, SEND_B, mb)))
             out.append(seq)
         return plan.with_actions(in_receive_order(out, where), lowered=True)
     starts, _ = ideal_times(plan, duration)
@@ -84,14 +90,16 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
             mine((t, depth, 1, 0, 0, 0, a))
             if a.kind not in COMPUTE_KINDS:
                 continue
-            for d_stage, d_kind, mb in dependencies(a, n_stages, grads):
-                pr = where[d_stage]
-                if pr == r:
-                    continue
-                is_act = d_kind is Kind.F
-                order = 1 if is_act else 0  # within one moment, grads before activations
-                entries[pr].append((t, depth, 0, order, d_stage, mb, act((d_stage, SEND_F if is_act else SEND_B, mb))))
-                mine((t, depth, 0, order, d_stage, mb, act((a.stage, RECV_F if is_act else RECV_B, mb))))
+            for part in (a.parts if a.kind is OVERLAP else (a,)):
+                for d_stage, d_kind, mb in dependencies(part, n_stages, grads):
+                    pr = where[d_stage]
+                    if pr == r:
+                        continue
+                    is_act = d_kind is Kind.F
+                    order = 1 if is_act else 0  # within one moment, grads before activations
+                    entries[pr].append((t, depth, 0, order, d_stage, mb,
+                                        act((d_stage, SEND_F if is_act else SEND_B, mb))))
+                    mine((t, depth, 0, order, d_stage, mb, act((part.stage, RECV_F if is_act else RECV_B, mb))))
     lowered = []
     for es in entries:
         es.sort()
@@ -139,7 +147,7 @@ def add_step_end(plan: Plan, data_parallel: int = 1, clip: bool = False) -> Plan
     """Append, on every rank, the gradient all-reduce across data-parallel replicas (when there are
     several), with ``clip`` the gradient-norm all-reduce over the pipeline (once per rank, on its
     last virtual stage), and the optimizer step of each of its stages. Forward-only plans get none."""
-    has_backward = any(a.kind in BACKWARD_KINDS for r in plan.actions for a in r)
+    has_backward = any(a.kind in BACKWARD_KINDS or a.kind is Kind.OVERLAP_F_B for r in plan.actions for a in r)
     if not has_backward:
         return plan.with_actions(plan.actions, lowered=True)
     out = []

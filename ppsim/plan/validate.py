@@ -68,24 +68,37 @@ def validate_structure(plan: Plan, *, check_order: bool = True) -> Positions:
 
 
 def _positions(plan: Plan) -> Positions:
+    """Where every plain action sits; both parts of an overlapped action sit at its place."""
     acts, where = plan.actions, plan.stage_to_rank
     n_stages, m = len(where), plan.num_microbatches
     seen: Positions = {}
     for r, ra in enumerate(acts):
-        for i, a in enumerate(ra):
-            s, _, mb = a
-            if 0 <= s < n_stages and where[s] == r and (mb is None or 0 <= mb < m) and a not in seen:
-                seen[a] = (r, i)
-                continue
-            if not 0 <= s < n_stages:
-                raise fail(f"rank {r} step {i}: {a} names stage {s}, but the plan has {n_stages} stages", acts, {r: i})
-            if where[s] != r:
-                raise fail(f"rank {r} step {i}: {a} belongs to stage {s}, which runs on rank {where[s]}", acts, {r: i})
-            if a not in seen:
-                raise fail(f"rank {r} step {i}: {a} names micro-batch {mb}, but the plan has {m}", acts, {r: i})
-            r0, i0 = seen[a]
-            raise fail(f"{a} appears twice (rank {r0} step {i0} and rank {r} step {i})", acts, {r0: i0, r: i})
+        for i, x in enumerate(ra):
+            for a in (x.parts if x.kind is Kind.OVERLAP_F_B else (x,)):
+                _place(a, r, i, seen, acts, where, n_stages, m)
+            if x.kind is Kind.OVERLAP_F_B:
+                f, b = x.parts
+                if f.microbatch == b.microbatch and f.stage == b.stage:
+                    raise fail(f"rank {r} step {i}: {x} overlaps a micro-batch's backward with its own forward",
+                               acts, {r: i})
     return seen
+
+
+def _place(a: Action, r: int, i: int, seen: Positions, acts: Sequence[Sequence[Action]], where: tuple[int, ...],
+           n_stages: int, m: int) -> None:
+    """Record that ``a`` sits at rank ``r``, index ``i``, or raise if it cannot be there."""
+    s, _, mb = a
+    if 0 <= s < n_stages and where[s] == r and (mb is None or 0 <= mb < m) and a not in seen:
+        seen[a] = (r, i)
+        return
+    if not 0 <= s < n_stages:
+        raise fail(f"rank {r} step {i}: {a} names stage {s}, but the plan has {n_stages} stages", acts, {r: i})
+    if where[s] != r:
+        raise fail(f"rank {r} step {i}: {a} belongs to stage {s}, which runs on rank {where[s]}", acts, {r: i})
+    if a not in seen:
+        raise fail(f"rank {r} step {i}: {a} names micro-batch {mb}, but the plan has {m}", acts, {r: i})
+    r0, i0 = seen[a]
+    raise fail(f"{a} appears twice (rank {r0} step {i0} and rank {r} step {i})", acts, {r0: i0, r: i})
 
 
 def _check_complete(plan: Plan, seen: Positions, check_order: bool) -> None:

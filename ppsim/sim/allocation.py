@@ -2,7 +2,8 @@
 the exact peak that needs no simulation.
 
 A forward allocates its micro-batch's activations of its stage; the backward frees them (or, when
-the backward is split, the weight-grad half does). A rank runs its actions one at a time in plan
+the backward is split, the weight-grad half does). An overlapped forward and backward allocates
+the forward's at its start and frees the backward's at its end. A rank runs its actions one at a time in plan
 order, so its held bytes after each action — and so its peak — depend on that order alone, not on
 when the actions run: :func:`peak_memory_bytes` is the simulated peak, without simulating.
 """
@@ -15,7 +16,7 @@ from ppsim.plan import Kind, Plan
 
 def memory_deltas(plan: Plan, costs: CostTable) -> dict[tuple[int, Kind], tuple[int, int]]:
     """(bytes allocated at its start, bytes freed at its end, negative) of each (stage, kind) that computes."""
-    split = {a.stage for r in plan.actions for a in r if a.kind is Kind.W}
+    split = {a.stage for r in plan.actions for a in r if a.kind is Kind.W}  # (a W is never inside an overlap)
     out: dict[tuple[int, Kind], tuple[int, int]] = {}
     for st, c in enumerate(costs.stages):
         held = c.activation_bytes
@@ -48,9 +49,13 @@ def peak_memory_bytes(plan: Plan, costs: CostTable) -> list[float]:
     for r, actions in enumerate(plan.actions):
         held = peak = 0
         for a in actions:
-            op = deltas.get((a.stage, a.kind))
-            if op is None:
-                continue
+            if a.kind is Kind.OVERLAP_F_B:  # the forward's activations at its start, the backward's freed at its end
+                f, b = a.parts
+                op = (deltas[(f.stage, f.kind)][0], deltas[(b.stage, b.kind)][1])
+            else:
+                op = deltas.get((a.stage, a.kind))  # type: ignore[assignment]
+                if op is None:
+                    continue
             held += op[0]
             peak = max(peak, held)
             held += op[1]

@@ -1,12 +1,18 @@
 """How long each action of a plan takes, from a CostTable: the one table of which StageCost field
-times which kind, used by the simulator and by lowering (which places messages by the same times)."""
+times which kind, used by the simulator and by lowering (which places messages by the same times).
+
+An overlapped forward and backward (:class:`~ppsim.plan.Overlap`) takes both passes' time less the
+communication each hides under the other's compute: a pass's communication (its tensor-parallel
+collectives, ``StageCost.forward_comm_ms`` / ``backward_comm_ms``) runs while the other pass
+computes, up to that compute. Without communication inside the passes nothing is hidden: the
+overlap then only reorders work, as torch's runtime runs it (its parts one after the other)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from ppsim.costs.table import CostTable
-from ppsim.plan import Action, Kind
+from ppsim.plan import Action, Kind, Overlap
 
 #: the StageCost field that gives the duration of each kind that occupies the compute lane
 DURATION_FIELD: dict[Kind, str] = {Kind.F: "forward_ms", Kind.B: "backward_ms", Kind.I: "input_grad_ms",
@@ -14,13 +20,26 @@ DURATION_FIELD: dict[Kind, str] = {Kind.F: "forward_ms", Kind.B: "backward_ms", 
 _BACKWARD_PIECES = frozenset({Kind.F, Kind.B, Kind.I, Kind.W})
 
 
+def overlapped_ms(costs: CostTable, a: Overlap) -> float:
+    """How long ``a`` (a forward and a backward overlapped) takes: both passes, less the
+    communication of each that the other's compute hides."""
+    f, b = costs.stages[a.forward.stage], costs.stages[a.backward.stage]
+    backward = getattr(b, DURATION_FIELD[a.backward.kind])
+    f_comm, b_comm = min(f.forward_comm_ms, f.forward_ms), min(b.backward_comm_ms, backward)
+    hidden = min(f_comm, backward - b_comm) + min(b_comm, f.forward_ms - f_comm)
+    return f.forward_ms + backward - hidden
+
+
 def compute_ms(costs: CostTable) -> Callable[[Action], float]:
-    """Duration of a compute action (F, B, I, W) of the table's stages; 0 for every other kind
-    (what :func:`ppsim.plan.lower` needs to place messages on the ideal timeline)."""
+    """Duration of a compute action (F, B, I, W, an overlapped F and B) of the table's stages; 0 for
+    every other kind (what :func:`ppsim.plan.lower` needs to place messages on the ideal timeline)."""
     table = {(k, kind): getattr(c, field) for k, c in enumerate(costs.stages)
              for kind, field in DURATION_FIELD.items() if kind in _BACKWARD_PIECES}
+    overlap = Kind.OVERLAP_F_B
 
     def duration(a: Action) -> float:
+        if a.kind is overlap:
+            return overlapped_ms(costs, a)  # type: ignore[arg-type]
         return table.get((a.stage, a.kind), 0.0)
 
     return duration

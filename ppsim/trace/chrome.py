@@ -120,6 +120,8 @@ def to_chrome_trace(trace: Trace) -> dict[str, Any]:
         args: dict[str, Any] = {"stage": a.stage}
         if a.microbatch is not None:
             args["microbatch"] = a.microbatch
+        if len(a.parts) > 1:  # an overlapped forward and backward: what each part is
+            args["forward"], args["backward"] = (str(x) for x in a.parts)
         args["start_ms"] = s.start
         args["end_ms"] = s.end
         if s.bytes is not None:

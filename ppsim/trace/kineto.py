@@ -77,7 +77,7 @@ class _RankFile:
 
     @property
     def stages(self) -> tuple[int, ...]:
-        return tuple(sorted({a.stage for spans in self.spans.values() for a, _, _ in spans}))
+        return tuple(sorted({x.stage for spans in self.spans.values() for a, _, _ in spans for x in a.parts}))
 
 
 def load_kineto(paths: list[Path]) -> Trace:
@@ -124,9 +124,6 @@ def _read_rank(path: Path) -> _RankFile:
         text = str(e["name"])[len(PREFIX):]
         if text.endswith(SKIPPED):
             continue
-        if text.endswith("OVERLAP_F_B") or text.startswith("("):
-            raise TraceError(f"{path}: {e['name']} is an overlapped forward and backward (DualPipeV), which this "
-                             "ppsim does not model yet")
         try:
             action = Action.parse(text)
         except PlanError as exc:

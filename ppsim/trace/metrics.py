@@ -129,12 +129,12 @@ def peak_activations(spans: list[Span], chunks: int) -> float:
     events: list[tuple[float, int, float]] = []
     weight = 1.0 / chunks
     for s in spans:
-        k = s.action.kind
-        key = (s.action.stage, s.action.microbatch)
-        if k is Kind.F:
-            events.append((s.start, 1, weight))
-        if (k is Kind.B) or (k is Kind.W) or (k is Kind.I and key not in split):
-            events.append((s.end, 0, -weight))
+        for a in s.action.parts:  # an overlapped action: its forward at its start, its backward at its end
+            k = a.kind
+            if k is Kind.F:
+                events.append((s.start, 1, weight))
+            if (k is Kind.B) or (k is Kind.W) or (k is Kind.I and (a.stage, a.microbatch) not in split):
+                events.append((s.end, 0, -weight))
     # an inference plan frees nothing: a forward holds its activations only while it runs
     if not any(e[2] < 0 for e in events):
         events += [(s.end, 0, -weight) for s in spans if s.action.kind is Kind.F]

@@ -18,6 +18,7 @@ KIND_COLORS: dict[Kind, str] = {
     Kind.RECV_B: "#BAB0AC",
     Kind.REDUCE_GRAD: "#EECA3B",
     Kind.CLIP: "#79706E",
+    Kind.OVERLAP_F_B: "#8E6BBF",  #: an overlapped forward and backward (DualPipe)
 }
 UNKNOWN_KIND_COLOR = "#888888"
 

@@ -13,6 +13,7 @@ from ppsim.plan.plan import Plan
 from ppsim.plan.schedules import auto
 from ppsim.plan.schedules.base import Chunks, Microbatches, Placement, ScheduleInfo
 from ppsim.plan.schedules.controllable import v_half, v_min
+from ppsim.plan.schedules.dualpipe import dualpipev
 from ppsim.plan.schedules.fill_drain import gpipe, inference, looped_bfs
 from ppsim.plan.schedules.from_file import FILE_PREFIX, from_file
 from ppsim.plan.schedules.one_f_one_b import interleaved_1f1b, one_f_one_b
@@ -27,6 +28,11 @@ def _whole_rounds(p: int, m: int, v: int) -> int | None:
     """torch's interleaved zero bubble runs m in max(1, m // p) equal rounds."""
     fits = lambda n: n % max(1, n // p) == 0  # noqa: E731
     return None if fits(m) else next(n for n in range(m + 1, 2 * m + p) if fits(n))
+
+
+def _at_least_two_per_stage(p: int, m: int, v: int) -> int | None:
+    """DualPipeV needs a micro-batch per virtual stage (m >= 2p)."""
+    return None if m >= 2 * p else 2 * p
 
 
 def _interleaved_peak(p: int, m: int, v: int) -> float:
@@ -68,6 +74,10 @@ SCHEDULES: dict[str, ScheduleInfo] = {
         ScheduleInfo("v-min", "V-Min: V placement, split backward, a third of 1F1B's activations",
                      v_min, chunks=V_SHAPED, placement=Placement.V, splits_backward=True,
                      memory="(p + 4) // 3", peak_activations=lambda p, m, v: min((p + 4) // 3, m)),
+        ScheduleInfo("dualpipev", "DualPipeV (DeepSeek): V placement, a forward and a backward overlapped as one action",
+                     dualpipev, chunks=V_SHAPED, placement=Placement.V, splits_backward=True, overlaps=True,
+                     microbatches=Microbatches("at least 2p", _at_least_two_per_stage),
+                     memory="p + 1/2", peak_activations=lambda p, m, v: p + 0.5),
         ScheduleInfo("interleaved-zb", "Interleaved zero bubble: Megatron's interleaving with split backward",
                      interleaved_zb, chunks=TWO_OR_MORE, splits_backward=True,
                      microbatches=Microbatches("max(1, m // p) equal rounds", _whole_rounds),

@@ -1,11 +1,14 @@
 """A plain torch.distributed.pipelining job, profiled as a user of it would: no ppsim, no ppexec.
 
-Two ranks train four stages of a small MLP with torch's own ScheduleInterleaved1F1B (loop
-placement: rank r holds stages r and r + 2), 4 micro-batches, and the torch profiler records
-three steps (``schedule(wait=1, warmup=1, active=3)``), one Kineto JSON per rank. The files in
-this folder were written by
+Two ranks train four stages of a small MLP with one of torch's own multi-stage schedules —
+ScheduleInterleaved1F1B by default (loop placement: rank r holds stages r and r + 2), or
+ScheduleDualPipeV (V placement: rank r holds stages r and 3 - r; overlapped forward and backward
+actions) — 4 micro-batches, and the torch profiler records three steps
+(``schedule(wait=1, warmup=1, active=3)``), one Kineto JSON per rank. The files in this folder
+were written by
 
     OMP_NUM_THREADS=1 torchrun --nproc-per-node 2 tests/data/kineto/make_fixture.py tests/data/kineto
+    OMP_NUM_THREADS=1 torchrun --nproc-per-node 2 tests/data/kineto/make_fixture.py tests/data/kineto/dualpipev DualPipeV
 
 and tests/test_kineto.py reads them (and, as a slow test, makes new ones and reads those).
 """
@@ -18,31 +21,42 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B
+from torch.distributed.pipelining import PipelineStage, ScheduleDualPipeV, ScheduleInterleaved1F1B
 from torch.profiler import ProfilerActivity, profile, schedule
 
 HIDDEN, MICROBATCHES, STAGES, STEPS = 64, 4, 4, 5
 
 
-def main(out: Path) -> None:
+SCHEDULES = {"Interleaved1F1B": ScheduleInterleaved1F1B, "DualPipeV": ScheduleDualPipeV}
+
+
+def main(out: Path, schedule_name: str = "Interleaved1F1B") -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
-    layers = [nn.Sequential(nn.Linear(HIDDEN, 4 * HIDDEN), nn.GELU(), nn.Linear(4 * HIDDEN, HIDDEN))
-              for _ in range(STAGES)]
-    mine = [s for s in range(STAGES) if s % world == rank]
-    stages = [PipelineStage(layers[s], s, STAGES, torch.device("cpu")) for s in mine]
-    pipe = ScheduleInterleaved1F1B(stages, MICROBATCHES, loss_fn=nn.MSELoss())
-    optimizer = torch.optim.SGD([p for s in mine for p in layers[s].parameters()], lr=0.01)
     x, y = torch.randn(MICROBATCHES * 4, 16, HIDDEN), torch.randn(MICROBATCHES * 4, 16, HIDDEN)
+    width = HIDDEN
+    if schedule_name == "DualPipeV":
+        # torch 2.13's split backward detaches the stage's output in place, which fails when it is a
+        # view, as a Linear's output of a 3-d input is ("Can't detach views in-place"): 2-d samples
+        x, y, width = x.flatten(1), y.flatten(1), 16 * HIDDEN
+    layers = [nn.Sequential(nn.Linear(width, 4 * HIDDEN), nn.GELU(), nn.Linear(4 * HIDDEN, width))
+              for _ in range(STAGES)]
+    if schedule_name == "DualPipeV":  # V placement: down the V on the way in, back up on the way out
+        mine = [rank, STAGES - 1 - rank]
+    else:
+        mine = [s for s in range(STAGES) if s % world == rank]
+    stages = [PipelineStage(layers[s], s, STAGES, torch.device("cpu")) for s in mine]
+    pipe = SCHEDULES[schedule_name](stages, MICROBATCHES, loss_fn=nn.MSELoss())
+    optimizer = torch.optim.SGD([p for s in mine for p in layers[s].parameters()], lr=0.01)
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=STEPS - 2)) as prof:
         for _ in range(STEPS):
             optimizer.zero_grad()
-            if 0 in mine:
-                pipe.step(x)
-            else:
-                pipe.step(target=y, losses=[])
+            first, last = 0 in mine, STAGES - 1 in mine
+            args = (x,) if first else ()
+            kwargs = {"target": y, "losses": []} if last else {}
+            pipe.step(*args, **kwargs)
             optimizer.step()
             prof.step()
     out.mkdir(parents=True, exist_ok=True)
@@ -52,4 +66,4 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("."))
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("."), *sys.argv[2:3])
