@@ -9,7 +9,7 @@ from ppsim.costs import CostTable, Workload, build_workload
 from ppsim.inputs.hardware import get_device
 from ppsim.inputs.profile import Profile
 from ppsim.inputs.scenario import Scenario
-from ppsim.plan import Plan, lower, schedules
+from ppsim.plan import COMPUTE_KINDS, Plan, lower, schedules
 from ppsim.plan.schedules.list_scheduler import Timing
 from ppsim.sim import compute_ms, simulate
 from ppsim.trace import Trace
@@ -53,12 +53,17 @@ def auto_plan(s: Scenario, workload: Workload) -> Plan:
         lowered = lower(c.plan, s.data_parallel, compute_ms(costs), rendezvous=s.pipeline.comm == "rendezvous",
                         clip=s.training.grad_clip > 0)
         trace = simulate(lowered, costs, s.pipeline.comm)
-        timed.append((max(sp.end for sp in trace.spans) - min(sp.start for sp in trace.spans), c))
-    step_ms, best = min(timed, key=lambda x: (x[0], not x[1].hand_written))
+        start = min(sp.start for sp in trace.spans)
+        passes_end = max(sp.end for sp in trace.spans if sp.action.kind in COMPUTE_KINDS) - start
+        timed.append((max(sp.end for sp in trace.spans) - start, passes_end, c))
+    step_ms, passes_ms, best = min(timed, key=lambda x: (x[0], not x[2].hand_written))
     plan = Plan(schedule=auto.NAME, num_ranks=best.plan.num_ranks, num_microbatches=best.plan.num_microbatches,
                 chunks=1, stage_to_rank=best.plan.stage_to_rank, actions=best.plan.actions)
     plan.meta["search"] = {"chosen": best.how, "step_ms": step_ms, "considered": len(found),
-                         "simulated": {c.how: t for t, c in timed}}
+                           "simulated": {c.how: t for t, _, c in timed},
+                           # the passes' end against a time no plan's passes can beat on these costs
+                           "passes_ms": passes_ms,
+                           "bound_ms": auto.lower_bound(s.pipeline.stages, s.microbatches, timing, budget)}
     return plan
 
 

@@ -112,3 +112,39 @@ def test_the_list_scheduler_never_stalls_with_one_stage_per_rank(p: int, m: int,
     validate(plan)
     assert max(peak_held(orders, timing, True)) <= cap
     assert all(a.kind in (Kind.F, Kind.I, Kind.W) for o in orders for a in o)
+
+
+def _passes_end(s: Scenario) -> float:
+    trace = predict(s).trace
+    start = min(sp.start for sp in trace.spans)
+    return max(sp.end for sp in trace.spans if sp.action.kind in (Kind.F, Kind.B, Kind.I, Kind.W)) - start
+
+
+@settings(max_examples=25, deadline=None)
+@given(p=st.integers(1, 5), extra=st.integers(0, 8), budget_share=st.sampled_from([1.0, 1.5, 2.0]),
+       forward=st.lists(st.floats(0.5, 2.0), min_size=5, max_size=5), p2p=st.sampled_from([0.0, 0.2, 0.7]),
+       w_share=st.sampled_from([0.3, 0.5]))
+def test_no_plan_beats_the_bound(p: int, extra: int, budget_share: float, forward: list[float], p2p: float,
+                                 w_share: float) -> None:
+    """The bound auto reports is one: neither auto's plan nor any hand-written one that fits ends
+    its passes before it."""
+    from ppsim.plan.schedules.auto import lower_bound
+    from ppsim.predict import auto_inputs, scenario_workload
+
+    m, budget = p + extra, budget_share * p
+    s = _scenario(p, m, forward[:p], budget, p2p=p2p, w_share=w_share)
+    timing, budgets = auto_inputs(s, scenario_workload(s).costs)
+    bound = lower_bound(p, m, timing, budgets)
+    assert predict(s).plan.meta["search"]["bound_ms"] == pytest.approx(bound)
+    for name in ("auto", "1f1b", "zb-h1", "zb-h2", "gpipe"):
+        other = _scenario(p, m, forward[:p], budget, name, p2p=p2p, w_share=w_share)
+        if name == "auto" or _step_and_peak(other)[1] <= budget + 1e-9:
+            assert _passes_end(other) >= bound - 1e-9, name
+
+
+@pytest.mark.parametrize("forward, p2p", [([1.0] * 8, 0.0), ([1.0] * 7 + [1.6], 0.1), ([1.4] + [1.0] * 6 + [1.6], 0.1),
+                                          ([1.7 - 0.1 * i for i in range(8)], 0.1)])
+def test_auto_reaches_the_bound_where_one_stage_is_the_bottleneck(forward: list[float], p2p: float) -> None:
+    s = _scenario(8, 32, forward, 8, p2p=p2p)
+    search = predict(s).plan.meta["search"]
+    assert search["passes_ms"] == pytest.approx(search["bound_ms"])
