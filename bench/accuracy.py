@@ -5,8 +5,9 @@ one profile (``ppexec profile --runtime``: layer times, that runtime's overheads
 for every case of the matrix — schedule x micro-batches x partition — predicts the step with that
 profile (``ppsim run --profile``, with the runtime's send semantics), runs the same plan for real
 with ppexec (2 ranks, gloo, one core each) and compares the prediction with the run's median step
-(``ppsim compare``). DeepSpeed runs gpipe and 1f1b; torch also interleaved-1f1b (2 chunks) and
-zb-h1. Printed per case: predicted and measured step time, the signed step-time error
+(``ppsim compare``). DeepSpeed runs gpipe and 1f1b; torch every schedule (interleaved and V
+ones on 2 chunks; by default the matrix takes gpipe, 1f1b, interleaved-1f1b and zb-h1,
+``--schedules`` any others). Printed per case: predicted and measured step time, the signed step-time error
 (relative to measured), the largest per-stage bubble error in percentage points (per stage, the
 median over the recorded steps) and the run's own step-to-step spread (half the inter-quartile
 range over the median). Then the median and maximum |step-time error| and the maximum bubble
@@ -52,9 +53,15 @@ MODELS = {
 #: a deliberately uneven partition: one block on the first stage, three (and the head) on the last
 UNEVEN = [1, 3]
 TARGET_MEDIAN, TARGET_MAX, TARGET_BUBBLE_PP = 0.05, 0.10, 3.0
-#: what each runtime runs of the matrix (chunks per rank of each schedule)
-SCHEDULES = {"deepspeed": {"gpipe": 1, "1f1b": 1},
-             "torch": {"gpipe": 1, "1f1b": 1, "interleaved-1f1b": 2, "zb-h1": 1}}
+def _torch_schedules() -> dict[str, int]:
+    from ppsim.plan.schedules import SCHEDULES as REGISTRY
+
+    return {name: info.chunks.default for name, info in REGISTRY.items() if info.training}
+
+
+#: what each runtime runs of the matrix (chunks per rank of each schedule): DeepSpeed its two,
+#: torch every schedule that trains (interleaved ones on 2 chunks)
+SCHEDULES = {"deepspeed": {"gpipe": 1, "1f1b": 1}, "torch": _torch_schedules()}
 
 
 @dataclass
@@ -132,6 +139,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None, help="write the cases and the summary here")
     args = ap.parse_args()
     from ppexec.profile import measure_profile
+    from ppsim.plan.schedules import get as get_schedule
 
     models = args.models.split(",")
     unknown = [m for m in models if m not in MODELS]
@@ -161,6 +169,9 @@ def main() -> int:
                     # 4 blocks over 2 ranks x 2 chunks leave one partition only: balanced
                     kinds = partitions if SCHEDULES[runtime][schedule] == 1 else ["balanced"]
                     for m in mbs:
+                        if get_schedule(schedule).microbatches.nearest(2, m, SCHEDULES[runtime][schedule]):
+                            print(f"# {schedule} does not run m = {m} on 2 ranks: skipped", flush=True)
+                            continue
                         for partition in kinds:
                             c = run_case(runtime, model, schedule, m, partition, profile, args.steps, args.warmup,
                                          work)

@@ -38,7 +38,7 @@ from simpy.core import NORMAL
 from ppsim.costs.table import CostTable
 from ppsim.errors import PlanError
 from ppsim.gc_pause import gc_paused
-from ppsim.plan import Kind, Plan, render_grid
+from ppsim.plan import Kind, Overlap, Plan, render_grid
 from ppsim.sim.allocation import memory_deltas, static_memory_bytes
 from ppsim.sim.durations import DURATION_FIELD, compute_ms
 from ppsim.trace import Counter, Span, Trace, plan_meta
@@ -83,7 +83,6 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
     rendezvous = semantics is CommSemantics.RENDEZVOUS
     blocking_send = semantics is not CommSemantics.ASYNC
     B, W, CLIP, OVERLAP = Kind.B, Kind.W, Kind.CLIP, Kind.OVERLAP_F_B
-    overlapped = compute_ms(costs)  # an overlapped forward and backward's duration
     SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
     stage_costs = costs.stages
     # duration and activation-memory change of every (stage, kind) that computes
@@ -91,6 +90,13 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
         (st, k): (getattr(stage_costs[st], DURATION_FIELD[k]), alloc, free)
         for (st, k), (alloc, free) in memory_deltas(plan, costs).items()
     }
+    duration = compute_ms(costs)
+
+    def overlapped_op(a: Overlap) -> tuple[float, int, int]:
+        """(duration, allocated, freed) of an overlapped forward and backward."""
+        f, b = a.parts
+        return duration(a), compute[(f.stage, f.kind)][1], compute[(b.stage, b.kind)][2]
+
     where = plan.stage_to_rank
     env = simpy.Environment()
     nbytes = costs.message_bytes
@@ -136,21 +142,11 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
         append = spans.append
         for i, a in enumerate(plan.actions[r]):
             s, k, mb = a
-            if k is OVERLAP:  # (forward, kind, backward): the forward's activations, the backward's free
-                f, b = a.parts
-                dur = overlapped(a)
-                alloc, free = compute[(f.stage, f.kind)][1], compute[(b.stage, b.kind)][2]
-                if overlap and (b.kind is B):
-                    last_backward[b.stage] = (t, t + dur)
-                held += alloc
-                points.append((t, held))
-                append(make_span((r, "compute", a, t, t + dur, None, None)))
-                t += dur
-                if free:
-                    held += free
-                    points.append((t, held))
-                continue
-            op = compute.get((s, k))
+            if k is OVERLAP:  # (forward, kind, backward): the forward's activations, the backward's freed
+                op = overlapped_op(a)
+                s, k = mb.stage, mb.kind  # the backward's: what a gradient all-reduce may overlap with
+            else:
+                op = compute.get((s, k))
             if op is not None:
                 dur, alloc, free = op
                 if overlap and (k is B or k is W):
