@@ -90,15 +90,22 @@ def prepare(s: Scenario, profile: Profile | None = None, runtime: str = "auto") 
     With a profile the partition and the order of sends and receives come from the measured costs,
     exactly as in ``ppsim run --profile``."""
     from ppexec.runtime import choose
-    from ppsim.predict import compute_plan, lowered_plan, scenario_workload
+    from ppsim.plan import schedules
+    from ppsim.predict import build, lower_built
 
     check_buildable(s)
-    chosen = choose(runtime, compute_plan(s), s)
-    s = s.with_overrides(comm=chosen.comm)
-    workload = scenario_workload(s, profile)
-    partition = workload.partition or []
-    s = s.with_overrides(partition=partition)
-    return Prepared(s, lowered_plan(s, workload), partition, chosen.name)
+    if schedules.get(s.pipeline.schedule).needs_costs and runtime == "auto":
+        runtime = "torch"  # its plan depends on the sends' semantics: build it once, for the runtime that runs any
+    built = build(s, profile)
+    chosen = choose(runtime, built.plan, s)
+    if chosen.comm != s.pipeline.comm:  # the plan for the runtime's sends (auto may pick another)
+        s = s.with_overrides(comm=chosen.comm)
+        built = build(s, profile)
+        chosen = choose(chosen.name, built.plan, s)
+    partition = built.workload.partition or []
+    # the scenario that describes the plan (auto's choice of several chunks has its own), partition explicit
+    described = built.scenario.with_overrides(comm=chosen.comm, partition=partition)
+    return Prepared(described, lower_built(built), partition, chosen.name)
 
 
 def check_buildable(s: Scenario) -> None:

@@ -53,11 +53,10 @@ def load_profile(path: str | Path) -> Profile:
 def build_plan(scenario: Scenario, *, lowered: bool = True, profile: Profile | None = None) -> Plan:
     """The scenario's plan: compute-only, or lowered (sends, receives, end of step) as the simulator
     and ppexec run it, its messages ordered by the scenario's (or the profile's) costs."""
-    from ppsim.predict import compute_plan, lowered_plan, scenario_workload
+    from ppsim.predict import build, lower_built
 
-    if not lowered:
-        return compute_plan(scenario)
-    return lowered_plan(scenario, scenario_workload(scenario, profile))
+    built = build(scenario, profile)
+    return lower_built(built) if lowered else built.plan
 
 
 def predict(scenario: Scenario, profile: Profile | None = None) -> Prediction:

@@ -195,3 +195,26 @@ def test_an_unknown_schedule_in_the_scenario_file_is_bad_input(tmp_path: Path) -
     res = invoke(app, "run", str(f))
     assert res.exit_code == 1, res.output
     assert "pipeline.schedule: unknown schedule 'nope'" in " ".join(res.output.split())
+
+
+@pytest.mark.parametrize("schedule, scenario, chunks, balanced", [
+    ("zb-v", GPT, 2, False),  # takes 2 chunks only
+    ("interleaved-1f1b", GPT, 2, False),  # 1 chunk would be plain 1F1B: its default, as the TUI picks
+    ("zb-v", str(SCENARIOS / "llama3-405b.yaml"), 2, True),  # 8 chunks and 128 layer counts given
+    ("1f1b", str(SCENARIOS / "llama3-405b.yaml"), 1, True),
+])
+def test_a_schedule_without_chunks_runs_its_own_and_says_so(schedule: str, scenario: str, chunks: int,
+                                                            balanced: bool) -> None:
+    res = invoke(app, "run", scenario, "--schedule", schedule, "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["chunks"] == chunks
+    note = " ".join(res.stderr.split())
+    assert f"schedule {schedule} runs {chunks} chunk" in note and "--chunks chooses" in note
+    assert ("partition is balanced" in note) == balanced
+
+
+def test_the_scenarios_own_chunks_stay_when_the_schedule_takes_them() -> None:
+    res = invoke(app, "run", str(SCENARIOS / "llama3-405b.yaml"), "--schedule", "interleaved-zb", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["chunks"] == 8 and "chunk" not in res.stderr

@@ -18,7 +18,7 @@ from ppsim.cli import app
 from ppsim.costs import build_workload
 from ppsim.errors import PpsimError
 from ppsim.inputs.scenario import load, parse_scenario
-from ppsim.predict import compute_plan, predict
+from ppsim.predict import build, predict
 from ppsim.search.tune.evaluate import evaluate
 from ppsim.search.tune.executors import run_local, run_ray
 from ppsim.search.tune.rank import explain, pareto_front, ranking
@@ -62,7 +62,7 @@ def test_the_memory_check_is_the_simulated_peak(schedule: str, p: int, m: int, r
         return
     s = parse_scenario(data)
     w = build_workload(s)
-    exact = peak_memory_bytes(compute_plan(s), w.costs)
+    exact = peak_memory_bytes(build(s, workload=w).plan, w.costs)
     simulated = [st.peak_memory_bytes for st in summarize(predict(s).trace).per_rank]
     assert exact == pytest.approx(simulated, rel=1e-12)
 

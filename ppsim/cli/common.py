@@ -150,8 +150,12 @@ def scenario_with(path: Path, plan: PlanOverrides = PlanOverrides(), ds_config: 
     chunks = chunks_for_schedule(s, plan)
     if chunks is not None:
         given["chunks"] = chunks
+        balanced = isinstance(s.pipeline.partition, list) and "partition" not in given
+        if balanced:  # the scenario's layer counts are for its own virtual stages
+            given["partition"] = "balanced"
         say("note", f"schedule {plan.schedule} runs {chunks} chunk{'s' if chunks > 1 else ''} per rank here "
-                    f"(the scenario has {s.pipeline.chunks}); --chunks chooses")
+                    f"(the scenario has {s.pipeline.chunks}); --chunks chooses"
+                    + ("; the partition is balanced over its virtual stages" if balanced else ""))
     return s.with_overrides(**given)
 
 

@@ -1,4 +1,4 @@
-"""``auto``: the plan with the least predicted step time whose activations fit each rank's cap.
+"""``auto``'s orders of one stage per rank: the candidates whose activations fit each rank's cap.
 
 The zero-bubble authors' scheduler tries eight flag settings of one greedy rule under one memory
 cap with every stage's costs set to their median. Here the search is wider and uses the stage's
@@ -12,9 +12,9 @@ own costs and message latencies:
   more than the tightest).
 
 Each candidate comes with the makespan of its own timeline (durations and latencies, messages
-free of bandwidth); the caller (:func:`ppsim.predict.auto_plan`) simulates the best of them and
-the hand-written ones with the full simulator and keeps the fastest, so ``auto`` is never slower
-than ZB-H1 or ZB-H2 at the same memory. Placement: one stage per rank (loop).
+free of bandwidth); the caller (:func:`ppsim.predict.auto.auto_build`) simulates the best of them,
+the hand-written ones, and the schedules of several chunks per rank on their own costs, and keeps
+the fastest that fits. :func:`lower_bound` is a step no plan of one stage per rank can beat.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from ppsim.errors import ScheduleError
 from ppsim.plan.action import Action, Kind
+from ppsim.plan.held import peak_held
 from ppsim.plan.plan import Plan, loop_placement
 from ppsim.plan.schedules.base import make_plan
 from ppsim.plan.schedules.fill_drain import gpipe
@@ -78,22 +79,6 @@ def rules(p: int, timing: Timing, split: bool) -> dict[str, Priority]:
     }
 
 
-def peak_held(orders: Sequence[Sequence[Action]], timing: Timing, split: bool) -> list[float]:
-    """Each rank's most activations held, in ``timing.activation`` units, as its order allocates them."""
-    frees = Kind.W if split else Kind.B
-    out = []
-    for order in orders:
-        held = peak = 0.0
-        for a in order:
-            if a.kind is Kind.F:
-                held += timing.activation[a.stage]
-                peak = max(peak, held)
-            elif a.kind is frees:
-                held -= timing.activation[a.stage]
-        out.append(peak)
-    return out
-
-
 def caps_to_try(p: int, m: int, largest: float) -> list[float]:
     """Caps in micro-batches: p (1F1B's), 2p - 1 (ZB-H2's), 2p, m and the largest allowed, those within it."""
     options = {float(p), float(2 * p - 1), float(2 * p), float(m), float(largest)}
@@ -110,8 +95,7 @@ def candidates(p: int, m: int, timing: Timing, budget: Sequence[float]) -> list[
     out: list[Candidate] = []
     for name, build in HAND_WRITTEN.items():
         plan = build(p, m, 1)
-        split = any(a.kind is Kind.W for a in plan.actions[0])
-        if all(h <= b + 1e-9 for h, b in zip(peak_held(plan.actions, timing, split), budget, strict=True)):
+        if all(h <= b + 1e-9 for h, b in zip(peak_held(plan, timing.activation), budget, strict=True)):
             out.append(Candidate(name, plan, _makespan(plan, timing), hand_written=True))
     largest = min(b / timing.activation[r] for r, b in enumerate(budget))
     caps: list[tuple[str, list[float]]] = [(f"cap {c:.3g} micro-batches", [c * timing.activation[r] for r in range(p)])
@@ -217,6 +201,6 @@ def lower_bound(p: int, m: int, timing: Timing, budget: Sequence[float]) -> floa
 
 
 def no_costs(num_ranks: int, num_microbatches: int, chunks: int = 1) -> Plan:
-    """``auto`` built without costs: the search needs them (:func:`ppsim.predict.auto_plan`)."""
+    """``auto`` built without costs: the search needs them (:func:`ppsim.predict.auto.auto_build`)."""
     raise ScheduleError("auto builds its plan from the stage costs: use ppsim run / plan on a scenario "
-                        "(or ppsim.predict.auto_plan), not a bare schedule build", field="pipeline.schedule")
+                        "(or ppsim.predict.auto.auto_build), not a bare schedule build", field="pipeline.schedule")

@@ -110,19 +110,24 @@ def list_schedule(num_microbatches: int, stage_to_rank: Sequence[int], split_bac
     held = [0.0] * p
     orders: list[list[Action]] = [[] for _ in range(p)]
     frees = Kind.W if split_backward else Kind.B
+    inf = float("inf")
+
+    def allowed(r: int, a: Action) -> bool:
+        return a.kind is not Kind.F or held[r] + timing.activation[a.stage] <= cap[r] + 1e-9
+
+    def next_start(r: int) -> float:
+        """When rank r can next start an action (inf: nothing it may run is known yet)."""
+        times = [t for a, t in known[r] if allowed(r, a)]
+        return max(free_at[r], min(times)) if times else inf
+
+    # when each rank can next start: only the rank that ran and those that learnt of new actions change
+    start_at = [next_start(r) for r in range(p)]
     for _ in range(total):
-        best: tuple[float, int] | None = None
-        for r in range(p):
-            times = [t for a, t in known[r] if a.kind is not Kind.F or held[r] + timing.activation[a.stage] <= cap[r] + 1e-9]
-            if times:
-                t = max(free_at[r], min(times))
-                if best is None or (t, r) < best:
-                    best = (t, r)
-        if best is None:
+        t = min(start_at)
+        if t == inf:
             return None  # every rank is at its cap with nothing to free
-        t, r = best
-        runnable = [(a, ta) for a, ta in known[r] if ta <= t + 1e-12 and (
-            a.kind is not Kind.F or held[r] + timing.activation[a.stage] <= cap[r] + 1e-9)]
+        r = start_at.index(t)
+        runnable = [(a, ta) for a, ta in known[r] if ta <= t + 1e-12 and allowed(r, a)]
         urgent = [x for x in runnable if x[0].kind is not Kind.W] if defer_weight_grads else runnable
         chosen = min(urgent or runnable, key=lambda x: priority(x[0]))
         a = chosen[0]
@@ -135,8 +140,13 @@ def list_schedule(num_microbatches: int, stage_to_rank: Sequence[int], split_bac
             held[r] += timing.activation[a.stage]
         elif a.kind is frees:
             held[r] -= timing.activation[a.stage]
+        changed = {r}
         for u in users(a):
             waiting_on[u] -= 1
             if waiting_on[u] == 0:
-                known[stage_to_rank[u.stage]].append((u, ready_at(u)))
+                ur = stage_to_rank[u.stage]
+                known[ur].append((u, ready_at(u)))
+                changed.add(ur)
+        for q in changed:
+            start_at[q] = next_start(q)
     return orders, max(free_at)

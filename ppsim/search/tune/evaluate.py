@@ -43,18 +43,18 @@ def evaluate(base: dict[str, Any], c: Candidate) -> Evaluation:
     """Build the candidate's scenario and costs, check its memory exactly, simulate it if it fits."""
     from ppsim.inputs.hardware import get_device
     from ppsim.inputs.scenario import parse_scenario
-    from ppsim.predict import compute_plan, predict, scenario_workload
+    from ppsim.predict import build, predict
     from ppsim.sim import peak_memory_bytes
     from ppsim.trace.metrics import summarize
 
     try:
         s = parse_scenario(apply(base, c), source="the plan")
-        workload = scenario_workload(s)
-        peak = max(peak_memory_bytes(compute_plan(s), workload.costs))
+        built = build(s)
+        peak = max(peak_memory_bytes(built.plan, built.workload.costs))
         capacity = get_device(s.hardware.device, s.hardware.device_file).memory_gb * 2**30
         if peak > capacity:
             return Evaluation(c, fits=False, peak_memory_bytes=peak, memory_capacity_bytes=capacity)
-        summary = summarize(predict(s, workload=workload).trace)
+        summary = summarize(predict(s, built=built).trace)
     except PpsimError as exc:
         return Evaluation(c, error=str(exc))
     return Evaluation(

@@ -11,15 +11,16 @@ from ppsim.views.text import gib, or_dash
 
 
 def search_line(search: dict) -> str:
-    """What schedule ``auto`` chose, against the next best plan it simulated and against a bound no
-    plan can beat."""
+    """What schedule ``auto`` chose, against the next best plan it simulated and (for a plan of one
+    stage per rank) against a bound no such plan can beat."""
     others = sorted((ms, how) for how, ms in search.get("simulated", {}).items() if how != search["chosen"])
     line = f"picked {search['chosen']}, the best of {search['considered']} plans ({search['step_ms']:,.1f} ms"
     line += f"; next {others[0][1]}: {others[0][0]:,.1f} ms)" if others else ")"
     if "bound_ms" in search and search["bound_ms"] > 0:  # traces of an older ppsim lack it
         gap = max(0.0, search["passes_ms"] / search["bound_ms"] - 1)
         where = "at" if gap < 5e-4 else f"{100 * gap:.1f} % above"
-        line += f"; its passes end {where} a bound no plan can beat ({search['bound_ms']:,.1f} ms)"
+        line += (f"; its passes end {where} a bound no plan of one stage per rank can beat "
+                 f"({search['bound_ms']:,.1f} ms)")
     return line
 
 

@@ -1,0 +1,107 @@
+"""Scenario -> costs -> Plan -> simulate -> Trace: the one path every command takes to a prediction.
+
+:func:`build` makes the compute-only plan and the costs it runs on (:class:`Built`); for every
+schedule but ``auto`` they are the scenario's schedule and costs. ``auto`` searches
+(:mod:`ppsim.predict.auto`) and may pick a schedule of several chunks, whose costs are laid out
+over its own virtual stages: so everything downstream — lowering, simulation, ppexec's partition —
+takes the plan and its costs together from one Built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ppsim.costs import Workload, build_workload
+from ppsim.inputs.hardware import get_device
+from ppsim.inputs.profile import Profile
+from ppsim.inputs.scenario import Scenario
+from ppsim.plan import Plan, lower, schedules
+from ppsim.sim import compute_ms, simulate
+from ppsim.trace import Trace
+
+
+@dataclass(frozen=True)
+class Prediction:
+    scenario: Scenario
+    plan: Plan  #: lowered
+    workload: Workload
+    trace: Trace
+
+
+@dataclass(frozen=True)
+class Built:
+    """A compute-only plan and what it runs on: the scenario that describes it (the scenario
+    itself, or, when ``auto`` picked a schedule of several chunks, the scenario with that schedule
+    and chunks) and that scenario's costs."""
+
+    scenario: Scenario
+    plan: Plan
+    workload: Workload
+
+
+def build(s: Scenario, profile: Profile | None = None, workload: Workload | None = None) -> Built:
+    """The scenario's compute-only plan and its costs (``workload``: the scenario's, when the
+    caller has them already); ``auto`` searches on them."""
+    info = schedules.get(s.pipeline.schedule)
+    w = workload or scenario_workload(s, profile)
+    if info.needs_costs:
+        from ppsim.predict.auto import auto_build
+
+        return auto_build(s, w, profile)
+    return Built(s, info.build(s.pipeline.stages, s.microbatches, s.pipeline.chunks), w)
+
+
+def stage_to_rank(s: Scenario) -> tuple[int, ...]:
+    """Which rank runs each virtual stage under the scenario's schedule (its sizes checked)."""
+    info = schedules.get(s.pipeline.schedule)
+    info.check(s.pipeline.stages, s.microbatches, s.pipeline.chunks)
+    return info.stage_to_rank(s.pipeline.stages, s.pipeline.chunks)
+
+
+def scenario_workload(s: Scenario, profile: Profile | None = None) -> Workload:
+    """The scenario's costs for its schedule's placement of the virtual stages."""
+    return build_workload(s, profile, stage_to_rank(s))
+
+
+def lower_built(b: Built) -> Plan:
+    """The built plan with sends, receives and the end-of-step actions. Messages are placed by the
+    ideal timeline of its own costs and ordered for the scenario's send semantics."""
+    s = b.scenario
+    return lower(b.plan, s.data_parallel, compute_ms(b.workload.costs), rendezvous=s.pipeline.comm == "rendezvous",
+                 clip=s.training.grad_clip > 0)
+
+
+def workload_meta(s: Scenario, w: Workload, training: bool, profile: Profile | None = None) -> dict[str, Any]:
+    """Trace metadata the metrics read (what a step does, on how many devices)."""
+    return {
+        "scenario": s.name,
+        "device": s.hardware.device,
+        "dtype": s.model.dtype if s.model else None,
+        "data_parallel": s.data_parallel,
+        "micro_batch": s.training.micro_batch,
+        "global_batch": s.global_batch,
+        "seq_len": s.model.seq_len if s.model else None,
+        "samples_per_step": w.samples_per_step,
+        "tokens_per_step": w.tokens_per_step,
+        "model_flops_per_step": w.model_flops_per_step if training else w.forward_flops_per_step,
+        "peak_flops_per_device": w.peak_flops_per_device,
+        "num_devices": s.pipeline.stages * s.data_parallel * s.tensor_parallel,
+        "tensor_parallel": s.tensor_parallel,
+        "partition": w.partition,
+        "costs_from": "explicit" if s.costs is not None else "profile" if profile is not None else "model",
+        "device_memory_bytes": get_device(s.hardware.device, s.hardware.device_file).memory_gb * 2**30,
+        "recompute": s.training.recompute,
+        "zero_stage": s.training.zero_stage,
+    }
+
+
+def predict(s: Scenario, profile: Profile | None = None, workload: Workload | None = None,
+            built: Built | None = None) -> Prediction:
+    """Simulate one training step of the scenario (with measured costs when a profile is given;
+    ``workload``: the scenario's costs, ``built``: its plan and costs, when the caller has them)."""
+    b = built or build(s, profile, workload)
+    plan = lower_built(b)
+    trace = simulate(plan, b.workload.costs, s.pipeline.comm)
+    trace.meta.update(workload_meta(s, b.workload, schedules.get(s.pipeline.schedule).training, profile))
+    return Prediction(scenario=s, plan=plan, workload=b.workload, trace=trace)
