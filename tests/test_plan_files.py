@@ -46,6 +46,24 @@ def test_torchs_csv_with_bubbles_or_its_own_messages_is_read(tmp_path: Path, wit
         (x.rank, x.action, x.start, x.end) for x in ours.trace.spans]
 
 
+def test_torchs_dualpipev_csv_reads_as_ppsims_dualpipev(tmp_path: Path) -> None:
+    """Overlapped actions in a file: placement and sizes come from every part of them."""
+    pytest.importorskip("torch")
+    from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+
+    ops = get_schedule_ops("DualPipeV", 2, 4, num_stages_per_rank=2)
+    path = tmp_path / "dualpipev.csv"
+    path.write_text("\n".join(",".join("" if a is None else str(a) for a in r) for r in ops) + "\n")
+    info = schedules.get(f"file:{path}")
+    assert info.overlaps and info.splits_backward and info.training
+    s = gpt().with_overrides(stages=2, microbatches=4, chunks=2)
+    mine = predict(s.with_overrides(schedule=f"file:{path}"))
+    ours = predict(s.with_overrides(schedule="dualpipev"))
+    assert mine.plan.stage_to_rank == ours.plan.stage_to_rank == (0, 1, 1, 0)
+    assert [(x.rank, x.action, x.start, x.end) for x in mine.trace.spans] == [
+        (x.rank, x.action, x.start, x.end) for x in ours.trace.spans]
+
+
 def test_a_plan_file_runs_through_the_cli(tmp_path: Path) -> None:
     path = tmp_path / "mine.csv"
     path.write_text(schedules.build("1f1b", 4, 8).to_csv())

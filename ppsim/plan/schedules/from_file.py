@@ -49,7 +49,7 @@ def _info(path: str, mtime_ns: int, size: int) -> ScheduleInfo:
     def build(p: int, given_m: int, given_v: int) -> Plan:
         return plan
 
-    kinds = {a.kind for r in plan.actions for a in r}
+    kinds = {x.kind for r in plan.actions for a in r for x in a.parts}
     return ScheduleInfo(
         name=name,
         summary=f"the plan in {path}",
@@ -57,6 +57,7 @@ def _info(path: str, mtime_ns: int, size: int) -> ScheduleInfo:
         chunks=Chunks(minimum=v, maximum=v, default=v),
         placement=Placement.PLAN,
         splits_backward=Kind.I in kinds,
+        overlaps=any(a.kind is Kind.OVERLAP_F_B for r in plan.actions for a in r),
         training=bool(kinds & BACKWARD_KINDS),
         microbatches=Microbatches(f"exactly {m}, as in the file", only_the_files),
         ranks=ranks,
@@ -113,7 +114,7 @@ def from_torch_csv(text: str, name: str) -> Plan:
         raise PlanError("the CSV holds no actions (one row per rank, one action such as 0F0 per cell)")
     where: dict[int, int] = {}
     for r, actions in enumerate(rows):
-        for a in actions:
+        for a in (x for action in actions for x in action.parts):
             if where.setdefault(a.stage, r) != r:
                 raise PlanError(f"stage {a.stage} has actions on rank {where[a.stage]} and rank {r}; "
                                 "a stage runs on one rank")
@@ -123,7 +124,7 @@ def from_torch_csv(text: str, name: str) -> Plan:
         raise PlanError(f"stage {missing[0]} has no actions (the stages run 0 to {stages - 1})")
     if stages % len(rows):
         raise PlanError(f"{stages} stages over {len(rows)} ranks: every rank must hold the same number of stages")
-    microbatches = max(a.microbatch or 0 for r in rows for a in r) + 1
+    microbatches = max(x.microbatch or 0 for r in rows for a in r for x in a.parts) + 1
     return Plan(schedule=name, num_ranks=len(rows), num_microbatches=microbatches, chunks=stages // len(rows),
                 stage_to_rank=tuple(where[s] for s in range(stages)), actions=tuple(tuple(r) for r in rows))
 
