@@ -22,8 +22,8 @@ import time
 from ppsim.errors import PpsimError
 from ppsim.inputs.scenario import Scenario, parse_scenario
 from ppsim.plan import schedules
-from ppsim.predict import predict, scenario_workload
-from ppsim.predict.auto import auto_build
+from ppsim.prediction import predict, scenario_workload
+from ppsim.prediction.auto import auto_build
 from ppsim.trace.metrics import summarize
 
 HEAVY_LAST = [1.0] * 7 + [1.6]  #: the LM head's stage

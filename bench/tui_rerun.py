@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from ppsim.inputs.scenario import load
-from ppsim.predict import predict
+from ppsim.prediction import predict
 from ppsim.trace.metrics import summarize
 from ppsim.views.tui.state import TuiState
 from ppsim.views.tui.timeline import draw

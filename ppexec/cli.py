@@ -1,4 +1,4 @@
-"""The ``ppexec`` command: run a scenario's plan for real with DeepSpeed and record it.
+"""The ``ppexec`` command: run a scenario's plan for real (DeepSpeed or torch.distributed.pipelining) and record it.
 
 Exit codes: 0 success, 1 bad input or a failed run, 2 bad usage.
 """
@@ -43,7 +43,8 @@ def runtime_option() -> Runtime:
 
 app = typer.Typer(
     name="ppexec",
-    help="Run a ppsim plan for real with DeepSpeed's pipeline engine and record the measured timeline.",
+    help="Run a ppsim plan for real (DeepSpeed's pipeline engine or torch.distributed.pipelining) and record the "
+         "measured timeline.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -52,7 +53,7 @@ app = typer.Typer(
 
 @app.callback()
 def _root() -> None:
-    """ppexec: run the same plan ppsim simulates, with DeepSpeed, and record it."""
+    """ppexec: run the same plan ppsim simulates, with DeepSpeed or torch, and record it."""
 
 
 @app.command()

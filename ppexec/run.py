@@ -91,7 +91,7 @@ def prepare(s: Scenario, profile: Profile | None = None, runtime: str = "auto") 
     exactly as in ``ppsim run --profile``."""
     from ppexec.runtime import choose
     from ppsim.plan import schedules
-    from ppsim.predict import build, lower_built
+    from ppsim.prediction import build, lower_built
 
     check_buildable(s)
     if schedules.get(s.pipeline.schedule).needs_costs and runtime == "auto":
@@ -189,7 +189,7 @@ def execute(s: Scenario, opts: RunOptions, on_progress: Callable[[list[RankState
 def collect(out: Path, states: list[RankState] | None = None) -> RunResult:
     """Read a finished run folder (after any launcher) into measured traces and a summary."""
     from ppexec.launch import read_events
-    from ppsim.predict import scenario_workload, workload_meta
+    from ppsim.prediction import scenario_workload, workload_meta
     from ppsim.trace.metrics import step_time_ms
 
     spec = RunSpec.read(out)

@@ -17,7 +17,7 @@ from ppexec.run import RunOptions, RunResult, execute, prepare
 from ppsim.errors import PpsimError
 from ppsim.inputs.profile import Profile
 from ppsim.inputs.scenario import Scenario
-from ppsim.predict import Prediction, predict
+from ppsim.prediction import Prediction, predict
 from ppsim.trace import Trace
 from ppsim.trace.compare import Comparison, compare_traces
 from ppsim.trace.metrics import rank_metrics

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ppsim.inputs.profile import Profile
     from ppsim.inputs.scenario import Scenario
     from ppsim.plan import Plan
-    from ppsim.predict import Prediction
+    from ppsim.prediction import Prediction
     from ppsim.trace import Trace
     from ppsim.trace.compare import Comparison
     from ppsim.trace.metrics import Summary
@@ -53,7 +53,7 @@ def load_profile(path: str | Path) -> Profile:
 def build_plan(scenario: Scenario, *, lowered: bool = True, profile: Profile | None = None) -> Plan:
     """The scenario's plan: compute-only, or lowered (sends, receives, end of step) as the simulator
     and ppexec run it, its messages ordered by the scenario's (or the profile's) costs."""
-    from ppsim.predict import build, lower_built
+    from ppsim.prediction import build, lower_built
 
     built = build(scenario, profile)
     return lower_built(built) if lowered else built.plan
@@ -61,7 +61,7 @@ def build_plan(scenario: Scenario, *, lowered: bool = True, profile: Profile | N
 
 def predict(scenario: Scenario, profile: Profile | None = None) -> Prediction:
     """Simulate one training step: the Prediction's ``trace`` is what every metric and view reads."""
-    from ppsim.predict import predict as run
+    from ppsim.prediction import predict as run
 
     return run(scenario, profile)
 

@@ -51,9 +51,9 @@ def run_schedule(name: str, p: int, m: int, v: int = 1, *, forward: float = 1.0,
     return simulate(plan, costs, comm)
 
 
-def sh_commands(doc: Path) -> list[str]:
-    """Every command line of a Markdown file's ``sh`` code blocks, in order."""
-    blocks = re.findall(r"```sh\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
+def sh_commands(doc: Path, languages: str = "sh") -> list[str]:
+    """Every command line of a Markdown file's code blocks in ``languages`` (``sh``, ``bash|sh``), in order."""
+    blocks = re.findall(rf"```(?:{languages})\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
     return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
 
 

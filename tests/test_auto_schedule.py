@@ -14,7 +14,7 @@ from ppsim.errors import PpsimError
 from ppsim.inputs.scenario import Scenario, parse_scenario
 from ppsim.plan import Kind, loop_placement, schedules, validate
 from ppsim.plan.schedules.list_scheduler import Timing, list_schedule
-from ppsim.predict import predict
+from ppsim.prediction import predict
 from ppsim.trace.metrics import summarize
 
 
@@ -143,8 +143,8 @@ def test_no_plan_beats_the_bound(p: int, extra: int, budget_share: float, forwar
     """The bound auto reports is one: neither auto's plan nor any hand-written one that fits ends
     its passes before it."""
     from ppsim.plan.schedules.auto import lower_bound
-    from ppsim.predict import scenario_workload
-    from ppsim.predict.auto import auto_inputs
+    from ppsim.prediction import scenario_workload
+    from ppsim.prediction.auto import auto_inputs
 
     m, budget = p + extra, budget_share * p
     s = _scenario(p, m, forward[:p], budget, p2p=p2p, w_share=w_share)
@@ -163,8 +163,8 @@ def test_no_plan_beats_the_bound(p: int, extra: int, budget_share: float, forwar
 @pytest.mark.parametrize("forward, p2p", [([1.0] * 8, 0.0), ([1.0] * 7 + [1.6], 0.1), ([1.4] + [1.0] * 6 + [1.6], 0.1),
                                           ([1.7 - 0.1 * i for i in range(8)], 0.1)])
 def test_auto_reaches_the_bound_where_one_stage_is_the_bottleneck(forward: list[float], p2p: float) -> None:
-    from ppsim.predict import scenario_workload
-    from ppsim.predict.auto import auto_build
+    from ppsim.prediction import scenario_workload
+    from ppsim.prediction.auto import auto_build
 
     s = _scenario(8, 32, forward, 8, p2p=p2p)
     search = auto_build(s, scenario_workload(s), several_chunks=False).plan.meta["search"]

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from conftest import GPT_YAML, ROOT, SCENARIOS, gpt
 from ppsim.cli import app
 from ppsim.inputs.scenario import load
-from ppsim.predict import predict
+from ppsim.prediction import predict
 from ppsim.search.sweep import schedule_variants
 from ppsim.trace import Trace
 from ppsim.trace.compare import compare_traces

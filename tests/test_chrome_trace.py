@@ -16,7 +16,7 @@ from conftest import GPT_YAML
 from ppsim.errors import TraceError
 from ppsim.inputs.scenario import load
 from ppsim.plan import RECV_KINDS, SEND_KINDS, Action, Kind, matching
-from ppsim.predict import predict
+from ppsim.prediction import predict
 from ppsim.trace import LANES, Counter, Span, Trace
 from ppsim.trace.chrome import from_chrome_trace, to_chrome_trace, validate_chrome_trace, write_chrome_trace
 

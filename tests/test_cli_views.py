@@ -12,7 +12,7 @@ from browser import find_chromium
 from conftest import GPT_YAML, SCENARIOS, invoke
 from ppsim.cli import app
 from ppsim.inputs.scenario import load
-from ppsim.predict import predict
+from ppsim.prediction import predict
 from ppsim.search.sweep import grid_variants, schedule_variants
 from ppsim.trace.metrics import summarize
 from ppsim.views.render import png as png_module

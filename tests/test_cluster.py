@@ -15,7 +15,7 @@ from ppsim.costs import build_workload
 from ppsim.errors import ScenarioError
 from ppsim.inputs import cluster as cl
 from ppsim.inputs.scenario import load, parse_scenario
-from ppsim.predict import predict
+from ppsim.prediction import predict
 from ppsim.trace.metrics import summarize
 
 runner = CliRunner()

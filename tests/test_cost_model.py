@@ -135,7 +135,7 @@ def test_zero_1_without_data_parallelism_changes_nothing() -> None:
 
 
 def test_gpt_scenario_lands_in_the_published_mfu_range() -> None:
-    from ppsim.predict import predict
+    from ppsim.prediction import predict
     from ppsim.trace.metrics import summarize
 
     summary = summarize(predict(gpt()).trace)

@@ -12,7 +12,7 @@ import pytest
 from conftest import gpt
 from ppsim.errors import TraceError
 from ppsim.plan import Kind
-from ppsim.predict import predict
+from ppsim.prediction import predict
 from ppsim.trace import Trace
 from ppsim.trace.metrics import summarize
 from ppsim.views.render.gantt import gantt_figure, write_html
@@ -173,14 +173,14 @@ def test_empty_trace_is_a_clear_error(tmp_path) -> None:
 
 def test_plotly_is_not_imported_by_ppsim() -> None:
     code = (
-        "import sys, ppsim, ppsim.trace, ppsim.trace.metrics, ppsim.predict, ppsim.views.render.gantt\n"
+        "import sys, ppsim, ppsim.trace, ppsim.trace.metrics, ppsim.prediction, ppsim.views.render.gantt\n"
         "assert 'plotly' not in sys.modules, 'plotly imported at module import time'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_title_shows_peak_memory_per_rank() -> None:
-    from ppsim.predict import predict
+    from ppsim.prediction import predict
 
     fits = gantt_figure(predict(gpt().with_overrides(microbatches=16)).trace).layout.title.text
     assert "peak memory per rank" in fits and "of 80 GiB: fits" in fits

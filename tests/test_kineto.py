@@ -19,7 +19,7 @@ from ppsim.cli import app
 from ppsim.errors import TraceError
 from ppsim.inputs.scenario import parse_scenario
 from ppsim.plan import COMPUTE_KINDS, Kind
-from ppsim.predict import predict
+from ppsim.prediction import predict
 from ppsim.trace import Trace
 from ppsim.trace.load import load_trace, load_traces
 from ppsim.trace.metrics import step_time_ms, summarize

@@ -20,9 +20,9 @@ ALLOWED: dict[str, set[str]] = {
     "trace": {"plan"},
     "sim": {"plan", "costs", "trace"},
     "views": {"trace", "plan", "inputs"},
-    "predict": {"inputs", "costs", "plan", "sim", "trace"},
-    "search": {"inputs", "costs", "plan", "sim", "trace", "views", "predict"},
-    "cli": {"inputs", "costs", "plan", "sim", "trace", "views", "predict", "search"},
+    "prediction": {"inputs", "costs", "plan", "sim", "trace"},
+    "search": {"inputs", "costs", "plan", "sim", "trace", "views", "prediction"},
+    "cli": {"inputs", "costs", "plan", "sim", "trace", "views", "prediction", "search"},
 }
 
 
@@ -78,5 +78,5 @@ def test_every_package_says_what_it_is(package: str) -> None:
 
 def test_the_checker_sees_imports_inside_functions(tmp_path: Path) -> None:
     mod = tmp_path / "m.py"
-    mod.write_text("def f():\n    from ppsim.predict import predict\n    import ppexec.run\n")
-    assert _ppsim_imports(mod) == {"predict", "ppexec"}
+    mod.write_text("def f():\n    from ppsim.prediction import predict\n    import ppexec.run\n")
+    assert _ppsim_imports(mod) == {"prediction", "ppexec"}

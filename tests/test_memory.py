@@ -15,7 +15,7 @@ from ppsim.costs import build_workload
 from ppsim.costs.memory import block_activation_bytes, model_state_bytes_per_param, static_memory
 from ppsim.errors import ScenarioError
 from ppsim.inputs.scenario import load, parse_scenario
-from ppsim.predict import predict
+from ppsim.prediction import predict
 from ppsim.trace.metrics import summarize
 
 GPT = GPT_YAML

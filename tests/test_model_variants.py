@@ -13,7 +13,7 @@ from ppsim.costs.layers import gpt_layers
 from ppsim.costs.memory import block_activation_bytes
 from ppsim.errors import ScenarioError
 from ppsim.inputs.scenario import ModelSpec, load, parse_scenario
-from ppsim.predict import predict
+from ppsim.prediction import predict
 from ppsim.trace.metrics import summarize
 
 LLAMA3 = SCENARIOS / "llama3-405b.yaml"

@@ -15,7 +15,7 @@ from ppsim.costs import build_workload
 from ppsim.costs.partition import balanced_over_ranks
 from ppsim.inputs.scenario import parse_scenario
 from ppsim.plan import loop_placement, v_placement
-from ppsim.predict import predict, stage_to_rank
+from ppsim.prediction import predict, stage_to_rank
 from ppsim.trace.metrics import summarize
 
 

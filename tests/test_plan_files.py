@@ -11,7 +11,7 @@ from conftest import GPT_YAML, SCENARIOS, gpt, invoke
 from ppsim.cli import app
 from ppsim.errors import PpsimError
 from ppsim.plan import schedules
-from ppsim.predict import predict
+from ppsim.prediction import predict
 
 
 def test_a_saved_plan_json_predicts_what_its_schedule_does(tmp_path: Path) -> None:

@@ -166,7 +166,8 @@ def _assert_weights_equal(run_dir: Path, ref_params: dict[str, torch.Tensor]) ->
 
 TORCH_CASES = [(s, p) for s in ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1") for p in (2, 4)] + [
     ("zb-h2", 2), ("looped-bfs", 2), ("interleaved-zb", 2), ("zb-v", 2), ("zb-v", 4), ("interleaved-zb", 4),
-    ("v-half", 4), ("v-min", 2), ("dualpipev", 2), ("dualpipev", 4), ("auto", 2), ("auto", 4)]
+    ("v-half", 4), ("v-min", 2), ("dualpipev", 2), ("dualpipev", 4), ("auto", 2), ("auto", 4),
+    ("zb-h2", 4), ("looped-bfs", 4), ("v-half", 2), ("v-min", 4)]
 
 
 @pytest.mark.parametrize("schedule, stages", TORCH_CASES, ids=lambda v: str(v))
@@ -185,9 +186,9 @@ def test_the_torch_runtime_trains_every_schedule_like_one_process(tmp_path: Path
     assert _assert_weights_equal(tmp_path, ref_params) == set(ref_params)
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_both_runtimes_train_a_plan_they_both_run_alike(tmp_path: Path, schedule: str) -> None:
-    s = tiny(schedule, 2, 1)
+@pytest.mark.parametrize("schedule, stages", [("gpipe", 2), ("1f1b", 2), ("1f1b", 4)])
+def test_both_runtimes_train_a_plan_they_both_run_alike(tmp_path: Path, schedule: str, stages: int) -> None:
+    s = tiny(schedule, stages, 1)
     runs = {rt: execute(s, RunOptions(out=tmp_path / rt, steps=3, warmup=0, seed=7, lr=1e-2, timeout_s=60,
                                       save_params=True, runtime=rt)) for rt in ("deepspeed", "torch")}
     assert runs["torch"].losses == pytest.approx(runs["deepspeed"].losses, rel=1e-5, abs=1e-6)

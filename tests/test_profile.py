@@ -111,7 +111,7 @@ def test_a_negative_fitted_overhead_never_makes_an_input_grad_negative() -> None
     """A position's overhead is a fit and can come out below zero (seen for torch's runtime on the
     tiny model): it shortens the backward, but the weight grad stays within it, so a split
     backward's input grad is never negative and a zero-bubble prediction stays a valid trace."""
-    from ppsim.predict import predict
+    from ppsim.prediction import predict
 
     p = make_profile()
     p = p.model_copy(update={"overheads": {**p.overheads, "first": Overheads(

@@ -5,27 +5,24 @@ drives it); ``tune``'s searches 1,900 plans for minutes (tests/test_tune.py runs
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, invoke
+from conftest import ROOT, invoke, sh_commands
 from ppsim.cli import app
 
 README = ROOT / "README.md"
 
 
 def _ppsim_commands() -> list[list[str]]:
-    blocks = re.findall(r"```(?:bash|sh)\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
     out = []
-    for block in blocks:
-        for line in block.splitlines():
-            words = shlex.split(line, comments=True)
-            if words and words[0].endswith("bin/ppsim"):
-                out.append(words[1:])
+    for line in sh_commands(README, "bash|sh"):
+        words = shlex.split(line, comments=True)
+        if words and words[0].endswith("bin/ppsim"):
+            out.append(words[1:])
     return out
 
 

@@ -10,7 +10,7 @@ from conftest import SCENARIOS
 from ppsim.costs import build_workload
 from ppsim.errors import PpsimError, ScenarioError
 from ppsim.inputs.scenario import load, parse_scenario
-from ppsim.predict import predict
+from ppsim.prediction import predict
 from ppsim.trace.metrics import summarize
 
 BASE = {

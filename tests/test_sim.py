@@ -9,7 +9,7 @@ from ppsim.costs import CostTable, Link, StageCost
 from ppsim.errors import PlanError
 from ppsim.inputs.scenario import load
 from ppsim.plan import Action, Plan, lower, schedules
-from ppsim.predict import predict
+from ppsim.prediction import predict
 from ppsim.sim import compute_ms, simulate
 from ppsim.trace.metrics import summarize
 

@@ -17,7 +17,7 @@ from ppsim.errors import PpsimError
 from ppsim.inputs.scenario import Scenario, load
 from ppsim.plan import Action, Kind
 from ppsim.plan.schedules import SCHEDULES
-from ppsim.predict import predict
+from ppsim.prediction import predict
 from ppsim.trace import Span, Trace
 from ppsim.trace.load import load_trace
 from ppsim.views.tui.state import TuiState, Window, lane_spans

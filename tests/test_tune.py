@@ -18,7 +18,7 @@ from ppsim.cli import app
 from ppsim.costs import build_workload
 from ppsim.errors import PpsimError
 from ppsim.inputs.scenario import load, parse_scenario
-from ppsim.predict import build, predict
+from ppsim.prediction import build, predict
 from ppsim.search.tune.evaluate import evaluate
 from ppsim.search.tune.executors import run_local, run_ray
 from ppsim.search.tune.rank import explain, pareto_front, ranking

@@ -61,7 +61,7 @@ def run(
 ) -> None:
     """Simulate one training step of SCENARIO and print step time, throughput, MFU and bubbles."""
     from ppsim import outputs
-    from ppsim.predict import predict
+    from ppsim.prediction import predict
     from ppsim.trace.metrics import summarize
 
     with bad_input_exits():
@@ -354,7 +354,7 @@ def tui(
         from ppsim.views.tui.state import TuiState
 
         if scenario_like:
-            from ppsim.predict import predict
+            from ppsim.prediction import predict
 
             state = TuiState.from_scenario(scenario_with(files[0], plan, ds_config), lambda s: predict(s).trace)
         else:

@@ -54,7 +54,7 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
     """Per virtual stage costs of ``layout`` from the measured ``profile``; ``block_flops`` (the
     block's FLOPs) prices a recomputation the profile did not measure."""
     training, d, t = s.training, s.data_parallel, s.tensor_parallel
-    again_forward, again_backward = recompute_extra_ms(profile, training.recompute, block_flops)
+    recompute_forward_ms, recompute_backward_ms = recompute_extra_ms(profile, training.recompute, block_flops)
     n = len(layout.stages)
     link = profile_link(profile.link)
     # the collectives as measured, where the profile has them; else over the point-to-point link
@@ -69,17 +69,17 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
         tp_comm_forward, tp_comm_backward = 2 * tp_allreduce, (4 if training.recompute == "full" else 2) * tp_allreduce
         block, share = _tensor_parallel_block(profile, t, layout.activation_bytes, reduce_link,
                                               full_recompute=training.recompute == "full")
-        again_forward, again_backward = again_forward * share, again_backward * share
+        recompute_forward_ms, recompute_backward_ms = recompute_forward_ms * share, recompute_backward_ms * share
     stages = []
     for k, st in enumerate(layout.stages):
         parts = [block] * st.blocks + ([profile.embedding] if k == 0 else []) + ([profile.head] if k == n - 1 else [])
         extra = profile.overhead(k, n)
         reduce_ms, buckets = grad_allreduce(st.params * layout.dtype_bytes, d, reduce_link, training.allreduce,
                                             training.bucket_mb * 1e6)
-        backward_ms = max(0.0, extra.backward_ms + sum(x.backward_ms for x in parts) + st.blocks * again_backward)
+        backward_ms = max(0.0, extra.backward_ms + sum(x.backward_ms for x in parts) + st.blocks * recompute_backward_ms)
         stages.append(layout.stage_cost(
             k,
-            forward_ms=max(0.0, extra.forward_ms + sum(x.forward_ms for x in parts) + st.blocks * again_forward),
+            forward_ms=max(0.0, extra.forward_ms + sum(x.forward_ms for x in parts) + st.blocks * recompute_forward_ms),
             backward_ms=backward_ms,
             # the position's overhead is fitted and may be negative (noise): it shortens the input-grad
             # part, which is the framework's; the weight grad, measured alone, can be at most the backward

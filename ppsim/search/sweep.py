@@ -42,7 +42,7 @@ class Variant:
 def predict_variant(base: Scenario, label: str, overrides: dict[str, Any], profile: Profile | None = None,
                     notes: tuple[str, ...] = ()) -> Variant:
     """Predict ``base`` with ``overrides``; a PpsimError becomes the variant's error."""
-    from ppsim.predict import predict
+    from ppsim.prediction import predict
 
     try:
         trace = predict(base.with_overrides(**overrides), profile).trace

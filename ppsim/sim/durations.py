@@ -25,8 +25,8 @@ def overlapped_ms(costs: CostTable, a: Overlap) -> float:
     communication of each that the other's compute hides."""
     f, b = costs.stages[a.forward.stage], costs.stages[a.backward.stage]
     backward = getattr(b, DURATION_FIELD[a.backward.kind])
-    f_comm, b_comm = min(f.forward_comm_ms, f.forward_ms), min(b.backward_comm_ms, backward)
-    hidden = min(f_comm, backward - b_comm) + min(b_comm, f.forward_ms - f_comm)
+    forward_comm, backward_comm = min(f.forward_comm_ms, f.forward_ms), min(b.backward_comm_ms, backward)
+    hidden = min(forward_comm, backward - backward_comm) + min(backward_comm, f.forward_ms - forward_comm)
     return f.forward_ms + backward - hidden
 
 

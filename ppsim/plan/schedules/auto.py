@@ -12,7 +12,7 @@ own costs and message latencies:
   more than the tightest).
 
 Each candidate comes with the makespan of its own timeline (durations and latencies, messages
-free of bandwidth); the caller (:func:`ppsim.predict.auto.auto_build`) simulates the best of them,
+free of bandwidth); the caller (:func:`ppsim.prediction.auto.auto_build`) simulates the best of them,
 the hand-written ones, and the schedules of several chunks per rank on their own costs, and keeps
 the fastest that fits. :func:`lower_bound` is a step no plan of one stage per rank can beat.
 """
@@ -201,6 +201,6 @@ def lower_bound(p: int, m: int, timing: Timing, budget: Sequence[float]) -> floa
 
 
 def no_costs(num_ranks: int, num_microbatches: int, chunks: int = 1) -> Plan:
-    """``auto`` built without costs: the search needs them (:func:`ppsim.predict.auto.auto_build`)."""
+    """``auto`` built without costs: the search needs them (:func:`ppsim.prediction.auto.auto_build`)."""
     raise ScheduleError("auto builds its plan from the stage costs: use ppsim run / plan on a scenario "
-                        "(or ppsim.predict.auto.auto_build), not a bare schedule build", field="pipeline.schedule")
+                        "(or ppsim.prediction.auto.auto_build), not a bare schedule build", field="pipeline.schedule")

@@ -87,7 +87,7 @@ class ScheduleInfo:
     peak_activations: PeakActivations | None = None  #: the same as a formula, checked by the tests
     stage_to_rank_of: Callable[[int, int], tuple[int, ...]] | None = None  #: for Placement.PLAN
     ranks: int | None = None  #: the one rank count it runs (a plan file); None: any
-    needs_costs: bool = False  #: builds its order from the stage costs (``auto``): see ppsim.predict.build
+    needs_costs: bool = False  #: builds its order from the stage costs (``auto``): see ppsim.prediction.build
 
     def stage_to_rank(self, p: int, v: int) -> tuple[int, ...]:
         """Which rank runs each of the p x v virtual stages."""

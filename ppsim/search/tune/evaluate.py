@@ -43,7 +43,7 @@ def evaluate(base: dict[str, Any], c: Candidate) -> Evaluation:
     """Build the candidate's scenario and costs, check its memory exactly, simulate it if it fits."""
     from ppsim.inputs.hardware import get_device
     from ppsim.inputs.scenario import parse_scenario
-    from ppsim.predict import build, predict
+    from ppsim.prediction import build, predict
     from ppsim.sim import peak_memory_bytes
     from ppsim.trace.metrics import summarize
 

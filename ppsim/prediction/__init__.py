@@ -1,7 +1,7 @@
 """The one path from a scenario to a prediction: costs, the schedule's plan (``auto``'s search
 included), lowering, simulation, the Trace. Imports inputs, costs, plan, sim and trace."""
 
-from ppsim.predict.path import (
+from ppsim.prediction.path import (
     Built,
     Prediction,
     build,

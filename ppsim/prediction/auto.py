@@ -28,7 +28,7 @@ from ppsim.plan import COMPUTE_KINDS, Plan, schedules
 from ppsim.plan.held import peak_held
 from ppsim.plan.schedules import auto as orders
 from ppsim.plan.schedules.list_scheduler import Timing
-from ppsim.predict.path import Built, lower_built, scenario_workload
+from ppsim.prediction.path import Built, lower_built, scenario_workload
 from ppsim.sim import peak_memory_bytes, simulate
 
 #: how many of the list scheduler's best orders the simulator runs (besides every hand-written one)

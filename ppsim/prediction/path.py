@@ -2,7 +2,7 @@
 
 :func:`build` makes the compute-only plan and the costs it runs on (:class:`Built`); for every
 schedule but ``auto`` they are the scenario's schedule and costs. ``auto`` searches
-(:mod:`ppsim.predict.auto`) and may pick a schedule of several chunks, whose costs are laid out
+(:mod:`ppsim.prediction.auto`) and may pick a schedule of several chunks, whose costs are laid out
 over its own virtual stages: so everything downstream — lowering, simulation, ppexec's partition —
 takes the plan and its costs together from one Built.
 """
@@ -46,7 +46,7 @@ def build(s: Scenario, profile: Profile | None = None, workload: Workload | None
     info = schedules.get(s.pipeline.schedule)
     w = workload or scenario_workload(s, profile)
     if info.needs_costs:
-        from ppsim.predict.auto import auto_build
+        from ppsim.prediction.auto import auto_build
 
         return auto_build(s, w, profile)
     return Built(s, info.build(s.pipeline.stages, s.microbatches, s.pipeline.chunks), w)
