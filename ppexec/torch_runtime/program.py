@@ -3,10 +3,12 @@ runtime, fed the plan's actions, and the step's tail (clipping, optimizer steps)
 
 Timing: torch runs every action inside ``record_function("PP:<action>")``; during a step this
 module points that name, in torch's schedules module, at the rank's ActionClock, so every
-compute, send, receive and gradient reduction is timed at the one point torch itself labels.
-torch posts a receive in its RECV action and waits for it in the action that consumes the data;
-here the RECV action waits for it, so that waiting shows as the receive it is and a compute span
-is compute only (the plan puts each receive right before its consumer, so nothing moves).
+compute, send and gradient reduction is timed at the one point torch itself labels. torch posts a
+receive in its RECV action — here one compute action ahead of the plan's place for it
+(``translate.posted_early``), as torch's own lowering does, so the data moves while the rank
+computes — and waits for it in the action that consumes the data; here that wait is timed as the
+plan's receive, right before its consumer, so waiting shows as the receive it is and a compute
+span is compute only.
 
 The loss of a micro-batch is divided by the micro-batch count before its backward, and the
 data-parallel replicas average their gradients, as DeepSpeed does: the weights after a step are
@@ -29,7 +31,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ppexec.model import TORCH_DTYPES, Block, layer_factories, loss_fn, optimizer_state, stage_boundaries
 from ppexec.runtime import BatchOf, RankContext
-from ppexec.torch_runtime.translate import tail, torch_actions
+from ppexec.torch_runtime.translate import tail, torch_actions, waits_before
 from ppsim.plan import Kind
 
 
@@ -95,7 +97,7 @@ class TorchProgram:
             self.runtime.register_custom_function(_ComputationType.REDUCE_GRAD, self._reduce_grads)
         self.tail = tail(plan, self.pipe_rank)
         self.optimizers = {k: self._optimizer(self.modules[k], spec.lr, s.training.zero_stage) for k in mine}
-        self._receives = {str(a): a for a in plan.actions[self.pipe_rank] if a.kind in (Kind.RECV_F, Kind.RECV_B)}
+        self._waits = waits_before(list(plan.actions[self.pipe_rank]))
 
     def _optimizer(self, module: nn.Module, lr: float, zero_stage: int) -> torch.optim.Optimizer:
         if zero_stage >= 1 and self.replicas > 1:  # ZeRO-1: each replica keeps the Adam state of its shard
@@ -138,7 +140,7 @@ class TorchProgram:
     def _timed(self) -> Iterator[None]:
         """Torch's action labels, pointed at this rank's clock for the step."""
         labelled = torch_schedules.record_function
-        clock, runtime, receives = self.clock, self.runtime, self._receives
+        clock, runtime, waits = self.clock, self.runtime, self._waits
 
         @contextmanager
         def timed(name: str) -> Iterator[None]:
@@ -147,16 +149,19 @@ class TorchProgram:
                     yield
                 return
             text = name[3:]
-            with clock.action(text):
+            if "RECV_" in text:  # a receive is posted here, ahead; its wait is timed before its consumer
                 yield
-                a = receives.get(text)
-                if a is not None:  # wait here for what torch would wait for in the consumer
+                return
+            for a in waits.get(text, ()):  # the plan's receives before this action: wait for each
+                with clock.action(str(a)):
                     posted = runtime.fwd_recv_ops if a.kind is Kind.RECV_F else runtime.bwd_recv_ops
                     key = (a.stage, a.microbatch)
                     for work in posted.get(key, ()):
                         work.wait()
                     if key in posted:  # nothing left for the consumer to wait for: a gloo receive
                         posted[key] = []  # waited for twice would wait for a second message
+            with clock.action(text):
+                yield
 
         torch_schedules.record_function = timed
         try:

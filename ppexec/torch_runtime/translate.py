@@ -4,6 +4,11 @@ torch's action text form is ppsim's (``2F0``, ``0I3``, ``1SEND_B2``, ``0REDUCE_G
 compute, send, receive and gradient-reduction action maps to the torch action of the same text.
 Gradient clipping and the optimizer step have no torch counterpart: they are the rank's tail,
 run after torch's step in the plan's order.
+
+Receives are posted one compute action ahead of where the plan puts them (right before their
+consumer), as torch's own lowering posts them: the data then moves while the rank computes, as
+ppsim's model of posted sends assumes. The wait for it stays where the plan has the receive
+(``ppexec.torch_runtime.program`` times it there).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ppsim.errors import PlanError
-from ppsim.plan import Action, Kind, Plan
+from ppsim.plan import COMPUTE_KINDS, RECV_KINDS, Action, Kind, Plan
 
 #: the plan's kinds that run after torch's step (torch has no action for them)
 TAIL_KINDS = frozenset({Kind.CLIP, Kind.OPT})
@@ -25,13 +30,43 @@ def torch_actions(plan: Plan) -> dict[int, list[Any]]:
     out: dict[int, list[Any]] = {}
     for rank, actions in enumerate(plan.actions):
         out[rank] = []
-        for a in actions:
+        for a in posted_early(list(actions)):
             if a.kind in TAIL_KINDS:
                 continue
             torch_action = _Action.from_str(str(a))
             if str(torch_action) != str(a):  # from_str matches a prefix: check that the whole text came through
                 raise PlanError(f"torch reads action {a} as {torch_action}; this torch does not know ppsim's action")
             out[rank].append(torch_action)
+    return out
+
+
+def posted_early(actions: list[Action]) -> list[Action]:
+    """The rank's actions with each receive moved before the compute action that precedes it (its
+    relative order among the receives kept, so two ranks still match their messages in order)."""
+    out: list[Action] = []
+    last_compute = -1  # where in ``out`` the latest compute action sits
+    for a in actions:
+        if a.kind in RECV_KINDS and last_compute >= 0:
+            out.insert(last_compute, a)
+            last_compute += 1
+        else:
+            out.append(a)
+            if a.kind in COMPUTE_KINDS:
+                last_compute = len(out) - 1
+    return out
+
+
+def waits_before(actions: list[Action]) -> dict[str, list[Action]]:
+    """For each compute action (by text), the receives the plan puts right before it: the data
+    the rank waits for just before it runs."""
+    out: dict[str, list[Action]] = {}
+    pending: list[Action] = []
+    for a in actions:
+        if a.kind in RECV_KINDS:
+            pending.append(a)
+        elif a.kind in COMPUTE_KINDS:
+            out[str(a)] = pending
+            pending = []
     return out
 
 
