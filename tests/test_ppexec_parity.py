@@ -186,7 +186,7 @@ def test_the_torch_runtime_trains_every_schedule_like_one_process(tmp_path: Path
     assert _assert_weights_equal(tmp_path, ref_params) == set(ref_params)
 
 
-@pytest.mark.parametrize("schedule, stages", [("gpipe", 2), ("1f1b", 2), ("1f1b", 4)])
+@pytest.mark.parametrize("schedule, stages", [("gpipe", 2), ("1f1b", 2), ("gpipe", 4), ("1f1b", 4)])
 def test_both_runtimes_train_a_plan_they_both_run_alike(tmp_path: Path, schedule: str, stages: int) -> None:
     s = tiny(schedule, stages, 1)
     runs = {rt: execute(s, RunOptions(out=tmp_path / rt, steps=3, warmup=0, seed=7, lr=1e-2, timeout_s=60,
