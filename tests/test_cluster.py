@@ -64,6 +64,23 @@ def _scenario(**cluster: object):
     return parse_scenario(data)
 
 
+@pytest.mark.parametrize("nodes, devices", [(1, 8), (4, 1), (2, 4)])
+def test_a_rings_links_run_at_full_bandwidth_in_each_direction(nodes: int, devices: int) -> None:
+    """Links are full duplex: in a ring every device sends to its successor and receives from its
+    predecessor at once, and the two flows do not share its link (or its NIC): each hop gets the
+    whole per-direction bandwidth of the slowest link it crosses."""
+    c = cl.Cluster(nodes=nodes, devices_per_node=devices, intra=NVLINK, inter=NIC, nics_per_node=devices)
+    ring = list(range(c.devices))
+    link = cl.group_link(c, [ring])
+    assert link.bandwidth_gb_s == pytest.approx(NIC.bandwidth_gb_s if nodes > 1 else NVLINK.bandwidth_gb_s)
+    # two flows in the same direction through one link do share it
+    one_nic = cl.Cluster(nodes=2, devices_per_node=2, intra=NVLINK, inter=NIC, nics_per_node=1)
+    same_way = cl.route_links(one_nic, [(0, 2), (1, 3)])
+    both_ways = cl.route_links(one_nic, [(0, 2), (3, 1)])
+    assert [x.bandwidth_gb_s for x in same_way] == pytest.approx([NIC.bandwidth_gb_s / 2] * 2)
+    assert [x.bandwidth_gb_s for x in both_ways] == pytest.approx([NIC.bandwidth_gb_s] * 2)
+
+
 def test_stage_links_follow_the_placement() -> None:
     # 4 stages x 2 replicas on two nodes of 4: megatron puts stages 0-1 on node 0, 2-3 on node 1
     w = build_workload(_scenario(nodes=2, devices_per_node=4))

@@ -9,8 +9,8 @@ replica, then pipeline stage) or ``pipeline-inner`` (tensor, then stage, then re
 pipeline packed into as few nodes as possible).
 
 Replicas behave alike and are simulated once, so the same transfer of every replica happens at
-the same time: flows that share a link (several devices behind one NIC) divide its bandwidth, and
-a route's bandwidth is its most shared link's share.
+the same time: flows that cross a link in the same direction (several devices behind one NIC)
+divide its bandwidth in that direction, and a route's bandwidth is its most shared link's share.
 """
 
 from __future__ import annotations
@@ -117,10 +117,11 @@ def route(cluster: Cluster, a: int, b: int) -> list[str]:
 def route_links(cluster: Cluster, flows: list[tuple[int, int]], graph: nx.Graph | None = None) -> list[LinkSpeed]:
     """The effective link of each flow (device pairs that transfer at the same time): latencies add
     up along its route; its bandwidth is the smallest share of a link on the route, a link's
-    bandwidth being divided among the flows that cross it."""
+    bandwidth in each direction being divided among the flows that cross it in that direction
+    (links are full duplex: in a ring, a device's outgoing and incoming flows do not share)."""
     g = graph if graph is not None else cluster_graph(cluster)
     paths = [route(cluster, a, b) for a, b in flows]
-    routes = [[(u, v) if u < v else (v, u) for u, v in zip(path, path[1:])] for path in paths]
+    routes = [list(zip(path, path[1:])) for path in paths]  # directed hops
     load = Counter(edge for edges in routes for edge in set(edges))
     out = []
     for edges in routes:
