@@ -1,0 +1,164 @@
+"""ppsim against published training runs: the development set of the cost model at scale.
+
+Each case is a run whose iteration time or achieved TFLOP/s a paper published, with its source
+(paper, table, row) and its configuration, predicted by ppsim with no knob set for it (the device
+catalogue's figures, the cluster as the paper describes it). Printed: the published and the
+predicted figure in the source's own convention, the error per case, the median and the maximum.
+
+Conventions. Narayanan et al. (SC'21) report TFLOP/s per GPU counting the GEMMs of the forward,
+the backward AND the recomputed forward: F = 96 B s l h^2 (1 + s / (6h) + V / (16 l h)) per
+iteration (their eq. 3), over the iteration time and the GPU count. ppsim's prediction is turned
+into the same figure: F / (predicted step time x GPUs).
+
+What the sources do not say and ppsim assumes (the same for every case): micro-batches of one
+sequence (Table 2 says so for its PTD-P rows), full activation recomputation (their FLOP count
+includes it), fp16, Megatron's placement (tensor ranks fastest, then data parallel), the
+interleaved schedule with 2 chunks where the layers and micro-batches allow it (else 1F1B),
+DGX A100 nodes (8 GPUs, NVLink 3 / NVSwitch, one 200 Gb/s HDR NIC per GPU).
+
+    .venv/bin/python bench/published.py [--json FILE]
+
+Nothing here is fitted: the targets of issue 18 are every case within 10 %, the median within 5 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ppsim.errors import PpsimError  # noqa: E402
+from ppsim.inputs.scenario import Scenario, parse_scenario  # noqa: E402
+
+NARAYANAN = "Narayanan et al., Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM, SC'21"
+SEQ, VOCAB = 2048, 51200
+
+
+@dataclass(frozen=True)
+class Case:
+    """A published run: the model, the layout, the batch and what it reached."""
+
+    source: str
+    row: str
+    layers: int
+    hidden: int
+    heads: int
+    tensor: int
+    pipeline: int
+    gpus: int
+    batch: int
+    tflops_per_gpu: float  #: as published (their convention, recomputation included)
+
+
+CASES = [
+    # Table 1: weak scaling, 1.7B to 1T parameters
+    Case(NARAYANAN, "Table 1, 1.7B", 24, 2304, 24, 1, 1, 32, 512, 137),
+    Case(NARAYANAN, "Table 1, 3.6B", 30, 3072, 32, 2, 1, 64, 512, 138),
+    Case(NARAYANAN, "Table 1, 7.5B", 36, 4096, 32, 4, 1, 128, 512, 142),
+    Case(NARAYANAN, "Table 1, 18.4B", 40, 6144, 48, 8, 1, 256, 1024, 135),
+    Case(NARAYANAN, "Table 1, 39.1B", 48, 8192, 64, 8, 2, 512, 1536, 138),
+    Case(NARAYANAN, "Table 1, 76.1B", 60, 10240, 80, 8, 4, 1024, 1792, 140),
+    Case(NARAYANAN, "Table 1, 145.6B", 80, 12288, 96, 8, 8, 1536, 2304, 148),
+    Case(NARAYANAN, "Table 1, 310.1B", 96, 16384, 128, 8, 16, 1920, 2160, 155),
+    Case(NARAYANAN, "Table 1, 529.6B", 105, 20480, 128, 8, 35, 2520, 2520, 163),
+    Case(NARAYANAN, "Table 1, 1008.0B", 128, 25600, 160, 8, 64, 3072, 3072, 163),
+    # Table 2: PTD-P rows (GPT-3 175B and 530B, micro-batch 1), against ZeRO-3
+    Case(NARAYANAN, "Table 2, PTD-P 174.6B, 384 GPUs", 96, 12288, 96, 8, 12, 384, 1536, 153),
+    Case(NARAYANAN, "Table 2, PTD-P 174.6B, 768 GPUs", 96, 12288, 96, 8, 12, 768, 1536, 149),
+    Case(NARAYANAN, "Table 2, PTD-P 174.6B, 1536 GPUs", 96, 12288, 96, 8, 12, 1536, 1536, 141),
+    Case(NARAYANAN, "Table 2, PTD-P 529.6B, 560 GPUs", 105, 20480, 128, 8, 35, 560, 2240, 171),
+    Case(NARAYANAN, "Table 2, PTD-P 529.6B, 1120 GPUs", 105, 20480, 128, 8, 35, 1120, 2240, 167),
+    Case(NARAYANAN, "Table 2, PTD-P 529.6B, 2240 GPUs", 105, 20480, 128, 8, 35, 2240, 2240, 159),
+]
+
+
+def narayanan_flops(c: Case) -> float:
+    """FLOPs of one iteration as Narayanan et al. count them (eq. 3: recomputation included)."""
+    b, s, l, h, v = c.batch, SEQ, c.layers, c.hidden, VOCAB
+    return 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+
+
+def scenario(c: Case) -> Scenario:
+    d = c.gpus // (c.tensor * c.pipeline)
+    m = c.batch // d
+    interleave = c.pipeline > 1 and c.layers % (2 * c.pipeline) == 0 and m % c.pipeline == 0
+    return parse_scenario({
+        "name": c.row,
+        "model": {"layers": c.layers, "hidden": c.hidden, "heads": c.heads, "seq_len": SEQ, "vocab": VOCAB,
+                  "dtype": "fp16"},
+        "training": {"global_batch": c.batch, "micro_batch": 1, "recompute": "full"},
+        "pipeline": {"stages": c.pipeline, "schedule": "interleaved-1f1b" if interleave else "1f1b",
+                     "chunks": 2 if interleave else 1, "partition": "uniform", "comm": "async"},
+        "data_parallel": d,
+        "tensor_parallel": c.tensor,
+        "hardware": {"device": "a100-80g"},
+        "cluster": {"nodes": -(-c.gpus // 8), "devices_per_node": 8, "nics_per_node": 8,
+                    "intra_node": {"bandwidth_gb_s": 300, "latency_us": 3},
+                    "inter_node": {"bandwidth_gb_s": 25, "latency_us": 5}, "placement": "megatron"},
+    }, source=f"bench case {c.row}")
+
+
+@dataclass
+class Result:
+    row: str
+    published_tflops: float
+    predicted_tflops: float
+    error: float  #: (predicted - published) / published
+    step_ms: float
+    mfu: float | None
+    fits: bool | None
+    schedule: str
+    seconds: float
+
+
+def run_case(c: Case) -> Result:
+    from ppsim.prediction import predict
+    from ppsim.trace.metrics import summarize
+
+    t0 = time.perf_counter()
+    s = scenario(c)
+    summary = summarize(predict(s).trace)
+    predicted = narayanan_flops(c) / (summary.step_time_ms / 1e3) / c.gpus / 1e12
+    return Result(c.row, c.tflops_per_gpu, predicted, (predicted - c.tflops_per_gpu) / c.tflops_per_gpu,
+                  summary.step_time_ms, summary.mfu, summary.fits,
+                  s.pipeline.schedule + (f" v={s.pipeline.chunks}" if s.pipeline.chunks > 1 else ""),
+                  time.perf_counter() - t0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path, default=None, help="also write every figure as JSON")
+    args = ap.parse_args()
+    print(f"source: {NARAYANAN}\nTFLOP/s per GPU in the source's convention (GEMMs, recomputed forward included)\n")
+    print(f"{'case':36} {'schedule':22} {'published':>9} {'ppsim':>8} {'error':>8} {'ppsim MFU':>9}  fits")
+    results = []
+    for c in CASES:
+        try:
+            r = run_case(c)
+        except PpsimError as exc:
+            print(f"{c.row:36} cannot be predicted: {exc}")
+            continue
+        results.append(r)
+        mfu = "-" if r.mfu is None else f"{100 * r.mfu:.1f} %"
+        print(f"{r.row:36} {r.schedule:22} {r.published_tflops:9.0f} {r.predicted_tflops:8.1f} {100 * r.error:+7.1f}% "
+              f"{mfu:>9}  {'yes' if r.fits else 'NO' if r.fits is not None else '-'}", flush=True)
+    errors = [abs(r.error) for r in results]
+    med, worst = statistics.median(errors), max(errors)
+    print(f"\ncases: {len(results)}   median |error| {100 * med:.1f}% (target <= 5%): {'ok' if med <= 0.05 else 'MISSED'}"
+          f"   max |error| {100 * worst:.1f}% (target <= 10%): {'ok' if worst <= 0.10 else 'MISSED'}")
+    print(f"median signed error {100 * statistics.median(r.error for r in results):+.1f}%  (bias of the model)")
+    if args.json:
+        args.json.write_text(json.dumps({"cases": [asdict(r) for r in results], "median_abs_error": med,
+                                         "max_abs_error": worst}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
