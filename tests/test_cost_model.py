@@ -51,9 +51,11 @@ def test_times_are_flops_over_peak_times_efficiency() -> None:
     w = build_workload(s)
     _, block, _ = gpt_layers(MODEL, 1)
     rate = DEVICES["h100-sxm"].peak_flops("bf16") * 0.5 / 1e3
+    hbm = DEVICES["h100-sxm"].hbm_gb_s * 1e6  # bytes per ms
     middle = w.costs.stages[1]
-    assert middle.forward_ms == pytest.approx(6 * block.forward_flops / rate)
-    assert middle.backward_ms == pytest.approx(2 * middle.forward_ms)
+    # the matmuls at the efficient rate, the elementwise work's bytes at HBM bandwidth
+    assert middle.forward_ms == pytest.approx(6 * (block.forward_flops / rate + block.forward_bytes / hbm))
+    assert middle.backward_ms == pytest.approx(6 * (2 * block.forward_flops / rate + 2 * block.forward_bytes / hbm))
     assert w.costs.message_bytes == MODEL.seq_len * MODEL.hidden * 2
 
 
@@ -123,7 +125,9 @@ def test_full_recompute_reruns_the_tensor_parallel_all_reduces() -> None:
     blocks = MODEL.layers // 4
     for none, full in zip(stages("none"), stages("full"), strict=True):
         assert full.forward_ms == pytest.approx(none.forward_ms)
-        assert full.backward_ms - none.backward_ms == pytest.approx(blocks * (block.recompute_flops / rate + tp_ms))
+        again_bytes = block.forward_bytes / (DEVICES["a100-80g"].hbm_gb_s * 1e6)  # its elementwise work too
+        assert full.backward_ms - none.backward_ms == pytest.approx(
+            blocks * (block.recompute_flops / rate + tp_ms + again_bytes))
 
 
 def test_zero_1_without_data_parallelism_changes_nothing() -> None:
@@ -181,3 +185,42 @@ def test_uniform_partition_needs_even_split() -> None:
     assert partition.uniform(12, 4) == [3, 3, 3, 3]
     with pytest.raises(ScenarioError, match="balanced"):
         partition.uniform(10, 4)
+
+
+# ----- the memory-bound work ------------------------------------------------------------------------
+def test_a_blocks_elementwise_bytes_by_hand() -> None:
+    """s = 4, b = 1, h = 8, a = 2, f = 32, 2-byte elements, dropout, no FlashAttention, t = 1:
+    E = 32 elements; norms 2 x 2E x 2 = 256 bytes; bias-dropout-adds 2 x (3 x 2 + 1) x E = 448;
+    bias-GeLU 2 x (E f / h) x 2 = 512; scores b a s^2 = 32: softmax 2 x 2 + dropout 2 x 2 + 1 bytes
+    each = 9 x 32 = 288. Forward 1,504 bytes; backward twice that."""
+    from ppsim.costs.elementwise import block_traffic
+
+    t = block_traffic(4, 1, 8, 2, 32, 2)
+    assert t.forward == 256 + 448 + 512 + 288 == 1504
+    assert (t.backward, t.recompute) == (3008, 0.0)
+    assert block_traffic(4, 1, 8, 2, 32, 2, recompute="full").recompute == 1504
+    assert block_traffic(4, 1, 8, 2, 32, 2, recompute="selective").recompute == 288
+    # FlashAttention keeps the scores in the kernel; no dropout drops the masks
+    assert block_traffic(4, 1, 8, 2, 32, 2, flash_attention=True, dropout=False).forward == 256 + 384 + 512
+    # tensor parallelism splits the MLP and the scores, sequence parallelism the norms and adds too
+    assert block_traffic(4, 1, 8, 2, 32, 2, tensor_parallel=2).forward == 256 + 448 + 256 + 144
+    assert block_traffic(4, 1, 8, 2, 32, 2, tensor_parallel=2, sequence_parallel=True).forward == 752
+    # SwiGLU reads two f-wide tensors and writes one
+    assert block_traffic(4, 1, 8, 2, 32, 2, swiglu=True).forward == 1504 + 256
+
+
+def test_the_elementwise_work_costs_its_bytes_at_hbm_bandwidth() -> None:
+    """The loss over a 51,200-word vocabulary in fp32: 8 bytes per logit each way; at 2 TB/s a
+    2,048-token sequence's forward loss takes 0.42 ms — on the last stage, besides its matmuls."""
+    from ppsim.costs.elementwise import head_traffic
+
+    loss = head_traffic(2048, 1, 51200)
+    assert loss.forward == loss.backward == 8 * 2048 * 51200
+    assert loss.forward / 2000e6 == pytest.approx(0.419, abs=1e-3)  # ms at 2,000 GB/s
+    s = parse_scenario({"model": MODEL.model_dump(), "pipeline": {"stages": 4, "partition": "uniform"},
+                        "hardware": {"device": "h100-sxm", "efficiency": 0.5}})
+    first, middle, _, last = build_workload(s).costs.stages
+    _, block, head = gpt_layers(MODEL, 1)
+    rate = DEVICES["h100-sxm"].peak_flops("bf16") * 0.5 / 1e3
+    hbm = DEVICES["h100-sxm"].hbm_gb_s * 1e6
+    assert last.forward_ms - middle.forward_ms == pytest.approx(head.forward_flops / rate + head.forward_bytes / hbm)

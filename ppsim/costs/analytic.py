@@ -1,6 +1,8 @@
 """Stage costs from the model's FLOPs on the device's roofline (no measurement).
 
-Time = FLOPs / (peak x efficiency). Optimizer step: 32 bytes of memory traffic per parameter at
+Time = FLOPs / (peak x efficiency), plus the elementwise work's HBM bytes over the device's HBM
+bandwidth (:mod:`ppsim.costs.elementwise`: norms, activations, softmax, dropout, residuals, the
+loss). Optimizer step: 32 bytes of memory traffic per parameter at
 HBM bandwidth (mixed-precision Adam). Gradient clipping: one read of every gradient for the norm,
 which is then all-reduced over the pipeline's stages (2(p-1) x link latency) before the update.
 Gradient all-reduce over the d replicas in buckets (:func:`~ppsim.costs.collectives.grad_allreduce`);
@@ -37,8 +39,9 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
                                             training.allreduce, training.bucket_mb * 1e6)
         stages.append(layout.stage_cost(
             k,
-            forward_ms=st.forward_flops / flops_per_ms + st.blocks * tp_pass_ms,
-            backward_ms=(st.input_grad_flops + st.weight_grad_flops) / flops_per_ms + st.blocks * tp_backward_ms,
+            forward_ms=st.forward_flops / flops_per_ms + st.forward_bytes / hbm_bytes_per_ms + st.blocks * tp_pass_ms,
+            backward_ms=((st.input_grad_flops + st.weight_grad_flops) / flops_per_ms + st.backward_bytes / hbm_bytes_per_ms
+                         + st.blocks * tp_backward_ms),
             weight_grad_ms=st.weight_grad_flops / flops_per_ms,
             optimizer_ms=st.params * OPTIMIZER_BYTES_PER_PARAM / hbm_bytes_per_ms,
             clip_ms=st.params * layout.dtype_bytes / hbm_bytes_per_ms,

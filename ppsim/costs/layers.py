@@ -7,7 +7,8 @@ Per transformer block and micro-batch (b sequences of s tokens, width h, MLP wid
   matmuls (8bs^2h); weight grad: 8bsh^2 + 4bshf. Backward = input grad + weight grad = 2 x forward.
 - the LM head (final norm, logits, loss) on the last stage: 2bshV forward, 2bshV each for input
   and weight grad; the embedding on the first stage: a lookup, no matmul FLOPs.
-- activations held per micro-batch: :func:`ppsim.costs.memory.block_activation_bytes`.
+- activations held per micro-batch: :func:`ppsim.costs.memory.block_activation_bytes`;
+- the elementwise work's HBM bytes: :mod:`ppsim.costs.elementwise`.
 Grouped-query attention shrinks K and V to kv/a of Q; a SwiGLU MLP has three h x f matrices.
 With tensor parallelism t every figure is per device of the group (Megatron: matmuls, heads and
 the vocabulary split t ways).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ppsim.costs.elementwise import block_traffic, embedding_traffic, head_traffic
 from ppsim.costs.memory import Recompute, block_activation_bytes
 from ppsim.inputs.scenario import DTYPE_BYTES, ModelSpec
 
@@ -32,6 +34,10 @@ class LayerCost:
     params: int
     activation_bytes: int
     recompute_flops: float = 0.0  #: the part of input_grad_flops that recomputes the forward
+    #: HBM bytes of the elementwise (memory-bound) work: forward, and backward with what a
+    #: recomputed forward runs again (:mod:`ppsim.costs.elementwise`)
+    forward_bytes: float = 0.0
+    backward_bytes: float = 0.0
 
     @property
     def total_flops(self) -> float:
@@ -61,6 +67,9 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         block_params = int((2 + 2 * g) * h * h + 3 * h * f) // t + 2 * h
     else:  # GPT-style block: biases, two LayerNorms
         block_params = int((2 + 2 * g) * h * h + 2 * h * f + (2 + 2 * g) * h + f) // t + 5 * h
+    traffic = block_traffic(s, b, h, a, f, DTYPE_BYTES[model.dtype], tensor_parallel=t,
+                            sequence_parallel=sequence_parallel, flash_attention=flash_attention,
+                            dropout=model.dropout, swiglu=model.mlp == "swiglu", recompute=recompute)
     block = LayerCost(
         name="block",
         forward_flops=matmul + attention,
@@ -72,6 +81,8 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
                                                 sequence_parallel=sequence_parallel, flash_attention=flash_attention,
                                                 dropout=model.dropout),
         recompute_flops=recomputed,
+        forward_bytes=traffic.forward,
+        backward_bytes=traffic.backward + traffic.recompute,
     )
     embedding = LayerCost(
         name="embedding",
@@ -80,6 +91,8 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         weight_grad_flops=0.0,
         params=V * h // t + (s * h if model.positions == "learned" else 0),
         activation_bytes=int(s * b * h * DTYPE_BYTES[model.dtype]),
+        forward_bytes=(lookup := embedding_traffic(s, b, h, DTYPE_BYTES[model.dtype])).forward,
+        backward_bytes=lookup.backward,
     )
     logits = 2 * b * s * h * V / t
     head = LayerCost(
@@ -89,5 +102,7 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         weight_grad_flops=logits,
         params=V * h // t + 2 * h,
         activation_bytes=4 * s * b * V // t,
+        forward_bytes=(loss := head_traffic(s, b, V, t)).forward,
+        backward_bytes=loss.backward,
     )
     return embedding, block, head

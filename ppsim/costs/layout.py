@@ -25,6 +25,8 @@ class StageShape:
     params: int
     activation_bytes: int
     memory: StaticMemory
+    forward_bytes: float = 0.0  #: HBM bytes of the elementwise work (ppsim.costs.elementwise)
+    backward_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
             recompute_flops=sum(x.recompute_flops for x in parts),
             params=params,
             activation_bytes=sum(x.activation_bytes for x in parts),
+            forward_bytes=sum(x.forward_bytes for x in parts),
+            backward_bytes=sum(x.backward_bytes for x in parts),
             memory=static_memory(params, dtype_bytes, zero_stage=s.training.zero_stage, data_parallel=s.data_parallel,
                                  message_bytes=message, neighbours=(k > 0) + (k < n - 1)),
         ))
