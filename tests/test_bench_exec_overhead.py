@@ -19,7 +19,8 @@ pytestmark = pytest.mark.slow  # runs DeepSpeed
 @pytest.mark.parametrize("runtime", ["deepspeed", "torch"])
 def test_exec_overhead_bench_runs(runtime: str) -> None:
     cmd = [sys.executable, str(ROOT / "bench" / "exec_overhead.py"), "--steps", "2", "--warmup", "0",
-           "--layers", "2" if runtime == "deepspeed" else "4", "--hidden", "32", "--seq-len", "16", "--micro-batch", "2", "--microbatches", "2",
+           "--layers", "2" if runtime == "deepspeed" else "4",  # torch runs interleaved: a block per virtual stage
+           "--hidden", "32", "--seq-len", "16", "--micro-batch", "2", "--microbatches", "2",
            "--timeout", "30", "--runtime", runtime]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert res.returncode == 0, res.stdout + res.stderr
