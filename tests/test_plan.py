@@ -71,3 +71,19 @@ def test_plan_from_dict_rejects_other_documents() -> None:
         Plan.from_dict({"format": "something-else"})
     with pytest.raises(PlanError, match="lacks the field"):
         Plan.from_dict({"format": "ppsim-plan"})
+
+
+def test_a_saved_lowered_plan_reads_back_under_the_sends_it_was_lowered_for(tmp_path) -> None:
+    """ZB-V lowered for posted sends (gpt.yaml's comm: async) would deadlock if every send blocked:
+    read back, it is checked against the semantics it was lowered for (recorded in its meta)."""
+    from conftest import GPT_YAML, invoke
+    from ppsim.cli import app
+
+    path = tmp_path / "zbv.json"
+    res = invoke(app, "plan", GPT_YAML, "--schedule", "zb-v", "--stages", "4", "--microbatches", "8", "--comms",
+                 "--save", path)
+    assert res.exit_code == 0, res.output
+    assert Plan.from_json(path.read_text()).meta["sends"] == "posted"
+    again = invoke(app, "plan", path)
+    assert again.exit_code == 0, again.output
+    assert lower(schedules.build("zb-v", 4, 8), rendezvous=True).meta["sends"] == "rendezvous"

@@ -168,7 +168,9 @@ def lower(plan: Plan, data_parallel: int = 1, duration: Duration = default_durat
     """The full lowering of a compute-only plan: communication, then end-of-step actions.
 
     The input is validated; the output is valid by construction (the property tests check it with
-    :func:`~ppsim.plan.validate.validate`), so the hot path does not pay for checking it again."""
+    :func:`~ppsim.plan.validate.validate`), so the hot path does not pay for checking it again.
+    ``meta["sends"]`` records the semantics its messages were ordered for (``rendezvous`` or
+    ``posted``), which is what a saved plan is validated against when read back."""
     with gc_paused():
         validate_structure(plan, check_order=False)  # a misordered rank shows as a cycle below
         try:
@@ -176,4 +178,6 @@ def lower(plan: Plan, data_parallel: int = 1, duration: Duration = default_durat
         except PlanError:
             validate_structure(plan)  # a misordered pair is a clearer message than the deadlock
             raise
-        return add_step_end(with_comms, data_parallel, clip)
+        lowered = add_step_end(with_comms, data_parallel, clip)
+        lowered.meta["sends"] = "rendezvous" if rendezvous else "posted"  # how its messages were ordered
+        return lowered
