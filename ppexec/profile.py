@@ -36,7 +36,7 @@ from ppexec.launch import RankState
 from ppsim.errors import PpsimError
 from ppsim.inputs.profile import LayerTimes, LinkProfile, Overheads, Profile, RecomputeTimes, TensorParallelTimes, shape_of
 from ppsim.inputs.scenario import Scenario, parse_scenario
-from ppsim.plan import Action, Kind
+from ppsim.plan import Action, Kind, schedules
 
 PROFILE_MICROBATCHES = 4
 PROFILE_STEPS = 10
@@ -63,7 +63,7 @@ def profiling_scenario(s: Scenario) -> Scenario:
     for key in ("sequence_parallel", "recompute", "zero_stage", "zero_reduce"):
         data.setdefault("training", {}).pop(key, None)
     data.pop("costs", None)
-    data["pipeline"] = {**data.get("pipeline", {}), "stages": 2, "chunks": 1, "schedule": "gpipe",
+    data["pipeline"] = {**data.get("pipeline", {}), "stages": 2, "chunks": 1, "schedule": schedules.PROFILING,
                         "microbatches": PROFILE_MICROBATCHES, "partition": "balanced"}
     data.setdefault("training", {}).pop("global_batch", None)
     data["training"]["grad_clip"] = 1.0  # measure gradient clipping, whether or not the scenario clips

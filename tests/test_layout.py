@@ -14,7 +14,7 @@ BASE = {"errors", "formats", "outputs", "gc_pause"}  #: what every package may u
 
 #: package -> the ppsim packages it may import (besides its own and BASE)
 ALLOWED: dict[str, set[str]] = {
-    "inputs": set(),
+    "inputs": {"plan"},  # the schedule registry: a scenario's default schedule is the registry's
     "plan": set(),
     "costs": {"inputs"},
     "trace": {"plan"},

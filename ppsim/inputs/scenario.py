@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ppsim.errors import ScenarioError
+from ppsim.plan import schedules
 
 Dtype = Literal["bf16", "fp16", "fp32"]
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -75,7 +76,7 @@ class TrainingSpec(_Strict):
 class PipelineSpec(_Strict):
     stages: int = Field(default=1, gt=0, description="pipeline ranks p")
     microbatches: int | None = Field(default=None, gt=0, description="micro-batches per step m")
-    schedule: str = "1f1b"
+    schedule: str = schedules.DEFAULT
     chunks: int = Field(default=1, gt=0, description="virtual stages per rank v")
     partition: Literal["uniform", "balanced"] | list[int] = "balanced"
     comm: Literal["rendezvous", "eager", "async"] = "async"

@@ -88,6 +88,13 @@ SCHEDULES: dict[str, ScheduleInfo] = {
     )
 }
 
+#: what a scenario runs when it names no schedule, and what one stage (gradient accumulation, where
+#: every schedule is the same) is searched with: DeepSpeed's TrainSchedule order
+DEFAULT = "1f1b"
+#: what ``ppexec profile`` runs: every forward before any backward, on one chunk and whole
+#: backwards, so each pass is timed on its own and both runtimes run it
+PROFILING = "gpipe"
+
 
 def get(name: str) -> ScheduleInfo:
     """Look a schedule up by name (or ``file:PATH``); an unknown name lists the known ones."""
@@ -107,4 +114,5 @@ def build(name: str, num_ranks: int, num_microbatches: int, chunks: int | None =
     return get(name).build(num_ranks, num_microbatches, chunks)
 
 
-__all__ = ["FILE_PREFIX", "SCHEDULES", "Chunks", "Microbatches", "Placement", "ScheduleInfo", "build", "get"]
+__all__ = ["DEFAULT", "FILE_PREFIX", "PROFILING", "SCHEDULES", "Chunks", "Microbatches", "Placement", "ScheduleInfo",
+           "build", "get"]

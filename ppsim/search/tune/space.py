@@ -110,7 +110,7 @@ def candidates(s: Scenario, space: SearchSpace) -> list[Candidate]:
 def _schedules(p: int, m: int, layers: int, space: SearchSpace) -> list[tuple[str, int]]:
     """(schedule, chunks) pairs for p stages and m micro-batches; one stage needs no schedule."""
     if p == 1:
-        return [("1f1b", 1)]  # gradient accumulation: every schedule is the same
+        return [(registry.DEFAULT, 1)]  # gradient accumulation: every schedule is the same
     out = []
     for name in space.schedules:
         info = registry.get(name)
