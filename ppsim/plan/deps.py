@@ -62,9 +62,15 @@ def dependencies(a: Key, num_stages: int, grads: dict[tuple[int, int | None], Ki
     return ()
 
 
-def ideal_times(plan: Plan, duration: Duration = default_duration) -> tuple[list[list[Time]], list[list[Time]]]:
+#: the delay of the message carrying a compute action's output (given as its key) to another rank
+Latency = Callable[[Key], float]
+
+
+def ideal_times(plan: Plan, duration: Duration = default_duration, latency: Latency | None = None
+                ) -> tuple[list[list[Time]], list[list[Time]]]:
     """Start and end of every action when each starts as soon as its rank is free and its inputs
-    exist, communication being free. Times are (time, depth) pairs compared in order, where every
+    exist, communication being free (or, with ``latency``, each input from another rank arriving
+    that long after it was made). Times are (time, depth) pairs compared in order, where every
     action adds its duration and one to the depth, so an action ends strictly after it starts even
     when it takes no time. Raises PlanError with the grid if the plan can never finish (a cycle of
     dependencies)."""
@@ -81,6 +87,7 @@ def ideal_times(plan: Plan, duration: Duration = default_duration) -> tuple[list
     waiting: dict[Key, list[int]] = {}
     work = list(range(len(acts)))
     inputs, finished = dependencies, done.get
+    where = plan.stage_to_rank
     OVERLAP = Kind.OVERLAP_F_B
     while work:
         r = work.pop()
@@ -97,6 +104,8 @@ def ideal_times(plan: Plan, duration: Duration = default_duration) -> tuple[list
                 if t is None:  # wait for d: its rank wakes this one when d is done
                     waiting.setdefault(d, []).append(r)
                     break
+                if latency is not None and where[d[0]] != r:
+                    t = (t[0] + latency(d), t[1])
                 if t > start:
                     start = t
             else:

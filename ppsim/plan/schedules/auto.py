@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from ppsim.errors import ScheduleError
 from ppsim.plan.action import Action, Kind
+from ppsim.plan.deps import ideal_times
 from ppsim.plan.held import peak_held
 from ppsim.plan.plan import Plan, loop_placement
 from ppsim.plan.schedules.base import make_plan
@@ -125,43 +126,9 @@ def candidates(p: int, m: int, timing: Timing, budget: Sequence[float]) -> list[
 def _makespan(plan: Plan, timing: Timing) -> float:
     """The plan's makespan on the timing's durations and latencies (each action as soon as its
     rank is free and its inputs have arrived)."""
-    where = plan.stage_to_rank
-    ends: dict[Action, float] = {}
-    pos = [0] * plan.num_ranks
-    free = [0.0] * plan.num_ranks
-    back = {(a.stage, a.microbatch): a.kind for r in plan.actions for a in r if a.kind in (Kind.B, Kind.I)}
-    progress = True
-    while progress:
-        progress = False
-        for r, order in enumerate(plan.actions):
-            while pos[r] < len(order):
-                a = order[pos[r]]
-                t = free[r]
-                blocked = False
-                for d in _inputs(a, plan.num_stages, back):
-                    if d not in ends:
-                        blocked = True
-                        break
-                    lag = 0.0 if where[d.stage] == r else timing.latency[min(d.stage, a.stage)]
-                    t = max(t, ends[d] + lag)
-                if blocked:
-                    break
-                ends[a] = free[r] = t + timing.duration(a)
-                pos[r] += 1
-                progress = True
-    return max(free)
-
-
-def _inputs(a: Action, n_stages: int, back: dict[tuple[int, int | None], Kind]) -> list[Action]:
-    s, k, mb = a
-    if k is Kind.F:
-        return [Action(s - 1, Kind.F, mb)] if s > 0 else []
-    if k is Kind.W:
-        return [Action(s, Kind.I, mb)]
-    out = [Action(s, Kind.F, mb)]
-    if s < n_stages - 1:
-        out.append(Action(s + 1, back[(s + 1, mb)], mb))
-    return out
+    # activations cross the boundary after their stage, grads the one before it
+    _, ends = ideal_times(plan, timing.duration, lambda d: timing.latency[d[0] if d[1] is Kind.F else d[0] - 1])
+    return max((r[-1][0] for r in ends if r), default=0.0)
 
 
 def lower_bound(p: int, m: int, timing: Timing, budget: Sequence[float]) -> float:

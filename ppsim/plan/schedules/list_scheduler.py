@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ppsim.plan.action import Action, Kind
+from ppsim.plan.deps import dependencies
 
 Priority = Callable[[Action], tuple[float, ...]]
 
@@ -62,17 +63,13 @@ def list_schedule(num_microbatches: int, stage_to_rank: Sequence[int], split_bac
     waiting_on: dict[Action, int] = {}
     known: list[list[tuple[Action, float]]] = [[] for _ in range(p)]  # actions whose inputs are all scheduled
 
+    grads = {(s, mb): backward for s in range(n_stages) for mb in range(m)}  # every input grad is a B, or an I
+
     def needs(a: Action) -> list[Action]:
+        """What ``a`` consumes, and the stage's previous action of its kind (micro-batches in order)."""
         s, k, mb = a
-        out = [Action(s, k, mb - 1)] if mb else []  # the stage's previous one of its kind
-        if k is Kind.F:
-            return out + ([Action(s - 1, Kind.F, mb)] if s > 0 else [])
-        if k is Kind.W:
-            return out + [Action(s, Kind.I, mb)]
-        out.append(Action(s, Kind.F, mb))
-        if s < n_stages - 1:
-            out.append(Action(s + 1, backward, mb))
-        return out
+        out = [Action(s, k, mb - 1)] if mb else []
+        return out + [Action(*d) for d in dependencies(a, n_stages, grads)]
 
     def users(a: Action) -> list[Action]:
         s, k, mb = a
