@@ -147,31 +147,20 @@ def scenario_with(path: Path, plan: PlanOverrides = PlanOverrides(), ds_config: 
     for note in notes:
         say("note", note)
     given = plan.given()
-    chunks = chunks_for_schedule(s, plan)
-    if chunks is not None:
-        given["chunks"] = chunks
-        balanced = isinstance(s.pipeline.partition, list) and "partition" not in given
-        if balanced:  # the scenario's layer counts are for its own virtual stages
-            given["partition"] = "balanced"
-        say("note", f"schedule {plan.schedule} runs {chunks} chunk{'s' if chunks > 1 else ''} per rank here "
-                    f"(the scenario has {s.pipeline.chunks}); --chunks chooses"
-                    + ("; the partition is balanced over its virtual stages" if balanced else ""))
-    return s.with_overrides(**given)
-
-
-def chunks_for_schedule(s: Scenario, plan: PlanOverrides) -> int | None:
-    """The chunks a ``--schedule`` without ``--chunks`` runs, when not the scenario's: the
-    schedule's default where it does not take the scenario's count, or where the scenario has one
-    chunk and the schedule's point is several (interleaving); None to keep the scenario's."""
     if plan.schedule is None or plan.chunks is not None or plan.schedule == s.pipeline.schedule:
-        return None
+        return s.with_overrides(**given)
     from ppsim.plan import schedules
 
-    chunks = schedules.get(plan.schedule).chunks
-    v = s.pipeline.chunks
-    if chunks.allows(v) and (v > 1 or chunks.default == 1):
-        return None
-    return chunks.default
+    # a --schedule without --chunks runs the chunks that schedule takes (its own where not the scenario's)
+    chunks = schedules.get(plan.schedule).chunks_for(s.pipeline.chunks)
+    if chunks == s.pipeline.chunks:
+        return s.with_overrides(**given)
+    new = s.with_layout(**given, chunks=chunks)
+    balanced = isinstance(s.pipeline.partition, list) and not isinstance(new.pipeline.partition, list)
+    say("note", f"schedule {plan.schedule} runs {chunks} chunk{'s' if chunks > 1 else ''} per rank here "
+                f"(the scenario has {s.pipeline.chunks}); --chunks chooses"
+                + ("; the partition is balanced over its virtual stages" if balanced else ""))
+    return new
 
 
 def load_profile_option(path: Path | None) -> Profile | None:

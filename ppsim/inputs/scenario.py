@@ -176,6 +176,15 @@ class Scenario(_Strict):
             data["training"].pop("global_batch", None)
         return parse_scenario(data, source="command-line options")
 
+    def with_layout(self, **overrides: Any) -> Scenario:
+        """:meth:`with_overrides`, and when the stages or chunks change, a partition the scenario
+        lists (it only fits its own virtual stages) becomes ``balanced`` unless one is given."""
+        p = self.pipeline
+        relaid = any(overrides.get(k) not in (None, getattr(p, k)) for k in ("stages", "chunks"))
+        if relaid and isinstance(p.partition, list) and overrides.get("partition") is None:
+            overrides = {**overrides, "partition": "balanced"}
+        return self.with_overrides(**overrides)
+
 
 # ----------------------------------------------------------------------------------------------
 # loading and checks

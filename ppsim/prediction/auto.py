@@ -30,6 +30,7 @@ from ppsim.plan.schedules import auto as orders
 from ppsim.plan.schedules.list_scheduler import Timing
 from ppsim.prediction.path import Built, lower_built, scenario_workload
 from ppsim.sim import peak_memory_bytes, simulate
+from ppsim.trace.metrics import step_bounds
 
 #: how many of the list scheduler's best orders the simulator runs (besides every hand-written one)
 SHORTLIST = 6
@@ -73,9 +74,9 @@ def auto_build(s: Scenario, workload: Workload, profile: Profile | None = None, 
 
 def _simulate(how: str, b: Built, hand_written: bool) -> Timed:
     trace = simulate(lower_built(b), b.workload.costs, b.scenario.pipeline.comm)
-    start = min(sp.start for sp in trace.spans)
+    start, end = step_bounds(trace)
     passes = max(sp.end for sp in trace.spans if sp.action.kind in COMPUTE_KINDS) - start
-    return Timed(how, b, max(sp.end for sp in trace.spans) - start, passes, hand_written)
+    return Timed(how, b, end - start, passes, hand_written)
 
 
 def _chunked_schedules(p: int, m: int) -> list[str]:
@@ -91,11 +92,8 @@ def _chunked_schedules(p: int, m: int) -> list[str]:
 def _several_chunks(s: Scenario, name: str, profile: Profile | None) -> Timed | None:
     """Schedule ``name`` on its default chunks, simulated on its own costs, if it fits (else None)."""
     info = schedules.get(name)
-    changes: dict[str, object] = {"schedule": name, "chunks": info.chunks.default}
-    if isinstance(s.pipeline.partition, list):
-        changes["partition"] = "balanced"
     try:
-        s2 = s.with_overrides(**changes)
+        s2 = s.with_layout(schedule=name, chunks=info.chunks.default)
         w = scenario_workload(s2, profile)
     except PpsimError:  # e.g. fewer blocks than virtual stages
         return None

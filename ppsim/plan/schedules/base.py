@@ -89,6 +89,12 @@ class ScheduleInfo:
     ranks: int | None = None  #: the one rank count it runs (a plan file); None: any
     needs_costs: bool = False  #: builds its order from the stage costs (``auto``): see ppsim.prediction.build
 
+    def chunks_for(self, v: int) -> int:
+        """The chunks this schedule runs in place of a scenario's ``v``: ``v`` where it takes it (and
+        ``v`` > 1, or one chunk is its default: an interleaved schedule on one chunk only repeats
+        1F1B), else its default."""
+        return v if self.chunks.allows(v) and (v > 1 or self.chunks.default == 1) else self.chunks.default
+
     def stage_to_rank(self, p: int, v: int) -> tuple[int, ...]:
         """Which rank runs each of the p x v virtual stages."""
         if self.stage_to_rank_of is not None:

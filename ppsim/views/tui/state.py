@@ -126,11 +126,8 @@ class TuiState:
         i = names.index(s.pipeline.schedule) if s.pipeline.schedule in names else -1
         for step in range(1, len(names)):
             name = names[(i + step) % len(names)]
-            chunks = get(name).chunks
-            if chunks.allows(s.pipeline.chunks) and not (s.pipeline.chunks == 1 and chunks.default > 1):
-                tries = [{}]
-            else:  # the schedule's own chunk count (an interleaved schedule on one chunk only repeats 1F1B)
-                tries = [{"chunks": chunks.default, **self._free_partition(s)}, {}]
+            v = get(name).chunks_for(s.pipeline.chunks)  # its own chunk count, where not the scenario's
+            tries = [{}] if v == s.pipeline.chunks else [{"chunks": v}, {}]
             for extra in tries:
                 if self._apply({"schedule": name, **extra}, quiet=True):
                     return
@@ -150,7 +147,7 @@ class TuiState:
         if p < 1:
             self.message = "one stage is the least"
             return
-        self._apply({"stages": p, **self._free_partition(s)})
+        self._apply({"stages": p})
 
     def cycle_chunks(self) -> None:
         s = self._need_scenario()
@@ -159,13 +156,9 @@ class TuiState:
             self.message = f"{s.pipeline.schedule} runs {chunks.words()} per rank; press s for another schedule"
             return
         for v in (c for c in _next_chunks(s.pipeline.chunks) if chunks.allows(c)):
-            if self._apply({"chunks": v, **self._free_partition(s)}, quiet=True):
+            if self._apply({"chunks": v}, quiet=True):
                 return
         self.message = "no other chunk count runs this plan"
-
-    def _free_partition(self, s: Scenario) -> dict[str, Any]:
-        """An explicit partition only fits its own stage count: let a new one be balanced."""
-        return {"partition": "balanced"} if isinstance(s.pipeline.partition, list) else {}
 
     def _need_scenario(self) -> Scenario:
         return self._editable()[0]
@@ -179,7 +172,7 @@ class TuiState:
         """Rerun with ``changes``; on an error keep what is shown and say why. True when it ran."""
         s, predictor = self._editable()
         try:
-            new = s.with_overrides(**changes)
+            new = s.with_layout(**changes)  # a new layout balances an explicit partition
             shown, ms = _predict(new, predictor)
         except PpsimError as exc:
             if not quiet:
