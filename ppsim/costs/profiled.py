@@ -65,10 +65,8 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
     # a block's tensor-parallel all-reduces in its forward and its backward (what an overlapped pass hides)
     tp_comm_forward = tp_comm_backward = 0.0
     if t > 1:
-        tp_allreduce = ring_allreduce_ms(layout.activation_bytes, t, reduce_link)
-        tp_comm_forward, tp_comm_backward = 2 * tp_allreduce, (4 if training.recompute == "full" else 2) * tp_allreduce
-        block, share = _tensor_parallel_block(profile, t, layout.activation_bytes, reduce_link,
-                                              full_recompute=training.recompute == "full")
+        block, share, (tp_comm_forward, tp_comm_backward) = _tensor_parallel_block(
+            profile, t, layout.activation_bytes, reduce_link, full_recompute=training.recompute == "full")
         recompute_forward_ms, recompute_backward_ms = recompute_forward_ms * share, recompute_backward_ms * share
     stages = []
     for k, st in enumerate(layout.stages):
@@ -99,11 +97,13 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
 
 
 def _tensor_parallel_block(profile: Profile, t: int, activation_bytes: int, reduce_link: Link, *,
-                           full_recompute: bool) -> tuple[LayerTimes, float]:
-    """The measured block split t ways with its all-reduces, and the share of the whole block's
-    forward compute one rank does (what recomputation is scaled by)."""
+                           full_recompute: bool) -> tuple[LayerTimes, float, tuple[float, float]]:
+    """The measured block split t ways with its all-reduces, the share of the whole block's
+    forward compute one rank does (what recomputation is scaled by), and the all-reduces' time in
+    its forward and in its backward."""
     block = profile.block
     allreduce = ring_allreduce_ms(activation_bytes, t, reduce_link)
+    comm = (2 * allreduce, (4 if full_recompute else 2) * allreduce)
     forward_share, backward_share = 1 / t, 1 / t  # of the whole block's compute
     split = profile.tensor_parallel
     if split is not None:  # as measured split over split.size ranks, less its all-reduces, then rescaled
@@ -111,7 +111,7 @@ def _tensor_parallel_block(profile: Profile, t: int, activation_bytes: int, redu
         forward_share = max(0.0, (split.forward_ms - 2 * measured_allreduce) / split.whole_forward_ms) * split.size / t
         backward_share = max(0.0, (split.backward_ms - 2 * measured_allreduce) / split.whole_backward_ms) * split.size / t
     shared = block.model_copy(update={
-        "forward_ms": block.forward_ms * forward_share + 2 * allreduce,
-        "backward_ms": block.backward_ms * backward_share + (4 if full_recompute else 2) * allreduce,
+        "forward_ms": block.forward_ms * forward_share + comm[0],
+        "backward_ms": block.backward_ms * backward_share + comm[1],
         "weight_grad_ms": block.weight_grad_ms * backward_share, "optimizer_ms": block.optimizer_ms / t})
-    return shared, forward_share
+    return shared, forward_share, comm
