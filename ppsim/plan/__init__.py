@@ -16,7 +16,6 @@ from ppsim.plan.action import (
     Overlap,
     matching,
     message_kinds,
-    parts,
     peer_stage,
 )
 from ppsim.plan.deps import Duration, default_duration, dependencies, ideal_times, number_steps
@@ -29,5 +28,5 @@ __all__ = [
     "BACKWARD_KINDS", "COMM_KINDS", "COMPUTE_KINDS", "LANE_OF_KIND", "RECV_KINDS", "SEND_KINDS", "STEP_KINDS",
     "Action", "Duration", "Kind", "Overlap", "Plan", "add_comms", "add_step_end", "aligned_grid", "default_duration",
     "dependencies", "ideal_times", "loop_placement", "lower", "matching", "message_kinds", "number_steps",
-    "parts", "peer_stage", "render_grid", "v_placement", "validate", "validate_structure",
+    "peer_stage", "render_grid", "v_placement", "validate", "validate_structure",
 ]

@@ -162,11 +162,6 @@ class Overlap(NamedTuple):
         return cls.of(Action.parse(m.group(1)), Action.parse(m.group(2)))
 
 
-def parts(a: Action | Overlap) -> tuple[Action, ...]:
-    """The plain actions ``a`` runs: ``(a,)``, or an Overlap's forward and backward."""
-    return (a.forward, a.backward) if a.kind is Kind.OVERLAP_F_B else (a,)  # type: ignore[union-attr]
-
-
 # ----- communication: the two ends of a message ------------------------------------------------
 _MATCHING_KIND = {Kind.SEND_F: Kind.RECV_F, Kind.RECV_F: Kind.SEND_F, Kind.SEND_B: Kind.RECV_B,
                   Kind.RECV_B: Kind.SEND_B}

@@ -74,7 +74,7 @@ def _positions(plan: Plan) -> Positions:
     seen: Positions = {}
     for r, ra in enumerate(acts):
         for i, x in enumerate(ra):
-            for a in (x.parts if x.kind is Kind.OVERLAP_F_B else (x,)):
+            for a in x.parts:
                 _place(a, r, i, seen, acts, where, n_stages, m)
             if x.kind is Kind.OVERLAP_F_B:
                 f, b = x.parts
