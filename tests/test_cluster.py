@@ -72,7 +72,8 @@ def test_a_rings_links_run_at_full_bandwidth_in_each_direction(nodes: int, devic
     c = cl.Cluster(nodes=nodes, devices_per_node=devices, intra=NVLINK, inter=NIC, nics_per_node=devices)
     ring = list(range(c.devices))
     link = cl.group_link(c, [ring])
-    assert link.bandwidth_gb_s == pytest.approx(NIC.bandwidth_gb_s if nodes > 1 else NVLINK.bandwidth_gb_s)
+    # across nodes, one channel per device of a node, each through its own NIC (see below)
+    assert link.bandwidth_gb_s == pytest.approx(devices * NIC.bandwidth_gb_s if nodes > 1 else NVLINK.bandwidth_gb_s)
     # two flows in the same direction through one link do share it
     one_nic = cl.Cluster(nodes=2, devices_per_node=2, intra=NVLINK, inter=NIC, nics_per_node=1)
     same_way = cl.route_links(one_nic, [(0, 2), (1, 3)])
@@ -119,3 +120,35 @@ def test_gpt3_175b_on_1024_gpus_in_about_a_second() -> None:
     # published: about 34-37 % MFU (see the scenario's comment)
     assert 0.33 < summary.mfu < 0.40
     assert elapsed < 10  # ~0.7 s here; the bound only catches a blow-up, the figure is in the notes
+
+
+@pytest.mark.parametrize("nics, expected", [(8, 8 * 25.0), (2, 2 * 25.0), (1, 25.0)])
+def test_a_ring_across_nodes_runs_one_channel_per_member_through_every_nic(nics: int, expected: float) -> None:
+    """NCCL spreads a ring collective over k channels when each node holds k of the group's
+    devices; each channel leaves the node through a different device, so the node's NICs add up.
+    32 devices on 4 nodes: per device 7/8 of the ring traffic crosses NVLink (300 / (7/8) = 343
+    GB/s) and 1/8 its NIC; with 8 NICs the nodes' 8 x 25 GB/s set the pace, with fewer the NICs
+    the channels share."""
+    c = cl.Cluster(nodes=4, devices_per_node=8, intra=NVLINK, inter=NIC, nics_per_node=nics)
+    assert cl.group_link(c, [list(range(32))]).bandwidth_gb_s == pytest.approx(expected)
+    flows = cl.ring_flows(c, list(range(32)))
+    assert len(flows) == 8 * 32 and sum(share for *_, share in flows) == pytest.approx(32)
+    leaving = {a for a, b, _ in flows if a // 8 != b // 8}
+    assert len(leaving) == 4 * 8  # every device of every node sends one channel out
+
+
+def test_rings_of_one_device_per_node_each_take_their_own_nic() -> None:
+    """Megatron's placement with t = 8: each data-parallel group has one device per node, and the 8
+    groups of a node run at once, each through its own NIC (25 GB/s), or sharing fewer."""
+    own = cl.Cluster(nodes=4, devices_per_node=8, intra=NVLINK, inter=NIC, nics_per_node=8)
+    groups = [[n * 8 + k for n in range(4)] for k in range(8)]
+    assert cl.group_link(own, groups).bandwidth_gb_s == pytest.approx(25)
+    shared = cl.Cluster(nodes=4, devices_per_node=8, intra=NVLINK, inter=NIC, nics_per_node=4)
+    assert cl.group_link(shared, groups).bandwidth_gb_s == pytest.approx(12.5)
+
+
+def test_an_uneven_group_gets_one_ring() -> None:
+    c = cl.Cluster(nodes=2, devices_per_node=4, intra=NVLINK, inter=NIC, nics_per_node=4)
+    flows = cl.ring_flows(c, [0, 1, 2, 4])
+    assert [(a, b) for a, b, _ in flows] == [(0, 1), (1, 2), (2, 4), (4, 0)]
+    assert cl.group_link(c, [[0, 1, 2, 4]]).bandwidth_gb_s == pytest.approx(25)

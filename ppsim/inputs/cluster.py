@@ -152,13 +152,51 @@ def stage_links(cluster: Cluster, stage_to_rank: tuple[int, ...], p: int, d: int
     return out
 
 
+def ring_flows(cluster: Cluster, group: list[int]) -> list[tuple[int, int, float]]:
+    """The flows of a ring collective over ``group`` as NCCL lays it out: (sender, receiver, the
+    share of a device's ring traffic the flow carries).
+
+    Inside one node, one ring through the devices. Across nodes holding k members each, k rings
+    (NCCL's channels), each carrying 1/k of the data: ring c enters a node at its c-th member,
+    passes through the others over the node's fabric and leaves from the member before it, so the
+    k rings leave every node through k different devices (and their NICs). A group spread unevenly
+    over nodes gets one ring."""
+    members = sorted(group)
+    by_node: dict[int, list[int]] = {}
+    for dev in members:
+        by_node.setdefault(dev // cluster.devices_per_node, []).append(dev)
+    nodes = list(by_node.values())
+    k = len(nodes[0])
+    if len(nodes) == 1 or any(len(node) != k for node in nodes):
+        return [(members[i], members[(i + 1) % len(members)], 1.0) for i in range(len(members))]
+    flows = []
+    for c in range(k):
+        order = [dev for node in nodes for dev in node[c:] + node[:c]]
+        flows += [(order[i], order[(i + 1) % len(order)], 1 / k) for i in range(len(order))]
+    return flows
+
+
 def group_link(cluster: Cluster, devices_by_group: list[list[int]]) -> LinkSpeed:
-    """The slowest hop of a ring over each group's devices, all groups running at once."""
-    flows = [(grp[i], grp[(i + 1) % len(grp)]) for grp in devices_by_group if len(grp) > 1 for i in range(len(grp))]
+    """What a ring collective over each group's devices runs at, all groups at once: the ring
+    traffic each device sends (a ring all-reduce's 2(n-1)/n x bytes) moves at this bandwidth.
+
+    Every flow of every group's rings (:func:`ring_flows`) loads the directed links of its route
+    by its share; a link of bandwidth B loaded L times over gives the rings B / L, and the most
+    loaded link sets the pace. Latency: the slowest flow's route."""
+    flows = [f for grp in devices_by_group if len(grp) > 1 for f in ring_flows(cluster, grp)]
     if not flows:
         return FREE
-    links = route_links(cluster, flows)
-    return LinkSpeed(min(link.bandwidth_gb_s for link in links), max(link.latency_us for link in links))
+    g = cluster_graph(cluster)
+    load: Counter[tuple[str, str]] = Counter()
+    latency_us = 0.0
+    for a, b, share in flows:
+        path = route(cluster, a, b)
+        hops = list(zip(path, path[1:]))
+        for hop in hops:
+            load[hop] += share
+        latency_us = max(latency_us, sum(g.edges[hop]["latency"] for hop in hops))
+    bandwidth = min(g.edges[hop]["bandwidth"] / n for hop, n in load.items())
+    return LinkSpeed(bandwidth, latency_us)
 
 
 def data_parallel_link(cluster: Cluster, p: int, d: int, t: int, placement: Placement) -> LinkSpeed:
