@@ -332,19 +332,26 @@ def test_the_profiling_run_is_plain_whatever_the_scenario_asks() -> None:
 
 def test_sequence_parallelism_does_not_shrink_the_tensor_parallel_all_reduces() -> None:
     """Sequence parallelism splits the message between stages t ways, not the activations a block
-    all-reduces (or reduce-scatters and all-gathers) inside its tensor-parallel group."""
+    reduce-scatters and all-gathers inside its tensor-parallel group (the bytes of its all-reduces);
+    its backward all-gathers the block's two sharded inputs once more."""
+    from ppsim.costs.collectives import ring_allgather_ms
+    from ppsim.costs.profiled import profile_link
     from ppsim.inputs.scenario import parse_scenario
 
     ar_link = LinkProfile(latency_us=100.0, bandwidth_gb_s=1.0)
     p = make_profile().model_copy(update={"collectives": {"allreduce": ar_link}})
     data = load(TINY).with_overrides(stages=2, partition=[2, 2]).model_dump(exclude_none=True)
     data["tensor_parallel"] = 2
+    data["pipeline"]["scatter_gather"] = False
     plain = build_workload(parse_scenario(data), p).costs
     data["training"]["sequence_parallel"] = True
     split = build_workload(parse_scenario(data), p).costs
     assert split.message_bytes == plain.message_bytes // 2
+    activation = plain.message_bytes  # one whole s x b x h activation
+    extra = 2 * ring_allgather_ms(activation, 2, profile_link(ar_link))
     for a, b in zip(plain.stages, split.stages, strict=True):
-        assert (b.forward_ms, b.backward_ms) == pytest.approx((a.forward_ms, a.backward_ms))
+        assert b.forward_ms == pytest.approx(a.forward_ms)
+        assert b.backward_ms == pytest.approx(a.backward_ms + b.layers * extra)
 
 
 def test_with_a_profile_and_tensor_parallelism_the_embedding_and_head_are_whole() -> None:

@@ -87,9 +87,10 @@ class DeepSpeedProgram:
             "wall_clock_breakdown": False,
             "bf16": {"enabled": dtype is torch.bfloat16},
             "fp16": {"enabled": dtype is torch.float16},
-            # each tensor-parallel rank sends the whole activation to its peer of the next stage, as
-            # ppsim's message model says (DeepSpeed would otherwise send 1/t and all-gather)
-            "pipeline": {"pipe_partitioned": False, "grad_partitioned": False},
+            # with tensor parallelism DeepSpeed sends each rank's 1/t of a stage-to-stage activation
+            # (gradient) and all-gathers it at the receiver, as ppsim's pipeline.scatter_gather says
+            "pipeline": {"pipe_partitioned": scenario.pipeline.scatter_gather,
+                         "grad_partitioned": scenario.pipeline.scatter_gather},
         }
         if scenario.training.zero_stage:
             # ZeRO-1: each data-parallel rank keeps the optimizer state of its shard of the stage's

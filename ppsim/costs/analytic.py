@@ -7,16 +7,17 @@ HBM bandwidth (mixed-precision Adam). Gradient clipping: one read of every gradi
 which is then all-reduced over the pipeline's stages (2(p-1) x link latency) before the update.
 Gradient all-reduce over the d replicas in buckets (:func:`~ppsim.costs.collectives.grad_allreduce`);
 with ZeRO-1 the optimizer steps over 1/d of the parameters and they are all-gathered after it.
-Tensor parallelism adds two ring all-reduces of a block's s x b x h activation to its forward and
-two to its backward (four when the forward is recomputed in full).
+Tensor parallelism adds its collectives to each block's passes and an all-gather to each received
+stage-to-stage message (:mod:`~ppsim.costs.tensor_parallel`).
 """
 
 from __future__ import annotations
 
-from ppsim.costs.collectives import grad_allreduce, ring_allreduce_ms
+from ppsim.costs.collectives import grad_allreduce
 from ppsim.costs.layout import Layout
 from ppsim.costs.links import Links
 from ppsim.costs.table import CostTable
+from ppsim.costs.tensor_parallel import gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
 from ppsim.inputs.hardware import Device
 from ppsim.inputs.scenario import ModelSpec, Scenario
@@ -30,30 +31,30 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
     efficiency = s.hardware.efficiency or device.efficiency
     flops_per_ms = device.peak_flops(model.dtype) * efficiency / 1e3
     hbm_bytes_per_ms = device.hbm_gb_s * 1e9 / 1e3
-    # the all-reduces of one pass of one tensor-parallel block
-    tp_pass_ms = 2 * ring_allreduce_ms(layout.activation_bytes, t, links.tensor_parallel) if t > 1 else 0.0
-    tp_backward_ms = tp_pass_ms * (2 if training.recompute == "full" else 1)  # a recomputed forward reduces again
+    tp = tensor_parallel_comm(layout.activation_bytes, t, links.tensor_parallel,
+                              sequence_parallel=training.sequence_parallel, full_recompute=training.recompute == "full",
+                              scatter_gather=s.pipeline.scatter_gather)
     stages = []
     for k, st in enumerate(layout.stages):
         reduce_ms, buckets = grad_allreduce(st.params * layout.dtype_bytes, d, links.data_parallel,
                                             training.allreduce, training.bucket_mb * 1e6)
         stages.append(layout.stage_cost(
             k,
-            forward_ms=st.forward_flops / flops_per_ms + st.forward_bytes / hbm_bytes_per_ms + st.blocks * tp_pass_ms,
+            forward_ms=st.forward_flops / flops_per_ms + st.forward_bytes / hbm_bytes_per_ms + st.blocks * tp.forward_ms,
             backward_ms=((st.input_grad_flops + st.weight_grad_flops) / flops_per_ms + st.backward_bytes / hbm_bytes_per_ms
-                         + st.blocks * tp_backward_ms),
+                         + st.blocks * tp.backward_ms),
             weight_grad_ms=st.weight_grad_flops / flops_per_ms,
             optimizer_ms=st.params * OPTIMIZER_BYTES_PER_PARAM / hbm_bytes_per_ms,
             clip_ms=st.params * layout.dtype_bytes / hbm_bytes_per_ms,
             allreduce_ms=reduce_ms,
             allreduce_buckets=buckets,
-            forward_comm_ms=st.blocks * tp_pass_ms,
-            backward_comm_ms=st.blocks * tp_backward_ms,
+            forward_comm_ms=st.blocks * tp.forward_ms,
+            backward_comm_ms=st.blocks * tp.backward_ms,
         ))
     if training.zero_stage >= 1:
         stages = [shard_optimizer(c, d, links.data_parallel, links.data_parallel, training.zero_reduce)
                   for c in stages]
-    boundaries = links.boundaries
+    boundaries = gathering(links.boundaries, tp)
     return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=boundaries,
                      clip_allreduce_ms=2 * (s.pipeline.stages - 1) * max(x.latency_ms for x in boundaries),
                      overlap_grad_reduce=training.overlap_grad_reduce)

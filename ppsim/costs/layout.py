@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ppsim.costs.layers import LayerCost
 from ppsim.costs.memory import StaticMemory, static_memory
 from ppsim.costs.table import StageCost
+from ppsim.costs.tensor_parallel import message_split
 from ppsim.inputs.scenario import DTYPE_BYTES, Scenario
 
 
@@ -34,7 +35,7 @@ class Layout:
     """The virtual stages' shapes (none when the scenario has no model) and the messages between them."""
 
     stages: tuple[StageShape, ...]
-    message_bytes: int  #: one stage-to-stage message (each tensor rank's 1/t of it under sequence parallelism)
+    message_bytes: int  #: one stage-to-stage message (each tensor rank's 1/t of it when split: ppsim.costs.tensor_parallel)
     activation_bytes: int  #: one whole s x b x h activation, what tensor parallelism all-reduces
     dtype_bytes: int
 
@@ -57,7 +58,8 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
     model = s.model
     dtype_bytes = DTYPE_BYTES[model.dtype] if model else 2
     whole = model.seq_len * s.training.micro_batch * model.hidden * dtype_bytes if model else 0
-    message = whole // s.tensor_parallel if s.training.sequence_parallel else whole
+    message = whole // message_split(s.tensor_parallel, sequence_parallel=s.training.sequence_parallel,
+                                     scatter_gather=s.pipeline.scatter_gather)
     if blocks is None or layers is None:
         return Layout((), message, whole, dtype_bytes)
     emb, block, head = layers

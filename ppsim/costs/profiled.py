@@ -4,9 +4,9 @@ A stage's forward is the overhead of its position (first / middle / last) plus i
 measured forwards, and likewise for backward, weight grad, optimizer and clipping; what
 recomputation adds to a block is as the profile measured it; the link and the collectives are the
 measured ones. With tensor parallelism t a block does its share of its measured work (1/t, or as
-the profile measured a split block: split blocks are less efficient than 1/t) plus two all-reduces
-of the whole activation in each pass (and two more in a fully recomputed forward); the embedding
-and the head are whole on every rank, as ppexec runs them.
+the profile measured a split block: split blocks are less efficient than 1/t); the embedding
+and the head are whole on every rank, as ppexec runs them. The collectives tensor parallelism adds
+(:mod:`~ppsim.costs.tensor_parallel`) are priced on the measured all-reduce.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from ppsim.costs.collectives import grad_allreduce, ring_allreduce_ms
 from ppsim.costs.layers import LayerCost
 from ppsim.costs.layout import Layout
 from ppsim.costs.table import CostTable, Link
+from ppsim.costs.tensor_parallel import TensorParallelComm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
 from ppsim.inputs.profile import LayerTimes, LinkProfile, Profile
 from ppsim.inputs.scenario import Scenario
@@ -63,10 +64,10 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
     gather_link = profile_link(measured["allgather"]) if "allgather" in measured else link
     block = profile.block
     # a block's tensor-parallel all-reduces in its forward and its backward (what an overlapped pass hides)
-    tp_comm_forward = tp_comm_backward = 0.0
+    tp = tensor_parallel_comm(layout.activation_bytes, t, reduce_link, sequence_parallel=training.sequence_parallel,
+                              full_recompute=training.recompute == "full", scatter_gather=s.pipeline.scatter_gather)
     if t > 1:
-        block, share, (tp_comm_forward, tp_comm_backward) = _tensor_parallel_block(
-            profile, t, layout.activation_bytes, reduce_link, full_recompute=training.recompute == "full")
+        block, share = _tensor_parallel_block(profile, t, layout.activation_bytes, reduce_link, tp)
         recompute_forward_ms, recompute_backward_ms = recompute_forward_ms * share, recompute_backward_ms * share
     stages = []
     for k, st in enumerate(layout.stages):
@@ -86,24 +87,21 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
             clip_ms=max(0.0, extra.clip_ms),
             allreduce_ms=reduce_ms,
             allreduce_buckets=buckets,
-            forward_comm_ms=st.blocks * tp_comm_forward,
-            backward_comm_ms=st.blocks * tp_comm_backward,
+            forward_comm_ms=st.blocks * tp.forward_ms,
+            backward_comm_ms=st.blocks * tp.backward_ms,
         ))
     if training.zero_stage >= 1:
         stages = [shard_optimizer(c, d, reduce_link, gather_link, training.zero_reduce, profile.overhead(k, n).optimizer_ms)
                   for k, c in enumerate(stages)]
-    return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=(link,),
+    return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=gathering((link,), tp),
                      clip_allreduce_ms=profile.clip_allreduce_us / 1e3)
 
 
-def _tensor_parallel_block(profile: Profile, t: int, activation_bytes: int, reduce_link: Link, *,
-                           full_recompute: bool) -> tuple[LayerTimes, float, tuple[float, float]]:
-    """The measured block split t ways with its all-reduces, the share of the whole block's
-    forward compute one rank does (what recomputation is scaled by), and the all-reduces' time in
-    its forward and in its backward."""
+def _tensor_parallel_block(profile: Profile, t: int, activation_bytes: int, reduce_link: Link, tp: TensorParallelComm
+                           ) -> tuple[LayerTimes, float]:
+    """The measured block split t ways with its collectives (``tp``), and the share of the whole
+    block's forward compute one rank does (what recomputation is scaled by)."""
     block = profile.block
-    allreduce = ring_allreduce_ms(activation_bytes, t, reduce_link)
-    comm = (2 * allreduce, (4 if full_recompute else 2) * allreduce)
     forward_share, backward_share = 1 / t, 1 / t  # of the whole block's compute
     split = profile.tensor_parallel
     if split is not None:  # as measured split over split.size ranks, less its all-reduces, then rescaled
@@ -111,7 +109,7 @@ def _tensor_parallel_block(profile: Profile, t: int, activation_bytes: int, redu
         forward_share = max(0.0, (split.forward_ms - 2 * measured_allreduce) / split.whole_forward_ms) * split.size / t
         backward_share = max(0.0, (split.backward_ms - 2 * measured_allreduce) / split.whole_backward_ms) * split.size / t
     shared = block.model_copy(update={
-        "forward_ms": block.forward_ms * forward_share + comm[0],
-        "backward_ms": block.backward_ms * backward_share + comm[1],
+        "forward_ms": block.forward_ms * forward_share + tp.forward_ms,
+        "backward_ms": block.backward_ms * backward_share + tp.backward_ms,
         "weight_grad_ms": block.weight_grad_ms * backward_share, "optimizer_ms": block.optimizer_ms / t})
-    return shared, forward_share, comm
+    return shared, forward_share

@@ -80,6 +80,10 @@ class PipelineSpec(_Strict):
     chunks: int = Field(default=1, gt=0, description="virtual stages per rank v")
     partition: Literal["uniform", "balanced"] | list[int] = "balanced"
     comm: Literal["rendezvous", "eager", "async"] = "async"
+    #: with tensor parallelism and no sequence parallelism, each tensor rank sends 1/t of a stage-to-stage
+    #: message and the receiving group all-gathers it (Megatron's scatter-gather, DeepSpeed's partitioned
+    #: activations); false: every tensor rank sends the whole message
+    scatter_gather: bool = True
     memory_budget: float | None = Field(default=None, gt=0, description=(
         "the most micro-batches of activations a rank may hold at once: the cap of schedule auto "
         "(default: what fits in the device's memory)"))
