@@ -10,6 +10,7 @@ the backward AND the recomputed forward: F = 96 B s l h^2 (1 + s / (6h) + V / (1
 iteration (their eq. 3), over the iteration time and the GPU count. ppsim's prediction is turned
 into the same figure: F / (predicted step time x GPUs).
 
+Megatron-LM's GPT ties the LM head to the embedding (their eq. 3 counts the logit layer once).
 What the sources do not say and ppsim assumes (the same for every case): micro-batches of one
 sequence (Table 2 says so for its PTD-P rows), full activation recomputation (their FLOP count
 includes it), fp16, Megatron's placement (tensor ranks fastest, then data parallel), the
@@ -92,7 +93,7 @@ def scenario(c: Case) -> Scenario:
     return parse_scenario({
         "name": c.row,
         "model": {"layers": c.layers, "hidden": c.hidden, "heads": c.heads, "seq_len": SEQ, "vocab": VOCAB,
-                  "dtype": "fp16"},
+                  "dtype": "fp16", "tie_embeddings": True},
         "training": {"global_batch": c.batch, "micro_batch": 1, "recompute": "full"},
         "pipeline": {"stages": c.pipeline, "schedule": "interleaved-1f1b" if interleave else "1f1b",
                      "chunks": 2 if interleave else 1, "partition": "uniform", "comm": "async"},

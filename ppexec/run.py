@@ -117,10 +117,12 @@ def check_buildable(s: Scenario) -> None:
         ("kv_heads", s.model.kv_heads if s.model.kv != s.model.heads else None, "leave it out (kv_heads = heads)"),
         ("mlp", s.model.mlp if s.model.mlp != "gelu" else None, "use mlp: gelu"),
         ("positions", s.model.positions if s.model.positions != "learned" else None, "use positions: learned"),
+        ("tie_embeddings", True if s.model.tie_embeddings else None, "use tie_embeddings: false"),
     ) if v is not None]
     if unbuilt:
         name, value, fix = unbuilt[0]
-        raise PpsimError(f"ppexec builds GPT-style blocks (multi-head attention, GELU MLP, learned positions), "
+        raise PpsimError(f"ppexec builds GPT-style blocks (multi-head attention, GELU MLP, learned positions, a head "
+                         f"of its own), "
                          f"not {name}: {value}; ppsim predicts it, for a run {fix}", field=name)
     if s.training.sequence_parallel:
         raise PpsimError("ppexec's tensor parallelism keeps whole activations outside the split matmuls, without "

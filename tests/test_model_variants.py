@@ -150,3 +150,36 @@ def test_llama3_405b_on_16k_h100s_lands_in_the_published_range() -> None:
     assert 0.36 < summary.mfu < 0.44
     assert summary.fits is True
     assert summary.meta["partition"][0] == 0 and summary.meta["partition"][-1] == 0
+
+
+def test_tied_embeddings_all_reduce_between_the_first_and_last_stage_before_the_step() -> None:
+    """Megatron's GPT ties the LM head to the embedding: with the first and last virtual stage on
+    different ranks each keeps a copy and they all-reduce its gradient (a ring of 2: V x h x 2 bytes
+    / bandwidth + 2 x latency over the stage link), charged to both stages' optimizer step."""
+    link = {"bandwidth_gb_s": 25.0, "latency_us": 5.0}
+    untied = build_workload(_scenario(hardware__link=link)).costs.stages
+    tied = build_workload(_scenario(hardware__link=link, model__tie_embeddings=True)).costs.stages
+    m = gpt().model
+    assert m is not None
+    expected = m.vocab * m.hidden * 2 / 25e6 + 2 * 5e-3
+    assert tied[0].optimizer_ms - untied[0].optimizer_ms == pytest.approx(expected)
+    assert tied[-1].optimizer_ms - untied[-1].optimizer_ms == pytest.approx(expected)
+    assert [a.optimizer_ms for a in tied[1:-1]] == [a.optimizer_ms for a in untied[1:-1]]
+    assert [a.params for a in tied] == [a.params for a in untied]  # each of the two ranks keeps its copy
+
+
+@pytest.mark.parametrize("changes", [
+    {"pipeline__stages": 1, "pipeline__chunks": 1, "pipeline__schedule": "1f1b"},
+    {"pipeline__schedule": "zb-v"},  # a V: the first and last virtual stage are both on rank 0
+])
+def test_tied_embeddings_on_one_rank_are_one_table_and_need_no_all_reduce(changes: dict[str, object]) -> None:
+    from ppsim.prediction import build
+
+    untied = build(_scenario(**changes)).workload.costs.stages
+    tied = build(_scenario(model__tie_embeddings=True, **changes)).workload.costs.stages
+    m = gpt().model
+    assert m is not None
+    assert tied[-1].params == untied[-1].params - m.vocab * m.hidden
+    assert sum(a.params for a in untied) - sum(a.params for a in tied) == m.vocab * m.hidden
+    # no all-reduce: the first stage's step only shrinks with its parameters (the head's table is gone)
+    assert tied[0].optimizer_ms <= untied[0].optimizer_ms

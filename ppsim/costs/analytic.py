@@ -5,7 +5,9 @@ bandwidth (:mod:`ppsim.costs.elementwise`: norms, activations, softmax, dropout,
 loss). Optimizer step: 32 bytes of memory traffic per parameter at
 HBM bandwidth (mixed-precision Adam). Gradient clipping: one read of every gradient for the norm,
 which is then all-reduced over the pipeline's stages (2(p-1) x link latency) before the update.
-Gradient all-reduce over the d replicas in buckets (:func:`~ppsim.costs.collectives.grad_allreduce`);
+Tied embeddings: the first and the last stage all-reduce their copies' gradient before the step,
+added to their optimizer step. Gradient all-reduce over the d replicas in buckets
+(:func:`~ppsim.costs.collectives.grad_allreduce`);
 with ZeRO-1 the optimizer steps over 1/d of the parameters and they are all-gathered after it.
 Tensor parallelism adds its collectives to each block's passes and an all-gather to each received
 stage-to-stage message (:mod:`~ppsim.costs.tensor_parallel`).
@@ -13,10 +15,12 @@ stage-to-stage message (:mod:`~ppsim.costs.tensor_parallel`).
 
 from __future__ import annotations
 
-from ppsim.costs.collectives import grad_allreduce
+from dataclasses import replace
+
+from ppsim.costs.collectives import grad_allreduce, ring_allreduce_ms
 from ppsim.costs.layout import Layout
 from ppsim.costs.links import Links
-from ppsim.costs.table import CostTable
+from ppsim.costs.table import CostTable, Link
 from ppsim.costs.tensor_parallel import gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
 from ppsim.inputs.hardware import Device
@@ -54,7 +58,21 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
     if training.zero_stage >= 1:
         stages = [shard_optimizer(c, d, links.data_parallel, links.data_parallel, training.zero_reduce)
                   for c in stages]
+    tied_ms = tied_embedding_allreduce_ms(s, layout, links.embedding)
+    if tied_ms > 0:
+        stages[0] = replace(stages[0], optimizer_ms=stages[0].optimizer_ms + tied_ms)
+        stages[-1] = replace(stages[-1], optimizer_ms=stages[-1].optimizer_ms + tied_ms)
     boundaries = gathering(links.boundaries, tp)
     return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=boundaries,
                      clip_allreduce_ms=2 * (s.pipeline.stages - 1) * max(x.latency_ms for x in boundaries),
                      overlap_grad_reduce=training.overlap_grad_reduce)
+
+
+def tied_embedding_allreduce_ms(s: Scenario, layout: Layout, link: Link | None) -> float:
+    """The all-reduce of the tied embedding's gradient between the first and the last stage's
+    copies (Megatron-LM runs it after the backward, right before the optimizer step), over the
+    link between their ranks; nothing when the model does not tie them or one rank holds both."""
+    model = s.model
+    if model is None or not model.tie_embeddings or link is None:
+        return 0.0
+    return ring_allreduce_ms(model.vocab * model.hidden // s.tensor_parallel * layout.dtype_bytes, 2, link)

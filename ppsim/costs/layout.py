@@ -5,7 +5,7 @@ stage-to-stage message. Every cost builder starts from the same layout."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ppsim.costs.layers import LayerCost
 from ppsim.costs.memory import StaticMemory, static_memory
@@ -53,8 +53,11 @@ class Layout:
                          params=st.params, layers=st.blocks, memory=st.memory, **times)  # type: ignore[arg-type]
 
 
-def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, LayerCost, LayerCost] | None) -> Layout:
-    """The layout of ``blocks`` per virtual stage of the (embedding, block, head) ``layers``."""
+def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, LayerCost, LayerCost] | None,
+            stage_to_rank: Sequence[int] = (0,)) -> Layout:
+    """The layout of ``blocks`` per virtual stage of the (embedding, block, head) ``layers``; with
+    tied embeddings and the first and last virtual stage on one rank (``stage_to_rank``) the head
+    reuses the embedding's table, and only the embedding counts it."""
     model = s.model
     dtype_bytes = DTYPE_BYTES[model.dtype] if model else 2
     whole = model.seq_len * s.training.micro_batch * model.hidden * dtype_bytes if model else 0
@@ -64,6 +67,8 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
         return Layout((), message, whole, dtype_bytes)
     emb, block, head = layers
     n = len(blocks)
+    if model is not None and model.tie_embeddings and stage_to_rank[0] == stage_to_rank[-1]:
+        head = replace(head, params=head.params - model.vocab * model.hidden // s.tensor_parallel)
     stages = []
     for k, count in enumerate(blocks):
         parts = [block] * count + ([emb] if k == 0 else []) + ([head] if k == n - 1 else [])

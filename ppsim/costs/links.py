@@ -1,6 +1,6 @@
 """The links a plan's transfers run over: one per stage boundary, the data-parallel gradient
-all-reduce's and the tensor-parallel all-reduces', from the scenario's ``hardware`` section (or
-the device's defaults) or from the routes of its ``cluster``."""
+all-reduce's, the tensor-parallel collectives' and the tied embedding's (first to last stage), from
+the scenario's ``hardware`` section (or the device's defaults) or from the routes of its ``cluster``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ class Links:
     boundaries: tuple[Link, ...]  #: between virtual stages s and s + 1; one link for all when it has one
     data_parallel: Link
     tensor_parallel: Link
+    #: between the ranks of the first and the last virtual stage (the tied embedding's gradient
+    #: all-reduce); None when they are one rank
+    embedding: Link | None = None
 
 
 def scenario_links(s: Scenario, device: Device, stage_to_rank: tuple[int, ...]) -> Links:
@@ -24,10 +27,12 @@ def scenario_links(s: Scenario, device: Device, stage_to_rank: tuple[int, ...]) 
     if s.cluster is not None:
         return _cluster_links(s.cluster, s, device, stage_to_rank)
     hw = s.hardware
+    boundary = _link(hw.link, device.inter_node_gb_s, device.inter_node_latency_us)
     return Links(
-        boundaries=(_link(hw.link, device.inter_node_gb_s, device.inter_node_latency_us),),
+        boundaries=(boundary,),
         data_parallel=_link(hw.dp_link, device.intra_node_gb_s, device.intra_node_latency_us),
         tensor_parallel=_link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
+        embedding=boundary if stage_to_rank[0] != stage_to_rank[-1] else None,
     )
 
 
@@ -56,4 +61,10 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank
     p, d, t = s.pipeline.stages, s.data_parallel, s.tensor_parallel
     cl.check_fits(cluster, p, d, t)
     boundaries, dp, tp = cl.plan_links(cluster, stage_to_rank, p, d, t, spec.placement)
-    return Links(tuple(as_link(b) for b in boundaries), as_link(dp), as_link(tp))
+    first, last = stage_to_rank[0], stage_to_rank[-1]
+    embedding = None
+    if first != last:  # every replica's and tensor rank's pair at once
+        flows = [(cl.device_of(first, r, k, p, d, t, spec.placement), cl.device_of(last, r, k, p, d, t, spec.placement))
+                 for r in range(d) for k in range(t)]
+        embedding = as_link(cl.route_links(cluster, flows)[0])
+    return Links(tuple(as_link(b) for b in boundaries), as_link(dp), as_link(tp), embedding)

@@ -56,7 +56,7 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
         loads = balancing_loads(profile) if profile is not None else (block.total_flops, emb.total_flops,
                                                                      head.total_flops)
         blocks = blocks_per_stage(s, stage_to_rank, *loads)
-    layout = lay_out(s, blocks, layers)
+    layout = lay_out(s, blocks, layers, stage_to_rank)
     if s.costs is not None:
         costs = explicit_costs(s, s.costs, layout, stage_to_rank)
     elif profile is not None and layers is not None:

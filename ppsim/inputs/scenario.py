@@ -37,6 +37,10 @@ class ModelSpec(_Strict):
     mlp: Literal["gelu", "swiglu"] = "gelu"  #: swiglu: three h x f matrices (gate, up, down), as in Llama
     positions: Literal["learned", "rope"] = "learned"  #: rope: no position-embedding table
     dropout: bool = True  #: dropout layers (their masks are kept for the backward); Llama has none
+    #: the LM head reuses the embedding's table (GPT-2; Megatron-LM's GPT unless untied): one copy on one
+    #: stage; with the first and last stage on different ranks each keeps a copy and they all-reduce
+    #: its gradient before the optimizer step
+    tie_embeddings: bool = False
     dtype: Dtype = "bf16"
 
     @model_validator(mode="after")
