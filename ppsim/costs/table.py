@@ -55,12 +55,12 @@ class Link:
     send_overhead_ms: float = 0.0
     recv_overhead_ms: float = 0.0
 
-    def serialization_ms(self, nbytes: int) -> float:
+    def serialization_ms(self, nbytes: float) -> float:
         if math.isinf(self.bandwidth_bytes_per_ms):
             return 0.0
         return nbytes / self.bandwidth_bytes_per_ms
 
-    def transfer_ms(self, nbytes: int) -> float:
+    def transfer_ms(self, nbytes: float) -> float:
         return self.latency_ms + self.serialization_ms(nbytes)
 
     @classmethod
