@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ppsim.costs.collectives import grad_allreduce, ring_allreduce_ms
+from ppsim.costs.collectives import grad_allreduce, ring_allreduce_ms, traffic
 from ppsim.costs.layout import Layout
 from ppsim.costs.links import Links
 from ppsim.costs.table import CostTable, Link
@@ -63,9 +63,16 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
         stages[0] = replace(stages[0], optimizer_ms=stages[0].optimizer_ms + tied_ms)
         stages[-1] = replace(stages[-1], optimizer_ms=stages[-1].optimizer_ms + tied_ms)
     boundaries = gathering(links.boundaries, tp)
+    fabric = None
+    if links.fabric is not None:
+        kind = ("reduce_scatter" if training.zero_stage >= 1 and training.zero_reduce == "reduce_scatter"
+                else "tree" if training.allreduce == "tree" else "ring")
+        fabric = links.fabric.fabric(tuple(
+            (*traffic(kind, c.grad_bytes / c.allreduce_buckets, d), c.allreduce_buckets) if d > 1 and c.grad_bytes else None
+            for c in stages))
     return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=boundaries,
                      clip_allreduce_ms=2 * (s.pipeline.stages - 1) * max(x.latency_ms for x in boundaries),
-                     overlap_grad_reduce=training.overlap_grad_reduce)
+                     overlap_grad_reduce=training.overlap_grad_reduce, fabric=fabric)
 
 
 def tied_embedding_allreduce_ms(s: Scenario, layout: Layout, link: Link | None) -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppsim.costs.table import Link
+from ppsim.costs.table import Fabric, FabricCollective, Link, Route
 from ppsim.inputs import cluster as cl
 from ppsim.inputs.hardware import Device
 from ppsim.inputs.scenario import ClusterSpec, LinkSpec, Scenario
@@ -20,6 +20,28 @@ class Links:
     #: between the ranks of the first and the last virtual stage (the tied embedding's gradient
     #: all-reduce); None when they are one rank
     embedding: Link | None = None
+    #: with a cluster under the network model: its links, the routes of each boundary's messages and
+    #: each virtual stage's data-parallel rings (per byte of ring traffic), for the costs' Fabric
+    fabric: FabricRoutes | None = None
+
+
+@dataclass(frozen=True)
+class FabricRoutes:
+    capacity: dict[cl.Hop, float]  #: bytes per ms per directed link
+    forward: tuple[Route, ...]
+    backward: tuple[Route, ...]
+    reduce: tuple[Route, ...]  #: per virtual stage
+
+    def fabric(self, reductions: tuple[tuple[float, int, int] | None, ...]) -> Fabric:
+        """The costs' fabric, each virtual stage's reduction (bytes per bucket each device sends,
+        latency steps per bucket, buckets) on its route (None: no reduction)."""
+        return Fabric(self.capacity, self.forward, self.backward, tuple(
+            None if x is None else FabricCollective(self.reduce[k], *x) for k, x in enumerate(reductions)))
+
+
+def _route(load: cl.RouteLoad) -> Route:
+    hops, latency_us = load
+    return Route(dict(hops), latency_us / 1e3)
 
 
 def scenario_links(s: Scenario, device: Device, stage_to_rank: tuple[int, ...]) -> Links:
@@ -67,4 +89,9 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank
         flows = [(cl.device_of(first, r, k, p, d, t, spec.placement), cl.device_of(last, r, k, p, d, t, spec.placement))
                  for r in range(d) for k in range(t)]
         embedding = as_link(cl.route_links(cluster, flows)[0])
-    return Links(tuple(as_link(b) for b in boundaries), as_link(dp), as_link(tp), embedding)
+    fabric = None
+    if spec.network == "flows":
+        forward, backward, reduce = cl.plan_routes(cluster, stage_to_rank, p, d, t, spec.placement)
+        fabric = FabricRoutes(cl.capacities(cluster), tuple(map(_route, forward)), tuple(map(_route, backward)),
+                              tuple(map(_route, reduce)))
+    return Links(tuple(as_link(b) for b in boundaries), as_link(dp), as_link(tp), embedding, fabric)

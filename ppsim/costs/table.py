@@ -7,6 +7,7 @@ per-stage milliseconds, or a measured profile) is the business of :mod:`ppsim.co
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
 from ppsim.costs.memory import StaticMemory
@@ -71,6 +72,40 @@ class Link:
 
 
 @dataclass(frozen=True)
+class Route:
+    """What one simulated flow puts on the fabric: its load on each directed link it crosses (the
+    copies of it that cross there at once, every replica's and tensor rank's, or a collective's
+    share of its traffic) and the latency from its last byte leaving to its arrival."""
+
+    load: Mapping[Hashable, float]
+    latency_ms: float
+
+
+@dataclass(frozen=True)
+class FabricCollective:
+    """A virtual stage's data-parallel gradient reduction as flows: each bucket moves
+    ``volume_bytes`` from every device over ``route`` (the load per byte of its rings' traffic),
+    then pays ``steps`` x the route's latency."""
+
+    route: Route
+    volume_bytes: float
+    steps: int
+    buckets: int
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The cluster's directed links and the routes of a plan's transfers over them, for the
+    simulator's network model (links shared max-min fairly among the flows active at each instant).
+    Without a fabric, each stage boundary's :class:`Link` is the transfer's own."""
+
+    capacity: Mapping[Hashable, float]  #: bytes per ms per directed link
+    forward: tuple[Route, ...]  #: per stage boundary s, the message s -> s + 1
+    backward: tuple[Route, ...]  #: s + 1 -> s
+    reduce: tuple[FabricCollective | None, ...] = ()  #: per virtual stage (None: no reduction)
+
+
+@dataclass(frozen=True)
 class CostTable:
     """Per virtual stage costs plus the stage-to-stage message size and links.
 
@@ -87,6 +122,8 @@ class CostTable:
     #: start a stage's gradient all-reduce bucket by bucket while its last backward produces them
     #: (Megatron's --overlap-grad-reduce, DeepSpeed's overlap_comm), instead of after it
     overlap_grad_reduce: bool = False
+    #: the cluster's links and routes: transfers and gradient reductions run as flows sharing them
+    fabric: Fabric | None = None
 
     def link(self, boundary: int) -> Link:
         return self.links[boundary] if len(self.links) > 1 else self.links[0]

@@ -15,6 +15,7 @@ divide its bandwidth in that direction, and a route's bandwidth is its most shar
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -187,16 +188,92 @@ def group_link(cluster: Cluster, devices_by_group: list[list[int]]) -> LinkSpeed
     if not flows:
         return FREE
     g = cluster_graph(cluster)
-    load: Counter[tuple[str, str]] = Counter()
+    load, latency_us = flow_load(cluster, flows)
+    bandwidth = min(g.edges[hop]["bandwidth"] / n for hop, n in load.items())
+    return LinkSpeed(bandwidth, latency_us)
+
+
+Hop = tuple[str, str]  #: a directed link: (from, to) nodes of the cluster graph
+
+
+def flow_load(cluster: Cluster, flows: list[tuple[int, int, float]]) -> tuple[Counter[Hop], float]:
+    """(load on each directed link: the sum of the shares of the flows crossing it, the slowest
+    route's latency in us) of ``flows`` (sender, receiver, share) running at once."""
+    latency = _latencies(cluster)
+    load: Counter[Hop] = Counter()
     latency_us = 0.0
     for a, b, share in flows:
         path = route(cluster, a, b)
         hops = list(zip(path, path[1:]))
         for hop in hops:
             load[hop] += share
-        latency_us = max(latency_us, sum(g.edges[hop]["latency"] for hop in hops))
-    bandwidth = min(g.edges[hop]["bandwidth"] / n for hop, n in load.items())
-    return LinkSpeed(bandwidth, latency_us)
+        latency_us = max(latency_us, sum(latency[hop] for hop in hops))
+    return load, latency_us
+
+
+@cache
+def _latencies(cluster: Cluster) -> dict[Hop, float]:
+    """Every directed link's latency (us), looked up without the graph's views."""
+    out = {}
+    for u, v, data in cluster_graph(cluster).edges(data=True):
+        out[(u, v)] = out[(v, u)] = data["latency"]
+    return out
+
+
+@cache
+def capacities(cluster: Cluster) -> dict[Hop, float]:
+    """Every directed link of finite bandwidth, in bytes per ms (each direction its own)."""
+    out = {}
+    for u, v, data in cluster_graph(cluster).edges(data=True):
+        if math.isfinite(data["bandwidth"]):
+            out[(u, v)] = out[(v, u)] = data["bandwidth"] * 1e6
+    return out
+
+
+RouteLoad = tuple[tuple[tuple[Hop, float], ...], float]  #: ((link, load), ...), latency in us
+
+
+@lru_cache(maxsize=64)
+def plan_routes(cluster: Cluster, stage_to_rank: tuple[int, ...], p: int, d: int, t: int, placement: Placement
+                ) -> tuple[tuple[RouteLoad, ...], tuple[RouteLoad, ...], tuple[RouteLoad, ...]]:
+    """The routes of a plan's flows on the cluster (for the simulator's network model): per stage
+    boundary the message forward and backward, with every replica's and tensor rank's copy counted
+    on the links the simulated one (replica 0, tensor rank 0) crosses; per virtual stage its
+    data-parallel rings' load on every link (per byte of a device's ring traffic)."""
+    def message(a: int, b: int) -> RouteLoad:
+        if a == b:
+            return (), 0.0
+        flows = [(device_of(a, r, k, p, d, t, placement), device_of(b, r, k, p, d, t, placement), 1.0)
+                 for r in range(d) for k in range(t)]
+        # only flows from or to the simulated one's nodes can share its links
+        nodes = {flows[0][0] // per_node, flows[0][1] // per_node}
+        load, _ = flow_load(cluster, [f for f in flows if f[0] // per_node in nodes or f[1] // per_node in nodes])
+        mine, latency_us = flow_load(cluster, flows[:1])
+        return tuple((hop, load[hop]) for hop in mine), latency_us
+
+    g = cluster_graph(cluster)
+    per_node = cluster.devices_per_node
+
+    @cache
+    def reduction(rank: int) -> RouteLoad:
+        """The rings' load on the links of the simulated device's node (what the simulated messages
+        can share with them; other nodes' are alike, as replicas are), its most loaded link setting
+        their pace."""
+        groups = [[device_of(rank, r, k, p, d, t, placement) for r in range(d)] for k in range(t)]
+        home = device_of(rank, 0, 0, p, d, t, placement) // per_node
+        flows = [f for grp in groups if len(grp) > 1 for f in ring_flows(cluster, grp)
+                 if f[0] // per_node == home or f[1] // per_node == home]
+        if not flows:
+            return (), 0.0
+        load, latency_us = flow_load(cluster, flows)
+        node = f"node{home}/"
+        pace = max(load, key=lambda hop: load[hop] / g.edges[hop]["bandwidth"])
+        kept = {hop: n for hop, n in load.items() if hop == pace or hop[0].startswith(node) or hop[1].startswith(node)}
+        return tuple(kept.items()), latency_us
+
+    pairs = [(stage_to_rank[s], stage_to_rank[s + 1]) for s in range(len(stage_to_rank) - 1)]
+    return (tuple(message(a, b) for a, b in pairs), tuple(message(b, a) for a, b in pairs),
+            tuple(reduction(rank) for rank in stage_to_rank))
 
 
 def data_parallel_link(cluster: Cluster, p: int, d: int, t: int, placement: Placement) -> LinkSpeed:

@@ -117,6 +117,10 @@ class ClusterSpec(_Strict):
     intra_node: LinkSpec | None = None  #: default: the device's NVLink figures
     inter_node: LinkSpec | None = None  #: per NIC; default: the device's NIC figures
     placement: Literal["megatron", "pipeline-inner"] = "megatron"
+    #: flows: transfers and gradient reductions share the links max-min fairly among the flows active
+    #: at each instant (the simulator's network model); static: each boundary's share of its links is
+    #: fixed for the whole step and each gradient all-reduce runs alone (faster to simulate)
+    network: Literal["flows", "static"] = "flows"
 
 
 class CostsSpec(_Strict):

@@ -2,45 +2,52 @@
 
 Model
 - Every rank is a SimPy process that runs its actions strictly in plan order: it is the compute
-  resource of its device (one action at a time).
-- Every directed link between two ranks is a FIFO resource: a transfer occupies it for
-  bytes / bandwidth, and arrives ``latency`` after that (latency is pipelined).
-- A receive blocks its rank until the data has arrived. Around a transfer the sender spends the
-  link's send overhead before the data moves and the receiver its receive overhead after the data
-  has arrived. What a send does is the communication semantics (``CommSemantics``):
+  resource of its device (one action at a time). One handler per kind of action; compute (F, B,
+  I, W, OPT) is the fast path: it runs on the rank's own clock, so long runs of local work cost
+  no SimPy event. A rank synchronises with SimPy's clock only when it interacts with another.
+- Messages. A receive blocks its rank until the data has arrived. Around a transfer the sender
+  spends the link's send overhead before the data moves and the receiver its receive overhead after
+  it has arrived. What a send does is the communication semantics (``CommSemantics``):
     * ``async``: the send is posted and the rank goes on at once (unbounded buffering);
     * ``eager``: the send blocks its rank until the transfer has completed, but not for the peer;
     * ``rendezvous``: the send blocks until the peer has posted the matching receive, then both
       wait for the transfer (gloo and NCCL send/recv pairs behave like this).
+- Links. Without a fabric, every directed link between two ranks is a FIFO: a transfer occupies it
+  for bytes / bandwidth (the boundary's :class:`~ppsim.costs.Link`) and arrives ``latency`` after
+  that. With a fabric (a cluster under the network model, ``CostTable.fabric``) every transfer is a
+  flow over the directed links of its route, sharing each with the flows active at that instant,
+  max-min fairly (:mod:`ppsim.sim.network`); the messages of one rank pair still go in order.
 - End of step: ``REDUCE_GRAD`` (all-reduce across data-parallel replicas) occupies the collective
   lane and blocks the rank until it is done; with ``CostTable.overlap_grad_reduce`` its buckets
   start while the stage's last backward (or weight grad) produces them, so only the tail is
-  exposed; ``CLIP`` (gradient clipping) does the rank's own part (its local gradient norm), then
-  waits on the collective lane until every rank of the pipeline has got
-  there and the norm is all-reduced (``CostTable.clip_allreduce_ms``): the slowest stage holds
-  up the optimizer step of all the others; ``OPT`` (optimizer step) occupies the compute lane.
+  exposed. With a fabric each bucket is a flow on the stage's rings, sharing the links with the
+  messages. ``CLIP`` (gradient clipping) does the rank's own part (its local gradient norm), then
+  waits on the collective lane until every rank of the pipeline has got there and the norm is
+  all-reduced (``CostTable.clip_allreduce_ms``): the slowest stage holds up the optimizer step of
+  all the others; ``OPT`` (optimizer step) occupies the compute lane.
 
-The engine knows no schedule: it only executes actions. Ranks keep a local clock and only
-synchronise with SimPy's clock when they interact with another rank, so long runs of local work
-cost one event, not one per action.
+The engine knows no schedule: it only executes actions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import math
+from collections import deque
+from collections.abc import Callable, Generator
 from enum import Enum
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import simpy
 from simpy.core import NORMAL
 
-from ppsim.costs.table import CostTable
+from ppsim.costs.table import CostTable, FabricCollective, Route
 from ppsim.errors import PlanError
 from ppsim.gc_pause import gc_paused
-from ppsim.plan import Kind, Overlap, Plan, render_grid
+from ppsim.plan import Action, Kind, Overlap, Plan, render_grid
 from ppsim.sim.allocation import memory_deltas, static_memory_bytes
 from ppsim.sim.durations import DURATION_FIELD, compute_ms
+from ppsim.sim.network import Flow, Network
 from ppsim.trace import Counter, Span, Trace, plan_meta
 
 
@@ -54,7 +61,7 @@ def _fire_at(env: simpy.Environment, event: simpy.Event, delay: float) -> None:
     """Trigger ``event`` successfully ``delay`` from now (a Timeout on an event created earlier)."""
     event._ok = True  # SimPy's own Event.succeed does exactly this, without a delay
     event._value = None
-    env.schedule(event, NORMAL, delay)
+    env.schedule(event, NORMAL, max(0.0, delay))
 
 
 class _Message:
@@ -69,6 +76,470 @@ class _Message:
         self.recv_posted: float | None = None
 
 
+class _Rank:
+    """A rank's state as it runs its actions."""
+
+    __slots__ = ("index", "t", "held", "points", "last_backward", "collective_free", "feeders", "position", "finished")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.t = 0.0  #: the rank's own clock, >= SimPy's
+        self.held = 0.0  #: activation bytes held
+        self.points: list[tuple[float, float]] = [(0.0, 0.0)]
+        self.last_backward: dict[int, tuple[float, float]] = {}  #: per stage: its latest B or W
+        self.collective_free = 0.0
+        self.feeders: dict[int, _Feeder] = {}  #: per stage: its gradient reduction's flows, once started
+        self.position = 0
+        self.finished = False
+
+
+class _Wait(NamedTuple):
+    """A handler's request: wait for ``event``, then call ``then`` (which may ask to wait again)."""
+
+    event: simpy.Event
+    then: Callable[[], _Wait | None]
+
+
+class _Fabric:
+    """The network model on SimPy's clock: starts flows now, wakes at the next one to finish."""
+
+    def __init__(self, env: simpy.Environment, capacity: Any) -> None:
+        self.env = env
+        self.net = Network(capacity)
+        self.version = 0
+        self.queues: dict[tuple[int, int], deque[Flow]] = {}
+
+    def start(self, flow: Flow) -> None:
+        self.net.start(self.env.now, flow)
+        self._wake()
+
+    def send(self, pair: tuple[int, int], flow: Flow) -> None:
+        """Start ``flow`` now, or after the flows of ``pair`` queued before it."""
+        queue = self.queues.setdefault(pair, deque())
+        queue.append(flow)
+        if len(queue) == 1:
+            self.start(flow)
+
+    def sent(self, pair: tuple[int, int]) -> None:
+        """The flow at the head of ``pair``'s queue has sent its last byte: the next one starts."""
+        queue = self.queues[pair]
+        queue.popleft()
+        if queue:
+            self.start(queue[0])
+
+    def _wake(self) -> None:
+        self.version += 1
+        at = self.net.next_finish()
+        if math.isinf(at):
+            return
+        wake = self.env.timeout(max(0.0, at - self.env.now))
+        wake.callbacks.append(partial(self._on_wake, self.version))
+
+    def _on_wake(self, version: int, _event: simpy.Event) -> None:
+        if version != self.version:
+            return  # the flows changed since: a later wake-up is booked
+        for arrival, flow in self.net.finish_until(self.env.now):
+            flow.on_done(arrival)  # type: ignore[misc]
+        self._wake()
+
+
+class _Feeder:
+    """A stage's gradient reduction on the fabric: its buckets go out one after the other, each when
+    it is ready (``ready``: when the backward has produced it), after ``after`` (the rank's previous
+    reduction); ``done`` fires when the last has arrived."""
+
+    def __init__(self, sim: _Simulation, collective: FabricCollective, ready: list[float], after: simpy.Event | None) -> None:
+        self.sim = sim
+        self.collective = collective
+        self.done = sim.env.event()
+        self.first: float | None = None
+        self.end = 0.0
+        sim.env.process(self._run(ready, after))
+
+    def _run(self, ready: list[float], after: simpy.Event | None) -> Generator[simpy.Event, Any, None]:
+        env, c = self.sim.env, self.collective
+        if after is not None:
+            yield after
+        for at in ready:
+            if at > env.now:
+                yield env.timeout(at - env.now)
+            if self.first is None:
+                self.first = env.now
+            arrived = env.event()
+            self.sim.fabric.start(Flow(dict(c.route.load), c.volume_bytes, c.steps * c.route.latency_ms,  # type: ignore[union-attr]
+                                       on_done=partial(self._arrived, arrived)))
+            yield arrived
+        self.end = env.now
+        self.done.succeed()
+
+    def _arrived(self, event: simpy.Event, arrival: float) -> None:
+        _fire_at(self.sim.env, event, arrival - self.sim.env.now)
+
+
+class _Simulation:
+    """One step of a lowered plan on a cost table."""
+
+    def __init__(self, plan: Plan, costs: CostTable, semantics: CommSemantics) -> None:
+        self.plan, self.costs = plan, costs
+        self.rendezvous = semantics is CommSemantics.RENDEZVOUS
+        self.blocking_send = semantics is not CommSemantics.ASYNC
+        self.semantics = semantics
+        stages = costs.stages
+        # duration and activation-memory change of every (stage, kind) that computes
+        self.compute: dict[tuple[int, Kind], tuple[float, int, int]] = {
+            (st, k): (getattr(stages[st], DURATION_FIELD[k]), alloc, free)
+            for (st, k), (alloc, free) in memory_deltas(plan, costs).items()
+        }
+        self.duration = compute_ms(costs)
+        self.where = plan.stage_to_rank
+        self.env = simpy.Environment()
+        self.nbytes = costs.message_bytes
+        boundaries = range(max(1, plan.num_stages - 1))
+        # per stage boundary: time on the wire, latency, what the sender spends before and the receiver after
+        self.wire_ms = [costs.link(b).serialization_ms(self.nbytes) for b in boundaries]
+        self.latency_ms = [costs.link(b).latency_ms for b in boundaries]
+        self.send_overhead_ms = [costs.link(b).send_overhead_ms for b in boundaries]
+        self.recv_overhead_ms = [costs.link(b).recv_overhead_ms for b in boundaries]
+        self.link_free: dict[tuple[int, int], float] = {}
+        self.fabric = _Fabric(self.env, costs.fabric.capacity) if costs.fabric is not None else None
+        self.messages: dict[tuple[int, int, int | None], _Message] = {}
+        self.spans: list[Span] = []
+        self.make_span = partial(tuple.__new__, Span)
+        self.ranks = [_Rank(r) for r in range(plan.num_ranks)]
+        # the gradient-norm all-reduce of gradient clipping: one arrival per rank
+        self.n_syncing = sum(1 for actions in plan.actions if any(a.kind is Kind.CLIP for a in actions))
+        self.sync_arrivals: list[float] = []
+        self.sync_done = self.env.event()
+        self.sync_end: list[float] = []
+        # per rank and stage, the position of its last backward piece: where its reduction's buckets start
+        self.last_backward_at = [_last_backward(actions) for actions in plan.actions]
+        self.handlers: dict[Kind, Callable[[_Rank, Any], _Wait | None]] = {
+            Kind.OVERLAP_F_B: self._overlapped,
+            Kind.REDUCE_GRAD: self._reduce_grad_on_fabric if self.fabric is not None else self._reduce_grad,
+            Kind.CLIP: self._clip,
+            Kind.SEND_F: self._send, Kind.SEND_B: self._send,
+            Kind.RECV_F: self._receive, Kind.RECV_B: self._receive,
+        }
+
+    # --- one place that emits spans and memory points -------------------------------------------------
+
+    def emit(self, rank: int, lane: str, action: Action, start: float, end: float, nbytes: int | None = None,
+             peer: int | None = None) -> None:
+        self.spans.append(self.make_span((rank, lane, action, start, end, nbytes, peer)))
+
+    def _run_compute(self, st: _Rank, a: Action, k: Kind, s: int, dur: float, alloc: int, free: int, i: int) -> None:
+        """Local work: occupy the compute lane, allocate at its start and free at its end."""
+        t = st.t
+        if k is Kind.B or k is Kind.W:
+            if self.costs.overlap_grad_reduce:
+                st.last_backward[s] = (t, t + dur)
+                if self.fabric is not None and self.last_backward_at[st.index].get(s) == i:
+                    self._start_feeder(st, s, t, t + dur)
+        if alloc:
+            st.held += alloc
+            st.points.append((t, st.held))
+        self.emit(st.index, "compute", a, t, t + dur)
+        st.t = t + dur
+        if free:
+            st.held += free
+            st.points.append((st.t, st.held))
+
+    # --- the handlers, one per kind that is not plain compute -----------------------------------------
+
+    def _overlapped(self, st: _Rank, a: Overlap, i: int = -1) -> None:
+        """A forward and a backward overlapped: the forward's activations allocated, the backward's freed."""
+        f, b = a.parts
+        self._run_compute(st, a, b.kind, b.stage, self.duration(a), self.compute[(f.stage, f.kind)][1],
+                          self.compute[(b.stage, b.kind)][2], i)
+        return None
+
+    def _reduce_grad(self, st: _Rank, a: Action) -> None:
+        c = self.costs.stages[a.stage]
+        bwd = st.last_backward.get(a.stage)
+        if self.costs.overlap_grad_reduce and bwd is not None:
+            # bucket j is ready once the last backward has produced (j + 1) / n of the gradients;
+            # buckets go out one after the other on the collective lane
+            b0, b1 = bwd
+            n = max(1, c.allreduce_buckets)
+            each = c.allreduce_ms / n
+            first = free = max(st.collective_free, b0 + (b1 - b0) / n)
+            for j in range(n):
+                free = max(free, b0 + (j + 1) / n * (b1 - b0)) + each
+            self.emit(st.index, "collective", a, first, free, c.grad_bytes)
+            st.collective_free = free
+            st.t = max(st.t, free)
+        else:
+            self.emit(st.index, "collective", a, st.t, st.t + c.allreduce_ms, c.grad_bytes)
+            st.t += c.allreduce_ms
+            st.collective_free = st.t
+        return None
+
+    def _start_feeder(self, st: _Rank, stage: int, b0: float, b1: float) -> None:
+        """Start ``stage``'s gradient reduction on the fabric, bucket by bucket as [b0, b1) produces them."""
+        collective = self.costs.fabric.reduce[stage] if self.costs.fabric and self.costs.fabric.reduce else None  # type: ignore[union-attr]
+        if collective is None:
+            return
+        n = collective.buckets
+        after = self._last_feeder(st)
+        st.feeders[stage] = _Feeder(self, collective, [b0 + (j + 1) / n * (b1 - b0) for j in range(n)], after)
+
+    @staticmethod
+    def _last_feeder(st: _Rank) -> simpy.Event | None:
+        return next(reversed(st.feeders.values())).done if st.feeders else None
+
+    def _reduce_grad_on_fabric(self, st: _Rank, a: Action) -> _Wait | None:
+        fabric = self.costs.fabric
+        c = self.costs.stages[a.stage]
+        if fabric is None or not fabric.reduce or fabric.reduce[a.stage] is None:
+            return self._reduce_grad(st, a)  # nothing to move: as without a fabric
+        feeder = st.feeders.get(a.stage)
+        if feeder is None:  # not overlapped: all buckets from now, after the rank's earlier reductions
+            start = max(st.t, st.collective_free)
+            n = fabric.reduce[a.stage].buckets  # type: ignore[union-attr]
+            feeder = st.feeders[a.stage] = _Feeder(self, fabric.reduce[a.stage], [start] * n, self._last_feeder(st))  # type: ignore[arg-type]
+
+        def finish() -> None:
+            begin = feeder.first if feeder.first is not None else st.t
+            self.emit(st.index, "collective", a, begin, feeder.end, c.grad_bytes)
+            st.collective_free = feeder.end
+            st.t = max(st.t, feeder.end)
+            return None
+
+        if feeder.done.triggered:
+            return finish()
+        return _Wait(feeder.done, finish)
+
+    def _clip(self, st: _Rank, a: Action) -> _Wait | None:
+        start = st.t
+        st.t += self.costs.stages[a.stage].clip_ms
+        self.sync_arrivals.append(st.t)
+
+        def finish() -> None:
+            st.t = self.sync_end[0]
+            self.emit(st.index, "collective", a, start, st.t, 4)
+
+        if len(self.sync_arrivals) == self.n_syncing:  # the last to arrive completes the all-reduce
+            self.sync_end.append(max(self.sync_arrivals) + self.costs.clip_allreduce_ms)
+            _fire_at(self.env, self.sync_done, self.sync_end[0] - self.env.now)
+            return finish()
+        return _Wait(self.sync_done, finish)
+
+    def _transfer(self, src: int, dst: int, key: tuple[int, int, Any], start: float) -> float:
+        """Book the link src -> dst for message ``key`` from ``start``; return the arrival time."""
+        boundary = key[0] - key[1]  # activations cross s -> s+1, grads s -> s-1
+        on_wire = self.wire_ms[boundary]
+        pair = (src, dst)
+        begin = max(start, self.link_free.get(pair, 0.0))
+        self.link_free[pair] = begin + on_wire
+        return begin + on_wire + self.latency_ms[boundary]
+
+    def _flow(self, src: int, dst: int, key: tuple[int, int, Any], msg: _Message) -> _Wait | None:
+        """Start message ``key``'s flow on the fabric now; it fires ``msg.done`` when it arrives."""
+        fabric = self.costs.fabric
+        assert fabric is not None and self.fabric is not None
+        boundary = key[0] - key[1]
+        route: Route = (fabric.backward if key[1] else fabric.forward)[boundary]
+        pair = (src, dst)
+
+        def arrived(arrival: float) -> None:
+            self.fabric.sent(pair)  # type: ignore[union-attr]
+            msg.end = arrival
+            _fire_at(self.env, msg.done, arrival - self.env.now)
+
+        self.fabric.send(pair, Flow(dict(route.load), self.nbytes, self.latency_ms[boundary], on_done=arrived))
+        return None
+
+    def _peer(self, a: Action) -> tuple[tuple[int, int, Any], int, bool]:
+        """(message key, peer rank, sending) of a send or receive."""
+        s, k, mb = a
+        where = self.where
+        if k is Kind.SEND_F:
+            return (s, 0, mb), where[s + 1], True
+        if k is Kind.SEND_B:
+            return (s, 1, mb), where[s - 1], True
+        if k is Kind.RECV_F:
+            return (s - 1, 0, mb), where[s - 1], False
+        return (s + 1, 1, mb), where[s + 1], False
+
+    def _send(self, st: _Rank, a: Action) -> _Wait | None:
+        key, peer, _ = self._peer(a)
+        msg = self._message(key)
+        begin = st.t
+        boundary = key[0] - key[1]
+        st.t += self.send_overhead_ms[boundary]
+        r = st.index
+        if self.rendezvous:
+            return self._meet(st, a, key, msg, r, peer, begin, sending=True)
+        if self.fabric is not None:
+            def started() -> _Wait | None:
+                self._flow(r, peer, key, msg)
+                return self._after_send(st, a, msg, begin, peer)
+            return self._at(st.t, started)
+        end = msg.end = self._transfer(r, peer, key, st.t)
+        if msg.recv_posted is not None:  # the receiver is already waiting
+            _fire_at(self.env, msg.done, end - self.env.now)
+        if not self.blocking_send:
+            self.emit(r, "send", a, begin, end, self.nbytes, peer)
+            return None  # the rank goes on after its send overhead
+        self.emit(r, "send", a, begin, end, self.nbytes, peer)
+        st.t = end
+        return None
+
+    def _after_send(self, st: _Rank, a: Action, msg: _Message, begin: float, peer: int) -> _Wait | None:
+        """On the fabric: an async send goes on (its span is written when it arrives); an eager one waits."""
+        if not self.blocking_send:
+            msg.done.callbacks.append(lambda _e: self.emit(st.index, "send", a, begin, msg.end, self.nbytes, peer))  # type: ignore[arg-type]
+            return None
+
+        def arrived() -> None:
+            self.emit(st.index, "send", a, begin, msg.end, self.nbytes, peer)  # type: ignore[arg-type]
+            st.t = msg.end  # type: ignore[assignment]
+
+        return _Wait(msg.done, arrived)
+
+    def _receive(self, st: _Rank, a: Action) -> _Wait | None:
+        key, peer, _ = self._peer(a)
+        msg = self._message(key)
+        begin = st.t
+        if self.rendezvous:
+            return self._meet(st, a, key, msg, st.index, peer, begin, sending=False)
+
+        def arrived() -> None:
+            self._received(st, a, key, msg, begin, peer)
+
+        if msg.end is None:
+            msg.recv_posted = st.t
+            return _Wait(msg.done, arrived)
+        return arrived()
+
+    def _received(self, st: _Rank, a: Action, key: tuple[int, int, Any], msg: _Message, begin: float, peer: int) -> None:
+        end = max(st.t, msg.end) + self.recv_overhead_ms[key[0] - key[1]]  # type: ignore[type-var]
+        self.emit(st.index, "recv", a, begin, end, self.nbytes, peer)
+        st.t = end
+
+    def _meet(self, st: _Rank, a: Action, key: tuple[int, int, Any], msg: _Message, r: int, peer: int, begin: float,
+              *, sending: bool) -> _Wait | None:
+        """Rendezvous: the transfer starts when the second side posts; the first side waits for it."""
+        def done() -> None:
+            if sending:
+                self.emit(r, "send", a, begin, msg.end, self.nbytes, peer)  # type: ignore[arg-type]
+                st.t = msg.end  # type: ignore[assignment]
+            else:
+                self._received(st, a, key, msg, begin, peer)
+
+        other = msg.recv_posted if sending else msg.send_posted
+        if other is None:
+            if sending:
+                msg.send_posted = st.t
+            else:
+                msg.recv_posted = st.t
+            return _Wait(msg.done, done)
+        src, dst = (r, peer) if sending else (peer, r)
+        start = max(st.t, other)
+        if self.fabric is not None:
+            def started() -> _Wait:
+                self._flow(src, dst, key, msg)
+                return _Wait(msg.done, done)
+            return self._at(start, started)
+        msg.end = self._transfer(src, dst, key, start)
+        _fire_at(self.env, msg.done, msg.end - self.env.now)
+        return done()  # the second side knows the end: its clock jumps there
+
+    def _at(self, when: float, then: Callable[[], _Wait | None]) -> _Wait | None:
+        """Bring SimPy's clock to the rank's ``when`` (flows start in time order), then ``then``."""
+        if when <= self.env.now:
+            return then()
+        return _Wait(self.env.timeout(when - self.env.now), then)
+
+    def _message(self, key: tuple[int, int, Any]) -> _Message:
+        msg = self.messages.get(key)
+        if msg is None:
+            msg = self.messages[key] = _Message(self.env.event())
+        return msg
+
+    # --- the ranks and the run --------------------------------------------------------------------------
+
+    def _rank_process(self, st: _Rank) -> Generator[simpy.Event, Any, None]:
+        compute, handlers, run_compute = self.compute, self.handlers, self._run_compute
+        overlap = Kind.OVERLAP_F_B
+        # the fast path inline: local work on the rank's own clock (what _run_compute does, less the
+        # bookkeeping of overlapped gradient reductions, which takes the slow path)
+        plain = not self.costs.overlap_grad_reduce
+        r, points, append, make_span = st.index, st.points, self.spans.append, self.make_span
+        for i, a in enumerate(self.plan.actions[st.index]):
+            s, k, _ = a
+            if k is overlap:
+                self._overlapped(st, a, i)  # type: ignore[arg-type]
+                continue
+            op = compute.get((s, k))
+            if op is not None:
+                if plain:
+                    dur, alloc, free = op
+                    t = st.t
+                    if alloc:
+                        st.held += alloc
+                        points.append((t, st.held))
+                    append(make_span((r, "compute", a, t, t + dur, None, None)))
+                    st.t = t = t + dur
+                    if free:
+                        st.held += free
+                        points.append((t, st.held))
+                else:
+                    run_compute(st, a, k, s, op[0], op[1], op[2], i)
+                continue
+            handler = handlers.get(k)
+            if handler is None:  # pragma: no cover - every kind is handled
+                raise PlanError(f"the simulator cannot run action {a}")
+            wait = handler(st, a)
+            while wait is not None:
+                st.position = i
+                yield wait.event
+                wait = wait.then()
+        st.finished = True
+
+    def run(self) -> Trace:
+        with gc_paused():
+            for st in self.ranks:
+                self.env.process(self._rank_process(st))
+            self.env.run()
+        stuck = {st.index: st.position for st in self.ranks if not st.finished}
+        if stuck:
+            where = ", ".join(f"rank {r} at {self.plan.actions[r][i]}" for r, i in stuck.items())
+            raise PlanError(
+                f"the plan deadlocks with {self.semantics.value} communication: {where}",
+                detail=render_grid(self.plan.actions, stuck),
+            )
+        return self._trace()
+
+    def _trace(self) -> Trace:
+        plan, costs = self.plan, self.costs
+        counters = []
+        if any(c.activation_bytes for c in costs.stages):
+            counters = [Counter(st.index, "activation_bytes", "bytes", tuple(st.points)) for st in self.ranks]
+        static = static_memory_bytes(plan, costs)
+        if static is not None:
+            counters += [
+                Counter(st.index, "memory_bytes", "bytes", tuple((t, v + static[st.index]["total"]) for t, v in st.points))
+                for st in self.ranks
+            ]
+        meta = plan_meta(plan, source="simulated", clock="simulated", comm=self.semantics.value, message_bytes=self.nbytes)
+        meta["p2p_ms"] = [costs.p2p_ms(b) for b in range(plan.num_stages - 1)]
+        meta["network"] = "flows" if costs.fabric is not None else "static"
+        if static is not None:
+            meta["memory_static_bytes"] = static
+        return Trace(spans=self.spans, meta=meta, counters=counters)
+
+
+def _last_backward(actions: list[Action]) -> dict[int, int]:
+    """Per stage, the position of the rank's last backward piece (B or W, alone or overlapped)."""
+    out = {}
+    for i, a in enumerate(actions):
+        piece = a.parts[1] if a.kind is Kind.OVERLAP_F_B else a  # type: ignore[attr-defined]
+        if piece.kind is Kind.B or piece.kind is Kind.W:
+            out[piece.stage] = i
+    return out
+
+
 def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSemantics.RENDEZVOUS) -> Trace:
     """Run one training step of ``plan`` (lowered) and return the predicted Trace.
 
@@ -79,194 +550,4 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
         raise PlanError("simulate() needs a lowered plan: call ppsim.plan.lower(plan) first")
     if len(costs.stages) != plan.num_stages:
         raise PlanError(f"cost table has {len(costs.stages)} stages, the plan {plan.num_stages}")
-    semantics = CommSemantics(comm)
-    rendezvous = semantics is CommSemantics.RENDEZVOUS
-    blocking_send = semantics is not CommSemantics.ASYNC
-    B, W, CLIP, OVERLAP = Kind.B, Kind.W, Kind.CLIP, Kind.OVERLAP_F_B
-    SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
-    stage_costs = costs.stages
-    # duration and activation-memory change of every (stage, kind) that computes
-    compute: dict[tuple[int, Kind], tuple[float, int, int]] = {
-        (st, k): (getattr(stage_costs[st], DURATION_FIELD[k]), alloc, free)
-        for (st, k), (alloc, free) in memory_deltas(plan, costs).items()
-    }
-    duration = compute_ms(costs)
-
-    def overlapped_op(a: Overlap) -> tuple[float, int, int]:
-        """(duration, allocated, freed) of an overlapped forward and backward."""
-        f, b = a.parts
-        return duration(a), compute[(f.stage, f.kind)][1], compute[(b.stage, b.kind)][2]
-
-    where = plan.stage_to_rank
-    env = simpy.Environment()
-    nbytes = costs.message_bytes
-    n_boundaries = max(1, plan.num_stages - 1)
-    # per stage boundary: time on the wire, latency, what the sender spends before and the receiver after
-    wire_ms = [costs.link(b).serialization_ms(nbytes) for b in range(n_boundaries)]
-    latency_ms = [costs.link(b).latency_ms for b in range(n_boundaries)]
-    send_overhead_ms = [costs.link(b).send_overhead_ms for b in range(n_boundaries)]
-    recv_overhead_ms = [costs.link(b).recv_overhead_ms for b in range(n_boundaries)]
-    link_free: dict[tuple[int, int], float] = {}
-    messages: dict[tuple[int, int, int | None], _Message] = {}
-    spans: list[Span] = []
-    make_span = partial(tuple.__new__, Span)
-    mem_points: list[list[tuple[float, float]]] = [[(0.0, 0.0)] for _ in plan.actions]
-    position = [0] * plan.num_ranks
-    finished = [False] * plan.num_ranks
-    sync_ms = costs.clip_allreduce_ms
-    overlap = costs.overlap_grad_reduce
-    # the gradient-norm all-reduce of gradient clipping: one arrival per rank
-    sync_arrivals: list[float] = []
-    sync_done = env.event()
-    sync_end: list[float] = []
-
-    def transfer(src: int, dst: int, key: tuple[int, int, Any], start: float) -> float:
-        """Book the link src -> dst for message ``key`` from ``start``; return the arrival time."""
-        boundary = key[0] - key[1]  # activations cross s -> s+1, grads s -> s-1
-        on_wire = wire_ms[boundary]
-        pair = (src, dst)
-        begin = max(start, link_free.get(pair, 0.0))
-        link_free[pair] = begin + on_wire
-        return begin + on_wire + latency_ms[boundary]
-
-    def rank_process(r: int) -> Generator[simpy.Event, Any, None]:
-        # A rank keeps its own clock t >= env.now and only yields to SimPy when it must wait for a
-        # peer that has not yet posted its side of a message. Whoever posts second knows both post
-        # times, so it computes the transfer and wakes the first at its end. Every link is booked
-        # in the order its messages appear on both ranks, so bookings are in time order.
-        t = 0.0
-        held = 0.0
-        last_backward: dict[int, tuple[float, float]] = {}  # per stage: its latest B or W
-        collective_free = 0.0
-        points = mem_points[r]
-        append = spans.append
-        for i, a in enumerate(plan.actions[r]):
-            s, k, mb = a
-            if k is OVERLAP:  # (forward, kind, backward): the forward's activations, the backward's freed
-                op = overlapped_op(a)
-                s, k = mb.stage, mb.kind  # the backward's: what a gradient all-reduce may overlap with
-            else:
-                op = compute.get((s, k))
-            if op is not None:
-                dur, alloc, free = op
-                if overlap and (k is B or k is W):
-                    last_backward[s] = (t, t + dur)
-                if alloc:
-                    held += alloc
-                    points.append((t, held))
-                append(make_span((r, "compute", a, t, t + dur, None, None)))
-                t += dur
-                if free:
-                    held += free
-                    points.append((t, held))
-                continue
-            if k is Kind.REDUCE_GRAD:
-                c = stage_costs[s]
-                bwd = last_backward.get(s)
-                if overlap and bwd is not None:
-                    # bucket j is ready once the last backward has produced (j + 1) / n of the
-                    # gradients; buckets go out one after the other on the collective lane
-                    b0, b1 = bwd
-                    n = max(1, c.allreduce_buckets)
-                    each = c.allreduce_ms / n
-                    first = free = max(collective_free, b0 + (b1 - b0) / n)
-                    for j in range(n):
-                        free = max(free, b0 + (j + 1) / n * (b1 - b0)) + each
-                    append(make_span((r, "collective", a, first, free, c.grad_bytes, None)))
-                    collective_free = free
-                    t = max(t, free)
-                else:
-                    append(make_span((r, "collective", a, t, t + c.allreduce_ms, c.grad_bytes, None)))
-                    t += c.allreduce_ms
-                    collective_free = t
-                continue
-            if k is CLIP:
-                start = t
-                t += stage_costs[s].clip_ms
-                sync_arrivals.append(t)
-                if len(sync_arrivals) == n_syncing:  # the last to arrive completes the all-reduce
-                    sync_end.append(max(sync_arrivals) + sync_ms)
-                    _fire_at(env, sync_done, sync_end[0] - env.now)
-                else:
-                    position[r] = i
-                    yield sync_done
-                t = sync_end[0]
-                append(make_span((r, "collective", a, start, t, 4, None)))
-                continue
-            if k is SEND_F:
-                key, peer, sending = (s, 0, mb), where[s + 1], True
-            elif k is SEND_B:
-                key, peer, sending = (s, 1, mb), where[s - 1], True
-            elif k is RECV_F:
-                key, peer, sending = (s - 1, 0, mb), where[s - 1], False
-            elif k is RECV_B:
-                key, peer, sending = (s + 1, 1, mb), where[s + 1], False
-            else:  # pragma: no cover - every kind is handled above
-                raise PlanError(f"the simulator cannot run action {a}")
-            msg = messages.get(key)
-            if msg is None:
-                msg = messages[key] = _Message(env.event())
-            begin = t
-            boundary = key[0] - key[1]
-            if sending:
-                t += send_overhead_ms[boundary]
-            if rendezvous:
-                # the transfer starts when the second side posts; the first side waits for it
-                other = msg.recv_posted if sending else msg.send_posted
-                if other is None:
-                    if sending:
-                        msg.send_posted = t
-                    else:
-                        msg.recv_posted = t
-                    position[r] = i
-                    yield msg.done
-                    end = msg.end
-                else:
-                    src, dst = (r, peer) if sending else (peer, r)
-                    end = msg.end = transfer(src, dst, key, max(t, other))
-                    _fire_at(env, msg.done, end - env.now)
-            elif sending:
-                end = msg.end = transfer(r, peer, key, t)
-                if msg.recv_posted is not None:  # the receiver is already waiting
-                    _fire_at(env, msg.done, end - env.now)
-                if not blocking_send:
-                    append(make_span((r, "send", a, begin, end, nbytes, peer)))
-                    continue  # the rank goes on after its send overhead
-            else:
-                if msg.end is None:
-                    msg.recv_posted = t
-                    position[r] = i
-                    yield msg.done
-                end = max(t, msg.end)  # type: ignore[type-var]
-            if not sending:
-                end += recv_overhead_ms[boundary]  # type: ignore[operator]
-            append(make_span((r, "send" if sending else "recv", a, begin, end, nbytes, peer)))
-            t = end  # type: ignore[assignment]
-        finished[r] = True
-
-    n_syncing = sum(1 for actions in plan.actions if any(a.kind is CLIP for a in actions))
-    with gc_paused():
-        for r in range(plan.num_ranks):
-            env.process(rank_process(r))
-        env.run()
-    stuck = {r: position[r] for r in range(plan.num_ranks) if not finished[r]}
-    if stuck:
-        where = ", ".join(f"rank {r} at {plan.actions[r][i]}" for r, i in stuck.items())
-        raise PlanError(
-            f"the plan deadlocks with {semantics.value} communication: {where}",
-            detail=render_grid(plan.actions, stuck),
-        )
-    counters = []
-    if any(c.activation_bytes for c in costs.stages):
-        counters = [Counter(r, "activation_bytes", "bytes", tuple(points)) for r, points in enumerate(mem_points)]
-    static = static_memory_bytes(plan, costs)
-    if static is not None:
-        counters += [
-            Counter(r, "memory_bytes", "bytes", tuple((t, v + static[r]["total"]) for t, v in points))
-            for r, points in enumerate(mem_points)
-        ]
-    meta = plan_meta(plan, source="simulated", clock="simulated", comm=semantics.value, message_bytes=nbytes)
-    meta["p2p_ms"] = [costs.p2p_ms(b) for b in range(plan.num_stages - 1)]
-    if static is not None:
-        meta["memory_static_bytes"] = static
-    return Trace(spans=spans, meta=meta, counters=counters)
+    return _Simulation(plan, costs, CommSemantics(comm)).run()

@@ -1,0 +1,151 @@
+"""Links shared as networks share them: flows over directed links, max-min fair, rates recomputed
+whenever a flow starts or ends.
+
+A flow moves ``nbytes`` over a route, given as the load it puts on each directed link it crosses
+(``{link: weight}``): a weight of k means k identical copies of the flow cross that link (every
+data-parallel replica's copy of a transfer, simulated once), or a ring collective's share of its
+traffic that crosses it. Active flows get max-min fair rates by progressive filling: every flow's
+rate rises at the same pace until a link is full (sum of weight x rate = its capacity); the flows
+on it freeze, and the others go on. A flow's data arrives ``latency`` after its last byte left.
+
+The kernel-free :class:`Network` is driven by whoever owns the clock (the simulator's event loop,
+or :func:`run_flows` for a fixed list of flows): it is told when flows start, answers when the next
+one finishes, and hands back the flows finished by a given time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+LinkId = Hashable
+EPSILON_BYTES = 1e-6  #: a flow with less left than this has finished (float rounding)
+
+
+@dataclass(eq=False)
+class Flow:
+    """One transfer in the network."""
+
+    route: dict[LinkId, float]  #: load per directed link it crosses (only links of finite capacity)
+    nbytes: float
+    latency_ms: float = 0.0
+    on_done: Callable[[float], None] | None = None  #: called with the arrival time
+    left: float = field(init=False)
+    rate: float = field(init=False, default=0.0)  #: bytes per ms, as last shared out
+    started_ms: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        self.left = float(self.nbytes)
+
+
+def _finished(f: Flow) -> bool:
+    """Whether ``f`` has sent everything, up to float rounding (of its bytes, or of a nanosecond at its rate)."""
+    return math.isinf(f.rate) or f.left <= max(EPSILON_BYTES, f.nbytes * 1e-12, f.rate * 1e-9)
+
+
+def max_min_rates(flows: Sequence[Flow], capacity: Mapping[LinkId, float]) -> None:
+    """Set every flow's max-min fair rate (progressive filling over weighted link loads). A flow
+    that crosses no finite link is unconstrained (infinite rate)."""
+    headroom = {}
+    users: dict[LinkId, list[Flow]] = {}
+    for f in flows:
+        f.rate = 0.0
+        for link in f.route:
+            users.setdefault(link, []).append(f)
+            headroom[link] = capacity[link]
+    unfrozen = {f for f in flows if f.route}
+    for f in flows:
+        if not f.route:
+            f.rate = math.inf
+    load = {link: sum(f.route[link] for f in fs) for link, fs in users.items()}
+    while unfrozen:
+        # the smallest equal increase that fills some link
+        step, full = math.inf, []
+        for link, weight in load.items():
+            if weight <= 0:
+                continue
+            room = headroom[link] / weight
+            if room < step - 1e-12 * max(1.0, step if step < math.inf else 1.0):
+                step, full = room, [link]
+            elif abs(room - step) <= 1e-12 * max(1.0, step):
+                full.append(link)
+        if step is math.inf:  # pragma: no cover - every unfrozen flow crosses a loaded link
+            break
+        for f in unfrozen:
+            f.rate += step
+        for link, weight in load.items():
+            headroom[link] -= step * weight
+        frozen = {f for link in full for f in users[link] if f in unfrozen}
+        unfrozen -= frozen
+        for f in frozen:
+            for link, w in f.route.items():
+                load[link] -= w
+
+
+class Network:
+    """The active flows on links of given capacity (bytes per ms per direction)."""
+
+    def __init__(self, capacity: Mapping[LinkId, float]) -> None:
+        self.capacity = dict(capacity)
+        self.active: list[Flow] = []
+        self.now = 0.0
+
+    def _advance(self, now: float) -> None:
+        if now < self.now - 1e-9:
+            raise ValueError(f"the network's clock cannot go back from {self.now} to {now}")
+        dt = max(0.0, now - self.now)
+        if dt:
+            for f in self.active:
+                f.left -= f.rate * dt
+        self.now = max(self.now, now)
+
+    def start(self, now: float, flow: Flow) -> Flow:
+        """Add ``flow`` at ``now``; every active flow's rate is shared out again."""
+        self._advance(now)
+        # links of no capacity limit (or unknown to the network: a PCIe hop) constrain nothing
+        flow.route = {link: w for link, w in flow.route.items() if w > 0 and math.isfinite(self.capacity.get(link, math.inf))}
+        flow.started_ms = now
+        self.active.append(flow)
+        max_min_rates(self.active, self.capacity)
+        return flow
+
+    def next_finish(self) -> float:
+        """When the next active flow sends its last byte at today's rates (inf: none active)."""
+        best = math.inf
+        for f in self.active:
+            if _finished(f):
+                return self.now
+            if f.rate > 0:
+                best = min(best, self.now + f.left / f.rate)
+        return best
+
+    def finish_until(self, now: float) -> list[tuple[float, Flow]]:
+        """Advance to ``now`` (no later than :meth:`next_finish`) and remove the flows that have sent
+        everything: (arrival time, flow) each; the others' rates are shared out again."""
+        self._advance(now)
+        done = [f for f in self.active if _finished(f)]
+        if not done:
+            return []
+        self.active = [f for f in self.active if f not in done]
+        max_min_rates(self.active, self.capacity)
+        return [(now + f.latency_ms, f) for f in done]
+
+
+def run_flows(capacity: Mapping[LinkId, float], flows: Sequence[tuple[float, Flow]]) -> list[float]:
+    """Arrival time of each (start time, flow), run alone on a network of ``capacity``."""
+    net = Network(capacity)
+    order = sorted(range(len(flows)), key=lambda i: flows[i][0])
+    arrival: dict[int, float] = {}
+    index = {id(f): i for i, (_, f) in enumerate(flows)}
+    k = 0
+    while k < len(order) or net.active:
+        next_start = flows[order[k]][0] if k < len(order) else math.inf
+        finish = net.next_finish()
+        if finish <= next_start:
+            for at, f in net.finish_until(finish):
+                arrival[index[id(f)]] = at
+        else:
+            net.start(next_start, flows[order[k]][1])
+            k += 1
+    return [arrival[i] for i in range(len(flows))]
