@@ -191,3 +191,26 @@ def test_a_device_of_ones_own(tmp_path) -> None:
     (tmp_path / "gpu.yaml").write_text("my-gpu:\n  description: no figures\n")
     with pytest.raises(ScenarioError, match="hardware.device_file: .*device 'my-gpu' lacks or has a bad"):
         load(scen)
+
+
+@pytest.mark.parametrize("stage, weights, gradients, optimizer", [
+    (0, 2000, 2000, 12000), (1, 2000, 2000, 3000), (2, 2000, 500, 3000), (3, 500, 500, 3000)])
+def test_each_zero_stage_shards_its_own_model_state(stage: int, weights: int, gradients: int, optimizer: int) -> None:
+    """ZeRO-1 shards the optimizer state over the replicas, ZeRO-2 also the gradients, ZeRO-3 also
+    the weights (DeepSpeed's estimate_zero*_model_states_mem_needs): 1,000 params, 4 replicas."""
+    m = static_memory(1000, 2, zero_stage=stage, data_parallel=4)
+    assert (m.weights, m.gradients, m.optimizer) == (weights, gradients, optimizer)
+
+
+def test_the_embedding_keeps_its_dropout_mask_and_token_ids_not_its_output() -> None:
+    """The embedding's output is the first block's input, which the block already holds; what the
+    embedding itself keeps is its dropout mask (1 byte per element) and the int64 token ids."""
+    from ppsim.costs.layers import gpt_layers
+    from ppsim.inputs.scenario import ModelSpec
+
+    m = ModelSpec(layers=2, hidden=1024, heads=16, seq_len=2048, vocab=50000)
+    s, b, h = 2048, 2, 1024
+    assert gpt_layers(m, b)[0].activation_bytes == s * b * h + 8 * s * b
+    assert gpt_layers(m, b, tensor_parallel=4, sequence_parallel=True)[0].activation_bytes == s * b * h // 4 + 8 * s * b
+    no_dropout = m.model_copy(update={"dropout": False})
+    assert gpt_layers(no_dropout, b)[0].activation_bytes == 8 * s * b

@@ -90,7 +90,10 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         input_grad_flops=0.0,
         weight_grad_flops=0.0,
         params=V * h // t + (s * h if model.positions == "learned" else 0),
-        activation_bytes=int(s * b * h * DTYPE_BYTES[model.dtype]),
+        # its output is the first block's input, which the block holds; the embedding keeps its
+        # dropout mask (1 byte per element, split t ways under sequence parallelism) and the token
+        # ids (int64), as Megatron-LM's theoretical_memory_usage counts them
+        activation_bytes=(s * b * h // (t if sequence_parallel else 1) if model.dropout else 0) + 8 * s * b,
         forward_bytes=(lookup := embedding_traffic(s, b, h, DTYPE_BYTES[model.dtype])).forward,
         backward_bytes=lookup.backward,
     )

@@ -88,9 +88,13 @@ class StaticMemory:
 
 def static_memory(params: int, dtype_bytes: int, *, zero_stage: int = 0, data_parallel: int = 1,
                   message_bytes: int = 0, neighbours: int = 0) -> StaticMemory:
-    """Model states of ``params`` parameters (optimizer sharded over ``data_parallel`` replicas with
-    ZeRO-1) plus send and receive buffers for each of ``neighbours`` neighbouring stages."""
+    """Model states of ``params`` parameters, sharded over ``data_parallel`` replicas as ZeRO's
+    stage says (1: the optimizer state, 2: also the gradients, 3: also the weights), plus send and
+    receive buffers for each of ``neighbours`` neighbouring stages."""
     w, g, o = model_state_bytes_per_param(dtype_bytes)
-    shards = data_parallel if zero_stage >= 1 else 1
-    return StaticMemory(weights=params * w, gradients=params * g, optimizer=-(-params * o // shards),
-                        buffers=2 * message_bytes * neighbours)
+
+    def sharded(total: int, stage: int) -> int:
+        return -(-total // data_parallel) if zero_stage >= stage else total
+
+    return StaticMemory(weights=sharded(params * w, 3), gradients=sharded(params * g, 2),
+                        optimizer=sharded(params * o, 1), buffers=2 * message_bytes * neighbours)
