@@ -180,7 +180,7 @@ def validate_cmd(
 ) -> None:
     """Profile this machine, predict SCENARIO with the profile, run it for real and compare."""
     from ppexec.profile import measure_profile
-    from ppexec.validate import PROFILE_FILE, check_validation_folder, validate, write_outputs
+    from ppexec.validate import PROFILE_FILE, check_validation_folder, comparison_doc, validate, write_outputs
 
     with bad_input_exits():
         check_validation_folder(out)
@@ -200,13 +200,22 @@ def validate_cmd(
         write_outputs(result, out)
     c = result.comparison
     if json_out:
-        doc = c.to_json_dict()
-        doc["median_bubble_error_pp"] = list(result.bubble_error_pp)
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        sys.stdout.write(json.dumps(comparison_doc(result), indent=2) + "\n")
         return
-    from ppsim.views.render.compare_table import print_comparison
+    from rich.console import Console
+    from rich.table import Table
 
-    print_comparison(c)
+    from ppsim.views.render.compare_table import comparison_renderable
+
+    shown = comparison_renderable(c)
+    spread = result.profile_spread
+    about = spread.describe() if spread else "unknown: the profile records no quartiles (measure it again)"
+    head = shown.renderables[0]
+    if isinstance(head, Table):  # the headline grid: under the step-time error
+        head.add_row("profile spread", about)
+    else:  # pragma: no cover - the headline is a grid
+        err.print(f"profile spread {about}")
+    Console().print(shown)
     err.print("bubble error per rank, median over the recorded steps: "
               + ", ".join(f"rank {k} {x:+.2f} pp" for k, x in enumerate(result.bubble_error_pp)))
     err.print(f"wrote {out}/comparison.html, comparison.json, predicted.trace.json, run/")

@@ -2,7 +2,8 @@
 
 Every function here runs inside a worker process (one thread, like a training rank), and the ranks
 of a profiling run measure at the same time, so the figures include the contention for memory
-bandwidth and cores that a real run sees. Times are medians of repeated runs, in milliseconds.
+bandwidth and cores that a real run sees. Times are medians of repeated runs, in milliseconds,
+with their lower and upper quartiles where the profile records its spread.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from typing import Any
 import torch
 
 from ppexec.model import TORCH_DTYPES, Block, Embedding, Head, loss_fn, synthetic_batch
+from ppexec.profile import quartiles
 from ppexec.tensor_parallel import TPGroup
 from ppsim.inputs.scenario import ModelSpec
 
 
-def median_ms(fn: Callable[[], Any], budget_s: float, min_reps: int = 5, max_reps: int = 200) -> float:
-    """Median wall time of ``fn`` over as many runs as fit in ``budget_s`` (after two warm-ups)."""
+def times_ms(fn: Callable[[], Any], budget_s: float, min_reps: int = 5, max_reps: int = 200) -> list[float]:
+    """Wall times (ms) of ``fn`` over as many runs as fit in ``budget_s``, after two untimed
+    warm-ups and one run that sizes the repetitions."""
     fn()
     fn()
     t0 = time.perf_counter()
@@ -32,24 +35,37 @@ def median_ms(fn: Callable[[], Any], budget_s: float, min_reps: int = 5, max_rep
     for _ in range(reps):
         t = time.perf_counter_ns()
         fn()
-        times.append(time.perf_counter_ns() - t)
-    return statistics.median(times) / 1e6
+        times.append((time.perf_counter_ns() - t) / 1e6)
+    return times
 
 
-def _split_ms(run: Callable[[], tuple[int, int, int]], reps: int) -> tuple[float, float, float]:
-    """Medians of the three phases timed by ``run`` (each call returns three durations in ns)."""
+def median_ms(fn: Callable[[], Any], budget_s: float, min_reps: int = 5, max_reps: int = 200) -> float:
+    """Median wall time of ``fn`` over as many runs as fit in ``budget_s`` (after two warm-ups)."""
+    return statistics.median(times_ms(fn, budget_s, min_reps, max_reps))
+
+
+def _split_ms(run: Callable[[], tuple[int, int, int]], reps: int) -> tuple[list[float], list[float], list[float]]:
+    """The times (ms) of the three phases timed by ``run`` (each call returns three durations in
+    ns), after one untimed warm-up call."""
     run()
     samples = [run() for _ in range(reps)]
-    return tuple(statistics.median(x[i] for x in samples) / 1e6 for i in range(3))  # type: ignore[return-value]
+    return tuple([x[i] / 1e6 for x in samples] for i in range(3))  # type: ignore[return-value]
 
 
-def layer_times(spec: ModelSpec, micro_batch: int, seed: int, budget_s: float = 1.0) -> dict[str, dict[str, float]]:
+def _with_quartiles(times: dict[str, list[float]]) -> dict[str, Any]:
+    """Each timing's median, and under ``quartiles`` its [lower, upper] quartile."""
+    qs = {k: quartiles(v) for k, v in times.items()}
+    return {**{k: q[1] for k, q in qs.items()}, "quartiles": {k: [q[0], q[2]] for k, q in qs.items()}}
+
+
+def layer_times(spec: ModelSpec, micro_batch: int, seed: int, budget_s: float = 1.0) -> dict[str, dict[str, Any]]:
     """Forward, backward (and its weight-grad part), optimizer step and parameters of the embedding,
-    one block and the head with its loss, at ``micro_batch`` sequences, in the model's dtype."""
+    one block and the head with its loss, at ``micro_batch`` sequences, in the model's dtype: the
+    median of each timing, and under ``quartiles`` its lower and upper quartile."""
     dtype = TORCH_DTYPES[spec.dtype]
     ids, labels = synthetic_batch(spec, micro_batch, seed, 0, 0, 0)
     hidden = torch.randn(micro_batch, spec.seq_len, spec.hidden, dtype=dtype)
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, dict[str, Any]] = {}
     layers: dict[str, tuple[torch.nn.Module, Callable[[], torch.Tensor], torch.Tensor | None]] = {}
     emb = Embedding(spec, seed).to(dtype)
     layers["embedding"] = (emb, lambda: emb(ids), None)
@@ -61,7 +77,7 @@ def layer_times(spec: ModelSpec, micro_batch: int, seed: int, budget_s: float = 
     layers["head"] = (head, lambda: loss_fn(head(x_head), labels), x_head)
     for name, (module, forward, x) in layers.items():
         params = [p for p in module.parameters() if p.requires_grad]
-        fwd = median_ms(forward, budget_s / 4)
+        fwd = times_ms(forward, budget_s / 4)
 
         def backward_phases(forward: Callable[[], torch.Tensor] = forward, x: torch.Tensor | None = x,
                             params: list[torch.Tensor] = params) -> tuple[int, int, int]:
@@ -80,18 +96,17 @@ def layer_times(spec: ModelSpec, micro_batch: int, seed: int, budget_s: float = 
             t4 = time.perf_counter_ns()
             return t1 - t0, t3 - t2, t4 - t3
 
-        reps = max(5, min(100, int(budget_s / 2 / max(fwd * 3e-3, 1e-6))))
+        reps = max(5, min(100, int(budget_s / 2 / max(statistics.median(fwd) * 3e-3, 1e-6))))
         full, input_grad, weight_grad = _split_ms(backward_phases, reps)
         for p in params:
             p.grad = torch.randn_like(p)
         opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.0)
-        step = median_ms(opt.step, budget_s / 4)
-        share = weight_grad / (input_grad + weight_grad) if input_grad + weight_grad > 0 else 0.0
+        step = times_ms(opt.step, budget_s / 4)
+        ig, wg = statistics.median(input_grad), statistics.median(weight_grad)
+        share = wg / (ig + wg) if ig + wg > 0 else 0.0
         out[name] = {
-            "forward_ms": fwd,
-            "backward_ms": full,
-            "weight_grad_ms": full * share,
-            "optimizer_ms": step,
+            **_with_quartiles({"forward_ms": fwd, "backward_ms": full, "weight_grad_ms": [t * share for t in full],
+                               "optimizer_ms": step}),
             "params": sum(p.numel() for p in params),
         }
     return out
@@ -176,9 +191,10 @@ def tensor_parallel_times(spec: ModelSpec, micro_batch: int, seed: int, tp: TPGr
             "whole_forward_ms": med["whole"][0], "whole_backward_ms": med["whole"][1]}
 
 
-def ping_pong(rank: int, peer: int, sizes: list[int], reps: int = 30) -> list[tuple[int, float]]:
+def ping_pong(rank: int, peer: int, sizes: list[int], reps: int = 30) -> list[tuple[int, float, float, float]]:
     """One-way time of a blocking send/recv of each size between ``rank`` and ``peer`` (half the
-    median round trip); both ranks must call it with the same arguments."""
+    round trip): (bytes, median, lower quartile, upper quartile) after 3 untimed round trips; both
+    ranks must call it with the same arguments."""
     import torch.distributed as dist
 
     out = []
@@ -194,8 +210,9 @@ def ping_pong(rank: int, peer: int, sizes: list[int], reps: int = 30) -> list[tu
                 dist.recv(buf, peer)
                 dist.send(buf, peer)
             if i >= 3:
-                times.append(time.perf_counter_ns() - t)
-        out.append((buf.numel() * 4, statistics.median(times) / 2e6))
+                times.append((time.perf_counter_ns() - t) / 2e6)
+        q1, med, q3 = quartiles(times)
+        out.append((buf.numel() * 4, med, q1, q3))
     return out
 
 

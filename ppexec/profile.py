@@ -31,10 +31,22 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
 
 from ppexec.launch import RankState
 from ppsim.errors import PpsimError
-from ppsim.inputs.profile import LayerTimes, LinkProfile, Overheads, Profile, RecomputeTimes, TensorParallelTimes, shape_of
+from ppsim.inputs.profile import (
+    LayerTimes,
+    LinkProfile,
+    Overheads,
+    Profile,
+    QuartileTimes,
+    RecomputeTimes,
+    TensorParallelTimes,
+    shape_of,
+)
 from ppsim.inputs.scenario import Scenario, parse_scenario
 from ppsim.plan import Action, Kind, schedules
 
@@ -103,9 +115,27 @@ def fit_link(samples: list[tuple[int, float]]) -> tuple[float, float]:
     return latency, 1.0 / slope
 
 
+#: the statistic of each set of repetitions a set of timings takes: ``median`` (the profile's own
+#: timings), ``low`` and ``high`` (the lower and upper quartile: the profile's spread)
+STATISTICS = ("low", "median", "high")
+
+
+def quartiles(xs: list[float]) -> tuple[float, float, float]:
+    """Lower quartile, median and upper quartile of ``xs`` (linear interpolation between the
+    ordered samples, numpy's default; all three equal for one sample, zero for none)."""
+    if len(xs) < 2:
+        return (xs[0],) * 3 if xs else (0.0, 0.0, 0.0)
+    q1, q2, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def _stat(xs: list[float], which: str) -> float:
+    return quartiles(xs)[STATISTICS.index(which)]
+
+
 @dataclass(frozen=True)
 class _StageSpans:
-    """Median durations of one stage's actions over the recorded steps (ms)."""
+    """One statistic (median or a quartile) of one stage's action durations over the recorded steps (ms)."""
 
     forward: float
     backward: float
@@ -116,7 +146,7 @@ class _StageSpans:
     clip_rest: float  #: from there to its end: the norm, its all-reduce (and any wait), the scaling
 
 
-def _stage_spans(st: RankState) -> _StageSpans:
+def _stage_spans(st: RankState, which: str = "median") -> _StageSpans:
     by_kind: dict[Kind, list[float]] = {Kind.F: [], Kind.B: [], Kind.OPT: [], Kind.CLIP: []}
     gaps: list[float] = []
     own: list[float] = []
@@ -134,15 +164,11 @@ def _stage_spans(st: RankState) -> _StageSpans:
             if prev_end is not None:
                 gaps.append(max(0.0, (t0 - prev_end) / 1e6))
             prev_end = t1
-
-    def med(xs: list[float]) -> float:
-        return statistics.median(xs) if xs else 0.0
-
-    return _StageSpans(med(by_kind[Kind.F]), med(by_kind[Kind.B]), med(by_kind[Kind.OPT]), med(gaps),
-                       med(by_kind[Kind.CLIP]), med(own), med(rest))
+    return _StageSpans(*(_stat(xs, which) for xs in (by_kind[Kind.F], by_kind[Kind.B], by_kind[Kind.OPT], gaps,
+                                                      by_kind[Kind.CLIP], own, rest)))
 
 
-def _transfer_overheads(states: list[RankState], one_way_ms: float) -> tuple[float, float]:
+def _transfer_overheads(states: list[RankState], one_way_ms: float, which: str = "median") -> tuple[float, float]:
     """(send, receive) overhead in ms: from the transfers whose receiver was already waiting, the
     send's time beyond the bare transfer and how long the receive ends after the send."""
     from ppsim.plan import peer_stage
@@ -167,7 +193,7 @@ def _transfer_overheads(states: list[RankState], one_way_ms: float) -> tuple[flo
             recvs.append((match[1] - s1) / 1e6)
     if not sends:
         return 0.0, 0.0
-    return max(0.0, statistics.median(sends)), max(0.0, statistics.median(recvs))
+    return max(0.0, _stat(sends, which)), max(0.0, _stat(recvs, which))
 
 
 def profiling_partitions(layers: int) -> list[list[int]]:
@@ -193,28 +219,33 @@ def fit_blocks(points: dict[int, list[tuple[int, float]]], fallback: float) -> t
     return slope, consts
 
 
-def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Profile:
-    """Build the profile from what the profiling ranks recorded in each run (partition, states).
+def median_samples(measured: list[list[list[float]]], column: int) -> list[tuple[int, float]]:
+    """Per size, the median over every rank's measurement of one column: (bytes, ms). Each rank
+    measured the same sizes, one row per size: bytes, then the timed columns."""
+    return [(int(rows[0][0]), statistics.median(float(r[column]) for r in rows)) for rows in zip(*measured)]
 
-    Per block, the forward, backward and optimizer times are fitted from the engine's own spans
-    over the runs' partitions (what a block costs inside DeepSpeed); what is left per stage, less
-    the embedding (first) or head (last) as timed alone, is the stage position's overhead. The
-    weight-grad share of a block's backward comes from timing it alone."""
+
+def _timings(s: Scenario, runs: list[tuple[list[int], list[RankState]]], which: str) -> dict[str, Any]:
+    """The layers, overheads, link and clipping from one statistic of every set of repetitions:
+    ``median`` for the profile's own timings, ``low`` / ``high`` for its lower / upper quartile.
+    What combines ranks, runs and stages (medians over them, the fits) is the same for all three."""
     states = [st for _, sts in runs for st in sts]
     layer_runs = [st.measurements["layers"] for st in states if "layers" in st.measurements]
+
+    def one(run: dict[str, Any], name: str, key: str) -> float:
+        if which == "median":
+            return float(run[name][key])
+        return float(run[name]["quartiles"][key][0 if which == "low" else 1])
+
     alone = {
-        name: LayerTimes(**{k: statistics.median(run[name][k] for run in layer_runs) for k in layer_runs[0][name]
-                            if k != "params"}, params=int(layer_runs[0][name]["params"]))
+        name: LayerTimes(**{k: statistics.median(one(run, name, k) for run in layer_runs) for k in layer_runs[0][name]
+                            if k not in ("params", "quartiles")}, params=int(layer_runs[0][name]["params"]))
         for name in ("embedding", "block", "head")
     }
-    recompute_runs = [st.measurements["recompute"] for st in states if "recompute" in st.measurements]
-    recompute = {mode: RecomputeTimes(**{k: statistics.median(run[mode][k] for run in recompute_runs)
-                                         for k in ("forward_ms", "backward_ms")})
-                 for mode in ("selective", "full") if recompute_runs}
     per_run = []
     for partition, sts in runs:
         by_stage = {st.ready.pipe_rank: st for st in sts if st.ready}
-        per_run.append((partition, {stage: _stage_spans(by_stage[stage]) for stage in (0, 1)}))
+        per_run.append((partition, {stage: _stage_spans(by_stage[stage], which) for stage in (0, 1)}))
     fitted: dict[str, tuple[float, dict[int, float]]] = {}
     for field, fallback in (("forward", alone["block"].forward_ms), ("backward", alone["block"].backward_ms),
                             ("optimizer", alone["block"].optimizer_ms)):
@@ -241,23 +272,91 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
     clip_allreduce_ms = statistics.median(min(sp.clip_rest for sp in spans.values()) for _, spans in per_run)
     overheads["middle"] = Overheads(**{k: min(getattr(overheads["first"], k), getattr(overheads["last"], k))
                                        for k in Overheads.model_fields})
-    first_run = {st.ready.pipe_rank: st for st in runs[0][1] if st.ready}
-    samples = [(int(b), float(t)) for b, t in first_run[0].measurements["link"]]
-    tp_runs = [st.measurements["tensor_parallel"] for st in states if "tensor_parallel" in st.measurements]
-    tensor_parallel = TensorParallelTimes(size=int(tp_runs[0]["size"]), **{
-        k: statistics.median(float(run[k]) for run in tp_runs)
-        for k in ("forward_ms", "backward_ms", "whole_forward_ms", "whole_backward_ms")}) if tp_runs else None
-    measured = first_run[0].measurements.get("collectives")
-    collectives = ring_links([(int(b), float(r), float(g)) for b, r, g in measured]) if measured else {}
+    # every rank of every run ping-pongs the same sizes: per size, the median over them
+    pings = [st.measurements["link"] for st in states if "link" in st.measurements]
+    # rows: bytes, median, lower quartile, upper quartile
+    samples = median_samples(pings, {"median": 1, "low": 2, "high": 3}[which])
     latency_ms, bytes_per_ms = fit_link(samples)
     assert s.model is not None
     from ppsim.inputs.scenario import DTYPE_BYTES
 
     message = s.model.seq_len * s.training.micro_batch * s.model.hidden * DTYPE_BYTES[s.model.dtype]
-    one_way = latency_ms + message / bytes_per_ms
-    pairs = [_transfer_overheads(sts, one_way) for _, sts in runs]
+    # a send's overhead beyond the bare transfer of the median link, whichever statistic
+    median_rows = median_samples(pings, 1)
+    med_latency, med_rate = fit_link(median_rows)
+    pairs = [_transfer_overheads(sts, med_latency + message / med_rate, which) for _, sts in runs]
     send_over = statistics.median(x for x, _ in pairs)
     recv_over = statistics.median(y for _, y in pairs)
+    return {
+        **layers,
+        "overheads": overheads,
+        "link": LinkProfile(latency_us=latency_ms * 1e3, bandwidth_gb_s=bytes_per_ms * 1e3 / 1e9,
+                            send_overhead_us=(send_over + gap) * 1e3, recv_overhead_us=(recv_over + gap) * 1e3,
+                            samples=samples),
+        "clip_allreduce_us": clip_allreduce_ms * 1e3,
+    }
+
+
+def _around(median: dict[str, Any], low: dict[str, Any], high: dict[str, Any]) -> tuple[QuartileTimes, QuartileTimes]:
+    """The timings at the lower and upper quartile, each field put on its side of the median: a
+    timing worked out as a difference (an overhead: a stage's time less its layers') or a fit can
+    come out of order; the ``low`` set is never slower than the median, the ``high`` never faster."""
+
+    def side(m: float, a: float, b: float) -> tuple[float, float]:
+        return min(m, a, b), max(m, a, b)
+
+    def model(m: BaseModel, a: BaseModel, b: BaseModel, fields: tuple[str, ...],
+              faster_if_larger: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
+        lo, hi = m.model_dump(), m.model_dump()
+        for f in fields + faster_if_larger:
+            lo[f], hi[f] = side(getattr(m, f), getattr(a, f), getattr(b, f))
+            if f in faster_if_larger:
+                lo[f], hi[f] = hi[f], lo[f]
+        if "samples" in lo:  # the quartile's own ping-pong times
+            lo["samples"], hi["samples"] = a.samples, b.samples  # type: ignore[attr-defined]
+        return lo, hi
+
+    out: dict[str, dict[str, Any]] = {"low": {}, "high": {}}
+    for name in ("embedding", "block", "head"):
+        out["low"][name], out["high"][name] = model(median[name], low[name], high[name],
+                                                    ("forward_ms", "backward_ms", "weight_grad_ms", "optimizer_ms"))
+    for key in ("low", "high"):
+        out[key]["overheads"] = {}
+    for pos, o in median["overheads"].items():
+        out["low"]["overheads"][pos], out["high"]["overheads"][pos] = model(
+            o, low["overheads"][pos], high["overheads"][pos], tuple(Overheads.model_fields))
+    out["low"]["link"], out["high"]["link"] = model(median["link"], low["link"], high["link"],
+                                                    ("latency_us", "send_overhead_us", "recv_overhead_us"),
+                                                    faster_if_larger=("bandwidth_gb_s",))
+    out["low"]["clip_allreduce_us"], out["high"]["clip_allreduce_us"] = side(
+        median["clip_allreduce_us"], low["clip_allreduce_us"], high["clip_allreduce_us"])
+    return QuartileTimes.model_validate(out["low"]), QuartileTimes.model_validate(out["high"])
+
+
+def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Profile:
+    """Build the profile from what the profiling ranks recorded in each run (partition, states).
+
+    Per block, the forward, backward and optimizer times are fitted from the engine's own spans
+    over the runs' partitions (what a block costs inside DeepSpeed); what is left per stage, less
+    the embedding (first) or head (last) as timed alone, is the stage position's overhead. The
+    weight-grad share of a block's backward comes from timing it alone. The same, from the lower
+    and the upper quartile of every set of repetitions instead of its median, gives the profile's
+    ``quartiles``: the spread of what it measured."""
+    states = [st for _, sts in runs for st in sts]
+    median = _timings(s, runs, "median")
+    low, high = _around(median, _timings(s, runs, "low"), _timings(s, runs, "high"))
+    recompute_runs = [st.measurements["recompute"] for st in states if "recompute" in st.measurements]
+    recompute = {mode: RecomputeTimes(**{k: statistics.median(run[mode][k] for run in recompute_runs)
+                                         for k in ("forward_ms", "backward_ms")})
+                 for mode in ("selective", "full") if recompute_runs}
+    tp_runs = [st.measurements["tensor_parallel"] for st in states if "tensor_parallel" in st.measurements]
+    tensor_parallel = TensorParallelTimes(size=int(tp_runs[0]["size"]), **{
+        k: statistics.median(float(run[k]) for run in tp_runs)
+        for k in ("forward_ms", "backward_ms", "whole_forward_ms", "whole_backward_ms")}) if tp_runs else None
+    measured = [st.measurements["collectives"] for st in states if "collectives" in st.measurements]
+    collectives = ring_links([(b, r, g) for (b, r), (_, g) in zip(median_samples(measured, 1),
+                                                                    median_samples(measured, 2))]) if measured else {}
+    first_run = [st for st in runs[0][1] if st.ready]
     import deepspeed
     import torch
 
@@ -266,29 +365,19 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
         machine={
             "host": socket.gethostname(),
             "cpu": platform.processor() or platform.machine(),
-            "backend": states[0].ready.backend if states[0].ready else "gloo",
-            "runtime": states[0].ready.runtime if states[0].ready else "deepspeed",
+            "backend": first_run[0].ready.backend if first_run and first_run[0].ready else "gloo",
+            "runtime": first_run[0].ready.runtime if first_run and first_run[0].ready else "deepspeed",
             "ranks": len(runs[0][1]),
             "profiling_partitions": [part for part, _ in runs],
             "torch": torch.__version__,
             "deepspeed": deepspeed.__version__,
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         },
-        embedding=layers["embedding"],
-        block=layers["block"],
-        head=layers["head"],
-        overheads=overheads,  # type: ignore[arg-type]
-        link=LinkProfile(
-            latency_us=latency_ms * 1e3,
-            bandwidth_gb_s=bytes_per_ms * 1e3 / 1e9,
-            send_overhead_us=(send_over + gap) * 1e3,
-            recv_overhead_us=(recv_over + gap) * 1e3,
-            samples=samples,
-        ),
-        clip_allreduce_us=clip_allreduce_ms * 1e3,
+        **median,
         recompute=recompute,  # type: ignore[arg-type]
         collectives=collectives,  # type: ignore[arg-type]
         tensor_parallel=tensor_parallel,
+        quartiles={"low": low, "high": high},
     )
 
 

@@ -12,12 +12,13 @@ import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ppexec.run import RunOptions, RunResult, execute, prepare
 from ppsim.errors import PpsimError
-from ppsim.inputs.profile import Profile
+from ppsim.inputs.profile import Profile, QuartileTimes
 from ppsim.inputs.scenario import Scenario
-from ppsim.prediction import Prediction, predict
+from ppsim.prediction import Prediction, predict, scenario_workload
 from ppsim.trace import Trace
 from ppsim.trace.compare import Comparison, compare_traces
 from ppsim.trace.metrics import rank_metrics
@@ -41,6 +42,52 @@ def check_validation_folder(out: Path) -> None:
 
 
 @dataclass(frozen=True)
+class ProfileSpread:
+    """How far the prediction moves within the spread of the profile's own measurements: the same
+    plan predicted with every timing at its lower quartile and at its upper quartile."""
+
+    low_ms: float  #: the step predicted with every timing at its lower quartile
+    high_ms: float  #: ... at its upper quartile
+    predicted_ms: float  #: with the profile's medians
+
+    @property
+    def relative(self) -> float:
+        """Half the range of the two predictions over the prediction: errors below it are noise."""
+        return (self.high_ms - self.low_ms) / 2 / self.predicted_ms if self.predicted_ms > 0 else 0.0
+
+    def describe(self) -> str:
+        return (f"{100 * self.relative:.1f}%: errors below that are noise (the step predicted with every timing at its "
+                f"lower / upper quartile: {self.low_ms:.2f} / {self.high_ms:.2f} ms)")
+
+    def line(self) -> str:
+        return f"profile spread {self.describe()}"
+
+
+def profile_at(profile: Profile, quartile: str) -> Profile:
+    """The profile with every timing it records a spread of at its ``low`` or ``high`` quartile
+    (the rest — recomputation, collectives, tensor parallelism — at the median)."""
+    q = profile.quartiles[quartile]  # type: ignore[index]
+    return profile.model_copy(update={k: getattr(q, k) for k in QuartileTimes.model_fields})
+
+
+def profile_spread(prediction: Prediction, profile: Profile) -> ProfileSpread | None:
+    """The prediction's spread from the profile: the very same lowered plan simulated on the costs
+    of the profile at its lower and at its upper quartile (None: the profile records no quartiles,
+    a profile from before they were recorded)."""
+    from ppsim.sim import simulate
+    from ppsim.trace.metrics import step_time_ms
+
+    if not {"low", "high"} <= profile.quartiles.keys():
+        return None
+    s = prediction.scenario
+    steps = {}
+    for quartile in ("low", "high"):
+        costs = scenario_workload(s, profile_at(profile, quartile)).costs
+        steps[quartile] = step_time_ms(simulate(prediction.plan, costs, s.pipeline.comm))
+    return ProfileSpread(low_ms=steps["low"], high_ms=steps["high"], predicted_ms=step_time_ms(prediction.trace))
+
+
+@dataclass(frozen=True)
 class Validation:
     scenario: Scenario  #: as run: rendezvous sends, explicit partition
     prediction: Prediction
@@ -49,6 +96,8 @@ class Validation:
     #: per stage, the median over the recorded steps of (predicted - measured bubble fraction), in
     #: percentage points: steadier than one step's figure, where a single slow action moves it
     bubble_error_pp: tuple[float, ...]
+    #: the prediction with the profile at its lower and upper quartiles (None: no quartiles in the profile)
+    profile_spread: ProfileSpread | None = None
 
     @property
     def max_abs_bubble_error_pp(self) -> float:
@@ -76,7 +125,22 @@ def validate(s: Scenario, profile: Profile, run_dir: Path, steps: int = 10, warm
                                         runtime=chosen), profile=profile)
     comparison = compare_traces(prediction.trace, result.representative)
     return Validation(scenario=as_run, prediction=prediction, run=result, comparison=comparison,
-                      bubble_error_pp=median_bubble_errors(prediction.trace, result.traces))
+                      bubble_error_pp=median_bubble_errors(prediction.trace, result.traces),
+                      profile_spread=profile_spread(prediction, profile))
+
+
+def comparison_doc(v: Validation) -> dict[str, Any]:
+    """comparison.json: the comparison (``ppsim compare --json``), the median bubble error per
+    stage, and the prediction's spread from the profile (``profile_spread``: half the range of the
+    steps predicted with the profile at its lower and upper quartile, over the prediction; null
+    with a profile that records no quartiles)."""
+    doc = v.comparison.to_json_dict()
+    doc["median_bubble_error_pp"] = list(v.bubble_error_pp)
+    spread = v.profile_spread
+    doc["profile_spread"] = spread.relative if spread else None
+    doc["predicted_step_time_low_ms"] = spread.low_ms if spread else None
+    doc["predicted_step_time_high_ms"] = spread.high_ms if spread else None
+    return doc
 
 
 def write_outputs(v: Validation, out: Path) -> None:
@@ -86,7 +150,5 @@ def write_outputs(v: Validation, out: Path) -> None:
 
     write_run_outputs(v.run, out / "run")
     v.prediction.trace.save(out / "predicted.trace.json")
-    doc = v.comparison.to_json_dict()
-    doc["median_bubble_error_pp"] = list(v.bubble_error_pp)
-    (out / "comparison.json").write_text(json.dumps(doc, indent=2))
+    (out / "comparison.json").write_text(json.dumps(comparison_doc(v), indent=2))
     write_compare_html(v.prediction.trace, v.run.representative, v.comparison, out / "comparison.html")

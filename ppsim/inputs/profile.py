@@ -100,6 +100,19 @@ class Shape(_Strict):
     micro_batch: int
 
 
+class QuartileTimes(_Strict):
+    """Every timing of a profile at one quartile of what it was measured from, worked out the way
+    the profile's own (median) timing is. ``low``: every time at its lower quartile (so a link's
+    latency lower and its bandwidth higher); ``high``: at its upper quartile."""
+
+    embedding: LayerTimes
+    block: LayerTimes
+    head: LayerTimes
+    overheads: dict[Literal["first", "middle", "last"], Overheads]
+    link: LinkProfile
+    clip_allreduce_us: float = Field(default=0.0, ge=0)
+
+
 class Profile(_Strict):
     format: Literal["ppsim-profile"] = PROFILE_FORMAT
     version: Literal[1] = PROFILE_VERSION
@@ -118,6 +131,9 @@ class Profile(_Strict):
     collectives: dict[Literal["allreduce", "allgather"], LinkProfile] = Field(default_factory=dict)
     #: a tensor-parallel block against a whole one; older profiles derive it from FLOPs and the all-reduce
     tensor_parallel: TensorParallelTimes | None = None
+    #: the spread of what was measured: the layers, overheads, link and clipping at their lower
+    #: (``low``) and upper (``high``) quartile; absent in profiles measured before it was recorded
+    quartiles: dict[Literal["low", "high"], QuartileTimes] = Field(default_factory=dict)
 
     def overhead(self, stage: int, num_stages: int) -> Overheads:
         """The overheads of virtual stage ``stage`` of ``num_stages``. A single stage is first and
