@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from ppsim.errors import ScenarioError
+from ppsim.inputs.yaml_files import load_yaml, problem
 
 CATALOGUE = Path(__file__).parent / "data" / "devices.yaml"
 
@@ -60,8 +61,10 @@ def read_devices(path: Path) -> dict[str, Device]:
     if not path.is_file():
         raise ScenarioError(f"device file {str(path)!r} does not exist; check the path", field="hardware.device_file")
     try:
-        data = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError):
+        data = load_yaml(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not a readable YAML file{problem(exc)}", field="hardware.device_file") from None
+    except (OSError, UnicodeDecodeError):
         raise ScenarioError(f"{path}: not a readable YAML file", field="hardware.device_file") from None
     if not isinstance(data, dict) or not data:
         raise ScenarioError(f"{path}: a device file maps device names to their figures", field="hardware.device_file")

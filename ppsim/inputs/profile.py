@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ppsim.errors import ScenarioError
 from ppsim.formats import PROFILE_FORMAT
 from ppsim.inputs.scenario import Dtype, Scenario
+from ppsim.inputs.yaml_files import load_yaml, problem
 
 PROFILE_VERSION = 1
 POSITIONS = ("first", "middle", "last")
@@ -190,8 +191,10 @@ def load_profile(path: str | Path) -> Profile:
         raise ScenarioError(f"profile file {str(p)!r} does not exist; make one with `ppexec profile SCENARIO --out "
                             f"{p}`", field="--profile")
     try:
-        data = yaml.safe_load(p.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        data = load_yaml(p.read_text())
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{p}: not a readable YAML file{problem(exc)}", field="--profile") from None
+    except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"{p}: not a readable YAML file ({type(exc).__name__})", field="--profile") from None
     if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
         raise ScenarioError(f"{p} is not a ppsim profile (its 'format' must be {PROFILE_FORMAT!r})", field="--profile")

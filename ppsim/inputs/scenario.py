@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ppsim.errors import ScenarioError
+from ppsim.inputs.yaml_files import load_yaml, problem
 from ppsim.plan import schedules
 
 Dtype = Literal["bf16", "fp16", "fp32"]
@@ -296,12 +297,9 @@ def _read_yaml(path: str | Path) -> tuple[dict[str, Any], Path]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"cannot read {str(p)!r}: {exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "malformed YAML"
-        raise ScenarioError(f"{p}: malformed YAML{where}: {problem}; fix the syntax") from None
+        raise ScenarioError(f"{p}: malformed YAML{problem(exc)}; fix the syntax") from None
     if data is None:
         raise ScenarioError(f"{p} is empty; a scenario needs at least a 'model' or 'costs' section")
     if not isinstance(data, dict):

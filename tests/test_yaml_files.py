@@ -1,0 +1,54 @@
+"""Files users write are read strictly: a repeated key, or nesting too deep, is one clear error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import GPT_YAML
+from ppsim.cli import app
+from ppsim.errors import ScenarioError
+from ppsim.inputs.hardware import read_devices
+from ppsim.inputs.profile import load_profile
+from ppsim.inputs.scenario import load
+
+
+def _run(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_a_key_given_twice_names_the_key_and_both_lines(tmp_path: Path) -> None:
+    text = GPT_YAML.read_text()
+    path = tmp_path / "twice.yaml"
+    path.write_text(text + "pipeline:\n  stages: 2\n")
+    first = 1 + next(i for i, line in enumerate(text.splitlines()) if line.startswith("pipeline:"))
+    second = len(text.splitlines()) + 1
+    with pytest.raises(ScenarioError, match=rf"key 'pipeline' appears twice \(lines {first} and {second}\); keep one"):
+        load(path)
+    before = path.read_text()
+    res = _run("run", str(path))
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "appears twice" in res.output and len(res.output.strip().splitlines()) <= 3
+    assert path.read_text() == before  # nothing the user wrote is touched
+
+
+def test_nesting_too_deep_to_read_is_an_error_not_a_recursion_error(tmp_path: Path) -> None:
+    path = tmp_path / "deep.yaml"
+    path.write_text("model: " + "[" * 20000 + "]" * 20000 + "\n")
+    with pytest.raises(ScenarioError, match="nested too deeply"):
+        load(path)
+    res = _run("run", str(path))
+    assert res.exit_code == 1 and "Traceback" not in res.output
+
+
+def test_device_and_profile_files_refuse_repeated_keys_too(tmp_path: Path) -> None:
+    devices = tmp_path / "devices.yaml"
+    devices.write_text("mine:\n  memory_gb: 80\n  memory_gb: 40\n")
+    with pytest.raises(ScenarioError, match=r"key 'memory_gb' appears twice \(lines 2 and 3\)"):
+        read_devices(devices)
+    profile = tmp_path / "p.yaml"
+    profile.write_text("format: x\nformat: y\n")
+    with pytest.raises(ScenarioError, match=r"key 'format' appears twice \(lines 1 and 2\)"):
+        load_profile(profile)
