@@ -52,3 +52,33 @@ def test_device_and_profile_files_refuse_repeated_keys_too(tmp_path: Path) -> No
     profile.write_text("format: x\nformat: y\n")
     with pytest.raises(ScenarioError, match=r"key 'format' appears twice \(lines 1 and 2\)"):
         load_profile(profile)
+
+
+@pytest.mark.parametrize("entry, key", [
+    ("memory_gb: -1", "memory_gb"), ("memory_gb: 0", "memory_gb"), ("memory_gb: .nan", "memory_gb"),
+    ("memory_gb: .inf", "memory_gb"), ("hbm_gb_s: 0", "hbm_gb_s"), ("hbm_gb_s: .nan", "hbm_gb_s"),
+    ("efficiency: -1", "efficiency"), ("efficiency: 0", "efficiency"), ("efficiency: 1.5", "efficiency"),
+    ("peak_tflops: {bf16: 0, fp16: 1, fp32: 1}", "peak_tflops.bf16"),
+    ("peak_tflops: {bf16: .nan, fp16: 1, fp32: 1}", "peak_tflops.bf16"),
+    ("inter_node: {bandwidth_gb_s: 0, latency_us: 5}", "inter_node.bandwidth_gb_s"),
+    ("inter_node: {bandwidth_gb_s: 25, latency_us: -5}", "inter_node.latency_us"),
+    ("descripton: typo", "descripton"),
+])
+def test_a_device_file_refuses_nonsense_naming_the_key(tmp_path: Path, entry: str, key: str) -> None:
+    good = {"peak_tflops": "{bf16: 1, fp16: 1, fp32: 1}", "memory_gb": "80", "hbm_gb_s": "2000", "efficiency": "0.5",
+            "intra_node": "{bandwidth_gb_s: 300, latency_us: 3}", "inter_node": "{bandwidth_gb_s: 25, latency_us: 5}"}
+    name = entry.split(":")[0]
+    lines = [f"  {k}: {v}" for k, v in good.items() if k != name] + [f"  {entry}"]
+    path = tmp_path / "dev.yaml"
+    path.write_text("mine:\n" + "\n".join(lines) + "\n")
+    with pytest.raises(ScenarioError, match=key.replace(".", r"\.")):
+        read_devices(path)
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
+def test_nan_and_inf_are_refused_in_a_scenario_by_name(tmp_path: Path, value: str) -> None:
+    text = GPT_YAML.read_text().replace("pipeline:\n", "pipeline:\n  memory_budget: " + value + "\n", 1)
+    path = tmp_path / "nan.yaml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError, match="memory_budget"):
+        load(path)

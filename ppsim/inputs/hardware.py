@@ -8,6 +8,7 @@ scenario may also describe its own device in a YAML file of the catalogue's form
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,48 @@ class Device:
         return self.peak_tflops[dtype] * 1e12
 
 
+#: the keys of a device entry, each with its valid range: (lowest, highest, whether the lowest is allowed)
+_RANGES: dict[str, tuple[float, float, bool]] = {
+    "peak_tflops": (0.0, 1e6, False), "memory_gb": (0.0, 1e5, False), "hbm_gb_s": (0.0, 1e6, False),
+    "efficiency": (0.0, 1.0, False), "bandwidth_gb_s": (0.0, 1e6, False), "latency_us": (0.0, 1e7, True),
+}
+_KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "intra_node", "inter_node"}
+
+
+def _check_ranges(name: str, entry: dict[str, Any], source: str) -> None:
+    """Refuse, naming the key, an unknown key or a number outside its range (NaN and inf included)."""
+    unknown = sorted(set(entry) - _KEYS)
+    if unknown:
+        raise ScenarioError(f"{source}: device {name!r} has an unknown key {unknown[0]!r}; the keys are "
+                            f"{', '.join(sorted(_KEYS))}", field="hardware.device_file")
+
+    def check(key: str, value: Any, rule: str) -> None:
+        low, high, inclusive = _RANGES[rule]
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and (
+            (value >= low if inclusive else value > low) and value <= high)
+        if not ok:
+            bound = f"{'>=' if inclusive else '>'} {low:g} and <= {high:g}"
+            raise ScenarioError(f"{source}: device {name!r}: {key} is {value!r}; it must be a number {bound}",
+                                field="hardware.device_file")
+
+    for key in ("memory_gb", "hbm_gb_s", "efficiency"):
+        if key in entry:
+            check(key, entry[key], key)
+    if isinstance(entry.get("peak_tflops"), dict):
+        for dtype, value in entry["peak_tflops"].items():
+            check(f"peak_tflops.{dtype}", value, "peak_tflops")
+    for link in ("intra_node", "inter_node"):
+        if isinstance(entry.get(link), dict):
+            for key, value in entry[link].items():
+                if key not in ("bandwidth_gb_s", "latency_us"):
+                    raise ScenarioError(f"{source}: device {name!r}: unknown key {link}.{key}; use bandwidth_gb_s and "
+                                        "latency_us", field="hardware.device_file")
+                check(f"{link}.{key}", value, key)
+
+
 def _device(name: str, entry: Any, source: str) -> Device:
+    if isinstance(entry, dict):
+        _check_ranges(name, entry, source)
     try:
         return Device(
             name=name,

@@ -35,7 +35,7 @@ POSITIONS = ("first", "middle", "last")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LayerTimes(_Strict):
