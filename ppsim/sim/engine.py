@@ -213,8 +213,8 @@ class _Simulation:
         self.sync_end: list[float] = []
         # per rank and stage, the position of its last backward piece: where its reduction's buckets start
         self.last_backward_at = [_last_backward(actions) for actions in plan.actions]
+        # overlapped pairs and plain compute run in the rank's loop itself (local work, no waiting)
         self.handlers: dict[Kind, Callable[[_Rank, Any], _Wait | None]] = {
-            Kind.OVERLAP_F_B: self._overlapped,
             Kind.REDUCE_GRAD: self._reduce_grad_on_fabric if self.fabric is not None else self._reduce_grad,
             Kind.CLIP: self._clip,
             Kind.SEND_F: self._send, Kind.SEND_B: self._send,
@@ -246,12 +246,11 @@ class _Simulation:
 
     # --- the handlers, one per kind that is not plain compute -----------------------------------------
 
-    def _overlapped(self, st: _Rank, a: Overlap, i: int = -1) -> None:
+    def _overlapped(self, st: _Rank, a: Overlap, i: int) -> None:
         """A forward and a backward overlapped: the forward's activations allocated, the backward's freed."""
         f, b = a.parts
         self._run_compute(st, a, b.kind, b.stage, self.duration(a), self.compute[(f.stage, f.kind)][1],
                           self.compute[(b.stage, b.kind)][2], i)
-        return None
 
     def _reduce_grad(self, st: _Rank, a: Action) -> None:
         c = self.costs.stages[a.stage]
@@ -274,9 +273,14 @@ class _Simulation:
             st.collective_free = st.t
         return None
 
+    def _collective(self, stage: int) -> FabricCollective | None:
+        """``stage``'s gradient reduction on the fabric (None: no fabric, or nothing to reduce)."""
+        fabric = self.costs.fabric
+        return fabric.reduce[stage] if fabric is not None and fabric.reduce else None
+
     def _start_feeder(self, st: _Rank, stage: int, b0: float, b1: float) -> None:
         """Start ``stage``'s gradient reduction on the fabric, bucket by bucket as [b0, b1) produces them."""
-        collective = self.costs.fabric.reduce[stage] if self.costs.fabric and self.costs.fabric.reduce else None  # type: ignore[union-attr]
+        collective = self._collective(stage)
         if collective is None:
             return
         n = collective.buckets
@@ -288,15 +292,14 @@ class _Simulation:
         return next(reversed(st.feeders.values())).done if st.feeders else None
 
     def _reduce_grad_on_fabric(self, st: _Rank, a: Action) -> _Wait | None:
-        fabric = self.costs.fabric
-        c = self.costs.stages[a.stage]
-        if fabric is None or not fabric.reduce or fabric.reduce[a.stage] is None:
+        collective = self._collective(a.stage)
+        if collective is None:
             return self._reduce_grad(st, a)  # nothing to move: as without a fabric
+        c = self.costs.stages[a.stage]
         feeder = st.feeders.get(a.stage)
         if feeder is None:  # not overlapped: all buckets from now, after the rank's earlier reductions
             start = max(st.t, st.collective_free)
-            n = fabric.reduce[a.stage].buckets  # type: ignore[union-attr]
-            feeder = st.feeders[a.stage] = _Feeder(self, fabric.reduce[a.stage], [start] * n, self._last_feeder(st))  # type: ignore[arg-type]
+            feeder = st.feeders[a.stage] = _Feeder(self, collective, [start] * collective.buckets, self._last_feeder(st))
 
         def finish() -> None:
             begin = feeder.first if feeder.first is not None else st.t
@@ -378,11 +381,9 @@ class _Simulation:
         end = msg.end = self._transfer(r, peer, key, st.t)
         if msg.recv_posted is not None:  # the receiver is already waiting
             _fire_at(self.env, msg.done, end - self.env.now)
-        if not self.blocking_send:
-            self.emit(r, "send", a, begin, end, self.nbytes, peer)
-            return None  # the rank goes on after its send overhead
         self.emit(r, "send", a, begin, end, self.nbytes, peer)
-        st.t = end
+        if self.blocking_send:
+            st.t = end  # eager: the rank waits for the transfer; async goes on after its send overhead
         return None
 
     def _after_send(self, st: _Rank, a: Action, msg: _Message, begin: float, peer: int) -> _Wait | None:
