@@ -36,6 +36,7 @@ from ppsim.plan.plan import Plan
 from ppsim.plan.validate import validate_structure
 
 _action = partial(tuple.__new__, Action)  #: Action((s, k, mb)) without the Python-level __new__
+_TRAINING_KINDS = BACKWARD_KINDS | {Kind.OVERLAP_F_B}
 
 
 def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: bool = True) -> Plan:
@@ -47,7 +48,7 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
     received, as gloo's) the send takes its receive's key, so both ends order their messages alike
     and the plan cannot deadlock (see the module docstring).
     """
-    if any(a.kind in COMM_KINDS for r in plan.actions for a in r):
+    if not plan.kinds().isdisjoint(COMM_KINDS):
         raise PlanError("plan already has communication actions; add_comms runs once")
     grads = grad_producers(plan)
     where = plan.stage_to_rank
@@ -56,30 +57,7 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
     SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
     OVERLAP = Kind.OVERLAP_F_B
     if not rendezvous:
-        # receives right before their consumer, sends right after their producer: no sort needed
-        ideal_times(plan, duration)  # rejects plans that cannot finish
-        out: list[list[Action]] = []
-        for r, ra in enumerate(plan.actions):
-            seq: list[Action] = []
-            add = seq.append
-            for a in ra:
-                if a.kind is OVERLAP:  # the receives of both parts before it
-                    for part in a.parts:
-                        for d_stage, d_kind, _ in dependencies(part, n_stages, grads):
-                            if where[d_stage] != r:
-                                add(act((part.stage, RECV_F if d_kind is Kind.F else RECV_B, part.microbatch)))
-                elif a.kind in COMPUTE_KINDS:
-                    for d_stage, d_kind, _ in dependencies(a, n_stages, grads):
-                        if where[d_stage] != r:
-                            add(act((a.stage, RECV_F if d_kind is Kind.F else RECV_B, a.microbatch)))
-                add(a)
-                for s, k, mb in (a.parts if a.kind is OVERLAP else (a,)):
-                    if k is Kind.F and s < n_stages - 1 and where[s + 1] != r:
-                        add(act((s, SEND_F, mb)))
-                    elif (k is Kind.B or k is Kind.I) and s > 0 and where[s - 1] != r:
-                        add(act((s, SEND_B, mb)))
-            out.append(seq)
-        return plan.with_actions(in_receive_order(out, where), lowered=True)
+        return plan.with_actions(_posted(plan, grads), lowered=True)
     starts, _ = ideal_times(plan, duration)
     # entries sort by (time, depth, 0 for messages / 1 for compute, message order, stage, mb)
     entries: list[list[tuple[Any, ...]]] = [[] for _ in plan.actions]
@@ -105,6 +83,74 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
         es.sort()
         lowered.append([e[6] for e in es])
     return plan.with_actions(lowered, lowered=True)
+
+
+def _posted(plan: Plan, grads: dict[tuple[int, int | None], Kind]) -> list[list[Action]]:
+    """Posted sends: each receive right before its consumer, each send right after its producer
+    (no sort needed), then the sends to each peer in the order it receives them.
+
+    The ranks are walked as their inputs become available (as :func:`ideal_times` does, without
+    times), so a plan whose dependencies form a cycle is refused with the grid on the way."""
+    acts, where, n_stages = plan.actions, plan.stage_to_rank, plan.num_stages
+    act = _action
+    F, OVERLAP = Kind.F, Kind.OVERLAP_F_B
+    SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
+    out: list[list[Action]] = [[] for _ in acts]
+    pos = [0] * len(acts)
+    done: set[Any] = set()
+    waiting: dict[Any, list[int]] = {}
+    # per (sender, receiver): the producers of its messages in send order, and in receive order
+    sent: dict[tuple[int, int], list[Any]] = {}
+    received: dict[tuple[int, int], list[Any]] = {}
+    work = list(range(len(acts)))
+    while work:
+        r = work.pop()
+        ra, seq = acts[r], out[r]
+        add = seq.append
+        i, n = pos[r], len(ra)
+        while i < n:
+            a = ra[i]
+            parts = a.parts if a[1] is OVERLAP else (a,)
+            receives, inputs = [], []
+            for part in parts:
+                for d in dependencies(part, n_stages, grads):
+                    if d not in done:
+                        waiting.setdefault(d, []).append(r)  # its rank wakes this one when d is done
+                        break
+                    src = where[d[0]]
+                    if src != r:
+                        receives.append(act((part[0], RECV_F if d[1] is F else RECV_B, part[2])))
+                        inputs.append((src, d))
+                else:
+                    continue
+                break
+            else:
+                seq.extend(receives)
+                for src, d in inputs:
+                    received.setdefault((src, r), []).append(d)
+                add(a)
+                for part in parts:
+                    s, k, mb = part
+                    if k is F:
+                        if s < n_stages - 1 and where[s + 1] != r:
+                            add(act((s, SEND_F, mb)))
+                            sent.setdefault((r, where[s + 1]), []).append(part)
+                    elif (k is Kind.B or k is Kind.I) and s > 0 and where[s - 1] != r:
+                        add(act((s, SEND_B, mb)))
+                        sent.setdefault((r, where[s - 1]), []).append(part)
+                    done.add(part)
+                    woken = waiting.pop(part, None)
+                    if woken:
+                        work.extend(woken)
+                i += 1
+                continue
+            break
+        pos[r] = i
+    if any(pos[r] < len(ra) for r, ra in enumerate(acts)):
+        ideal_times(plan)  # raises the error with the grid of where every rank is stuck
+    if all(sent.get(pair) == order for pair, order in received.items()):
+        return out
+    return in_receive_order(out, where)
 
 
 def in_receive_order(ranks: list[list[Action]], where: tuple[int, ...]) -> list[list[Action]]:
@@ -147,8 +193,7 @@ def add_step_end(plan: Plan, data_parallel: int = 1, clip: bool = False) -> Plan
     """Append, on every rank, the gradient all-reduce across data-parallel replicas (when there are
     several), with ``clip`` the gradient-norm all-reduce over the pipeline (once per rank, on its
     last virtual stage), and the optimizer step of each of its stages. Forward-only plans get none."""
-    has_backward = any(a.kind in BACKWARD_KINDS or a.kind is Kind.OVERLAP_F_B for r in plan.actions for a in r)
-    if not has_backward:
+    if plan.kinds().isdisjoint(_TRAINING_KINDS):
         return plan.with_actions(plan.actions, lowered=True)
     out = []
     for r, ra in enumerate(plan.actions):

@@ -12,11 +12,14 @@ import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from ppsim.errors import PlanError
 from ppsim.formats import PLAN_FORMAT
-from ppsim.plan.action import Action
+from ppsim.plan.action import Action, Kind
+
+_kind_of = itemgetter(1)  #: an action's kind (an Overlap's too), without the attribute lookup
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,13 @@ class Plan:
 
     def num_actions(self) -> int:
         return sum(len(a) for a in self.actions)
+
+    def kinds(self, rank: int | None = None) -> set[Kind]:
+        """The kinds of action ``rank`` runs (every rank's when None), gathered at C speed."""
+        out: set[Kind] = set()
+        for row in self.actions if rank is None else (self.actions[rank],):
+            out.update(map(_kind_of, row))
+        return out
 
     def with_actions(self, actions: Sequence[Sequence[Action]], *, lowered: bool | None = None) -> Plan:
         return Plan(

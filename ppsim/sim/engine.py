@@ -47,8 +47,11 @@ from ppsim.gc_pause import gc_paused
 from ppsim.plan import Action, Kind, Overlap, Plan, render_grid
 from ppsim.sim.allocation import memory_deltas, static_memory_bytes
 from ppsim.sim.durations import DURATION_FIELD, compute_ms
+from ppsim.sim.immediate import ImmediateKernel
 from ppsim.sim.network import Flow, Network
 from ppsim.trace import Counter, Span, Trace, plan_meta
+
+KERNELS = ("auto", "simpy", "immediate")  #: what runs the ranks' processes (see :func:`simulate`)
 
 
 class CommSemantics(str, Enum):
@@ -173,13 +176,13 @@ class _Feeder:
         self.done.succeed()
 
     def _arrived(self, event: simpy.Event, arrival: float) -> None:
-        _fire_at(self.sim.env, event, arrival - self.sim.env.now)
+        self.sim.fire_at(event, arrival - self.sim.env.now)
 
 
 class _Simulation:
     """One step of a lowered plan on a cost table."""
 
-    def __init__(self, plan: Plan, costs: CostTable, semantics: CommSemantics) -> None:
+    def __init__(self, plan: Plan, costs: CostTable, semantics: CommSemantics, kernel: str = "auto") -> None:
         self.plan, self.costs = plan, costs
         self.rendezvous = semantics is CommSemantics.RENDEZVOUS
         self.blocking_send = semantics is not CommSemantics.ASYNC
@@ -192,7 +195,19 @@ class _Simulation:
         }
         self.duration = compute_ms(costs)
         self.where = plan.stage_to_rank
-        self.env = simpy.Environment()
+        # SimPy orders flows in time on a fabric; on static links the waits depend only on data, so the
+        # clock-free kernel runs the same handlers to the same trace, faster (tests compare the two)
+        if kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, not {kernel!r}")
+        if kernel == "immediate" and costs.fabric is not None:
+            raise ValueError("the immediate kernel has no clock: a fabric's flows need kernel='simpy'")
+        if kernel == "simpy" or costs.fabric is not None:
+            self.env: Any = simpy.Environment()
+            self.fire_at: Callable[[Any, float], None] = partial(_fire_at, self.env)
+        else:
+            self.env = ImmediateKernel()
+            self.fire_at = self.env.fire_at
+        self.kernel = type(self.env).__name__
         self.nbytes = costs.message_bytes
         boundaries = range(max(1, plan.num_stages - 1))
         # per stage boundary: time on the wire, latency, what the sender spends before and the receiver after
@@ -207,12 +222,17 @@ class _Simulation:
         self.make_span = partial(tuple.__new__, Span)
         self.ranks = [_Rank(r) for r in range(plan.num_ranks)]
         # the gradient-norm all-reduce of gradient clipping: one arrival per rank
-        self.n_syncing = sum(1 for actions in plan.actions if any(a.kind is Kind.CLIP for a in actions))
+        self.n_syncing = sum(Kind.CLIP in plan.kinds(r) for r in range(plan.num_ranks))
         self.sync_arrivals: list[float] = []
         self.sync_done = self.env.event()
         self.sync_end: list[float] = []
         # per rank and stage, the position of its last backward piece: where its reduction's buckets start
-        self.last_backward_at = [_last_backward(actions) for actions in plan.actions]
+        self.last_backward_at = ([_last_backward(actions) for actions in plan.actions]
+                                 if self.fabric is not None and costs.overlap_grad_reduce else [])
+        # posted sends on static links run inline in the rank's loop: message key -> arrival, and the
+        # receives waiting for one
+        self.arrivals: dict[tuple[int, int, int | None], float] = {}
+        self.awaited: dict[tuple[int, int, int | None], Any] = {}
         # overlapped pairs and plain compute run in the rank's loop itself (local work, no waiting)
         self.handlers: dict[Kind, Callable[[_Rank, Any], _Wait | None]] = {
             Kind.REDUCE_GRAD: self._reduce_grad_on_fabric if self.fabric is not None else self._reduce_grad,
@@ -323,7 +343,7 @@ class _Simulation:
 
         if len(self.sync_arrivals) == self.n_syncing:  # the last to arrive completes the all-reduce
             self.sync_end.append(max(self.sync_arrivals) + self.costs.clip_allreduce_ms)
-            _fire_at(self.env, self.sync_done, self.sync_end[0] - self.env.now)
+            self.fire_at(self.sync_done, self.sync_end[0] - self.env.now)
             return finish()
         return _Wait(self.sync_done, finish)
 
@@ -347,7 +367,7 @@ class _Simulation:
         def arrived(arrival: float) -> None:
             self.fabric.sent(pair)  # type: ignore[union-attr]
             msg.end = arrival
-            _fire_at(self.env, msg.done, arrival - self.env.now)
+            self.fire_at(msg.done, arrival - self.env.now)
 
         self.fabric.send(pair, Flow(dict(route.load), self.nbytes, self.latency_ms[boundary], on_done=arrived))
         return None
@@ -380,7 +400,7 @@ class _Simulation:
             return self._at(st.t, started)
         end = msg.end = self._transfer(r, peer, key, st.t)
         if msg.recv_posted is not None:  # the receiver is already waiting
-            _fire_at(self.env, msg.done, end - self.env.now)
+            self.fire_at(msg.done, end - self.env.now)
         self.emit(r, "send", a, begin, end, self.nbytes, peer)
         if self.blocking_send:
             st.t = end  # eager: the rank waits for the transfer; async goes on after its send overhead
@@ -443,7 +463,7 @@ class _Simulation:
                 return _Wait(msg.done, done)
             return self._at(start, started)
         msg.end = self._transfer(src, dst, key, start)
-        _fire_at(self.env, msg.done, msg.end - self.env.now)
+        self.fire_at(msg.done, msg.end - self.env.now)
         return done()  # the second side knows the end: its clock jumps there
 
     def _at(self, when: float, then: Callable[[], _Wait | None]) -> _Wait | None:
@@ -463,12 +483,19 @@ class _Simulation:
     def _rank_process(self, st: _Rank) -> Generator[simpy.Event, Any, None]:
         compute, handlers, run_compute = self.compute, self.handlers, self._run_compute
         overlap = Kind.OVERLAP_F_B
-        # the fast path inline: local work on the rank's own clock (what _run_compute does, less the
-        # bookkeeping of overlapped gradient reductions, which takes the slow path)
+        SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
+        # the fast paths inline: local work on the rank's own clock (what _run_compute does, less the
+        # bookkeeping of overlapped gradient reductions, which takes the slow path), and on static
+        # links the posted (async, eager) sends and their receives (what _send and _receive do there)
         plain = not self.costs.overlap_grad_reduce
+        inline_p2p = self.fabric is None and not self.rendezvous
+        eager = self.blocking_send
+        where, link_free, arrivals, awaited = self.where, self.link_free, self.arrivals, self.awaited
+        wire, latency, send_overhead, recv_overhead = self.wire_ms, self.latency_ms, self.send_overhead_ms, self.recv_overhead_ms
+        nbytes, env, fire_at, new_event = self.nbytes, self.env, self.fire_at, self.env.event
         r, points, append, make_span = st.index, st.points, self.spans.append, self.make_span
         for i, a in enumerate(self.plan.actions[st.index]):
-            s, k, _ = a
+            s, k, mb = a
             if k is overlap:
                 self._overlapped(st, a, i)  # type: ignore[arg-type]
                 continue
@@ -488,6 +515,43 @@ class _Simulation:
                 else:
                     run_compute(st, a, k, s, op[0], op[1], op[2], i)
                 continue
+            if inline_p2p:
+                if k is SEND_F or k is SEND_B:
+                    if k is SEND_F:
+                        key, b, peer = (s, 0, mb), s, where[s + 1]
+                    else:
+                        key, b, peer = (s, 1, mb), s - 1, where[s - 1]
+                    begin = st.t
+                    t = posted = begin + send_overhead[b]
+                    pair = (r, peer)
+                    busy = link_free.get(pair, 0.0)
+                    if busy > t:
+                        t = busy
+                    link_free[pair] = t = t + wire[b]
+                    arrivals[key] = end = t + latency[b]
+                    waiting = awaited.pop(key, None)
+                    if waiting is not None:
+                        fire_at(waiting, end - env.now)
+                    append(make_span((r, "send", a, begin, end, nbytes, peer)))
+                    st.t = end if eager else posted
+                    continue
+                if k is RECV_F or k is RECV_B:
+                    if k is RECV_F:
+                        key, b, peer = (s - 1, 0, mb), s - 1, where[s - 1]
+                    else:
+                        key, b, peer = (s + 1, 1, mb), s, where[s + 1]
+                    begin = st.t
+                    end = arrivals.get(key)  # type: ignore[assignment]
+                    if end is None:
+                        waiting = awaited[key] = new_event()
+                        st.position = i
+                        yield waiting
+                        end = arrivals[key]
+                    if begin > end:
+                        end = begin
+                    st.t = end = end + recv_overhead[b]
+                    append(make_span((r, "recv", a, begin, end, nbytes, peer)))
+                    continue
             handler = handlers.get(k)
             if handler is None:  # pragma: no cover - every kind is handled
                 raise PlanError(f"the simulator cannot run action {a}")
@@ -541,14 +605,17 @@ def _last_backward(actions: list[Action]) -> dict[int, int]:
     return out
 
 
-def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSemantics.RENDEZVOUS) -> Trace:
+def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSemantics.RENDEZVOUS,
+             kernel: str = "auto") -> Trace:
     """Run one training step of ``plan`` (lowered) and return the predicted Trace.
 
     Deterministic: the same plan and costs give the same trace. Raises PlanError (with the grid and
-    each rank's stuck action marked) if the plan deadlocks under the chosen semantics.
+    each rank's stuck action marked) if the plan deadlocks under the chosen semantics. ``kernel``:
+    ``auto`` runs static links on the clock-free kernel (:mod:`ppsim.sim.immediate`) and a fabric on
+    SimPy; ``simpy`` forces SimPy (the same trace, slower: for comparison).
     """
     if not plan.lowered:
         raise PlanError("simulate() needs a lowered plan: call ppsim.plan.lower(plan) first")
     if len(costs.stages) != plan.num_stages:
         raise PlanError(f"cost table has {len(costs.stages)} stages, the plan {plan.num_stages}")
-    return _Simulation(plan, costs, CommSemantics(comm)).run()
+    return _Simulation(plan, costs, CommSemantics(comm), kernel).run()

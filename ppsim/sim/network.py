@@ -15,8 +15,9 @@ one finishes, and hands back the flows finished by a given time.
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 LinkId = Hashable
@@ -31,12 +32,21 @@ class Flow:
     nbytes: float
     latency_ms: float = 0.0
     on_done: Callable[[float], None] | None = None  #: called with the arrival time
-    left: float = field(init=False)
+    left: float = field(init=False)  #: bytes still to send, as of ``since``
     rate: float = field(init=False, default=0.0)  #: bytes per ms, as last shared out
     started_ms: float = field(init=False, default=0.0)
+    since: float = field(init=False, default=0.0)  #: when ``left`` was last brought up to date
+    finish: float = field(init=False, default=math.inf)  #: when its last byte leaves at today's rate
+    order: int = field(init=False, default=0)  #: start order: ties are settled by it
 
     def __post_init__(self) -> None:
         self.left = float(self.nbytes)
+
+    def settle(self, now: float) -> None:
+        """Bring ``left`` up to ``now`` at the current rate."""
+        if now > self.since:
+            self.left -= self.rate * (now - self.since)
+            self.since = now
 
 
 def _finished(f: Flow) -> bool:
@@ -84,52 +94,105 @@ def max_min_rates(flows: Sequence[Flow], capacity: Mapping[LinkId, float]) -> No
 
 
 class Network:
-    """The active flows on links of given capacity (bytes per ms per direction)."""
+    """The active flows on links of given capacity (bytes per ms per direction).
+
+    Flows that share no link do not affect each other's rates, so a start or an end shares out
+    again only the flows connected to it through shared links (its component), not every active
+    one; each flow keeps its bytes left as of its last change of rate, and the next to finish comes
+    from a heap of projected finish times. The cost of an event grows with its component, not with
+    the size of the network."""
 
     def __init__(self, capacity: Mapping[LinkId, float]) -> None:
         self.capacity = dict(capacity)
-        self.active: list[Flow] = []
+        self.users: dict[LinkId, dict[Flow, None]] = {}  #: active flows per link, in start order
+        self.active: dict[Flow, None] = {}
         self.now = 0.0
+        self._heap: list[tuple[float, int, Flow]] = []
+        self._started = 0
 
     def _advance(self, now: float) -> None:
         if now < self.now - 1e-9:
             raise ValueError(f"the network's clock cannot go back from {self.now} to {now}")
-        dt = max(0.0, now - self.now)
-        if dt:
-            for f in self.active:
-                f.left -= f.rate * dt
         self.now = max(self.now, now)
 
+    def _component(self, links: Iterable[LinkId]) -> list[Flow]:
+        """The active flows connected to ``links`` through links they share, in start order."""
+        seen_links = set(links)
+        todo = list(seen_links)
+        flows: dict[Flow, None] = {}
+        while todo:
+            for f in self.users.get(todo.pop(), ()):
+                if f not in flows:
+                    flows[f] = None
+                    for link in f.route:
+                        if link not in seen_links:
+                            seen_links.add(link)
+                            todo.append(link)
+        return sorted(flows, key=lambda f: f.order)
+
+    def _share(self, flows: list[Flow]) -> None:
+        """Share out again the rates of ``flows`` (a whole component) from now on."""
+        now = self.now
+        for f in flows:
+            f.settle(now)
+        max_min_rates(flows, self.capacity)
+        for f in flows:
+            f.finish = now if _finished(f) else now + f.left / f.rate if f.rate > 0 else math.inf
+            heapq.heappush(self._heap, (f.finish, f.order, f))
+
     def start(self, now: float, flow: Flow) -> Flow:
-        """Add ``flow`` at ``now``; every active flow's rate is shared out again."""
+        """Add ``flow`` at ``now``; the rates of the flows it shares links with are shared out again."""
         self._advance(now)
         # links of no capacity limit (or unknown to the network: a PCIe hop) constrain nothing
         flow.route = {link: w for link, w in flow.route.items() if w > 0 and math.isfinite(self.capacity.get(link, math.inf))}
-        flow.started_ms = now
-        self.active.append(flow)
-        max_min_rates(self.active, self.capacity)
+        flow.started_ms = flow.since = self.now
+        flow.order = self._started
+        self._started += 1
+        self.active[flow] = None
+        for link in flow.route:
+            self.users.setdefault(link, {})[flow] = None
+        self._share(self._component(flow.route) if flow.route else [flow])
         return flow
+
+    def _head(self) -> tuple[float, int, Flow] | None:
+        """The heap's earliest entry that is still current (its flow active, its finish unchanged)."""
+        heap = self._heap
+        while heap:
+            finish, _, f = heap[0]
+            if f in self.active and f.finish == finish:
+                return heap[0]
+            heapq.heappop(heap)
+        return None
 
     def next_finish(self) -> float:
         """When the next active flow sends its last byte at today's rates (inf: none active)."""
-        best = math.inf
-        for f in self.active:
-            if _finished(f):
-                return self.now
-            if f.rate > 0:
-                best = min(best, self.now + f.left / f.rate)
-        return best
+        head = self._head()
+        return math.inf if head is None else max(self.now, head[0])
 
     def finish_until(self, now: float) -> list[tuple[float, Flow]]:
         """Advance to ``now`` (no later than :meth:`next_finish`) and remove the flows that have sent
-        everything: (arrival time, flow) each; the others' rates are shared out again."""
+        everything: (arrival time, flow) each, in start order; the rates of the flows they shared
+        links with are shared out again."""
         self._advance(now)
-        done = [f for f in self.active if _finished(f)]
+        done: dict[Flow, None] = {}
+        while (head := self._head()) is not None:
+            f = head[2]
+            f.settle(self.now)
+            if head[0] > self.now and not _finished(f):
+                break
+            heapq.heappop(self._heap)
+            f.finish = -math.inf  # its other entries in the heap (pushed by earlier sharings) are stale now
+            done[f] = None
         if not done:
             return []
-        self.active = [f for f in self.active if f not in done]
-        max_min_rates(self.active, self.capacity)
-        return [(now + f.latency_ms, f) for f in done]
+        links: set[LinkId] = set()
+        for f in done:
+            del self.active[f]
+            for link in f.route:
+                del self.users[link][f]
+                links.add(link)
+        self._share(self._component(links))
+        return [(self.now + f.latency_ms, f) for f in sorted(done, key=lambda f: f.order)]
 
 
 def run_flows(capacity: Mapping[LinkId, float], flows: Sequence[tuple[float, Flow]]) -> list[float]:

@@ -1,0 +1,118 @@
+"""The clock-free kernel (ppsim.sim.immediate) and SimPy give the same trace wherever both apply:
+every schedule, every send semantics, with and without overlapped gradient reduction, clipping,
+data parallelism and memory, and every scenario under scenarios/."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ppsim.costs import CostTable, Link, StageCost
+from ppsim.errors import PlanError
+from ppsim.inputs.scenario import load
+from ppsim.plan import Plan, lower, schedules
+from ppsim.prediction import build
+from ppsim.prediction.path import lower_built
+from ppsim.sim import compute_ms, simulate
+from ppsim.trace import Trace
+
+from conftest import SCENARIOS
+
+TRAINING = [n for n, info in schedules.SCHEDULES.items() if info.training and not info.needs_costs]
+
+
+def _same(a: Trace, b: Trace) -> None:
+    def key(span):  # an overlapped action's parts are Actions, where a plain action has a micro-batch
+        return span.rank, span.lane, span.start, str(span.action)
+
+    assert sorted(a.spans, key=key) == sorted(b.spans, key=key)
+    assert a.counters == b.counters
+    assert a.meta == b.meta
+
+
+def _costs(n: int, *, overlap: bool, clip: float, seed: int) -> CostTable:
+    """Uneven stages (so ranks drift apart) with activations, gradient reduction and overheads."""
+    stages = tuple(
+        StageCost(forward_ms=1.0 + 0.3 * ((s * 7 + seed) % 5), backward_ms=2.0 + 0.5 * ((s * 3 + seed) % 4),
+                  weight_grad_ms=0.7 + 0.1 * (s % 3), optimizer_ms=0.4, activation_bytes=1000 + 10 * s,
+                  allreduce_ms=1.5 + 0.2 * s, allreduce_buckets=1 + s % 3, clip_ms=0.05)
+        for s in range(n))
+    link = replace(Link.from_gb_s(10.0, 2.0), send_overhead_ms=0.01 * (seed % 3), recv_overhead_ms=0.02)
+    return CostTable(stages=stages, message_bytes=4 << 20, links=(link,), clip_allreduce_ms=clip,
+                     overlap_grad_reduce=overlap)
+
+
+def _both(plan: Plan, costs: CostTable, comm: str) -> tuple[Trace | PlanError, Trace | PlanError]:
+    out = []
+    for kernel in ("simpy", "immediate"):
+        try:
+            out.append(simulate(plan, costs, comm, kernel=kernel))
+        except PlanError as exc:
+            out.append(exc)
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("name", TRAINING + ["inference"])
+@pytest.mark.parametrize("comm", ["async", "eager", "rendezvous"])
+def test_every_schedule_and_semantics(name: str, comm: str) -> None:
+    info = schedules.get(name)
+    p, m = 4, 8
+    v = info.chunks.default
+    for overlap, clip, dp in ((False, 0.0, 1), (True, 0.3, 2), (False, 0.3, 4)):
+        plan = lower(schedules.build(name, p, m, v), dp, rendezvous=comm == "rendezvous", clip=clip > 0)
+        costs = _costs(plan.num_stages, overlap=overlap, clip=clip, seed=p + m)
+        simpy_run, immediate_run = _both(plan, costs, comm)
+        if isinstance(simpy_run, PlanError):  # a deadlock is found by both, at the same actions
+            assert isinstance(immediate_run, PlanError) and str(immediate_run) == str(simpy_run)
+            continue
+        assert isinstance(immediate_run, Trace)
+        _same(simpy_run, immediate_run)
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(TRAINING), p=st.integers(2, 5), extra=st.integers(0, 6),
+       comm=st.sampled_from(["async", "eager", "rendezvous"]), overlap=st.booleans(), seed=st.integers(0, 20))
+def test_random_plans(name: str, p: int, extra: int, comm: str, overlap: bool, seed: int) -> None:
+    info = schedules.get(name)
+    v = info.chunks.default
+    m = 2 * p + extra
+    m = info.microbatches.nearest(p, m, v) or m
+    plan = lower(schedules.build(name, p, m, v), 2, rendezvous=comm == "rendezvous")
+    simpy_run, immediate_run = _both(plan, _costs(plan.num_stages, overlap=overlap, clip=0.0, seed=seed), comm)
+    if isinstance(simpy_run, PlanError):
+        assert str(immediate_run) == str(simpy_run)
+    else:
+        _same(simpy_run, immediate_run)  # type: ignore[arg-type]
+
+
+def test_a_deadlock_is_found_by_both() -> None:
+    plan = lower(schedules.build("interleaved-1f1b", 2, 4, 2), rendezvous=False)  # ordered for posted sends
+    simpy_run, immediate_run = _both(plan, _costs(plan.num_stages, overlap=False, clip=0.0, seed=1), "rendezvous")
+    if isinstance(simpy_run, Trace):
+        pytest.skip("this plan does not deadlock under rendezvous")
+    assert isinstance(immediate_run, PlanError)
+    assert str(immediate_run) == str(simpy_run)
+    assert immediate_run.detail == simpy_run.detail
+
+
+@pytest.mark.parametrize("path", sorted(SCENARIOS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_scenario(path) -> None:
+    s = load(path)
+    b = build(s)
+    if b.workload.costs.fabric is not None:  # a network model needs the clock: run it as static links too
+        costs = replace(b.workload.costs, fabric=None)
+    else:
+        costs = b.workload.costs
+    plan = lower_built(b)
+    _same(simulate(plan, costs, s.pipeline.comm, kernel="simpy"), simulate(plan, costs, s.pipeline.comm))
+
+
+def test_a_fabric_needs_the_clock() -> None:
+    s = load(SCENARIOS / "megatron-gpt3-175b.yaml")
+    b = build(s)
+    assert b.workload.costs.fabric is not None
+    with pytest.raises(ValueError, match="fabric"):
+        simulate(lower_built(b), b.workload.costs, s.pipeline.comm, kernel="immediate")
