@@ -14,6 +14,8 @@ CHROME_FORMAT = "ppsim-chrome-trace"
 HTML_MARKER = "<!-- ppsim -->"
 #: a PNG text chunk naming ppsim as the writer (type and body, without its length and CRC)
 PNG_MARKER = b"tEXtSoftware\x00ppsim"
+#: the first line of every scenario file ``ppsim tune --write`` writes
+TUNED_SCENARIO_MARKER = "# written by ppsim tune"
 
 
 def written_markers() -> tuple[bytes, ...]:
@@ -25,4 +27,5 @@ def written_markers() -> tuple[bytes, ...]:
         HTML_MARKER.encode(),
         f"format: {PROFILE_FORMAT}".encode(),  # Profile.to_yaml
         PNG_MARKER,
+        TUNED_SCENARIO_MARKER.encode(),
     )

@@ -163,3 +163,119 @@ def test_costs_replace_the_model_estimate() -> None:
     # with two chunks every chunk costs half its rank's figure
     w2 = build_workload(parse_scenario(data).with_overrides(schedule="interleaved-1f1b", chunks=2))
     assert [c.forward_ms for c in w2.costs.stages] == [0.5, 1, 1.5, 2, 0.5, 1, 1.5, 2]
+
+
+# ----- declared ranges and sizes (issue 21) -----------------------------------------------------
+_SECTIONS = {"Scenario": "## Top level", "ModelSpec": "## model", "TrainingSpec": "## training",
+             "PipelineSpec": "## pipeline", "HardwareSpec": "## hardware", "LinkSpec": "### link",
+             "CostsSpec": "## costs", "ClusterSpec": "## cluster"}
+
+
+def _numeric_keys() -> list[tuple[type, str, str]]:
+    from ppsim.inputs import scenario as mod
+
+    out = []
+    for name in _SECTIONS:
+        cls = getattr(mod, name)
+        out += [(cls, key, r) for key in cls.model_fields if (r := mod.valid_range(cls, key))]
+    return out
+
+
+def test_the_docs_state_each_numbers_declared_range() -> None:
+    """docs/scenarios.md's type cell of every numeric key starts with the range the schema declares."""
+    import re
+
+    from conftest import ROOT
+
+    lines = (ROOT / "docs" / "scenarios.md").read_text(encoding="utf-8").splitlines()
+    keys = _numeric_keys()
+    assert len(keys) >= 25
+    wrong = []
+    for cls, key, expected in keys:
+        start = lines.index(_SECTIONS[cls.__name__])
+        row = next((line for line in lines[start:] if line.startswith(f"| `{key}` |")), None)
+        cell = re.split(r"(?<!\\)\|", row)[2].strip() if row else None
+        if cell is None or not cell.startswith(expected):
+            wrong.append(f"{cls.__name__}.{key}: doc {cell!r}, schema {expected!r}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("cls, key, expected", _numeric_keys(), ids=lambda x: getattr(x, "__name__", str(x)))
+def test_each_declared_range_is_what_is_checked(cls: type, key: str, expected: str) -> None:
+    """Just inside each bound is accepted by the key's model, just outside refused."""
+    import re
+
+    from pydantic import ValidationError
+
+    numbers = [float(n.replace(",", "")) for n in re.findall(r"\d[\d,]*(?:\.\d+)?", expected)]
+    is_int = expected.startswith("integer")
+    low, high = numbers[0], numbers[-1] if len(numbers) > 1 else None
+    strict_low = "<" in expected.split("x")[0] if "x ≤" in expected else expected.startswith("number >")
+    required = {n: f for n, f in cls.model_fields.items() if f.is_required()}
+    fill = {"forward_ms": 1, "backward_ms": 1, "bandwidth_gb_s": 1, "nodes": 1, "layers": 1, "hidden": 2**20,
+            "heads": 2**16 if key == "kv_heads" else 1, "seq_len": 1, "vocab": 1}
+    base = {n: fill[n] for n in required if n != key}
+    if cls.__name__ == "Scenario":
+        base["costs"] = {"forward_ms": 1, "backward_ms": 1}
+    step = 1 if is_int else 1e-9 * max(1.0, abs(low))
+
+    def ok(value: float) -> bool:
+        try:
+            cls.model_validate({**base, key: int(value) if is_int else value})
+            return True
+        except ValidationError:
+            return False
+
+    assert ok(low + step) and ok(low) is not strict_low and not ok(low - step)
+    if high is not None:
+        assert ok(high) and not ok(high + (1 if is_int else high * 1e-6))
+    if not is_int:
+        assert not ok(float("nan")) and not ok(float("inf"))
+
+
+def test_a_plan_too_big_to_simulate_is_refused_at_once_naming_the_key() -> None:
+    import time
+
+    from ppsim.inputs.scenario import MAX_PLAN_ACTIONS
+
+    for path, value, key in (("training.global_batch", 10**9, "training.global_batch"),
+                             ("pipeline.microbatches", 10**8, "pipeline.microbatches")):
+        data = _with(path, value)
+        if path == "pipeline.microbatches":
+            data["training"].pop("global_batch")
+        t0 = time.perf_counter()
+        with pytest.raises(ScenarioError, match=r"about \d(\.\d)? x 10\^\d+ actions .* at most 5 x 10\^6 .*reduce "
+                                                + key.replace(".", r"\.")) as exc:
+            parse_scenario(data)
+        assert exc.value.field == key and time.perf_counter() - t0 < 1.0
+    # just under the limit is accepted (and so not refused by the size alone)
+    m = MAX_PLAN_ACTIONS // (6 * 4)
+    data = _with("pipeline.microbatches", m)
+    data["training"].pop("global_batch")
+    assert parse_scenario(data).microbatches == m
+    with pytest.raises(ScenarioError, match="reduce pipeline.microbatches"):
+        parse_scenario(_with("pipeline.microbatches", m + 1) | {"training": {"micro_batch": 2}})
+
+
+def test_a_cluster_too_big_is_refused_naming_its_size() -> None:
+    data = _with("cluster", {"nodes": 20_000, "devices_per_node": 8})
+    with pytest.raises(ScenarioError, match=r"20,000 nodes x 8 = 160,000 devices; at most 131,072") as exc:
+        parse_scenario(data)
+    assert exc.value.field == "cluster.nodes"
+    with pytest.raises(ScenarioError, match=r"nics; at most 131,072.*cluster\.nics_per_node"):
+        parse_scenario(_with("cluster", {"nodes": 1_000, "devices_per_node": 8, "nics_per_node": 1_000}))
+
+
+def test_huge_counts_overrides_and_sweeps_are_refused_by_the_cli_within_a_second() -> None:
+    import time
+
+    from conftest import GPT_YAML, invoke
+    from ppsim.cli import app
+
+    for args in (["run", GPT_YAML, "--microbatches", "100000000"], ["plan", GPT_YAML, "--microbatches", "100000000"],
+                 ["compare-schedules", GPT_YAML, "--microbatches", "100000000"], ["plan", GPT_YAML, "--stages", "99999"]):
+        t0 = time.perf_counter()
+        res = invoke(app, *args)
+        assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+        assert ("at most 5 x 10^6" in res.output or "less than or equal to 10000" in res.output), res.output
+        assert time.perf_counter() - t0 < 1.5

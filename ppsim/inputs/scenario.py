@@ -6,18 +6,26 @@ This is the only module that reads scenario files. Every error names the key and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ppsim.errors import ScenarioError
+from ppsim.errors import ScenarioError, file_error, shown_path
 from ppsim.inputs.yaml_files import load_yaml, problem
 from ppsim.plan import schedules
 
 Dtype = Literal["bf16", "fp16", "fp32"]
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-PerStage = float | list[float]
+MAX_MS = 1e9  #: the longest time a cost may give, in ms (11.6 days)
+#: the most actions a plan may have: the simulator's time and memory grow with them (about 150,000
+#: actions a second and 0.5 KB each on a laptop core: this many take about half a minute and 2.5 GB)
+MAX_PLAN_ACTIONS = 5 * 10**6
+ACTIONS_PER_PASS = 6  #: per virtual stage and micro-batch: forward, backward, and their sends and receives
+#: the most devices (and NICs) a cluster may have: its graph is built whole (10,000 nodes of 8 take a second)
+MAX_CLUSTER_DEVICES = 131_072
+Ms = Annotated[float, Field(ge=0, le=MAX_MS)]
+PerStage = Ms | list[Ms]
 
 
 class _Strict(BaseModel):
@@ -27,14 +35,14 @@ class _Strict(BaseModel):
 class ModelSpec(_Strict):
     """A GPT-style decoder-only transformer."""
 
-    layers: int = Field(gt=0, description="transformer blocks")
-    hidden: int = Field(gt=0, description="model width h")
-    heads: int = Field(gt=0, description="attention heads")
-    seq_len: int = Field(gt=0, description="tokens per sequence s")
-    vocab: int = Field(gt=0, description="vocabulary size V")
-    ffn_hidden: int | None = Field(default=None, gt=0, description="MLP width, default 4h")
-    kv_heads: int | None = Field(default=None, gt=0, description="key/value heads (grouped-query attention); "
-                                 "default: heads")
+    layers: int = Field(gt=0, le=10_000, description="transformer blocks")
+    hidden: int = Field(gt=0, le=2**20, description="model width h")
+    heads: int = Field(gt=0, le=2**16, description="attention heads")
+    seq_len: int = Field(gt=0, le=2**24, description="tokens per sequence s")
+    vocab: int = Field(gt=0, le=2**24, description="vocabulary size V")
+    ffn_hidden: int | None = Field(default=None, gt=0, le=2**22, description="MLP width, default 4h")
+    kv_heads: int | None = Field(default=None, gt=0, le=2**16, description="key/value heads (grouped-query "
+                                 "attention); default: heads")
     mlp: Literal["gelu", "swiglu"] = "gelu"  #: swiglu: three h x f matrices (gate, up, down), as in Llama
     positions: Literal["learned", "rope"] = "learned"  #: rope: no position-embedding table
     dropout: bool = True  #: dropout layers (their masks are kept for the backward); Llama has none
@@ -63,8 +71,9 @@ class ModelSpec(_Strict):
 
 
 class TrainingSpec(_Strict):
-    global_batch: int | None = Field(default=None, gt=0, description="sequences per optimizer step, all replicas")
-    micro_batch: int = Field(default=1, gt=0, description="sequences per micro-batch")
+    global_batch: int | None = Field(default=None, gt=0, le=10**9,
+                                     description="sequences per optimizer step, all replicas")
+    micro_batch: int = Field(default=1, gt=0, le=10**6, description="sequences per micro-batch")
     grad_clip: float = Field(default=1.0, ge=0, description="gradient clipping norm; 0: off (no gradient-norm sync)")
     recompute: Literal["none", "selective", "full"] = "none"
     zero_stage: int = Field(default=0, ge=0, le=3, description="DeepSpeed ZeRO stage; pipelines allow 0 or 1")
@@ -73,16 +82,17 @@ class TrainingSpec(_Strict):
     zero_reduce: Literal["allreduce", "reduce_scatter"] = "allreduce"
     allreduce: Literal["ring", "tree"] = "ring"
     overlap_grad_reduce: bool = False
-    bucket_mb: float = Field(default=25.0, gt=0, description="gradient all-reduce bucket, MB (1e6 bytes)")
+    #: at least 1 MB: every bucket is simulated, and a 175B model's gradients are 350,000 of them
+    bucket_mb: float = Field(default=25.0, ge=1, le=1e6, description="gradient all-reduce bucket, MB (1e6 bytes)")
     sequence_parallel: bool = False  #: Megatron's: layer norms and dropouts split over the tensor-parallel group
     flash_attention: bool = False  #: no s x s scores kept; the backward recomputes them
 
 
 class PipelineSpec(_Strict):
-    stages: int = Field(default=1, gt=0, description="pipeline ranks p")
-    microbatches: int | None = Field(default=None, gt=0, description="micro-batches per step m")
+    stages: int = Field(default=1, gt=0, le=10_000, description="pipeline ranks p")
+    microbatches: int | None = Field(default=None, gt=0, le=10**9, description="micro-batches per step m")
     schedule: str = schedules.DEFAULT
-    chunks: int = Field(default=1, gt=0, description="virtual stages per rank v")
+    chunks: int = Field(default=1, gt=0, le=1_000, description="virtual stages per rank v")
     partition: Literal["uniform", "balanced"] | list[int] = "balanced"
     comm: Literal["rendezvous", "eager", "async"] = "async"
     #: with tensor parallelism and no sequence parallelism, each tensor rank sends 1/t of a stage-to-stage
@@ -96,8 +106,8 @@ class PipelineSpec(_Strict):
 
 
 class LinkSpec(_Strict):
-    bandwidth_gb_s: float = Field(gt=0, description="GB/s (1e9 bytes/s) per direction")
-    latency_us: float = Field(default=0.0, ge=0)
+    bandwidth_gb_s: float = Field(gt=0, le=1e6, description="GB/s (1e9 bytes/s) per direction")
+    latency_us: float = Field(default=0.0, ge=0, le=1e6, description="microseconds, at most a second")
 
 
 class HardwareSpec(_Strict):
@@ -112,9 +122,9 @@ class HardwareSpec(_Strict):
 class ClusterSpec(_Strict):
     """Nodes of devices; links inside a node and between nodes; where the ranks go."""
 
-    nodes: int = Field(gt=0)
-    devices_per_node: int = Field(default=8, gt=0)
-    nics_per_node: int | None = Field(default=None, gt=0, description="default: one per device")
+    nodes: int = Field(gt=0, le=MAX_CLUSTER_DEVICES)
+    devices_per_node: int = Field(default=8, gt=0, le=1_024)
+    nics_per_node: int | None = Field(default=None, gt=0, le=1_024, description="default: one per device")
     intra_node: LinkSpec | None = None  #: default: the device's NVLink figures
     inter_node: LinkSpec | None = None  #: per NIC; default: the device's NIC figures
     placement: Literal["megatron", "pipeline-inner"] = "megatron"
@@ -134,14 +144,6 @@ class CostsSpec(_Strict):
     optimizer_ms: PerStage = 0.0
     allreduce_ms: PerStage = 0.0
 
-    @field_validator("*")
-    @classmethod
-    def _non_negative(cls, v: Any) -> Any:
-        values = v if isinstance(v, list) else [v]
-        if any(x < 0 for x in values):
-            raise ValueError("costs must not be negative")
-        return v
-
 
 class Scenario(_Strict):
     name: str | None = None
@@ -149,7 +151,7 @@ class Scenario(_Strict):
     model: ModelSpec | None = None
     training: TrainingSpec = TrainingSpec()
     pipeline: PipelineSpec = PipelineSpec()
-    data_parallel: int = Field(default=1, gt=0)
+    data_parallel: int = Field(default=1, gt=0, le=10**6)
     tensor_parallel: int = Field(default=1, gt=0, le=8, description="Megatron tensor parallelism inside a node")
     hardware: HardwareSpec = HardwareSpec()
     costs: CostsSpec | None = None
@@ -199,6 +201,30 @@ class Scenario(_Strict):
         return self.with_overrides(**overrides)
 
 
+def valid_range(cls: type[BaseModel], key: str) -> str | None:
+    """The declared valid range of a numeric key of ``cls`` as docs/scenarios.md writes it (``integer
+    1 - 10,000``, ``number > 0``, ``number, 0 < x ≤ 1``); None for a key that is not a number."""
+    field = cls.model_fields[key]
+    kinds = [a for a in get_args(field.annotation) or (field.annotation,) if a is not type(None)]
+    scalar = kinds[0]
+    meta = list(field.metadata)
+    if get_origin(scalar) is Annotated:
+        scalar, *extra = get_args(scalar)
+        meta += [m for e in extra for m in getattr(e, "metadata", [e])]
+    if scalar not in (int, float):
+        return None
+    bound = {name: getattr(m, name) for m in meta for name in ("gt", "ge", "le") if getattr(m, name, None) is not None}
+    upper = f"{bound['le']:,.0f}" if "le" in bound else None
+    if scalar is int:
+        low = bound["ge"] if "ge" in bound else bound["gt"] + 1
+        return f"integer {low:,} - {upper}" if upper else f"integer ≥ {low:,}"
+    low, strict = (bound["gt"], True) if "gt" in bound else (bound["ge"], False)
+    low_text = f"{low:g}"
+    if upper is None:
+        return f"number {'>' if strict else '≥'} {low_text}"
+    return f"number, {low_text} < x ≤ {upper}" if strict else f"number {low_text} - {upper}"
+
+
 # ----------------------------------------------------------------------------------------------
 # loading and checks
 # ----------------------------------------------------------------------------------------------
@@ -207,7 +233,7 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
     for item in loc:
         if isinstance(item, int):
             parts.append(f"[{item}]")
-        elif item in ("float", "list[float]", "literal['uniform','balanced']", "list[int]") or "[" in str(item):
+        elif item in ("float", "constrained-float", "literal['uniform','balanced']") or "[" in str(item):
             continue  # the branch names pydantic adds for unions
         else:
             parts.append(("." if parts else "") + str(item))
@@ -216,8 +242,10 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
 
 def _explain(exc: ValidationError, source: str) -> ScenarioError:
     errors = exc.errors()
-    # for unions pydantic reports one error per branch; report the first branch's
-    err = errors[0]
+    # for unions pydantic reports one error per branch: of the first key's, report the one that went
+    # deepest (a list's bad entry rather than "not a number" for the whole list)
+    key = _format_loc(errors[0]["loc"]).split("[")[0]
+    err = max((e for e in errors if _format_loc(e["loc"]).split("[")[0] == key), key=lambda e: len(e["loc"]))
     loc = _format_loc(err["loc"])
     kind = err["type"]
     if kind == "extra_forbidden":
@@ -227,7 +255,8 @@ def _explain(exc: ValidationError, source: str) -> ScenarioError:
     elif kind == "missing":
         msg = f"is required in {source}; add it"
     else:
-        msg = f"{err['msg']} (got {err.get('input')!r}) in {source}"
+        got = repr(err.get("input"))
+        msg = f"{err['msg']}{f' (got {got})' if len(got) <= 60 else ''} in {source}"
         msg = msg.replace("Value error, ", "")
     return ScenarioError(msg, field=loc or None)
 
@@ -288,14 +317,17 @@ def load_with_notes(path: str | Path, ds_config: str | Path | None = None) -> tu
 
 def _read_yaml(path: str | Path) -> tuple[dict[str, Any], Path]:
     p = Path(path)
-    if not p.exists():
-        raise ScenarioError(f"scenario file {str(p)!r} does not exist; check the path")
-    if p.is_dir():
-        raise ScenarioError(f"{str(p)!r} is a directory; give a scenario YAML file")
     try:
+        if not p.exists():
+            raise ScenarioError(f"scenario file {shown_path(p)} does not exist; check the path")
+        if p.is_dir():
+            raise ScenarioError(f"{shown_path(p)} is a directory; give a scenario YAML file")
         text = p.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"cannot read {str(p)!r}: {exc}") from None
+    except (OSError, RuntimeError) as exc:  # RuntimeError: pathlib's symbolic link loop
+        raise file_error(p, exc, writing=False, kind=ScenarioError) from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"cannot read {shown_path(p)}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                            "give a scenario YAML file") from None
     try:
         data = load_yaml(text)
     except yaml.YAMLError as exc:
@@ -310,11 +342,52 @@ def _read_yaml(path: str | Path) -> tuple[dict[str, Any], Path]:
 def check(s: Scenario) -> None:
     """Cross-field rules that pydantic's per-field checks cannot see; each raises a ScenarioError
     naming the key and the fix."""
-    for rule in (_check_batch, _check_tensor_parallel, _check_links, _check_zero, _check_partition, _check_costs):
+    for rule in (_check_sizes, _check_batch, _check_tensor_parallel, _check_links, _check_zero, _check_partition, _check_costs):
         rule(s)
     from ppsim.inputs.hardware import get_device  # local: keeps the catalogue out of schema import time
 
     get_device(s.hardware.device, s.hardware.device_file)
+
+
+def plan_actions(s: Scenario) -> int:
+    """About how many actions the scenario's plan has (and the simulator runs): forwards, backwards and
+    their messages, :data:`ACTIONS_PER_PASS` per virtual stage and micro-batch."""
+    return ACTIONS_PER_PASS * s.pipeline.stages * s.pipeline.chunks * s.microbatches
+
+
+def _check_sizes(s: Scenario) -> None:
+    """Refuse, before anything is built, a plan or a cluster too big to simulate in reasonable time
+    and memory, naming its size, the limit and the key to reduce."""
+    n = plan_actions(s)
+    if n > MAX_PLAN_ACTIONS:
+        p, v, m = s.pipeline.stages, s.pipeline.chunks, s.microbatches
+        if m >= max(p, v):
+            key = ("pipeline.microbatches" if s.pipeline.microbatches is not None
+                   else "training.global_batch" if s.training.global_batch is not None else "pipeline.stages")
+        else:
+            key = "pipeline.stages" if p >= v else "pipeline.chunks"
+        raise ScenarioError(
+            f"the plan has about {power(n)} actions ({ACTIONS_PER_PASS} per virtual stage and micro-batch: "
+            f"{p:,} stages x {v:,} chunk{'s' if v > 1 else ''} x {m:,} micro-batches); at most {power(MAX_PLAN_ACTIONS)} can be "
+            f"simulated in reasonable time: reduce {key}", field=key)
+    c = s.cluster
+    if c is None:
+        return
+    for key, count in (("devices_per_node", c.devices_per_node), ("nics_per_node", c.nics_per_node or 0)):
+        if c.nodes * count > MAX_CLUSTER_DEVICES:
+            raise ScenarioError(
+                f"the cluster has {c.nodes:,} nodes x {count:,} = {power(c.nodes * count)} {key.split('_')[0]}; at most "
+                f"{MAX_CLUSTER_DEVICES:,} can be simulated in reasonable time: reduce cluster.nodes or cluster.{key}",
+                field="cluster.nodes")
+
+
+def power(n: int) -> str:
+    """A count as people read it: ``12,345`` below a million, else ``1.2 x 10^9``."""
+    if n < 10**6:
+        return f"{n:,}"
+    exp = len(str(n)) - 1
+    lead = n // 10 ** (exp - 1)
+    return f"{lead // 10}.{lead % 10} x 10^{exp}" if lead % 10 else f"{lead // 10} x 10^{exp}"
 
 
 def _check_batch(s: Scenario) -> None:

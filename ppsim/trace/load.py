@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ppsim.errors import TraceError
+from ppsim.errors import TraceError, file_error, shown_path
 from ppsim.trace.trace import Trace
 
 WHAT = "a ppsim trace, a Chrome trace ppsim wrote, a ppexec run folder, or torch profiler traces (a folder or files)"
@@ -15,10 +15,20 @@ WHAT = "a ppsim trace, a Chrome trace ppsim wrote, a ppexec run folder, or torch
 def load_trace(path: str | Path | list[Path], side: str | None = None) -> Trace:
     """The Trace in ``path`` (or in the Kineto rank files ``path`` lists); errors name ``side``
     (e.g. "measured") as the field at fault."""
+    first = path[0] if isinstance(path, list) and path else path
+    more = f" (and {len(path) - 1} more files)" if isinstance(path, list) and len(path) > 1 else ""
+    where = shown_path(first) + more
     try:
-        if isinstance(path, list):
-            return _load_files(path)
-        return _load(Path(path))
+        try:
+            trace = _load_files(path) if isinstance(path, list) else _load(Path(path))
+        except (OSError, RuntimeError) as exc:  # RuntimeError: pathlib's symbolic link loop
+            raise file_error(getattr(exc, "filename", None) or first, exc, writing=False, kind=TraceError) from None
+        try:
+            trace.check()
+        except TraceError as exc:
+            raise TraceError(f"{where}: {exc.message}; give a trace that ppsim, ppexec or torch's profiler wrote, "
+                             "undamaged") from None
+        return trace
     except TraceError as exc:
         raise TraceError(exc.message, field=side or exc.field) from None
 

@@ -9,6 +9,7 @@ Everything downstream (metrics, exports, the TUI, compare) reads only this.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -108,7 +109,33 @@ class Trace:
             ]
         except (KeyError, ValueError, TypeError, PlanError) as exc:
             raise TraceError(f"trace has a malformed span or counter: {exc}") from None
-        return cls(spans=spans, meta=dict(data.get("meta", {})), counters=counters)
+        meta = data.get("meta", {})
+        if not isinstance(meta, dict):
+            raise TraceError(f"the trace's 'meta' must be an object, got {type(meta).__name__}")
+        return cls(spans=spans, meta=dict(meta), counters=counters)
+
+    def check(self) -> None:
+        """A TraceError naming the first value no real step can have: a time that is NaN or infinite,
+        a span that ends before it starts, a rank outside 0 to ``num_ranks - 1``, or a rank count that
+        is not a whole number from 1 to the number of spans."""
+        n = self.meta.get("num_ranks")
+        if n is not None and (type(n) is not int or not 1 <= n <= max(len(self.spans), 1)):
+            raise TraceError(f"meta.num_ranks is {n!r}; it must be a whole number from 1 to the number of spans "
+                             f"({len(self.spans):,})")
+        ranks = self.num_ranks
+        for i, s in enumerate(self.spans):
+            what = f"span {i} (rank {s.rank}, {s.action})"
+            for name, t in (("start", s.start), ("end", s.end)):
+                if not math.isfinite(t):
+                    raise TraceError(f"{what} has {name} time {t} ms; every time in a trace must be a finite number")
+            if s.end < s.start:
+                raise TraceError(f"{what} ends ({s.end} ms) before it starts ({s.start} ms)")
+            if not 0 <= s.rank < ranks:
+                raise TraceError(f"{what} is on rank {s.rank}, outside 0 to {ranks - 1}")
+        for c in self.counters:
+            if any(not (math.isfinite(t) and math.isfinite(v)) for t, v in c.points):
+                raise TraceError(f"counter {c.name!r} of rank {c.rank} has a NaN or infinite point; every value in a "
+                                 "trace must be a finite number")
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), separators=(",", ":")))

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from ppsim.errors import PlanError, ScheduleError
+from ppsim.errors import PlanError, ScheduleError, file_error, shown_path
+from ppsim.formats import PLAN_FORMAT
 from ppsim.plan.action import BACKWARD_KINDS, COMPUTE_KINDS, Action, Kind
 from ppsim.plan.plan import Plan
 from ppsim.plan.schedules.base import Chunks, Microbatches, Placement, ScheduleInfo
@@ -31,9 +34,11 @@ def from_file(path: str) -> ScheduleInfo:
     file = Path(path).expanduser()
     try:
         stat = file.stat()
+    except FileNotFoundError:
+        raise ScheduleError(f"plan file {shown_path(path)} does not exist; give file:PATH with a ppsim plan JSON or "
+                            "a torch schedule CSV", field=FIELD) from None
     except OSError as exc:
-        raise ScheduleError(f"cannot read the plan file {path!r} ({exc.strerror or exc}); "
-                            "give file:PATH with a ppsim plan JSON or a torch schedule CSV", field=FIELD) from None
+        raise file_error(path, exc, writing=False, field=FIELD, kind=ScheduleError) from None
     return _info(str(file), stat.st_mtime_ns, stat.st_size)
 
 
@@ -67,20 +72,126 @@ def _info(path: str, mtime_ns: int, size: int) -> ScheduleInfo:
 
 
 def read_plan(path: Path) -> Plan:
-    """The compute-only plan in ``path``: JSON if it parses as JSON, else torch's CSV."""
+    """The compute-only plan in ``path``: JSON if it starts as JSON does, else torch's CSV."""
+    text = _read_text(path, field=FIELD)
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScheduleError(f"cannot read the plan file {str(path)!r} ({exc})", field=FIELD) from None
-    try:
-        if text.lstrip().startswith("{"):
-            plan = compute_only(Plan.from_json(text), name=FILE_PREFIX + str(path))
+        if text.lstrip()[:1] in ("{", "["):
+            plan = compute_only(plan_from_json(text), name=FILE_PREFIX + str(path))
         else:
             plan = from_torch_csv(text, FILE_PREFIX + str(path))
         validate(plan)
     except PlanError as exc:
         raise PlanError(f"plan file {path}: {exc.message}", detail=exc.detail) from None
     return plan
+
+
+def load_plan_file(path: Path) -> Plan:
+    """The whole plan (lowered or not) in the ppsim plan JSON at ``path``, as ``ppsim plan --save`` wrote it."""
+    text = _read_text(path)
+    try:
+        return plan_from_json(text)
+    except PlanError as exc:
+        raise PlanError(f"plan file {path}: {exc.message}", detail=exc.detail) from None
+
+
+def _read_text(path: Path, field: str | None = None) -> str:
+    try:
+        if not path.is_file():
+            what = "is a folder" if path.is_dir() else "does not exist"
+            raise ScheduleError(f"plan file {shown_path(path)} {what}; give a ppsim plan JSON or a torch schedule CSV",
+                                field=field)
+        return path.read_text(encoding="utf-8")
+    except (OSError, RuntimeError) as exc:  # RuntimeError: pathlib's symbolic link loop
+        raise file_error(path, exc, writing=False, field=field, kind=ScheduleError) from None
+    except UnicodeDecodeError:
+        raise ScheduleError(f"plan file {shown_path(path)} is not text; give a ppsim plan JSON or a torch schedule "
+                            "CSV", field=field) from None
+
+
+#: the fields of a ppsim plan JSON: (what each must be, its check)
+_COUNT = ("a whole number >= 1", lambda v: type(v) is int and v >= 1)
+_FIELDS: dict[str, tuple[str, Any]] = {
+    "schedule": ("a string", lambda v: isinstance(v, str)),
+    "num_ranks": _COUNT,
+    "num_microbatches": _COUNT,
+    "chunks": _COUNT,
+    "stage_to_rank": ("a list of whole numbers (the rank of each stage)",
+                      lambda v: isinstance(v, list) and all(type(r) is int for r in v)),
+    "actions": ('a list with one list per rank of action texts such as "0F0"',
+                lambda v: isinstance(v, list) and all(isinstance(r, list) and all(isinstance(a, str) for a in r)
+                                                      for r in v)),
+}
+_OPTIONAL: dict[str, tuple[str, Any]] = {
+    "lowered": ("true or false", lambda v: isinstance(v, bool)),
+    "meta": ("an object", lambda v: isinstance(v, dict)),
+}
+
+
+def plan_from_json(text: str) -> Plan:
+    """A ppsim plan from its JSON text, the shape of every field checked first: one PlanError naming
+    the field, never a TypeError from deep inside."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"not valid JSON ({exc.msg} at line {exc.lineno}); give a file `ppsim plan --save` "
+                        "wrote") from None
+    except RecursionError:
+        raise PlanError("JSON nested too deeply to read; give a file `ppsim plan --save` wrote") from None
+    if not isinstance(data, dict):
+        raise PlanError(f"a plan JSON is an object with the fields format, {', '.join(_FIELDS)}; "
+                        f"this file holds {_kind(data)}")
+    if data.get("format") != PLAN_FORMAT:
+        raise PlanError(f"field 'format' must be {PLAN_FORMAT!r}, got {_shown(data.get('format'))}; "
+                        "give a file `ppsim plan --save` wrote")
+    for name, (what, ok) in _FIELDS.items():
+        if name not in data:
+            raise PlanError(f"field {name!r} is missing; it must be {what}")
+        if not ok(data[name]):
+            raise PlanError(f"field {name!r} must be {what}, got {_first_wrong(data[name], list if name == 'actions' else int)}")
+    for name, (what, ok) in _OPTIONAL.items():
+        if name in data and not ok(data[name]):
+            raise PlanError(f"field {name!r} must be {what}, got {_kind(data[name])}")
+    ranks, chunks, m = data["num_ranks"], data["chunks"], data["num_microbatches"]
+    if len(data["actions"]) != ranks:
+        raise PlanError(f"field 'actions' has {len(data['actions'])} rank lists but 'num_ranks' is {ranks}; "
+                        "make them agree")
+    if len(data["stage_to_rank"]) != ranks * chunks:
+        raise PlanError(f"field 'stage_to_rank' has {len(data['stage_to_rank'])} entries but num_ranks x chunks is "
+                        f"{ranks} x {chunks} = {ranks * chunks}; give the rank of every stage")
+    if any(not 0 <= r < ranks for r in data["stage_to_rank"]):
+        raise PlanError(f"field 'stage_to_rank' names a rank outside 0 to {ranks - 1}")
+    n_actions = sum(map(len, data["actions"]))
+    if m > n_actions:
+        raise PlanError(f"field 'num_microbatches' is {m:,} but the file has only {n_actions:,} actions; "
+                        "every micro-batch needs its own")
+    return Plan.from_dict(data)
+
+
+def _first_wrong(value: Any, item_type: type) -> str:
+    """What is wrong in a list field: the first entry not of ``item_type`` (or, in a list of
+    lists, the first inner entry not a string)."""
+    if not isinstance(value, list):
+        return _kind(value)
+    for i, item in enumerate(value):
+        if type(item) is not item_type:
+            return f"{_kind(item)} at [{i}]"
+        bad = next((j for j, x in enumerate(item) if not isinstance(x, str)), None) if item_type is list else None
+        if bad is not None:
+            return f"{_kind(item[bad])} at [{i}][{bad}]"
+    return "a list"
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, for a message: ``a number (5)``, ``a list``."""
+    names = {bool: "true/false", int: "a number", float: "a number", str: "a string", list: "a list",
+             dict: "an object", type(None): "null"}
+    name = names.get(type(value), type(value).__name__)
+    return f"{name} ({_shown(value)})" if isinstance(value, (int, float, str)) else name
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def compute_only(plan: Plan, name: str) -> Plan:
@@ -129,4 +240,4 @@ def from_torch_csv(text: str, name: str) -> Plan:
                 stage_to_rank=tuple(where[s] for s in range(stages)), actions=tuple(tuple(r) for r in rows))
 
 
-__all__ = ["FILE_PREFIX", "compute_only", "from_file", "from_torch_csv", "read_plan"]
+__all__ = ["FILE_PREFIX", "compute_only", "from_file", "from_torch_csv", "load_plan_file", "plan_from_json", "read_plan"]
