@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import typer
 
 from ppsim.cli.common import (
+    PARALLEL_OPTIONS,
     PlanOverrides,
-    bad_input_exits,
     err,
-    force_option,
+    fail,
     load_profile_option,
     output_targets,
     plan_options,
@@ -24,7 +26,7 @@ from ppsim.cli.common import (
     scenario_with,
     usage_error,
 )
-from ppsim.errors import PpsimError
+from ppsim.errors import PpsimError, file_error
 
 if TYPE_CHECKING:  # pragma: no cover
     from ppexec.launch import RankState
@@ -32,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ppsim.inputs.profile import Profile
 
 #: the plan options of ppexec's commands (the send semantics are the runtime's)
-RUN_PLAN_OPTIONS = ("schedule", "stages", "microbatches", "chunks", "partition")
+RUN_PLAN_OPTIONS = ("schedule", "stages", "microbatches", "chunks", "partition", *PARALLEL_OPTIONS)
 Runtime = Literal["auto", "deepspeed", "torch"]
 RUNTIME_HELP = ("What runs the plan: deepspeed (DeepSpeed's PipelineEngine), torch (torch.distributed.pipelining), "
                 "or auto: DeepSpeed where it can run the plan, else torch.")
@@ -40,6 +42,33 @@ RUNTIME_HELP = ("What runs the plan: deepspeed (DeepSpeed's PipelineEngine), tor
 
 def runtime_option() -> Runtime:
     return typer.Option("auto", "--runtime", help=RUNTIME_HELP)  # type: ignore[return-value]
+
+
+def replace_option(what: str) -> bool:
+    help_text = f"Replace an earlier {what} in --out (else such a folder is refused)."
+    return typer.Option(False, "--force", help=help_text)  # type: ignore[no-any-return]
+
+
+@contextmanager
+def exits(out: Path | None = None, *, writing: bool = True) -> Iterator[None]:
+    """Inside, bad input and a failed run print one line and exit 1; a signal that stopped the run
+    exits 1 (130 for Ctrl-C, also before the ranks start) saying where the partial run is; a fault of
+    the filesystem is one line naming the file."""
+    from ppexec.signals import Interrupted
+
+    try:
+        yield
+    except Interrupted as exc:
+        say("error", str(exc))
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        say("error", "interrupted (Ctrl-C)" + (f"; what was written so far is in {out}" if out is not None else ""))
+        raise typer.Exit(130) from None
+    except PpsimError as exc:
+        fail(exc)
+    except OSError as exc:
+        fail(file_error(exc.filename if exc.filename is not None else "a file", exc, writing=writing))
+
 
 app = typer.Typer(
     name="ppexec",
@@ -72,6 +101,7 @@ def run(
     save_params: bool = typer.Option(False, "--save-params", help="Save every rank's weights at the end."),
     profile: Path | None = typer.Option(None, "--profile", help="Plan with measured costs (as `ppsim run --profile`)."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    force: bool = replace_option("run"),
     runtime: Runtime = runtime_option(),
     plan: PlanOverrides = PlanOverrides(),
 ) -> None:
@@ -80,14 +110,14 @@ def run(
 
     if launcher == "deepspeed" and hostfile is None:
         raise usage_error("--launcher deepspeed needs --hostfile FILE", "--hostfile")
-    with bad_input_exits():
+    with exits(out):
         if hostfile is not None and not hostfile.is_file():
             raise PpsimError(f"hostfile {hostfile} does not exist", field="--hostfile")
-        check_run_folder(out)
+        check_run_folder(out, force)
         s = scenario_with(scenario, plan)
         opts = RunOptions(out=out, steps=steps, warmup=warmup, timeout_s=timeout, seed=seed, lr=lr,
                           save_params=save_params, backend="nccl" if launcher == "deepspeed" else "gloo",
-                          runtime=runtime)
+                          runtime=runtime, force=force)
         progress = _Progress(steps + warmup, warmup)
         result = execute(s, opts, progress, hostfile=hostfile if launcher == "deepspeed" else None,
                          profile=load_profile_option(profile))
@@ -106,6 +136,7 @@ def prepare(
     timeout: float = typer.Option(300.0, "--timeout", min=1),
     seed: int = typer.Option(1234, "--seed"),
     lr: float = typer.Option(1e-3, "--lr", min=0, help="AdamW learning rate."),
+    force: bool = replace_option("run"),
     runtime: Runtime = runtime_option(),
     plan: PlanOverrides = PlanOverrides(),
 ) -> None:
@@ -113,10 +144,10 @@ def prepare(
     `python -m ppexec.worker RUN_DIR` on every rank; then `ppexec collect RUN_DIR`."""
     from ppexec.run import RunOptions, prepare_run
 
-    with bad_input_exits():
+    with exits(out):
         s = scenario_with(scenario, plan)
         opts = RunOptions(out=out, steps=steps, warmup=warmup, timeout_s=timeout, seed=seed, lr=lr, backend=backend,
-                          runtime=runtime)
+                          runtime=runtime, force=force)
         prepared, world = prepare_run(s, opts)
     typer.echo(f"wrote {out}/run.json ({prepared.runtime} runtime): start {world} ranks with "
                f"`python -m ppexec.worker {out}`")
@@ -131,8 +162,9 @@ def collect(
     from ppexec.run import collect as collect_run
     from ppexec.run import write_run_outputs
 
-    with bad_input_exits():
+    with exits(writing=False):
         result = collect_run(out)
+    with exits():
         write_run_outputs(result, out)
     _report(result, out, json_out)
 
@@ -143,23 +175,23 @@ def profile_cmd(
     out: Path = typer.Option(..., "--out", help="Profile file to write (YAML), for `ppsim run --profile`."),
     timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds a rank may wait on a peer before failing."),
     keep_run: Path | None = typer.Option(None, "--keep-run", help="Keep the profiling run's folder here."),
-    force: bool = force_option(),
+    force: bool = typer.Option(False, "--force", help="Overwrite an --out file ppsim did not write, and replace "
+                                                      "earlier profiling runs in --keep-run."),
     runtime: Literal["deepspeed", "torch"] = typer.Option(
         "deepspeed", "--runtime", help="Whose overheads to measure: the runtime the predictions are for."),
 ) -> None:
     """Measure SCENARIO's layer times, framework overheads and link on this machine (two ranks)."""
+    from ppexec.folders import check_runs_folder
     from ppexec.profile import measure_profile
     from ppsim import outputs
 
-    with bad_input_exits():
+    with exits(keep_run):
         target = output_targets({"--out": out}, [scenario], force)["--out"]
         if keep_run is not None:
-            from ppexec.run import check_run_folder
-
-            check_run_folder(keep_run)
+            check_runs_folder(keep_run, force, "--keep-run")
         s = scenario_with(scenario)
         err.print(f"profiling on 2 ranks ({runtime} runtime): layer times, a short GPipe run, message ping-pong ...")
-        measured = measure_profile(s, timeout_s=timeout, keep=keep_run, runtime=runtime)
+        measured = measure_profile(s, timeout_s=timeout, keep=keep_run, runtime=runtime, force=force)
         outputs.write_text(target, measured.to_yaml())
     _print_profile(measured)
     err.print(f"wrote {target}: use it with `ppsim run {scenario} --profile {target}`")
@@ -175,6 +207,7 @@ def validate_cmd(
     warmup: int = typer.Option(2, "--warmup", min=0, help="Steps to run first and not record."),
     timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds a rank may wait on a peer before failing."),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    force: bool = replace_option("validation"),
     runtime: Runtime = runtime_option(),
     plan: PlanOverrides = PlanOverrides(),
 ) -> None:
@@ -182,8 +215,8 @@ def validate_cmd(
     from ppexec.profile import measure_profile
     from ppexec.validate import PROFILE_FILE, check_validation_folder, comparison_doc, validate, write_outputs
 
-    with bad_input_exits():
-        check_validation_folder(out)
+    with exits(out):
+        check_validation_folder(out, force)
         s = scenario_with(scenario, plan)
         measured = load_profile_option(profile)
         out.mkdir(parents=True, exist_ok=True)
@@ -195,7 +228,8 @@ def validate_cmd(
             measured = measure_profile(s, timeout_s=timeout, runtime=chosen)
             (out / PROFILE_FILE).write_text(measured.to_yaml())
         err.print(f"2/3 predicting and running {steps + warmup} steps ({chosen} runtime) ...")
-        result = validate(s, measured, out / "run", steps=steps, warmup=warmup, timeout_s=timeout, runtime=chosen)
+        result = validate(s, measured, out / "run", steps=steps, warmup=warmup, timeout_s=timeout, runtime=chosen,
+                          force=force)
         err.print("3/3 comparing")
         write_outputs(result, out)
     c = result.comparison
@@ -221,6 +255,14 @@ def validate_cmd(
     err.print(f"wrote {out}/comparison.html, comparison.json, predicted.trace.json, run/")
 
 
+#: what ``ppexec.profile.fit_link`` reports (1e12 bytes/ms) when a link's time does not grow with the bytes
+UNMEASURED_GB_S = 1e6
+
+
+def _bandwidth(gb_s: float) -> str:
+    return "not measurable" if gb_s >= UNMEASURED_GB_S else f"{gb_s:.3f} GB/s"
+
+
 def _print_profile(p: Profile) -> None:
     from rich.table import Table
 
@@ -243,16 +285,23 @@ def _print_profile(p: Profile) -> None:
     console.print(table)
     console.print(over)
     link = p.link
-    console.print(f"link: latency {link.latency_us:.1f} us, bandwidth {link.bandwidth_gb_s:.3f} GB/s, "
+    console.print(f"link: latency {link.latency_us:.1f} us, bandwidth {_bandwidth(link.bandwidth_gb_s)}, "
                   f"send overhead {link.send_overhead_us:.1f} us, receive overhead {link.recv_overhead_us:.1f} us; "
                   f"gradient-norm all-reduce {p.clip_allreduce_us:.1f} us", highlight=False)
     for kind, c in p.collectives.items():
-        console.print(f"{kind} (as a ring's link): latency {c.latency_us:.1f} us, bandwidth {c.bandwidth_gb_s:.3f} GB/s",
+        console.print(f"{kind} (as a ring's link): latency {c.latency_us:.1f} us, bandwidth {_bandwidth(c.bandwidth_gb_s)}",
                       highlight=False)
+    if any(x >= UNMEASURED_GB_S for x in [link.bandwidth_gb_s, *(c.bandwidth_gb_s for c in p.collectives.values())]):
+        console.print("(not measurable: the time did not grow with the message size at the sizes tried, as between "
+                      "processes of one host; such a link costs its latency only)", highlight=False)
     if p.recompute:
         console.print("recomputation adds to a block: " + "; ".join(
             f"{mode} forward {r.forward_ms:+.3f} ms, backward {r.backward_ms:+.3f} ms" for mode, r in p.recompute.items()),
             highlight=False)
+        full, selective = p.recompute.get("full"), p.recompute.get("selective")
+        if full is not None and selective is not None and full.forward_ms < selective.forward_ms:
+            console.print("(full's forward can add less than selective's: a fully checkpointed block runs its forward "
+                          "without keeping activations, and pays the recomputation in its backward)", highlight=False)
 
 
 def _report(result: RunResult, out: Path, json_out: bool) -> None:

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ppexec.typecheck import misfits
+
 Span = tuple[str, int, int]  #: (action text, start ns, end ns) on the rank's clock
 
 
@@ -83,11 +85,16 @@ def encode(event: Event) -> str:
 
 
 def decode(line: bytes | str) -> Event:
-    """One event from its JSON line; a line of an unknown type or with missing fields is a ValueError."""
-    data = json.loads(line)
-    cls = _KINDS.get(data.pop("type", None))
+    """One event from its JSON line; a line that is not JSON, of an unknown type, or with missing or
+    mistyped fields is a ValueError."""
+    data = json.loads(line)  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    kind = data.pop("type", None) if isinstance(data, dict) else None
+    cls = _KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ValueError(f"not a ppexec event: {line[:80]!r}")
+    bad = misfits(cls, data)
+    if bad:
+        raise ValueError(f"a {kind!r} event whose fields are wrong: {', '.join(bad)}")
     known = {f.name for f in fields(cls)}
     event = cls(**{k: v for k, v in data.items() if k in known})
     if isinstance(event, Step):  # JSON lists back to the tuples they were

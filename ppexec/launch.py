@@ -2,8 +2,11 @@
 the ``deepspeed`` launcher on a cluster. Whatever the launcher, each rank runs ``ppexec.worker``.
 
 Faults: when a rank fails, the others are stopped at once and the error names the rank and the
-action it was in; when the run outlives its deadline, every rank is stopped and the error names
-where each was. No process is left behind, and everything recorded so far stays in the run folder.
+action it was in; a rank whose heartbeat stops (``ppexec.heartbeat``: stopped, or stuck) is named
+as hung within half the timeout; when the run outlives its deadline, every rank is stopped and the
+error names where each was; SIGTERM, SIGINT or SIGHUP to the launcher stop the run
+(``ppexec.signals``). No process is left behind (each rank's process group gets SIGTERM, then
+SIGKILL), and everything recorded so far stays in the run folder.
 """
 
 from __future__ import annotations
@@ -13,16 +16,18 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ppexec.events import Done, Failure, Measure, Ready, Step, decode, events_path
+from ppexec.heartbeat import BLAME_SILENT_S, LAUNCHER_ENV, Pulse, process_state
+from ppexec.signals import StopSignals
 from ppsim.errors import PpsimError
+
+STOP_GRACE_S = 3.0  #: seconds a stopped rank's process group has between SIGTERM and SIGKILL
 
 
 class RunFailed(PpsimError):
@@ -42,6 +47,7 @@ class RankState:
     teardown_error: Failure | None = None  #: an error reported after "done" (in the final barrier)
     measurements: dict[str, Any] = field(default_factory=dict)  #: a profiling rank's ``Measure`` events
     offset: int = 0  #: bytes of the event file already read
+    lines: int = 0  #: lines of the event file already read
 
 
 def free_port() -> int:
@@ -60,9 +66,15 @@ def read_events(run_dir: Path, states: list[RankState]) -> None:
             fh.seek(st.offset)
             chunk = fh.read()
         complete = chunk[: chunk.rfind(b"\n") + 1]
+        first_line = 1 + st.lines
         st.offset += len(complete)
-        for line in complete.splitlines():
-            event = decode(line)
+        st.lines += complete.count(b"\n")
+        for n, line in enumerate(complete.splitlines(), start=first_line):
+            try:
+                event = decode(line)
+            except ValueError as exc:
+                raise PpsimError(f"{path}: line {n} is not a ppexec event ({exc}); the rank's events are "
+                                 "damaged: run it again") from None
             if isinstance(event, Ready):
                 st.ready = event
             elif isinstance(event, Step):
@@ -86,24 +98,43 @@ def _where(st: RankState) -> str:
     return "before its first recorded step"
 
 
-def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM every process group still running, then SIGKILL what is left after 5 s."""
+def stop_processes(procs: list[subprocess.Popen[bytes]], grace_s: float = STOP_GRACE_S) -> None:
+    """End every process group of the run that still runs: SIGTERM (with SIGCONT, so a stopped
+    process gets it), then, once its leader has exited or after ``grace_s``, SIGKILL to the group
+    (whatever a rank started goes with it) before the leader is reaped."""
+    running = [proc for proc in procs if proc.poll() is None]
+    for proc in running:
+        _signal_group(proc.pid, signal.SIGTERM)
+        _signal_group(proc.pid, signal.SIGCONT)
+    deadline = time.monotonic() + grace_s
+    for proc in running:
+        if _wait_unreaped(proc.pid, deadline):  # the unreaped leader keeps its group id from reuse
+            _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
     for proc in procs:
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + 5
-    for proc in procs:
+        proc.wait()
+
+
+def _wait_unreaped(pid: int, deadline: float) -> bool:
+    """Wait until child ``pid`` exits (without reaping it) or until ``deadline``; False if it is no
+    child of ours any more (reaped elsewhere: its group id may be another's now)."""
+    while time.monotonic() < deadline:
         try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    if pgid <= 0:
+        return
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def local_rank_env(rank: int, world: int, port: int) -> dict[str, str]:
@@ -112,74 +143,65 @@ def local_rank_env(rank: int, world: int, port: int) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_RANK", "WORLD_SIZE"))}
     return dict(base, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-                DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"), PYTHONUNBUFFERED="1")
-
-
-@contextmanager
-def _stopped_by_sigterm() -> Iterator[None]:
-    """While the ranks run, SIGTERM (``timeout``, a job scheduler, ``kill``) ends the launcher
-    through its cleanup, which stops every rank, instead of leaving them behind."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, frame: object) -> None:
-        raise RunFailed(f"the run was stopped by signal {signal.Signals(signum).name}; every rank was stopped")
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+                DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"), PYTHONUNBUFFERED="1",
+                **{LAUNCHER_ENV: str(os.getpid())})
 
 
 def run_local(run_dir: Path, world: int, deadline_s: float,
-              on_progress: Callable[[list[RankState]], None] | None = None) -> list[RankState]:
-    """Run ``world`` ranks on this machine (CPU, gloo) and wait for them; raise RunFailed on a fault."""
+              on_progress: Callable[[list[RankState]], None] | None = None,
+              hang_limit_s: float | None = None) -> list[RankState]:
+    """Run ``world`` ranks on this machine (CPU, gloo) and wait for them; raise RunFailed on a fault
+    (a rank silent for ``hang_limit_s`` is one), Interrupted on SIGTERM, SIGINT or SIGHUP."""
     port = free_port()
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen[bytes]] = []
-    with _stopped_by_sigterm():
-        return _start_and_watch(procs, run_dir, world, port, logs, deadline_s, on_progress)
-
-
-def _start_and_watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, port: int, logs: Path,
-                     deadline_s: float, on_progress: Callable[[list[RankState]], None] | None) -> list[RankState]:
-    try:
-        for r in range(world):
-            env = local_rank_env(r, world, port)
-            with (logs / f"rank-{r}.log").open("wb") as log:
-                procs.append(subprocess.Popen([sys.executable, "-m", "ppexec.worker", str(run_dir)], env=env,
-                                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-        return watch(procs, run_dir, world, deadline_s, on_progress, per_rank=True)
-    finally:
-        stop_processes(procs)
+    with StopSignals() as signals:
+        try:
+            for r in range(world):
+                env = local_rank_env(r, world, port)
+                with (logs / f"rank-{r}.log").open("wb") as log:
+                    procs.append(subprocess.Popen([sys.executable, "-m", "ppexec.worker", str(run_dir)], env=env,
+                                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            return watch(procs, run_dir, world, deadline_s, on_progress, per_rank=True, hang_limit_s=hang_limit_s,
+                         signals=signals)
+        finally:
+            stop_processes(procs)
 
 
 def run_deepspeed(run_dir: Path, world: int, hostfile: Path, deadline_s: float,
-                  on_progress: Callable[[list[RankState]], None] | None = None) -> list[RankState]:
+                  on_progress: Callable[[list[RankState]], None] | None = None,
+                  hang_limit_s: float | None = None) -> list[RankState]:
     """Start every rank through DeepSpeed's launcher (one per GPU of each host in the hostfile)."""
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    with _stopped_by_sigterm():
+    env = {k: v for k, v in os.environ.items() if k != LAUNCHER_ENV}  # its ranks are not this process's children
+    with StopSignals() as signals:
         with (logs / "launcher.log").open("wb") as log:
-            proc = subprocess.Popen(deepspeed_command(run_dir, hostfile, free_port()), stdout=log,
+            proc = subprocess.Popen(deepspeed_command(run_dir, hostfile, free_port()), stdout=log, env=env,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            return watch([proc], run_dir, world, deadline_s, on_progress, per_rank=False)
+            return watch([proc], run_dir, world, deadline_s, on_progress, per_rank=False, hang_limit_s=hang_limit_s,
+                         signals=signals)
         finally:
             stop_processes([proc])
 
 
 def watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, deadline_s: float,
-          on_progress: Callable[[list[RankState]], None] | None, *, per_rank: bool) -> list[RankState]:
-    """Follow the ranks' event files until every rank is done; stop everything on the first fault."""
+          on_progress: Callable[[list[RankState]], None] | None, *, per_rank: bool, hang_limit_s: float | None = None,
+          signals: StopSignals | None = None) -> list[RankState]:
+    """Follow the ranks' event files until every rank is done; stop everything on the first fault:
+    a failed rank, a rank whose heartbeat is silent for ``hang_limit_s`` (None: not watched), the
+    deadline, or a signal to the launcher."""
     states = [RankState(r) for r in range(world)]
+    pulse = Pulse(run_dir, world)
     start = time.monotonic()
     while True:
         time.sleep(0.1)
+        if signals is not None:
+            signals.check(run_dir)
         read_events(run_dir, states)
+        pulse.read()
         if on_progress:
             on_progress(states)
         codes = [p.poll() for p in procs]
@@ -191,12 +213,19 @@ def watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, deadl
             # the lost connection) a moment before it can be reaped, so look at the exit codes again
             time.sleep(0.3)
             read_events(run_dir, states)
+            pulse.read()
             codes = [p.poll() for p in procs]
             failed = _failed(codes, states) if per_rank else []
             launcher_failed = not per_rank and codes[0] not in (None, 0) and not all(st.done for st in states)
             if not (failed or reported or launcher_failed):
                 continue  # the exit was a finished rank's teardown
+            running = _running(states, codes, per_rank)
+            silent = [r for r in running if _stopped(states[r], procs, per_rank)
+                      or (pulse.seen[r] is not None and pulse.silent_s(r) > BLAME_SILENT_S)]
+            states_of = {r: process_state(_pid(states[r], procs, per_rank)) for r in silent}
             stop_processes(procs)
+            if silent:  # a peer's wait on a hung rank timed out: name the hung one
+                raise RunFailed(_hung_message(run_dir, states, pulse, silent, states_of))
             if launcher_failed and not any(st.error for st in states):
                 raise RunFailed(f"the launcher exited with code {codes[0]} before any rank reported an error; "
                                 f"see {run_dir / 'logs' / 'launcher.log'}")
@@ -209,12 +238,50 @@ def watch(procs: list[subprocess.Popen[bytes]], run_dir: Path, world: int, deadl
                 return states
             missing = [st.rank for st in states if not st.done]
             raise RunFailed(f"the launcher ended but ranks {missing} never finished; logs in {run_dir / 'logs'}")
+        hung = pulse.hung(hang_limit_s, _running(states, codes, per_rank)) if hang_limit_s is not None else []
+        if hung:
+            states_of = {r: process_state(_pid(states[r], procs, per_rank)) for r in hung}
+            stop_processes(procs)
+            read_events(run_dir, states)
+            raise RunFailed(_hung_message(run_dir, states, pulse, hung, states_of))
         if time.monotonic() - start > deadline_s:
             stop_processes(procs)
             read_events(run_dir, states)
             where = "; ".join(f"rank {st.rank} {_where(st)}" for st in states if not st.done)
             raise RunFailed(f"the run did not finish within {deadline_s:.0f} s and was stopped: {where}; "
                             f"logs in {run_dir / 'logs'}")
+
+
+def _pid(st: RankState, procs: list[subprocess.Popen[bytes]], per_rank: bool) -> int | None:
+    """The rank's process id on this host (None: unknown, or on another host)."""
+    if per_rank:
+        return procs[st.rank].pid
+    if st.ready and st.ready.host == socket.gethostname():
+        return st.ready.pid
+    return None
+
+
+def _running(states: list[RankState], codes: list[int | None], per_rank: bool) -> list[int]:
+    """Ranks not done whose process still runs (as far as the launcher can tell)."""
+    return [st.rank for st in states if not st.done and (not per_rank or codes[st.rank] is None)]
+
+
+def _stopped(st: RankState, procs: list[subprocess.Popen[bytes]], per_rank: bool) -> bool:
+    return process_state(_pid(st, procs, per_rank)) in ("T", "t")
+
+
+def _hung_message(run_dir: Path, states: list[RankState], pulse: Pulse, hung: list[int],
+                  process_states: dict[int, str | None]) -> str:
+    def log_of(rank: int) -> Path:
+        own = run_dir / "logs" / f"rank-{rank}.log"
+        return own if own.exists() else run_dir / "logs" / "launcher.log"
+
+    r = hung[0]
+    others = f" (ranks {', '.join(map(str, hung[1:]))} too)" if len(hung) > 1 else ""
+    why = ("its process was stopped (SIGSTOP, or a debugger)" if process_states.get(r) in ("T", "t")
+           else "stuck outside Python, or starved of CPU")
+    return (f"rank {r} stopped making progress {_where(states[r])}: no heartbeat for {pulse.silent_s(r):.1f} s, "
+            f"{why}{others}; every process of the run was stopped; log: {log_of(r)}; the partial run is in {run_dir}")
 
 
 def teardown_notes(states: list[RankState]) -> list[str]:

@@ -381,13 +381,15 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
     )
 
 
-def measure_profile(s: Scenario, timeout_s: float = 120.0, keep: Path | None = None, runtime: str = "deepspeed"
-                    ) -> Profile:
+def measure_profile(s: Scenario, timeout_s: float = 120.0, keep: Path | None = None, runtime: str = "deepspeed",
+                    force: bool = False) -> Profile:
     """Run the profiling ranks locally (once per profiling partition) in ``runtime`` and return the
     profile (its overheads are that runtime's). The run folders are temporary unless ``keep``
-    names a folder for them."""
+    names a folder for them (earlier runs there are replaced only with ``force``)."""
+    from ppexec.heartbeat import hang_limit_s
     from ppexec.launch import run_local
     from ppexec.run import RunOptions, check_environment, check_fits, deadline_s, prepare_run
+    from ppexec.signals import Interrupted
 
     check_environment(runtime)
     base = profiling_scenario(s)
@@ -397,11 +399,13 @@ def measure_profile(s: Scenario, timeout_s: float = 120.0, keep: Path | None = N
     for k, partition in enumerate(profiling_partitions(layers)):
         folder = top / f"run-{k}"
         opts = RunOptions(out=folder, steps=PROFILE_STEPS, warmup=PROFILE_WARMUP, timeout_s=timeout_s, mode="profile",
-                          runtime=runtime)
+                          runtime=runtime, force=force)
         prepared, world = prepare_run(base.with_overrides(partition=partition), opts)
         check_fits(prepared.scenario, world)
         try:
-            runs.append((partition, run_local(folder, world, deadline_s(opts) + 60)))
+            runs.append((partition, run_local(folder, world, deadline_s(opts) + 60, hang_limit_s=hang_limit_s(timeout_s))))
+        except Interrupted:
+            raise  # its message names the folder already
         except PpsimError as exc:
             raise PpsimError(f"{exc} (the profiling run's logs are in {folder})") from None
     profile = assemble(base, runs)

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ppexec.folders import check_run_folder, clear_run_folder
+from ppexec.heartbeat import hang_limit_s
 from ppexec.launch import RankState, run_local
 from ppexec.results import step_trace
 from ppexec.spec import RunSpec
@@ -33,6 +35,7 @@ class RunOptions:
     save_params: bool = False
     mode: str = "train"  #: "profile": the ranks also measure layer times and the link (ppexec.profile)
     runtime: str = "auto"  #: deepspeed | torch | auto (DeepSpeed where it can run the plan, else torch)
+    force: bool = False  #: replace an earlier run in ``out`` (else a folder holding one is refused)
 
 
 @dataclass(frozen=True)
@@ -134,28 +137,15 @@ def check_buildable(s: Scenario) -> None:
                          "sharded) or 0", field="training.zero_stage")
 
 
-def check_run_folder(out: Path) -> None:
-    """A run folder is new, empty, or a previous ppexec run (whose files it may replace)."""
-    if out.exists() and not out.is_dir():
-        raise PpsimError(f"{out} exists and is not a folder; choose another --out", field="--out")
-    if out.is_dir() and any(out.iterdir()) and not (out / "run.json").exists():
-        raise PpsimError(f"{out} holds files that are not a ppexec run; choose an empty or new folder", field="--out")
-
-
 def prepare_run(s: Scenario, opts: RunOptions, profile: Profile | None = None) -> tuple[Prepared, int]:
     """Write ``run.json`` into the run folder: what every worker needs, whoever launches it.
     Returns the scenario as it runs and the world size."""
-    check_run_folder(opts.out)
+    check_run_folder(opts.out, opts.force)
     prepared = prepare(s, profile, opts.runtime)
     s = prepared.scenario
     world = s.pipeline.stages * s.data_parallel * s.tensor_parallel
     opts.out.mkdir(parents=True, exist_ok=True)
-    # a previous run's files in this folder would be read, or shown, as this run's
-    for sub in ("ranks", "logs", "steps"):
-        (opts.out / sub).mkdir(exist_ok=True)
-        for old in (opts.out / sub).iterdir():
-            if old.is_file():
-                old.unlink()
+    clear_run_folder(opts.out)  # a previous run's files in this folder would be read, or shown, as this run's
     RunSpec(scenario=s, plan=prepared.plan, partition=prepared.partition, runtime=prepared.runtime, world_size=world,
             steps=opts.steps, warmup=opts.warmup, seed=opts.seed, lr=opts.lr, timeout_s=opts.timeout_s,
             backend=opts.backend, save_params=opts.save_params, mode=opts.mode).write(opts.out)
@@ -182,9 +172,9 @@ def execute(s: Scenario, opts: RunOptions, on_progress: Callable[[list[RankState
                              "run set model.dtype (or the DeepSpeed config's fp16.enabled) to bf16 or fp32",
                              field="model.dtype")
         check_fits(s, world)
-        states = run_local(opts.out, world, deadline_s(opts), on_progress)
+        states = run_local(opts.out, world, deadline_s(opts), on_progress, hang_limit_s(opts.timeout_s))
     else:
-        states = run_deepspeed(opts.out, world, hostfile, deadline_s(opts), on_progress)
+        states = run_deepspeed(opts.out, world, hostfile, deadline_s(opts), on_progress, hang_limit_s(opts.timeout_s))
     return collect(opts.out, states)
 
 
@@ -202,6 +192,7 @@ def collect(out: Path, states: list[RankState] | None = None) -> RunResult:
     unfinished = [st.rank for st in states if not st.done]
     if unfinished:
         raise PpsimError(f"ranks {unfinished} of the run in {out} did not finish; see {out / 'logs'}")
+    check_recorded(out, spec, states)
     workload = scenario_workload(s)
     meta = workload_meta(s, workload, training=True)
     meta.update(backend=spec.backend, runtime=spec.runtime)
@@ -212,6 +203,30 @@ def collect(out: Path, states: list[RankState] | None = None) -> RunResult:
     losses = [t.meta["loss"] for t in traces]
     return RunResult(runtime=spec.runtime, plan=plan, traces=traces, losses=losses, representative=rep,
                      summary=summarize(rep), states=states)
+
+
+def check_recorded(out: Path, spec: RunSpec, states: list[RankState]) -> None:
+    """Every rank's events hold what run.json asked of it: a ``ready`` naming its place, every step,
+    each step's spans actions of the plan; else an error naming the rank's event file."""
+    from ppexec.events import events_path
+
+    actions = {str(a) for row in spec.plan.actions for a in row}
+    for st in states:
+        path = events_path(out, st.rank)
+        if st.ready is None:
+            raise PpsimError(f"{path} has no 'ready' event, though the rank says it is done; the events are damaged")
+        if not 0 <= st.ready.pipe_rank < spec.plan.num_ranks:
+            raise PpsimError(f"{path}: the rank says it is pipeline rank {st.ready.pipe_rank}, and run.json's plan has "
+                             f"{spec.plan.num_ranks}; these events are not this run's")
+        if len(st.steps) < spec.steps:
+            raise PpsimError(f"{path} records {len(st.steps)} steps and run.json asks for {spec.steps}; the events "
+                             "are damaged or not this run's")
+        for step in st.steps[:spec.steps]:
+            foreign = next((text for text, _, _ in step.spans if text not in actions), None)
+            if foreign is not None or not step.spans:
+                raise PpsimError(f"{path}: step {step.step} records "
+                                 + (f"action {foreign!r}, which run.json's plan does not have" if foreign else "no action")
+                                 + "; these events are not this run's")
 
 
 def summary_doc(result: RunResult) -> dict[str, object]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ppexec.run import RunOptions, RunResult, execute, prepare
-from ppsim.errors import PpsimError
+from ppsim.errors import PpsimError, shown_path
 from ppsim.inputs.profile import Profile, QuartileTimes
 from ppsim.inputs.scenario import Scenario
 from ppsim.prediction import Prediction, predict, scenario_workload
@@ -27,18 +27,24 @@ PROFILE_FILE = "profile.yaml"
 OUTPUTS = (PROFILE_FILE, "predicted.trace.json", "comparison.json", "comparison.html", "run")
 
 
-def check_validation_folder(out: Path) -> None:
-    """A validation folder is new, empty, or holds only what an earlier validation wrote."""
-    from ppexec.run import check_run_folder
+def check_validation_folder(out: Path, force: bool = False) -> None:
+    """A validation folder is new, empty, or (with ``force``) holds only what an earlier validation
+    wrote, which this one replaces."""
+    from ppexec.folders import check_run_folder, check_writable
 
+    check_writable(out, "--out", folder=True)
     if out.exists() and not out.is_dir():
-        raise PpsimError(f"{out} exists and is not a folder; choose another --out", field="--out")
+        raise PpsimError(f"{shown_path(out)} exists and is not a folder; choose another --out", field="--out")
     if out.is_dir():
-        foreign = sorted(p.name for p in out.iterdir() if p.name not in OUTPUTS)
+        names = sorted(p.name for p in out.iterdir())
+        foreign = [n for n in names if n not in OUTPUTS]
         if foreign:
-            raise PpsimError(f"{out} holds files that are not a ppexec validation ({', '.join(foreign[:3])}); "
+            raise PpsimError(f"{shown_path(out)} holds files that are not a ppexec validation ({', '.join(foreign[:3])}); "
                              "choose an empty or new folder", field="--out")
-    check_run_folder(out / "run")
+        if names and not force:
+            raise PpsimError(f"{shown_path(out)} holds an earlier validation ({', '.join(names[:3])}), which this one "
+                             "would replace; choose a new folder, or pass --force to replace it", field="--out")
+    check_run_folder(out / "run", force)
 
 
 @dataclass(frozen=True)
@@ -118,11 +124,12 @@ def predict_as_run(s: Scenario, profile: Profile, runtime: str = "auto") -> tupl
 
 
 def validate(s: Scenario, profile: Profile, run_dir: Path, steps: int = 10, warmup: int = 2,
-             timeout_s: float = 120.0, runtime: str = "auto") -> Validation:
-    """Predict the scenario with ``profile``, run it for real in ``run_dir`` and compare."""
+             timeout_s: float = 120.0, runtime: str = "auto", force: bool = False) -> Validation:
+    """Predict the scenario with ``profile``, run it for real in ``run_dir`` (an earlier run there is
+    replaced only with ``force``) and compare."""
     as_run, chosen, prediction = predict_as_run(s, profile, runtime)
     result = execute(as_run, RunOptions(out=run_dir, steps=steps, warmup=warmup, timeout_s=timeout_s,
-                                        runtime=chosen), profile=profile)
+                                        runtime=chosen, force=force), profile=profile)
     comparison = compare_traces(prediction.trace, result.representative)
     return Validation(scenario=as_run, prediction=prediction, run=result, comparison=comparison,
                       bubble_error_pp=median_bubble_errors(prediction.trace, result.traces),

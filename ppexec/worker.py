@@ -5,7 +5,7 @@ it reads RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT from the env
 run from ``RUN_DIR/run.json``. The runtime the run names builds the rank; this module runs the
 step loop the runtimes share, and reports to the launcher with typed events (``ppexec.events``):
 ``Ready``, a ``Step`` per recorded step, ``Measure`` when profiling, ``Failure`` (naming the
-action it was in) and ``Done``.
+action it was in) and ``Done``; a background thread beats its heartbeat throughout (``ppexec.heartbeat``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from ppexec.events import Done, EventLog, Failure, Measure, Ready, Step, events_path
+from ppexec.heartbeat import start_beating
 from ppexec.runtime import RankContext, runtimes
 from ppexec.spec import RunSpec
 from ppexec.timing import ActionClock
@@ -36,6 +37,7 @@ def _env_int(name: str, default: int | None = None) -> int:
 def run(run_dir: Path) -> int:
     rank = _env_int("RANK")
     world = _env_int("WORLD_SIZE")
+    start_beating(run_dir, rank)
     log = EventLog(events_path(run_dir, rank))
     clock = ActionClock()
     try:

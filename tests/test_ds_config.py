@@ -128,3 +128,66 @@ def test_zero_gradient_reduction_is_imported(tmp_path: Path, flag: bool | None, 
     zero = {"stage": 1} | ({} if flag is None else {"use_multi_rank_bucket_allreduce": flag})
     s = load(write(tmp_path, {**TUTORIAL, "zero_optimization": zero}))
     assert s.training.zero_reduce == reduce
+
+
+# ----- every key read is checked: one line naming it (issue 21) -------------------------------------
+@pytest.mark.parametrize("change, key", [
+    ({"gradient_clipping": "abc"}, "gradient_clipping"),
+    ({"gradient_clipping": None}, "gradient_clipping"),
+    ({"gradient_clipping": -1.0}, "gradient_clipping"),
+    ({"gradient_clipping": float("nan")}, "gradient_clipping"),
+    ({"gradient_clipping": True}, "gradient_clipping"),
+    ({"fp16": {"enabled": "yes"}}, "fp16.enabled"),
+    ({"fp16": True}, "fp16"),
+    ({"bf16": [1]}, "bf16"),
+    ({"train_batch_size": "32"}, "train_batch_size"),
+    ({"train_micro_batch_size_per_gpu": 2.5}, "train_micro_batch_size_per_gpu"),
+    ({"gradient_accumulation_steps": float("inf")}, "gradient_accumulation_steps"),
+    ({"zero_optimization": 1}, "zero_optimization"),
+    ({"zero_optimization": {"stage": "1"}}, "zero_optimization.stage"),
+    ({"zero_optimization": {"stage": 7}}, "zero_optimization.stage"),
+    ({"zero_optimization": {"stage": True}}, "zero_optimization.stage"),
+    ({"zero_optimization": {"stage": 1, "overlap_comm": "yes"}}, "zero_optimization.overlap_comm"),
+    ({"zero_optimization": {"stage": 1, "use_multi_rank_bucket_allreduce": 1}},
+     "zero_optimization.use_multi_rank_bucket_allreduce"),
+    ({"zero_optimization": {"stage": 1, "reduce_bucket_size": -5}}, "zero_optimization.reduce_bucket_size"),
+    ({"zero_optimization": {"stage": 1, "reduce_bucket_size": None}}, "zero_optimization.reduce_bucket_size"),
+    ({"zero_optimization": {"stage": 1, "reduce_bucket_size": "big"}}, "zero_optimization.reduce_bucket_size"),
+    ({"pipeline": ["stages", 3]}, "pipeline"),
+    ({"pipeline": {"activation_checkpoint_interval": -1}}, "pipeline.activation_checkpoint_interval"),
+    ({"pipeline": {"activation_checkpoint_interval": "2"}}, "pipeline.activation_checkpoint_interval"),
+    ({"activation_checkpointing": 3}, "activation_checkpointing"),
+])
+def test_a_bad_value_of_any_key_read_is_one_line_naming_it(tmp_path: Path, change: dict, key: str) -> None:
+    path = write(tmp_path, {**TUTORIAL, **change})
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(ScenarioError, match=rf"ds_config.json: {key.replace('.', '[.]')} must be "):
+        load(path)
+    res = runner.invoke(app, ["run", str(path)])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    message = [line for line in res.output.splitlines() if line.strip()]
+    assert len(message) <= 3 and message[0].startswith("error: deepspeed: ds_config.json: " + key), res.output
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_a_bad_ds_config_value_is_one_line_in_ppexec_too(tmp_path: Path) -> None:
+    from ppexec.cli import app as ppexec_app
+
+    path = write(tmp_path, {**TUTORIAL, "gradient_clipping": "abc"})
+    res = runner.invoke(ppexec_app, ["run", str(path), "--out", str(tmp_path / "run")])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert "gradient_clipping must be a number >= 0" in res.output and not (tmp_path / "run").exists()
+
+
+def test_auto_leaves_the_scenarios_value(tmp_path: Path) -> None:
+    scenario = SCENARIO.replace("pipeline: {", "training: {grad_clip: 0.5}\npipeline: {")
+    ds = {**TUTORIAL, "gradient_clipping": "auto", "fp16": {"enabled": "auto"},
+          "zero_optimization": {"stage": 0, "reduce_bucket_size": "auto"}}
+    s = load(write(tmp_path, ds, scenario))
+    assert s.training.grad_clip == 0.5
+    assert s.model is not None and s.model.dtype == load(write(tmp_path, {}, SCENARIO.replace(
+        "deepspeed: ds_config.json\n", ""))).model.dtype  # the scenario's own dtype
+
+
+def test_gradient_clipping_is_imported(tmp_path: Path) -> None:
+    assert load(write(tmp_path, {**TUTORIAL, "gradient_clipping": 1})).training.grad_clip == 1.0

@@ -10,11 +10,16 @@ data-parallel, any two giving the third; fp16 and bf16 not both; ZeRO 2 and 3 no
 (checked with the rest of the scenario). Keys DeepSpeed silently ignores — above all
 ``pipeline.stages`` and ``pipeline.stage_id``, which many tutorials show — come back as notes that
 say how the stage count is really set.
+
+Every key read is checked: a value of the wrong type, out of range, NaN or infinite is one error
+naming the key (``"auto"``, as the Hugging Face Trainer writes, counts as not given; ``null`` does
+for the batch sizes only: elsewhere DeepSpeed fails on it).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +54,46 @@ def _int(ds: dict[str, Any], key: str, name: str) -> int | None:
     return value
 
 
-def _enabled(ds: dict[str, Any], key: str) -> bool:
-    section = ds.get(key)
-    return isinstance(section, dict) and bool(section.get("enabled", False))
+def _bad(name: str, key: str, want: str, value: Any) -> ScenarioError:
+    return ScenarioError(f"{name}: {key} must be {want}, got {value!r}", field="deepspeed")
+
+
+def _section(ds: dict[str, Any], key: str, name: str) -> dict[str, Any]:
+    """The object under ``key`` ({} if absent)."""
+    value = ds.get(key, {})
+    if not isinstance(value, dict):
+        raise _bad(name, key, "an object of keys", value)
+    return value
+
+
+def _enabled(ds: dict[str, Any], key: str, name: str) -> bool | None:
+    """``key.enabled`` (None: "auto", the Trainer decides)."""
+    value = _section(ds, key, name).get("enabled", False)
+    if value == "auto":
+        return None
+    if not isinstance(value, bool):
+        raise _bad(name, f"{key}.enabled", "true or false", value)
+    return value
+
+
+def _flag(section: dict[str, Any], key: str, name: str, within: str = "") -> bool | None:
+    """A true/false setting (None: not given); ``within`` is the section's key, for the message."""
+    value = section.get(key)
+    if key in section and not isinstance(value, bool):
+        raise _bad(name, within + key, "true or false", value)
+    return value
+
+
+def _number(section: dict[str, Any], key: str, name: str, want: str, *, positive: bool, within: str = ""
+            ) -> float | None:
+    """A finite number >= 0 (> 0 if ``positive``); None if not given or "auto"; null is refused."""
+    if key not in section or section[key] == "auto":
+        return None
+    value = section[key]
+    if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+            or value < 0 or (positive and value == 0)):
+        raise _bad(name, within + key, want, value)
+    return value
 
 
 def _set(data: dict[str, Any], section: str, key: str, value: Any, ds_key: str, name: str) -> None:
@@ -100,11 +142,12 @@ def apply_ds_config(data: dict[str, Any], ds: dict[str, Any], name: str) -> tupl
     """The scenario mapping ``data`` with ``ds``'s settings applied, and notes for the user."""
     data = json.loads(json.dumps(data))  # a deep copy; the caller's mapping stays as it was
     notes: list[str] = []
-    if _enabled(ds, "fp16") and _enabled(ds, "bf16"):
+    fp16, bf16 = _enabled(ds, "fp16", name), _enabled(ds, "bf16", name)
+    if fp16 and bf16:
         raise ScenarioError(f"{name}: fp16 and bf16 are both enabled; DeepSpeed allows one: disable the other",
                             field="deepspeed")
-    if "model" in data:
-        dtype = "fp16" if _enabled(ds, "fp16") else "bf16" if _enabled(ds, "bf16") else "fp32"
+    dtype = "fp16" if fp16 else "bf16" if bf16 else None if None in (fp16, bf16) else "fp32"
+    if "model" in data and dtype is not None:  # "auto": the scenario's dtype stands
         _set(data, "model", "dtype", dtype, "fp16/bf16.enabled", name)
     dp = int(data.get("data_parallel", 1))
     train, micro, acc = batch_sizes(_int(ds, "train_batch_size", name), _int(ds, "train_micro_batch_size_per_gpu", name),
@@ -112,23 +155,33 @@ def apply_ds_config(data: dict[str, Any], ds: dict[str, Any], name: str) -> tupl
     _set(data, "training", "micro_batch", micro, "train_micro_batch_size_per_gpu", name)
     _set(data, "pipeline", "microbatches", acc, "gradient_accumulation_steps", name)
     _set(data, "training", "global_batch", train, "train_batch_size", name)
-    zero = ds.get("zero_optimization")
-    if isinstance(zero, dict) and "stage" in zero:
-        _set(data, "training", "zero_stage", zero["stage"], "zero_optimization.stage", name)
-    if isinstance(zero, dict) and isinstance(zero.get("use_multi_rank_bucket_allreduce"), bool):
-        _set(data, "training", "zero_reduce", "allreduce" if zero["use_multi_rank_bucket_allreduce"] else "reduce_scatter",
+    zero = _section(ds, "zero_optimization", name)
+    if "stage" in zero:
+        stage = zero["stage"]
+        if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
+            raise _bad(name, "zero_optimization.stage", "0, 1, 2 or 3", stage)
+        _set(data, "training", "zero_stage", stage, "zero_optimization.stage", name)
+    multi = _flag(zero, "use_multi_rank_bucket_allreduce", name, "zero_optimization.")
+    if multi is not None:
+        _set(data, "training", "zero_reduce", "allreduce" if multi else "reduce_scatter",
              "zero_optimization.use_multi_rank_bucket_allreduce", name)
-    if isinstance(zero, dict) and isinstance(zero.get("overlap_comm"), bool):
-        _set(data, "training", "overlap_grad_reduce", zero["overlap_comm"], "zero_optimization.overlap_comm", name)
-    if isinstance(zero, dict) and isinstance(zero.get("reduce_bucket_size"), int | float):
+    overlap = _flag(zero, "overlap_comm", name, "zero_optimization.")
+    if overlap is not None:
+        _set(data, "training", "overlap_grad_reduce", overlap, "zero_optimization.overlap_comm", name)
+    bucket = _number(zero, "reduce_bucket_size", name, "a number of elements > 0", positive=True,
+                     within="zero_optimization.")
+    if bucket is not None:
         dtype_bytes = DTYPE_BYTES.get(data.get("model", {}).get("dtype", ""), DTYPE_BYTES["fp32"])
-        _set(data, "training", "bucket_mb", zero["reduce_bucket_size"] * dtype_bytes / 1e6,
-             "zero_optimization.reduce_bucket_size", name)
-    if "gradient_clipping" in ds:
-        _set(data, "training", "grad_clip", float(ds["gradient_clipping"]), "gradient_clipping", name)
-    pipe = ds.get("pipeline") if isinstance(ds.get("pipeline"), dict) else {}
+        _set(data, "training", "bucket_mb", bucket * dtype_bytes / 1e6, "zero_optimization.reduce_bucket_size", name)
+    clip = _number(ds, "gradient_clipping", name, "a number >= 0 (0: no clipping)", positive=False)
+    if clip is not None:
+        _set(data, "training", "grad_clip", float(clip), "gradient_clipping", name)
+    pipe = _section(ds, "pipeline", name)
     interval = pipe.get("activation_checkpoint_interval", 0)
-    if isinstance(interval, int) and interval > 0:
+    if isinstance(interval, bool) or not isinstance(interval, int) or interval < 0:
+        raise _bad(name, "pipeline.activation_checkpoint_interval", "an integer >= 0 (0: no checkpointing)", interval)
+    _section(ds, "activation_checkpointing", name)
+    if interval > 0:
         _set(data, "training", "recompute", "full", "pipeline.activation_checkpoint_interval", name)
     elif "activation_checkpointing" in ds:
         notes.append(f"{name}: 'activation_checkpointing' only tunes how checkpoints are kept; a pipeline "
