@@ -77,13 +77,15 @@ def test_bad_schedule_list_is_exit_2(schedules: str) -> None:
 
 # ----- sweep -------------------------------------------------------------------------------------
 def test_sweep_table_and_figure_match_the_predictions() -> None:
-    r = invoke(app, "sweep", GPT, "--microbatches", "8,16", "--stages", "4,8")
+    r = invoke(app, "sweep", GPT, "--microbatches", "8,16", "--stages", "4,8", "--fixed", "replica")
     assert r.exit_code == 0, r.output
     base = load(GPT)
-    variants = grid_variants(base, [4, 8], [8, 16])
-    assert [v.overrides for v in variants] == [{"stages": p, "microbatches": m} for p in (4, 8) for m in (8, 16)]
+    variants = grid_variants(base, [4, 8], [8, 16], fixed="replica")
+    assert [(v.overrides["stages"], v.overrides["microbatches"]) for v in variants] == [
+        (p, m) for p in (4, 8) for m in (8, 16)]
     for v in variants:
-        s = summarize(predict(base.with_overrides(**v.overrides)).trace)
+        s = summarize(predict(base.with_overrides(stages=v.overrides["stages"],
+                                                  microbatches=v.overrides["microbatches"])).trace)
         assert v.summary.step_time_ms == pytest.approx(s.step_time_ms)
         assert any(f"{s.step_time_ms:,.2f}" in line and f"{100 * s.bubble_fraction:.1f} %" in line
                    for line in r.stdout.splitlines())

@@ -202,3 +202,73 @@ def test_the_page_gives_each_schedule_one_colour_in_both_plots() -> None:
         colours.setdefault(tr.name, set()).add(tr.line.color)
     assert colours and all(len(c) == 1 for c in colours.values())
     assert len({next(iter(c)) for c in colours.values()}) == len(colours)
+
+
+# ----- from the answer to the next command (issue 20) ---------------------------------------------
+TUNE_ARGS = ["--gpus", "8", "--micro-batch-sizes", "1", "--schedules", "1f1b,zb-h1", "--jobs", "1"]
+
+
+def test_written_plans_run_and_predict_what_tune_ranked(small_yaml: Path, tmp_path: Path) -> None:
+    best, folder = tmp_path / "best.yaml", tmp_path / "plans"
+    res = runner.invoke(app, ["tune", str(small_yaml), *TUNE_ARGS, "--json", "--write", str(best),
+                              "--write-top", "3", str(folder)])
+    assert res.exit_code == 0, res.output
+    top = json.loads(res.stdout)["top"]
+    files = [best] + [folder / f"small-tuned-{k}.yaml" for k in (1, 2, 3)]
+    for path, row in zip(files, [top[0], *top[:3]]):
+        header = path.read_text().splitlines()[:5]
+        assert header[0].startswith("# written by ppsim tune: plan ")
+        assert header[1] == f"# command: ppsim tune {small_yaml} --gpus 8 --schedules 1f1b,zb-h1 --micro-batch-sizes 1"
+        assert header[2] == f"# plan: {row['plan']}"
+        assert f"step {row['step_time_ms']:,.3f} ms" in header[3]
+        run = runner.invoke(app, ["run", str(path), "--json"])
+        assert run.exit_code == 0, run.output
+        doc = json.loads(run.stdout)
+        assert doc["step_time_ms"] == pytest.approx(row["step_time_ms"], rel=1e-12)
+        assert (doc["num_ranks"], doc["data_parallel"], doc["microbatches"]) == (
+            row["candidate"]["stages"], row["candidate"]["data_parallel"], row["candidate"]["microbatches"])
+        assert f"wrote {path}" in " ".join(res.stderr.split())
+
+
+def test_tune_never_overwrites_a_file_the_user_wrote(small_yaml: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("name: my own\n")
+    res = runner.invoke(app, ["tune", str(small_yaml), *TUNE_ARGS, "--write", str(mine)])
+    assert res.exit_code == 1 and mine.read_text() == "name: my own\n"
+    assert res.stderr.count("\n") == 1 and "--write" in res.stderr and "--force" in res.stderr
+    res = runner.invoke(app, ["tune", str(small_yaml), *TUNE_ARGS, "--write", str(mine), "--force"])
+    assert res.exit_code == 0 and mine.read_text().startswith("# written by ppsim tune")
+    again = runner.invoke(app, ["tune", str(small_yaml), *TUNE_ARGS, "--write", str(mine)])  # its own file
+    assert again.exit_code == 0, again.output
+    folder = tmp_path / "top"
+    folder.mkdir()
+    (folder / "small-tuned-2.yaml").write_text("mine")
+    res = runner.invoke(app, ["tune", str(small_yaml), *TUNE_ARGS, "--write-top", "2", str(folder)])
+    assert res.exit_code == 1 and "--write-top" in res.stderr
+    assert not (folder / "small-tuned-1.yaml").exists()  # refused before any work
+    assert runner.invoke(app, ["tune", str(small_yaml), "--write", str(small_yaml)]).exit_code == 1  # an input
+
+
+def test_plans_within_noise_are_said_to_be() -> None:
+    from dataclasses import replace
+
+    from ppsim.search.tune.report import TuneResult, noise_note, print_result, within_noise
+
+    _, _, evals = small_search()
+    ranked = ranking(evals)
+    best = ranked[0].throughput_samples_per_s
+    close = [replace(e, throughput_samples_per_s=best * (1 - 0.002 * i)) for i, e in enumerate(ranked[:3])]
+    spread = close + [replace(e, throughput_samples_per_s=best * 0.9) for e in ranked[3:]]
+    assert within_noise(spread) == 3 and within_noise(ranked[:1]) == 1
+    assert noise_note(spread) == ("the top 3 plans are within 1% of each other: below what the model can tell apart; "
+                                  "choose among them by memory headroom or simplicity, or measure them")
+    assert noise_note(ranked[:1]) is None
+    from io import StringIO
+
+    from rich.console import Console
+
+    out = StringIO()
+    print_result(TuneResult("small", 8, spread, 1.0, 1, "local"), 5, Console(file=out, width=200))
+    assert "the top 3 plans are within 1% of each other" in out.getvalue()
+    doc = TuneResult("small", 8, spread, 1.0, 1, "local").to_json_dict(5)
+    assert doc["within_noise"] == 3

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import typer
 from rich.console import Console
 
 from ppsim.cli.common import (
+    PARALLEL_OPTIONS,
     PlanOverrides,
     bad_input_exits,
     err,
@@ -111,19 +113,16 @@ def plan(
 ) -> None:
     """Print the plan of FILE as the step x rank grid of action texts."""
     from ppsim import outputs
-    from ppsim.plan import Plan, aligned_grid, validate
+    from ppsim.plan import aligned_grid, validate
 
     with bad_input_exits():
         targets = output_targets({"--save": save}, [file], force)
         if file.suffix == ".json":
             if plan.given():
                 raise usage_error("plan options need a scenario, not a saved plan", "--schedule / --stages")
-            if not file.is_file():
-                raise PpsimError(f"plan file {str(file)!r} does not exist; check the path")
-            try:
-                the_plan = Plan.from_json(file.read_text())
-            except PpsimError as exc:
-                raise PpsimError(f"{file}: not a valid plan: {exc.message}") from None
+            from ppsim.plan.schedules.from_file import load_plan_file
+
+            the_plan = load_plan_file(file)
             # a plan lowered for posted sends need not run if every send blocked
             validate(the_plan, rendezvous=the_plan.meta.get("sends", "rendezvous") == "rendezvous")
         else:
@@ -203,7 +202,7 @@ def _schedule_names(text: str) -> list[str]:
 
 
 @app.command("compare-schedules")
-@plan_options("stages", "microbatches", "chunks")
+@plan_options("stages", "microbatches", "chunks", *PARALLEL_OPTIONS)
 def compare_schedules(
     scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     schedules_list: str = typer.Option("gpipe,1f1b,interleaved-1f1b,zb-h1", "--schedules",
@@ -232,11 +231,16 @@ def compare_schedules(
 
 
 @app.command()
-@plan_options("schedule")
+@plan_options("schedule", "chunks", "partition", "comm", *PARALLEL_OPTIONS)
 def sweep(
     scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     microbatches: str | None = typer.Option(None, "--microbatches", help="Micro-batch counts to try, e.g. 4,8,16,32."),
     stages: str | None = typer.Option(None, "--stages", help="Stage counts to try, e.g. 2,4,8."),
+    fixed: str = typer.Option("gpus", "--fixed", help="What holds: gpus (the GPU count and global batch: more stages "
+                                                      "mean fewer replicas, more micro-batches smaller ones) or "
+                                                      "replica (d and the micro-batch size: more stages use more GPUs, "
+                                                      "more micro-batches make a bigger global batch)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the sweep as one JSON document."),
     html: Path | None = html_option("throughput and bubble against the swept value"),
     png: Path | None = png_option(),
     force: bool = force_option(),
@@ -244,8 +248,10 @@ def sweep(
     plan: PlanOverrides = PlanOverrides(),
 ) -> None:
     """Predict SCENARIO over micro-batch counts and/or stage counts: throughput and bubble for each."""
-    from ppsim.search.sweep import grid_variants
+    from ppsim.search.sweep import FIXED, grid_variants, variant_doc
 
+    if fixed not in FIXED:
+        raise usage_error(f"{fixed!r}; choose {' or '.join(FIXED)}", "--fixed")
     mb_values = int_list(microbatches, "--microbatches")
     stage_values = int_list(stages, "--stages")
     if mb_values is None and stage_values is None:
@@ -255,14 +261,28 @@ def sweep(
     with bad_input_exits():
         targets = output_targets({"--html": html, "--png": png}, [scenario] + ([profile] if profile else []), force)
         s = scenario_with(scenario, plan)
-        variants = grid_variants(s, stage_values, mb_values, load_profile_option(profile))
+        variants = grid_variants(s, stage_values, mb_values, load_profile_option(profile), fixed)
         if not any(v.ok for v in variants):
             raise PpsimError("no point of the sweep can run: " + "; ".join(f"{v.label}: {v.error}" for v in variants))
         from ppsim.views.render.sweep_html import sweep_figure
 
         write_pages(targets, lambda: sweep_figure(variants, x_key, line_key, s.name))
-    keys = [k for k in ("stages", "microbatches") if k in (x_key, line_key)]
-    _print_variants(variants, keys, f"{s.name}: {s.pipeline.schedule}", targets)
+    gpus, batch = s.pipeline.stages * s.data_parallel * s.tensor_parallel, s.global_batch
+    held = (f"{gpus} GPUs and a global batch of {batch} held" if fixed == "gpus" else
+            f"one replica held: data parallel {s.data_parallel}, micro-batch size {s.training.micro_batch}")
+    if json_out:
+        doc = {"scenario": s.name, "schedule": s.pipeline.schedule, "fixed": fixed, "gpus": gpus, "global_batch": batch,
+               "points": [variant_doc(v) for v in variants]}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    _print_variants(variants, ["stages", "microbatches", "d", "b", "GPUs", "global batch"],
+                    f"{s.name}: {s.pipeline.schedule}, {held}", {})
+    over = [v for v in variants if v.summary is not None and v.summary.fits is False]
+    if over:
+        capacity = (over[0].summary.memory_capacity_bytes or 0) / 2**30  # type: ignore[union-attr]
+        say("note", f"does not fit in {capacity:,.0f} GiB per device (its fullest rank): "
+                    + "; ".join(f"{v.label} ({(v.peak_memory_bytes() or 0) / 2**30:,.1f} GiB)" for v in over))
+    report_written(targets)
 
 
 @app.command()
@@ -283,10 +303,15 @@ def tune(
     micro_batches: str | None = typer.Option(None, "--micro-batch-sizes", help="Micro-batch sizes to consider "
                                                                               "(default: 1,2,4,8)."),
     max_stages: int | None = typer.Option(None, "--max-stages", min=1, help="Consider at most this many stages."),
+    write: Path | None = typer.Option(None, "--write", help="Write the best plan as a scenario file, ready for "
+                                                            "`ppsim run`, `ppsim tui` and `ppexec run`."),
+    write_top: tuple[int, Path] | None = typer.Option(None, "--write-top", metavar="N DIR",
+                                                      help="Write the best N plans as DIR/SCENARIO-tuned-K.yaml."),
 ) -> None:
     """Search the plans of SCENARIO's model and batch on N devices; rank those that fit by throughput."""
     import time
 
+    from ppsim.cli.tune_write import plan_files, write_plans
     from ppsim.plan.schedules import SCHEDULES
     from ppsim.search.tune import executors, space
     from ppsim.search.tune.report import TuneResult, figure, print_result
@@ -301,6 +326,7 @@ def tune(
     sizes = tuple(int_list(micro_batches, "--micro-batch-sizes") or space.MICRO_BATCHES)
     with bad_input_exits():
         targets = output_targets({"--html": html, "--png": png}, [scenario], force)
+        plan_targets = plan_files(write, write_top, scenario, force)
         s = scenario_with(scenario)
         n = gpus if gpus is not None else s.pipeline.stages * s.data_parallel * s.tensor_parallel
         cands = space.candidates(s, space.SearchSpace(gpus=n, micro_batches=sizes, schedules=names,
@@ -329,11 +355,17 @@ def tune(
             raise PpsimError(f"none of the {len(evals)} plans fits in memory on {n} devices{hint}; use more devices or "
                              "a device with more memory", field="--gpus")
         write_pages(targets, lambda: figure(result))
+        command = shlex.join(["ppsim", "tune", str(scenario)] + [
+            x for opt, value in (("--gpus", gpus), ("--schedules", schedules_list), ("--micro-batch-sizes", micro_batches),
+                                 ("--max-stages", max_stages)) if value is not None for x in (opt, str(value))])
+        written = write_plans(result, s, plan_targets, command)
     if json_out:
         sys.stdout.write(json.dumps(result.to_json_dict(top), indent=2) + "\n")
-        return
-    print_result(result, top, _wide_console(160))
-    report_written(targets)
+    else:
+        print_result(result, top, _wide_console(160))
+        report_written(targets)
+    for line in written:
+        err.print(line, soft_wrap=True)
 
 
 @app.command()

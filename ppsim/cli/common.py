@@ -12,7 +12,7 @@ import functools
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ppsim.errors import PpsimError
+from ppsim.search.plan_options import PlanOverrides, apply_plan
 
 if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
@@ -89,22 +90,20 @@ PLAN_OPTIONS: dict[str, _PlanOption] = {
         None, "--partition", help="Layers per stage: uniform or balanced (explicit counts go in the scenario).")),
     "comm": _PlanOption(Literal["rendezvous", "eager", "async"] | None, lambda: typer.Option(
         None, "--comm", help="Send semantics: rendezvous (blocking, as gloo / NCCL pairs), eager or async.")),
+    "data_parallel": _PlanOption(int | None, lambda: typer.Option(
+        None, "--data-parallel", min=1, help="Data-parallel replicas d (the scenario's global batch holds: the "
+                                             "micro-batch count follows).")),
+    "tensor_parallel": _PlanOption(int | None, lambda: typer.Option(
+        None, "--tensor-parallel", min=1, help="Tensor-parallel devices per stage t (inside a node).")),
+    "micro_batch": _PlanOption(int | None, lambda: typer.Option(
+        None, "--micro-batch-size", min=1, help="Sequences per micro-batch b (the global batch holds).")),
+    "recompute": _PlanOption(Literal["none", "selective", "full"] | None, lambda: typer.Option(
+        None, "--recompute", help="Activation recomputation: none, selective (the attention core) or full.")),
+    "zero_stage": _PlanOption(int | None, lambda: typer.Option(
+        None, "--zero-stage", min=0, max=3, help="DeepSpeed ZeRO stage (pipelines take 0 or 1).")),
 }
-
-
-@dataclass(frozen=True)
-class PlanOverrides:
-    """The plan options given on the command line (None: keep the scenario's)."""
-
-    schedule: str | None = None
-    stages: int | None = None
-    microbatches: int | None = None
-    chunks: int | None = None
-    partition: str | None = None
-    comm: str | None = None
-
-    def given(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+#: the options that shape the plan beyond the pipeline (every command that takes a plan takes these)
+PARALLEL_OPTIONS = ("data_parallel", "tensor_parallel", "micro_batch", "recompute", "zero_stage")
 
 
 def plan_options(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -140,26 +139,16 @@ def profile_option() -> Any:
 
 
 def scenario_with(path: Path, plan: PlanOverrides = PlanOverrides(), ds_config: Path | None = None) -> Scenario:
-    """The scenario of ``path`` (with a DeepSpeed config) and the plan options; its notes printed."""
+    """The scenario of ``path`` (with a DeepSpeed config) and the plan options
+    (:func:`ppsim.search.plan_options.apply_plan`); its notes printed."""
     from ppsim.inputs.scenario import load_with_notes
 
     s, notes = load_with_notes(path, ds_config)
     for note in notes:
         say("note", note)
-    given = plan.given()
-    if plan.schedule is None or plan.chunks is not None or plan.schedule == s.pipeline.schedule:
-        return s.with_overrides(**given)
-    from ppsim.plan import schedules
-
-    # a --schedule without --chunks runs the chunks that schedule takes (its own where not the scenario's)
-    chunks = schedules.get(plan.schedule).chunks_for(s.pipeline.chunks)
-    if chunks == s.pipeline.chunks:
-        return s.with_overrides(**given)
-    new = s.with_layout(**given, chunks=chunks)
-    balanced = isinstance(s.pipeline.partition, list) and not isinstance(new.pipeline.partition, list)
-    say("note", f"schedule {plan.schedule} runs {chunks} chunk{'s' if chunks > 1 else ''} per rank here "
-                f"(the scenario has {s.pipeline.chunks}); --chunks chooses"
-                + ("; the partition is balanced over its virtual stages" if balanced else ""))
+    new, plan_notes = apply_plan(s, plan)
+    for note in plan_notes:
+        say("note", note)
     return new
 
 
@@ -194,7 +183,7 @@ def output_targets(outputs: dict[str, Path | None], inputs: list[Path], force: b
     checks that a browser can draw it."""
     from ppsim import outputs as out
 
-    inputs = [p / "trace.json" if p.is_dir() else p for p in inputs]
+    inputs = out.check_inputs(inputs)
     targets = {opt: out.check_output(p, opt, inputs, force) for opt, p in outputs.items() if p is not None}
     if len({t.resolve() for t in targets.values()}) < len(targets):
         raise PpsimError(f"{' and '.join(targets)} name the same file; give each its own name")

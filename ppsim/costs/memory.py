@@ -25,11 +25,15 @@ the 5as/h).
 
 Communication buffers: a receive and a send buffer of one stage-to-stage message for each
 neighbouring stage.
+
+A forward-only plan (schedule ``inference``) holds the weights and the buffers, and a micro-batch's
+activations only while its forward runs (:meth:`StaticMemory.forward_only`, ``ppsim.plan.held``):
+one micro-batch of the stage's activations at most, an upper bound of the forward's working set.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ppsim.errors import ScenarioError
@@ -84,6 +88,11 @@ class StaticMemory:
     @property
     def total(self) -> int:
         return self.weights + self.gradients + self.optimizer + self.buffers
+
+    def forward_only(self) -> StaticMemory:
+        """What the stage holds when it only runs forwards (inference): weights and message buffers;
+        no gradients, no optimizer state."""
+        return replace(self, gradients=0, optimizer=0)
 
 
 def static_memory(params: int, dtype_bytes: int, *, zero_stage: int = 0, data_parallel: int = 1,

@@ -78,13 +78,77 @@ def schedule_variants(base: Scenario, names: list[str], profile: Profile | None 
     return out
 
 
+#: what a sweep holds while stages and micro-batches change
+FIXED = ("gpus", "replica")
+
+
 def grid_variants(base: Scenario, stages: list[int] | None, microbatches: list[int] | None,
-                  profile: Profile | None = None) -> list[Variant]:
-    """One variant per (stages, micro-batches) pair of the grid; a missing list keeps the scenario's value."""
+                  profile: Profile | None = None, fixed: str = "gpus") -> list[Variant]:
+    """One variant per (stages, micro-batches) pair of the grid; a missing list keeps the scenario's
+    value. ``fixed="gpus"``: the GPU count and the global batch hold (:func:`grid_point`);
+    ``"replica"``: one replica's data parallelism and micro-batch size hold, so more stages use more
+    GPUs and more micro-batches make a bigger global batch."""
+    from ppsim.prediction import predict
+
     out = []
     for p in stages or [None]:
         for m in microbatches or [None]:
-            overrides = {k: v for k, v in (("stages", p), ("microbatches", m)) if v is not None}
-            label = ", ".join(f"{k} {v}" for k, v in overrides.items())
-            out.append(predict_variant(base, label, overrides, profile))
+            given = {k: v for k, v in (("stages", p), ("microbatches", m)) if v is not None}
+            label = ", ".join(f"{k} {v}" for k, v in given.items())
+            try:
+                s = grid_point(base, p, m, fixed)
+            except PpsimError as exc:
+                out.append(Variant(label, given, error=str(exc)))
+                continue
+            shape = {"stages": s.pipeline.stages, "microbatches": s.microbatches, "d": s.data_parallel,
+                     "b": s.training.micro_batch, "GPUs": s.pipeline.stages * s.data_parallel * s.tensor_parallel,
+                     "global batch": s.global_batch}
+            try:
+                trace = predict(s, profile).trace
+            except PpsimError as exc:
+                out.append(Variant(label, shape, error=str(exc)))
+                continue
+            out.append(Variant(label, shape, trace, summarize(trace)))
     return out
+
+
+def grid_point(base: Scenario, stages: int | None, microbatches: int | None, fixed: str) -> Scenario:
+    """``base`` with ``stages`` and ``microbatches`` (None: the scenario's). Holding the GPUs and the
+    global batch, the data parallelism is GPUs / (t x stages) and a micro-batch count sets the
+    micro-batch size to global batch / (count x d), else the count is global batch / (size x d)."""
+    from ppsim.search.plan_options import PlanOverrides, apply_plan
+
+    if fixed == "replica":
+        return apply_plan(base, PlanOverrides(stages=stages, microbatches=microbatches))[0]
+    t, p = base.tensor_parallel, stages or base.pipeline.stages
+    gpus, batch = base.pipeline.stages * base.data_parallel * t, base.global_batch
+    if gpus % (t * p):
+        raise PpsimError(f"{p} stages do not divide {gpus} GPUs (tensor parallel {t}): choose a divisor of "
+                         f"{gpus // t}, or --fixed replica", field="--stages")
+    d = gpus // (t * p)
+    if microbatches is not None:
+        if batch % (microbatches * d):
+            raise PpsimError(f"{microbatches} micro-batches x {d} replicas do not divide the global batch {batch}: "
+                             f"choose a divisor of {batch // d}, or --fixed replica", field="--microbatches")
+        b, m = batch // (microbatches * d), microbatches
+    else:
+        b = base.training.micro_batch
+        if batch % (b * d):
+            raise PpsimError(f"micro-batches of {b} x {d} replicas do not divide the global batch {batch}: "
+                             "choose other --stages, or --fixed replica", field="--stages")
+        m = batch // (b * d)
+    return apply_plan(base, PlanOverrides(stages=p, data_parallel=d, micro_batch=b, microbatches=m))[0]
+
+
+def variant_doc(v: Variant) -> dict[str, Any]:
+    """One point of ``ppsim sweep --json``: its shape (stages, micro-batches, d, b, GPUs, global
+    batch), its headline figures and whether it fits, or its error."""
+    shape = {{"d": "data_parallel", "b": "micro_batch", "GPUs": "gpus", "global batch": "global_batch"}.get(k, k): x
+             for k, x in v.overrides.items()}
+    if v.summary is None:
+        return {**shape, "error": v.error}
+    s = v.summary
+    return {**shape, "step_time_ms": s.step_time_ms, "bubble_fraction": s.bubble_fraction,
+            "throughput_samples_per_s": s.throughput_samples_per_s, "tokens_per_s": s.tokens_per_s, "mfu": s.mfu,
+            "peak_memory_bytes": v.peak_memory_bytes(), "memory_capacity_bytes": s.memory_capacity_bytes,
+            "fits": s.fits, "error": None}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ppsim.costs.table import CostTable
 from ppsim.plan import Kind, Plan
-from ppsim.plan.held import held_deltas, peak_held
+from ppsim.plan.held import held_deltas, peak_held, trains
 
 
 def memory_deltas(plan: Plan, costs: CostTable) -> dict[tuple[int, Kind], tuple[int, int]]:
@@ -19,9 +19,10 @@ def static_memory_bytes(plan: Plan, costs: CostTable) -> list[dict[str, int]] | 
     """Per rank, what its stages hold all step (weights, gradients, optimizer, buffers, total)."""
     if not all(c.memory is not None for c in costs.stages):
         return None
+    keeps = trains(plan)  # a forward-only plan holds no gradients and no optimizer state
     out = []
     for r in range(plan.num_ranks):
-        mine = [costs.stages[s].memory for s in plan.stages_of_rank(r)]
+        mine = [m if keeps else m.forward_only() for m in (costs.stages[s].memory for s in plan.stages_of_rank(r))]
         parts = {k: sum(getattr(m, k) for m in mine) for k in ("weights", "gradients", "optimizer", "buffers")}
         parts["total"] = sum(parts.values())
         out.append(parts)

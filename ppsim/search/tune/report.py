@@ -18,6 +18,27 @@ if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
 
 
+#: plans whose throughputs differ by less than this are within the model's noise
+NOISE = 0.01
+
+
+def within_noise(ranked: list[Evaluation], noise: float = NOISE) -> int:
+    """How many of the ranked plans reach at least (1 - noise) of the best one's throughput."""
+    if not ranked:
+        return 0
+    best = ranked[0].throughput_samples_per_s or 0.0
+    return sum(1 for e in ranked if (e.throughput_samples_per_s or 0.0) >= best * (1 - noise))
+
+
+def noise_note(ranked: list[Evaluation], noise: float = NOISE) -> str | None:
+    """The sentence saying that the top plans cannot be told apart, when two or more are within noise."""
+    k = within_noise(ranked, noise)
+    if k < 2:
+        return None
+    return (f"the top {k} plans are within {noise:.0%} of each other: below what the model can tell apart; "
+            "choose among them by memory headroom or simplicity, or measure them")
+
+
 @dataclass(frozen=True)
 class TuneResult:
     scenario: str
@@ -55,6 +76,8 @@ class TuneResult:
             "executor": self.executor,
             "top": [e.to_dict() for e in ranked[:top]],
             "why": self.why(),
+            "within_noise": within_noise(ranked),
+            "noise": NOISE,
             "best_pure_data_parallel": pure[0].to_dict() if pure else None,
             "pareto_front": [e.to_dict() for e in pareto_front(self.evaluations)],
         }
@@ -90,6 +113,9 @@ def print_result(result: TuneResult, top: int, console: Console | None = None) -
                   f"{(best.memory_capacity_bytes or 0) / GIB:,.0f} GiB. Against it:", highlight=False)
     for line in result.why():
         console.print(f"  - {line}", highlight=False, markup=False, soft_wrap=True)
+    note = noise_note(ranked)
+    if note:
+        console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
 
 
 def figure(result: TuneResult) -> go.Figure:

@@ -1,0 +1,61 @@
+"""``ppsim tune --write PATH`` and ``--write-top N DIR``: where the tuned plans go (checked before the
+search: never over a file the user wrote, unless ``--force``) and writing them as scenario files."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ppsim.errors import PpsimError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ppsim.inputs.scenario import Scenario
+    from ppsim.search.tune.report import TuneResult
+
+
+def plan_files(write: Path | None, write_top: tuple[int, Path] | None, scenario: Path,
+               force: bool) -> list[tuple[Path, int]]:
+    """(file, rank of the plan it gets): ``write`` the best, DIR/STEM-tuned-K.yaml the K-th for K = 1..N;
+    each checked now, so a refusal costs no search."""
+    from ppsim import outputs
+
+    files: list[tuple[str, Path, int]] = []
+    if write is not None:
+        files.append(("--write", write, 1))
+    if write_top is not None:
+        n, folder = write_top
+        if n < 1:
+            from ppsim.cli.common import usage_error
+
+            raise usage_error(f"the count N must be at least 1, got {n}", "--write-top")
+        if folder.exists() and not folder.is_dir():
+            raise PpsimError(f"{folder} is a file; give a folder (it is created if missing)",
+                             field="--write-top")
+        if not folder.exists():
+            if not folder.parent.is_dir():
+                raise PpsimError(f"folder {folder.parent} does not exist; create it first",
+                                 field="--write-top")
+            folder.mkdir()
+        files += [("--write-top", folder / f"{scenario.stem}-tuned-{k}.yaml", k) for k in range(1, n + 1)]
+    checked = [(outputs.check_output(p, opt, [scenario], force), k) for opt, p, k in files]
+    if len({p.resolve() for p, _ in checked}) < len(checked):
+        raise PpsimError("--write and --write-top name the same file; give each its own name", field="--write")
+    return checked
+
+
+def write_plans(result: TuneResult, source: Scenario, files: list[tuple[Path, int]], command: str) -> list[str]:
+    """Write the K-th ranked plan to each (file, K); the lines to report."""
+    from ppsim import outputs
+    from ppsim.search.tune.scenario_file import scenario_text
+
+    ranked = result.ranked
+    lines = []
+    for path, k in files:
+        if k > len(ranked):
+            lines.append(f"not written: {path} (only {len(ranked)} plans fit)")
+            continue
+        outputs.write_text(path, scenario_text(source, ranked[k - 1], k, len(ranked), command, path))
+        lines.append(f"wrote {path} (plan {k}: {ranked[k - 1].candidate.label()}); run it: ppsim run "
+                     f"{shlex.quote(str(path))}")
+    return lines

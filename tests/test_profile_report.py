@@ -1,0 +1,36 @@
+"""What `ppexec profile` prints about its measurements: a link whose time does not grow with the
+bytes is "not measurable", not a million GB/s, and a full-recompute forward cheaper than a selective
+one is explained (issue 20)."""
+
+from __future__ import annotations
+
+import pytest
+from test_profile import make_profile
+
+from ppexec.cli import _print_profile
+from ppsim.inputs.profile import LinkProfile, RecomputeTimes
+
+
+def printed(capsys: pytest.CaptureFixture[str], **update: object) -> str:
+    _print_profile(make_profile().model_copy(update=update))
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_an_unmeasurable_bandwidth_is_said_so(capsys: pytest.CaptureFixture[str]) -> None:
+    out = printed(capsys, link=LinkProfile(latency_us=40.0, bandwidth_gb_s=1e6))  # fit_link's 1e12 bytes/ms
+    assert "bandwidth not measurable" in out and "1000000" not in out
+    assert "costs its latency only" in out
+
+
+def test_a_measured_bandwidth_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    out = printed(capsys)
+    assert "bandwidth 2.000 GB/s" in out and "not measurable" not in out
+
+
+def test_a_cheaper_full_recompute_forward_is_explained(capsys: pytest.CaptureFixture[str]) -> None:
+    cheaper = {"selective": RecomputeTimes(forward_ms=0.05, backward_ms=0.3),
+               "full": RecomputeTimes(forward_ms=-0.02, backward_ms=0.9)}
+    assert "pays the recomputation in its backward" in printed(capsys, recompute=cheaper)
+    dearer = {"selective": RecomputeTimes(forward_ms=0.01, backward_ms=0.3),
+              "full": RecomputeTimes(forward_ms=0.02, backward_ms=0.9)}
+    assert "pays the recomputation" not in printed(capsys, recompute=dearer)
