@@ -10,16 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import SCENARIOS
 from ppsim.costs import CostTable, Link, StageCost
 from ppsim.errors import PlanError
 from ppsim.inputs.scenario import load
 from ppsim.plan import Plan, lower, schedules
 from ppsim.prediction import build
 from ppsim.prediction.path import lower_built
-from ppsim.sim import compute_ms, simulate
+from ppsim.sim import simulate
 from ppsim.trace import Trace
-
-from conftest import SCENARIOS
 
 TRAINING = [n for n, info in schedules.SCHEDULES.items() if info.training and not info.needs_costs]
 
