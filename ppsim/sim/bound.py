@@ -1,0 +1,80 @@
+"""A lower bound on a plan's step time without simulating it: what the tuner uses to skip plans
+that cannot beat those it has already simulated.
+
+Every rank runs its actions one at a time, so its last compute action ends no sooner than its
+earliest possible start plus the sum of its compute. Its earliest start: any action of a rank
+needs a forward of one of its stages, which needs the forwards of every stage before it. After its
+last compute action, two things still take time: the rank's own end of step (optimizer step,
+clipping's local norm, the gradient all-reduce when it is not overlapped) and whatever depends on
+that action (after a backward of stage s, the input grads of every stage below s and then the end
+of step of stage 0's rank; after a forward, the rest of the forwards and every backward).
+Communication is left out, so the bound holds for any link; on 1F1B with free links it is exact:
+(m + p - 1)(F + B) plus the optimizer step.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from operator import itemgetter
+
+from ppsim.costs.table import CostTable
+from ppsim.plan import Action, Kind, Plan
+from ppsim.sim.durations import compute_ms
+
+_stage_and_kind = itemgetter(0, 1)
+
+
+def step_time_bound_ms(plan: Plan, costs: CostTable, *, data_parallel: int = 1, clip: bool = False) -> float:
+    """A lower bound on the step time :func:`ppsim.sim.simulate` finds for ``plan`` (compute only,
+    before lowering) lowered with ``data_parallel`` replicas and ``clip``, on ``costs``."""
+    stages = costs.stages
+    n = len(stages)
+    duration = compute_ms(costs)
+    forward = [c.forward_ms for c in stages]
+    # the time from nothing to the start of stage s's first forward, and the input-grad chain below s
+    before = [0.0] * (n + 1)
+    for s in range(n):
+        before[s + 1] = before[s] + forward[s]
+    grad = [min(c.backward_ms, c.input_grad_ms) for c in stages]
+    below = [0.0] * (n + 1)
+    for s in range(n):
+        below[s + 1] = below[s] + grad[s]
+    training = bool(plan.kinds().intersection({Kind.B, Kind.I, Kind.W, Kind.OVERLAP_F_B}))
+    reduce = data_parallel > 1 and not costs.overlap_grad_reduce and costs.fabric is None
+
+    def tail(r: int) -> float:
+        """Rank r's own end of step, after its last compute action."""
+        if not training:
+            return 0.0
+        mine = plan.stages_of_rank(r)
+        out = sum(stages[s].optimizer_ms for s in mine)
+        if clip:
+            out += stages[mine[-1]].clip_ms
+        if reduce:
+            out += sum(stages[s].allreduce_ms for s in mine)
+        return out
+
+    first_rank_tail = tail(plan.stage_to_rank[0])  # after the last input grad of stage 0, on its rank
+
+    def after(a: Action) -> float:
+        """The shortest chain of work that still depends on ``a`` once it has ended."""
+        s, k, _ = a
+        if k is Kind.OVERLAP_F_B:
+            return max(after(part) for part in a.parts)
+        if k is Kind.F:
+            return (before[n] - before[s + 1]) + (below[n] + first_rank_tail if training else 0.0)
+        if (k is Kind.B or k is Kind.I) and s > 0:
+            return below[s] + first_rank_tail
+        return 0.0
+
+    bound = 0.0
+    for r, actions in enumerate(plan.actions):
+        if not actions:
+            continue
+        start = min(before[s] for s in plan.stages_of_rank(r))
+        if Kind.OVERLAP_F_B in plan.kinds(r):
+            busy = sum(duration(a) for a in actions)
+        else:
+            busy = sum(duration(Action(s, k)) * count for (s, k), count in Counter(map(_stage_and_kind, actions)).items())
+        bound = max(bound, start + busy + max(tail(r), after(actions[-1])))
+    return bound
