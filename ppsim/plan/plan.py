@@ -18,6 +18,7 @@ from typing import Any
 from ppsim.errors import PlanError
 from ppsim.formats import PLAN_FORMAT
 from ppsim.plan.action import Action, Kind
+from ppsim.plan.memo import per_plan
 
 _kind_of = itemgetter(1)  #: an action's kind (an Overlap's too), without the attribute lookup
 
@@ -51,12 +52,10 @@ class Plan:
     def num_actions(self) -> int:
         return sum(len(a) for a in self.actions)
 
-    def kinds(self, rank: int | None = None) -> set[Kind]:
-        """The kinds of action ``rank`` runs (every rank's when None), gathered at C speed."""
-        out: set[Kind] = set()
-        for row in self.actions if rank is None else (self.actions[rank],):
-            out.update(map(_kind_of, row))
-        return out
+    def kinds(self, rank: int | None = None) -> frozenset[Kind]:
+        """The kinds of action ``rank`` runs (every rank's when None)."""
+        by_rank = _kinds_by_rank(self)
+        return by_rank[rank] if rank is not None else frozenset().union(*by_rank)
 
     def with_actions(self, actions: Sequence[Sequence[Action]], *, lowered: bool | None = None) -> Plan:
         return Plan(
@@ -128,6 +127,12 @@ class Plan:
     def actions_from_csv(text: str) -> list[list[Action]]:
         rows = csv.reader(io.StringIO(text))
         return [[Action.parse(c) for c in row if c.strip()] for row in rows]
+
+
+@per_plan
+def _kinds_by_rank(plan: Plan) -> tuple[frozenset[Kind], ...]:
+    """Each rank's kinds of action, gathered at C speed."""
+    return tuple(frozenset(map(_kind_of, row)) for row in plan.actions)
 
 
 def loop_placement(num_ranks: int, chunks: int) -> tuple[int, ...]:

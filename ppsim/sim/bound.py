@@ -8,8 +8,9 @@ last compute action, two things still take time: the rank's own end of step (opt
 clipping's local norm, the gradient all-reduce when it is not overlapped) and whatever depends on
 that action (after a backward of stage s, the input grads of every stage below s and then the end
 of step of stage 0's rank; after a forward, the rest of the forwards and every backward).
-Communication is left out, so the bound holds for any link; on 1F1B with free links it is exact:
-(m + p - 1)(F + B) plus the optimizer step.
+Each message on those chains costs at least its unloaded transfer (on a fabric, only its latency and
+overheads); sharing links is left out, so the bound holds however they are shared. On 1F1B with
+free links it is exact: (m + p - 1)(F + B) plus the optimizer step.
 """
 
 from __future__ import annotations
@@ -30,15 +31,22 @@ def step_time_bound_ms(plan: Plan, costs: CostTable, *, data_parallel: int = 1, 
     stages = costs.stages
     n = len(stages)
     duration = compute_ms(costs)
-    forward = [c.forward_ms for c in stages]
+    where = plan.stage_to_rank
+    # the least a message across boundary b takes: on static links its whole transfer; on a fabric a
+    # flow may run faster than the static share, so only its latency and overheads
+    hop = [0.0] * n
+    for b in range(n - 1):
+        if where[b] != where[b + 1]:
+            link = costs.link(b)
+            hop[b] = costs.p2p_ms(b) if costs.fabric is None else \
+                link.send_overhead_ms + link.latency_ms + link.recv_overhead_ms
     # the time from nothing to the start of stage s's first forward, and the input-grad chain below s
     before = [0.0] * (n + 1)
     for s in range(n):
-        before[s + 1] = before[s] + forward[s]
-    grad = [min(c.backward_ms, c.input_grad_ms) for c in stages]
+        before[s + 1] = before[s] + stages[s].forward_ms + hop[s]
     below = [0.0] * (n + 1)
     for s in range(n):
-        below[s + 1] = below[s] + grad[s]
+        below[s + 1] = below[s] + min(stages[s].backward_ms, stages[s].input_grad_ms) + hop[s]
     training = bool(plan.kinds().intersection({Kind.B, Kind.I, Kind.W, Kind.OVERLAP_F_B}))
     reduce = data_parallel > 1 and not costs.overlap_grad_reduce and costs.fabric is None
 
@@ -61,9 +69,10 @@ def step_time_bound_ms(plan: Plan, costs: CostTable, *, data_parallel: int = 1, 
         s, k, _ = a
         if k is Kind.OVERLAP_F_B:
             return max(after(part) for part in a.parts)
-        if k is Kind.F:
-            return (before[n] - before[s + 1]) + (below[n] + first_rank_tail if training else 0.0)
-        if (k is Kind.B or k is Kind.I) and s > 0:
+        if k is Kind.F:  # the forwards after it (from the message it sends on), then every input grad
+            rest = before[n] - before[s + 1] + hop[s]
+            return rest + (below[n] - hop[n - 1] + first_rank_tail if training else 0.0)
+        if (k is Kind.B or k is Kind.I) and s > 0:  # the message down, then the input grads below it
             return below[s] + first_rank_tail
         return 0.0
 

@@ -199,13 +199,35 @@ def rank_metrics(trace: Trace) -> list[RankMetrics]:
     return out
 
 
-def summarize(trace: Trace) -> Summary:
-    """All headline figures of a trace."""
+@dataclass(frozen=True)
+class Headline:
+    """What a ranking of plans needs: the step, each rank's busy time and what follows from them."""
+
+    step_time_ms: float
+    busy_ms: tuple[float, ...]
+    bubble_fraction: float
+    throughput_samples_per_s: float | None
+    tokens_per_s: float | None
+    mfu: float | None
+
+
+def headline(trace: Trace) -> Headline:
+    """The headline figures alone, in one pass over the spans (:func:`summarize` adds each rank's
+    memory, activations and waits, which cost several more)."""
     meta = trace.meta
-    per_rank = rank_metrics(trace)
-    step = step_time_ms(trace)
-    p = len(per_rank)
-    bubble = (1.0 - sum(r.busy_ms for r in per_rank) / (p * step)) if step > 0 and p else 0.0
+    compute: list[list[tuple[float, float]]] = [[] for _ in range(trace.num_ranks)]
+    lo, hi = float("inf"), float("-inf")
+    for s in trace.spans:
+        if s.start < lo:
+            lo = s.start
+        if s.end > hi:
+            hi = s.end
+        if s.lane == "compute":
+            compute[s.rank].append((s.start, s.end))
+    step = hi - lo if trace.spans else 0.0
+    busy = tuple(union_length(c) for c in compute)
+    p = len(busy)
+    bubble = (1.0 - sum(busy) / (p * step)) if step > 0 and p else 0.0
     samples = meta.get("samples_per_step")
     tokens = meta.get("tokens_per_step")
     flops = meta.get("model_flops_per_step")
@@ -215,6 +237,17 @@ def summarize(trace: Trace) -> Summary:
     sps = samples / step_s if samples and step_s > 0 else None
     tps = tokens / step_s if tokens and step_s > 0 else None
     mfu = flops / (step_s * devices * peak) if flops and peak and devices and step_s > 0 else None
+    return Headline(step, busy, bubble, sps, tps, mfu)
+
+
+def summarize(trace: Trace) -> Summary:
+    """All headline figures of a trace."""
+    meta = trace.meta
+    per_rank = rank_metrics(trace)
+    head = headline(trace)
+    step, bubble = head.step_time_ms, head.bubble_fraction
+    sps, tps, mfu = head.throughput_samples_per_s, head.tokens_per_s, head.mfu
+    p = len(per_rank)
     capacity = meta.get("device_memory_bytes")
     peaks = [r.peak_memory_bytes for r in per_rank]
     fits = None if not capacity or any(p is None for p in peaks) else all(p <= capacity for p in peaks)  # type: ignore[operator]

@@ -4,7 +4,7 @@ as typed fields (every consumer reads these, never a schedule's name), and the s
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from ppsim.errors import ScheduleError
@@ -116,10 +116,26 @@ class ScheduleInfo:
                                 f"p = {p} ranks; got {m}, use {use}", field="pipeline.microbatches")
 
     def build(self, p: int, m: int, v: int | None = None) -> Plan:
-        """The compute-only plan for p ranks, m micro-batches and v chunks (default: the schedule's)."""
+        """The compute-only plan for p ranks, m micro-batches and v chunks (default: the schedule's).
+
+        A registered schedule's orders depend on (p, m, v) alone, so the last few are remembered: a
+        search builds the same plan for every recompute mode and ZeRO stage. Each call gets its own
+        Plan (its own ``meta``) around the shared, immutable actions."""
         v = self.chunks.default if v is None else v
         self.check(p, m, v)
-        return self.build_order(p, m, v)
+        if self.needs_costs or self.ranks is not None:  # searched on costs, or read from a file that may change
+            return self.build_order(p, m, v)
+        key = (self.name, p, m, v)
+        plan = _BUILT.get(key)
+        if plan is None:
+            plan = _BUILT[key] = self.build_order(p, m, v)
+            if len(_BUILT) > _KEPT:
+                _BUILT.pop(next(iter(_BUILT)))
+        return replace(plan, meta=dict(plan.meta))
+
+
+_KEPT = 128  #: compute-only plans remembered
+_BUILT: dict[tuple[str, int, int, int], Plan] = {}
 
 
 def check_sizes(num_ranks: int, num_microbatches: int, chunks: int) -> None:

@@ -1,9 +1,10 @@
-"""Price one candidate plan: its exact peak memory first (no simulation), the simulation only when
-it fits."""
+"""Price one candidate plan: its exact peak memory and a lower bound on its step time first (no
+simulation, :func:`bound`), the simulation only when it fits (:func:`evaluate`)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ppsim.errors import PpsimError
@@ -27,10 +28,17 @@ class Evaluation:
     bubble_fraction: float | None = None
     device_compute_ms: float | None = None  #: compute time of all devices in one step (recompute shows here)
     error: str | None = None
+    #: no simulated step can be shorter (:mod:`ppsim.sim.bound`); known for every plan that fits
+    step_time_bound_ms: float | None = None
 
     @property
     def ranked(self) -> bool:
         return self.fits and self.simulated and self.throughput_samples_per_s is not None
+
+    @property
+    def skipped(self) -> bool:
+        """It fits, but its bound showed it cannot change what the search reports: not simulated."""
+        return self.fits and not self.simulated and self.error is None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -39,31 +47,58 @@ class Evaluation:
         return d
 
 
-def evaluate(base: dict[str, Any], c: Candidate) -> Evaluation:
-    """Build the candidate's scenario and costs, check its memory exactly, simulate it if it fits."""
+def _built(base: dict[str, Any], c: Candidate) -> tuple[Any, Any, Evaluation]:
+    """The candidate's scenario and built plan, and its evaluation so far: its exact memory (which
+    settles a plan that does not fit). Raises PpsimError when the plan cannot run."""
     from ppsim.inputs.hardware import get_device
     from ppsim.inputs.scenario import parse_scenario
-    from ppsim.prediction import build, predict
+    from ppsim.prediction import build
     from ppsim.sim import peak_memory_bytes
-    from ppsim.trace.metrics import summarize
+
+    s = parse_scenario(apply(base, c), source="the plan")
+    built = build(s)
+    peak = max(peak_memory_bytes(built.plan, built.workload.costs))
+    capacity = get_device(s.hardware.device, s.hardware.device_file).memory_gb * 2**30
+    return s, built, Evaluation(c, fits=peak <= capacity, peak_memory_bytes=peak, memory_capacity_bytes=capacity)
+
+
+def bound(base: dict[str, Any], c: Candidate) -> Evaluation:
+    """The candidate's exact peak memory and, when it fits, a lower bound on its step time.
+    Nothing is simulated."""
+    from ppsim.sim.bound import step_time_bound_ms
 
     try:
-        s = parse_scenario(apply(base, c), source="the plan")
-        built = build(s)
-        peak = max(peak_memory_bytes(built.plan, built.workload.costs))
-        capacity = get_device(s.hardware.device, s.hardware.device_file).memory_gb * 2**30
-        if peak > capacity:
-            return Evaluation(c, fits=False, peak_memory_bytes=peak, memory_capacity_bytes=capacity)
-        summary = summarize(predict(s, built=built).trace)
+        s, built, ev = _built(base, c)
+        if not ev.fits:
+            return ev
+        lower = step_time_bound_ms(built.plan, built.workload.costs, data_parallel=s.data_parallel,
+                                   clip=s.training.grad_clip > 0)
     except PpsimError as exc:
         return Evaluation(c, error=str(exc))
-    return Evaluation(
-        c, fits=True, simulated=True, peak_memory_bytes=peak, memory_capacity_bytes=capacity,
-        step_time_ms=summary.step_time_ms, throughput_samples_per_s=summary.throughput_samples_per_s,
-        tokens_per_s=summary.tokens_per_s, mfu=summary.mfu, bubble_fraction=summary.bubble_fraction,
-        device_compute_ms=sum(st.busy_ms for st in summary.per_rank) * c.data_parallel * c.tensor_parallel,
+    return replace(ev, step_time_bound_ms=lower)
+
+
+def evaluate(base: dict[str, Any], c: Candidate) -> Evaluation:
+    """The candidate's exact peak memory and, when it fits, its simulated step and throughput."""
+    from ppsim.prediction import predict
+    from ppsim.trace.metrics import headline
+
+    try:
+        s, built, ev = _built(base, c)
+        if not ev.fits:
+            return ev
+        head = headline(predict(s, built=built).trace)
+    except PpsimError as exc:
+        return Evaluation(c, error=str(exc))
+    return replace(
+        ev, simulated=True, step_time_ms=head.step_time_ms, throughput_samples_per_s=head.throughput_samples_per_s,
+        tokens_per_s=head.tokens_per_s, mfu=head.mfu, bubble_fraction=head.bubble_fraction,
+        device_compute_ms=sum(head.busy_ms) * c.data_parallel * c.tensor_parallel,
     )
 
 
-def evaluate_many(base: dict[str, Any], cands: list[Candidate]) -> list[Evaluation]:
-    return [evaluate(base, c) for c in cands]
+Work = Callable[[dict[str, Any], Candidate], Evaluation]  #: :func:`bound` or :func:`evaluate`
+
+
+def evaluate_many(base: dict[str, Any], cands: list[Candidate], work: Work = evaluate) -> list[Evaluation]:
+    return [work(base, c) for c in cands]

@@ -1,14 +1,18 @@
 """Run the evaluations: in this process, over local processes (all cores), or over a Ray cluster.
-Every executor returns the evaluations in the candidates' order, so results never depend on it."""
+An executor maps a piece of work (:func:`~ppsim.search.tune.evaluate.bound` or
+:func:`~ppsim.search.tune.evaluate.evaluate`) over candidates and returns the evaluations in the
+candidates' order, so results never depend on it. It stays open across maps, so a search that
+maps many small batches starts its processes once."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
 
 from ppsim.errors import PpsimError
-from ppsim.search.tune.evaluate import Evaluation, evaluate, evaluate_many
+from ppsim.search.tune.evaluate import Evaluation, Work, evaluate, evaluate_many
 from ppsim.search.tune.space import Candidate
 
 Progress = Callable[[int], None]  #: called with how many evaluations just finished
@@ -17,60 +21,77 @@ EXECUTORS = ("local", "ray")
 _BASE: dict[str, Any] | None = None  # the scenario of a worker process
 
 
+class Executor(Protocol):
+    def map(self, work: Work, cands: list[Candidate], progress: Progress | None = None) -> list[Evaluation]: ...
+
+
 def _init(base: dict[str, Any]) -> None:
     global _BASE
     _BASE = base
 
 
-def _work(c: Candidate) -> Evaluation:
+def _work(task: tuple[Work, Candidate]) -> Evaluation:
     assert _BASE is not None
-    return evaluate(_BASE, c)
+    work, c = task
+    return work(_BASE, c)
 
 
 def default_jobs() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def run_local(base: dict[str, Any], cands: list[Candidate], jobs: int, progress: Progress | None = None
-              ) -> list[Evaluation]:
-    """``jobs`` processes (1: this one). Candidates of one shape go to one worker in a row, so the
-    cluster routes it remembers are reused."""
-    if jobs <= 1 or len(cands) <= 1:
+class _Serial:
+    def __init__(self, base: dict[str, Any]) -> None:
+        self.base = base
+
+    def map(self, work: Work, cands: list[Candidate], progress: Progress | None = None) -> list[Evaluation]:
         out = []
         for c in cands:
-            out.append(evaluate(base, c))
+            out.append(work(self.base, c))
             if progress:
                 progress(1)
         return out
-    import multiprocessing as mp
 
-    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    chunk = max(1, min(16, len(cands) // (jobs * 8)))
-    out = []
-    with ctx.Pool(jobs, initializer=_init, initargs=(base,)) as pool:
-        for ev in pool.imap(_work, cands, chunksize=chunk):
+
+class _Pool:
+    def __init__(self, pool: Any, jobs: int) -> None:
+        self.pool, self.jobs = pool, jobs
+
+    def map(self, work: Work, cands: list[Candidate], progress: Progress | None = None) -> list[Evaluation]:
+        """Candidates of one shape go to one worker in a row, so the cluster routes it remembers are reused."""
+        chunk = max(1, min(16, len(cands) // (self.jobs * 8)))
+        out = []
+        for ev in self.pool.imap(_work, [(work, c) for c in cands], chunksize=chunk):
             out.append(ev)
             if progress:
                 progress(1)
-    return out
+        return out
 
 
-def run_ray(base: dict[str, Any], cands: list[Candidate], address: str | None = None,
-            progress: Progress | None = None, batch: int = 32) -> list[Evaluation]:
-    """Batches of candidates as Ray tasks on the cluster at ``address`` (None: start a local one)."""
-    try:
-        import ray
-    except ImportError:
-        raise PpsimError("--executor ray needs Ray: pip install 'ppsim[ray]' (or use --executor local)",
-                         field="--executor") from None
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    try:
-        remote = ray.remote(evaluate_many)
-        base_ref = ray.put(base)
-        batches = [cands[i:i + batch] for i in range(0, len(cands), batch)]
-        refs = [remote.remote(base_ref, b) for b in batches]
+@contextmanager
+def local(base: dict[str, Any], jobs: int) -> Iterator[Executor]:
+    """``jobs`` processes (1: this one)."""
+    if jobs <= 1:
+        yield _Serial(base)
+        return
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    with ctx.Pool(jobs, initializer=_init, initargs=(base,)) as pool:
+        yield _Pool(pool, jobs)
+
+
+class _Ray:
+    def __init__(self, ray: Any, base: dict[str, Any], batch: int) -> None:
+        self.ray, self.batch = ray, batch
+        self.remote = ray.remote(evaluate_many)
+        self.base_ref = ray.put(base)
+
+    def map(self, work: Work, cands: list[Candidate], progress: Progress | None = None) -> list[Evaluation]:
+        """Batches of candidates as Ray tasks."""
+        ray = self.ray
+        batches = [cands[i:i + self.batch] for i in range(0, len(cands), self.batch)]
+        refs = [self.remote.remote(self.base_ref, b, work) for b in batches]
         results: dict[Any, list[Evaluation]] = {}
         pending = list(refs)
         while pending:
@@ -80,6 +101,35 @@ def run_ray(base: dict[str, Any], cands: list[Candidate], address: str | None = 
                 if progress:
                     progress(len(results[ref]))
         return [ev for ref in refs for ev in results[ref]]
+
+
+@contextmanager
+def ray_cluster(base: dict[str, Any], address: str | None = None, batch: int = 32) -> Iterator[Executor]:
+    """The Ray cluster at ``address`` (None: start a local one, and stop it afterwards)."""
+    try:
+        import ray
+    except ImportError:
+        raise PpsimError("--executor ray needs Ray: pip install 'ppsim[ray]' (or use --executor local)",
+                         field="--executor") from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        yield _Ray(ray, base, batch)
     finally:
         if started:
             ray.shutdown()
+
+
+def run_local(base: dict[str, Any], cands: list[Candidate], jobs: int, progress: Progress | None = None
+              ) -> list[Evaluation]:
+    """Every candidate simulated (when it fits) on ``jobs`` local processes: the exhaustive search."""
+    with local(base, jobs) as ex:
+        return ex.map(evaluate, cands, progress)
+
+
+def run_ray(base: dict[str, Any], cands: list[Candidate], address: str | None = None,
+            progress: Progress | None = None, batch: int = 32) -> list[Evaluation]:
+    """Every candidate simulated (when it fits) on a Ray cluster: the exhaustive search."""
+    with ray_cluster(base, address, batch) as ex:
+        return ex.map(evaluate, cands, progress)

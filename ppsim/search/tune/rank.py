@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from ppsim.search.tune.evaluate import Evaluation
+from ppsim.search.tune.space import Candidate
 
 GIB = 2**30
 
@@ -23,6 +24,23 @@ def pareto_front(evals: list[Evaluation]) -> list[Evaluation]:
         if not front or (e.throughput_samples_per_s or 0) > (front[-1].throughput_samples_per_s or 0):
             front.append(e)
     return front
+
+
+Group = Callable[[Candidate], Hashable]  #: the group a candidate is in (None: in none)
+
+#: the groups :func:`alternatives` compares the winner with: the best plan of each must be known
+EXPLAINED: tuple[Group, ...] = (
+    lambda c: c.stages,
+    lambda c: True if c.pure_data_parallel else None,
+    lambda c: c.schedule,
+    lambda c: c.recompute,
+    lambda c: c.zero_stage,
+)
+#: the groups the page draws a line point for (best plan per stages, per micro-batches, each schedule)
+DRAWN: tuple[Group, ...] = (
+    lambda c: (c.stages, c.schedule),
+    lambda c: (c.microbatches, c.schedule),
+)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,98 @@
+"""Branch and bound: simulate only the plans that could change what the search reports.
+
+First every candidate is bounded (:func:`~ppsim.search.tune.evaluate.bound`: exact memory, and a
+step time no simulation can beat). Then the plans that fit are simulated in the order of their
+bounds, and a plan is skipped once its bound shows it cannot be any of:
+
+- one of the ``top`` fastest plans;
+- the fastest plan of a group the report names (each stage count, schedule, recompute mode, ZeRO
+  stage, pure data parallelism; with a page, each point of its lines);
+- on the Pareto front of throughput against memory (no simulated plan needs as little memory and
+  is faster than its bound).
+
+What was skipped could not have been reported, so the report is the exhaustive search's (a test
+compares them). Every threshold only tightens as plans are simulated, so a plan skipped once
+stays skippable.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right, insort
+from collections.abc import Hashable, Sequence
+from dataclasses import replace
+
+from ppsim.search.tune.evaluate import Evaluation, bound, evaluate
+from ppsim.search.tune.executors import Executor, Progress
+from ppsim.search.tune.rank import Group
+from ppsim.search.tune.space import Candidate
+
+
+class Frontier:
+    """What the simulated plans so far set as the bar: the ``top`` fastest steps, the fastest of
+    each group, and the staircase of the fastest step at or under each memory."""
+
+    def __init__(self, top: int, groups: Sequence[Group]) -> None:
+        self.top, self.groups = top, tuple(groups)
+        self.steps: list[float] = []  # fastest first
+        self.best: dict[tuple[int, Hashable], float] = {}
+        self.stair: list[tuple[float, float]] = []  # (memory, step): memory rising, step falling
+
+    def could_matter(self, e: Evaluation) -> bool:
+        """Whether the plan's bound leaves it a chance to be reported."""
+        lower = e.step_time_bound_ms
+        if lower is None:
+            return True
+        if len(self.steps) < self.top or lower <= self.steps[self.top - 1]:
+            return True
+        for i, group in enumerate(self.groups):
+            key = group(e.candidate)
+            if key is not None and lower <= self.best.get((i, key), float("inf")):
+                return True
+        return not self._dominated(e.peak_memory_bytes or 0.0, lower)
+
+    def _dominated(self, memory: float, lower: float) -> bool:
+        """Some simulated plan needs no more memory and is faster than ``lower``."""
+        i = bisect_right(self.stair, (memory, float("inf")))
+        return i > 0 and self.stair[i - 1][1] < lower
+
+    def add(self, e: Evaluation) -> None:
+        if not e.ranked or e.step_time_ms is None:
+            return
+        step = e.step_time_ms
+        insort(self.steps, step)
+        for i, group in enumerate(self.groups):
+            key = group(e.candidate)
+            if key is not None and step < self.best.get((i, key), float("inf")):
+                self.best[(i, key)] = step
+        memory = e.peak_memory_bytes or 0.0
+        if self._dominated(memory, step) or any(m == memory and s <= step for m, s in self.stair):
+            return
+        # drop the entries this plan beats on both counts, then place it
+        self.stair = [(m, s) for m, s in self.stair if not (m >= memory and s >= step)]
+        insort(self.stair, (memory, step))
+
+
+def search(ex: Executor, cands: list[Candidate], *, top: int, groups: Sequence[Group],
+           progress: Progress | None = None, batch: int = 8) -> list[Evaluation]:
+    """Every candidate's evaluation, in the candidates' order: simulated where it could matter,
+    else bounded only (``skipped``). ``progress`` advances twice per candidate: once bounded, once
+    simulated or skipped."""
+    out = ex.map(bound, cands, progress)
+    order = sorted((i for i, e in enumerate(out) if e.fits), key=lambda i: (out[i].step_time_bound_ms or 0.0, cands[i]))
+    if progress:
+        progress(len(cands) - len(order))  # what does not fit (or cannot run) is done with
+    frontier = Frontier(top, groups)
+    k = 0
+    while k < len(order):
+        chosen = []
+        while k < len(order) and len(chosen) < batch:
+            i = order[k]
+            k += 1
+            if frontier.could_matter(out[i]):
+                chosen.append(i)
+            elif progress:
+                progress(1)
+        for i, e in zip(chosen, ex.map(evaluate, [cands[i] for i in chosen], progress), strict=True):
+            out[i] = replace(e, step_time_bound_ms=out[i].step_time_bound_ms)
+            frontier.add(out[i])
+    return out
