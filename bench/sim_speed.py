@@ -1,25 +1,41 @@
-"""How fast ppsim plans and simulates, against torch.distributed.pipelining's schedule generator.
+"""How fast ppsim plans and simulates, against baselines measured in the same run (issue 19's targets).
 
-Prints, for 1F1B p=64 m=512 and interleaved 1F1B p=32 m=256 v=2: the wall time of building the
-schedule, lowering it (sends, receives, end of step) and simulating it with timing, link bandwidth
-and activation memory; simulated actions per second. When torch is installed, it also times
-torch's own generation of the same interleaved schedule with communication
-(``_schedule_visualizer.get_schedule_ops(..., with_comms=True)``, which has no notion of time,
-bandwidth or memory) in the same run, and prints the ratio. Each figure is the best of N repeats.
+1. 1F1B at three sizes (p=32 m=256, p=64 m=512, p=128 m=1024): build the schedule, lower it
+   (sends, receives, end of step) and simulate it with timing, link bandwidth and activation
+   memory, posted sends on static links. Prints each part, the cost per action (flat when the
+   cost is linear in the plan) and the ratio to the floor: a minimal dependency-driven heap list
+   scheduler written here (compute actions and a latency per message: no bandwidth, no memory,
+   no trace), on the same 1F1B order.
+2. Interleaved 1F1B p=32 m=256 v=2 against torch.distributed.pipelining's own generator with
+   communication (``get_schedule_ops(..., with_comms=True)``, no notion of time), when torch is here.
+3. GPT-3 175B on 1,024 GPUs (scenarios/megatron-gpt3-175b.yaml, network model on): ``ppsim run``
+   as a whole process, the prediction alone in process, and a TUI plan key (the same scenario
+   predicted again with another stage count).
+4. With ``--tune``: ``ppsim tune scenarios/gpt.yaml --gpus 64`` as a whole process.
 
-    python bench/sim_speed.py [--repeats N]
+Each figure is the best of N repeats. The machine is shared: compare figures of one run only.
+
+    python bench/sim_speed.py [--repeats N] [--tune]
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
+import os
+import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 from ppsim.costs import CostTable, Link, StageCost
 from ppsim.plan import lower, schedules
 from ppsim.sim import compute_ms, simulate
+
+ROOT = Path(__file__).resolve().parent.parent
+F_MS, B_MS, LATENCY_MS = 1.0, 2.0, 0.005
 
 
 def best_of(repeats: int, fn: Callable[[], object]) -> float:
@@ -33,22 +49,75 @@ def best_of(repeats: int, fn: Callable[[], object]) -> float:
 
 def costs_for(num_stages: int, chunks: int) -> CostTable:
     """A GPT-like stage: F 1 ms, B 2 ms per stage; 16 MiB activations over a 25 GB/s, 5 us link."""
-    stage = StageCost(forward_ms=1.0 / chunks, backward_ms=2.0 / chunks, weight_grad_ms=1.0 / chunks,
+    stage = StageCost(forward_ms=F_MS / chunks, backward_ms=B_MS / chunks, weight_grad_ms=1.0 / chunks,
                       optimizer_ms=0.5, activation_bytes=1 << 26)
     return CostTable(stages=(stage,) * num_stages, message_bytes=1 << 24, links=(Link.from_gb_s(25.0, 5.0),))
 
 
-def ppsim_case(name: str, p: int, m: int, v: int, comm: str, repeats: int) -> tuple[float, float, int]:
+def ppsim_case(name: str, p: int, m: int, v: int, repeats: int) -> tuple[float, float, float, int]:
+    """(build s, build + lower s, build + lower + simulate s, actions simulated)."""
     costs = costs_for(p * v, v)
-    rendezvous = comm == "rendezvous"
 
-    def plan_only() -> object:
-        return lower(schedules.build(name, p, m, v), 1, compute_ms(costs), rendezvous=rendezvous)
+    def built() -> object:
+        return schedules.get(name).build_order(p, m, v)  # not the remembered plan: build it every time
 
-    lowered = lower(schedules.build(name, p, m, v), 1, compute_ms(costs), rendezvous=rendezvous)
-    t_plan = best_of(repeats, plan_only)
-    t_total = best_of(repeats, lambda: simulate(plan_only(), costs, comm))  # type: ignore[arg-type]
-    return t_plan, t_total, lowered.num_actions()
+    def lowered() -> object:
+        return lower(built(), 1, compute_ms(costs), rendezvous=False)  # type: ignore[arg-type]
+
+    n = lowered().num_actions()  # type: ignore[attr-defined]
+    return (best_of(repeats, built), best_of(repeats, lowered),
+            best_of(repeats, lambda: simulate(lowered(), costs, "async")), n)  # type: ignore[arg-type]
+
+
+def one_f_one_b_order(p: int, m: int) -> list[list[tuple[int, str, int]]]:
+    """The floor's own 1F1B order: warm-up forwards, then one forward one backward, then cool-down."""
+    orders = []
+    for r in range(p):
+        warm = min(p - r - 1, m)
+        seq = [(r, "F", i) for i in range(warm)]
+        f, b = warm, 0
+        while b < m:
+            if f < m:
+                seq.append((r, "F", f))
+                f += 1
+            seq.append((r, "B", b))
+            b += 1
+        orders.append(seq)
+    return orders
+
+
+def heap_floor(p: int, m: int) -> float:
+    """A minimal list scheduler: each rank runs its order; an action starts when its rank is free
+    and its inputs (previous stage's forward, next stage's backward, plus a message latency) are
+    done; ranks wait in a heap keyed by when they could next start. Returns the step time."""
+    orders = one_f_one_b_order(p, m)
+    done: dict[tuple[int, str, int], float] = {}
+    pos, free = [0] * p, [0.0] * p
+    waiting: dict[tuple[int, str, int], list[int]] = {}
+    heap = [(0.0, r) for r in range(p)]
+    while heap:
+        _, r = heapq.heappop(heap)
+        if pos[r] == len(orders[r]):
+            continue
+        s, k, mb = orders[r][pos[r]]
+        deps = [(s - 1, "F", mb)] if k == "F" and s > 0 else []
+        if k == "B":
+            deps = [(s, "F", mb)] + ([(s + 1, "B", mb)] if s < p - 1 else [])
+        start = free[r]
+        for d in deps:
+            t = done.get(d)
+            if t is None:
+                waiting.setdefault(d, []).append(r)
+                break
+            start = max(start, t + (LATENCY_MS if d[0] != s else 0.0))
+        else:
+            end = start + (F_MS if k == "F" else B_MS)
+            done[(s, k, mb)] = free[r] = end
+            pos[r] += 1
+            heapq.heappush(heap, (end, r))
+            for w in waiting.pop((s, k, mb), []):
+                heapq.heappush(heap, (end, w))
+    return max(free)
 
 
 def torch_case(p: int, m: int, v: int, repeats: int) -> float | None:
@@ -60,32 +129,67 @@ def torch_case(p: int, m: int, v: int, repeats: int) -> float | None:
     return best_of(repeats, lambda: get_schedule_ops("Interleaved1F1B", p, m, v, with_comms=True))
 
 
+def whole_process(args: list[str], repeats: int) -> float:
+    exe = [sys.executable, "-m", "ppsim.cli", *args]
+    env = {**os.environ, "COLUMNS": "200"}
+    return best_of(repeats, lambda: subprocess.run(exe, cwd=ROOT, env=env, check=True, capture_output=True))
+
+
+def verdict(value: float, target: float, more_is_better: bool = False) -> str:
+    ok = value >= target if more_is_better else value <= target
+    return "ok" if ok else "MISSED"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tune", action="store_true", help="also time `ppsim tune scenarios/gpt.yaml --gpus 64`")
     args = parser.parse_args()
-    print(f"{'case':<36} {'comm':<11} {'actions':>8} {'plan s':>8} {'plan+sim s':>11} {'actions/s':>11}")
-    results = {}
-    for name, p, m, v in (("1f1b", 64, 512, 1), ("interleaved-1f1b", 32, 256, 2)):
-        for comm in ("async", "rendezvous"):
-            t_plan, t_total, n = ppsim_case(name, p, m, v, comm, args.repeats)
-            results[(name, comm)] = t_total
-            label = f"{name} p={p} m={m} v={v}"
-            print(f"{label:<36} {comm:<11} {n:>8} {t_plan:>8.3f} {t_total:>11.3f} {n / t_total:>11,.0f}")
-    target = results[("1f1b", "async")]
-    print(f"\n1f1b p=64 m=512 end to end (async): {target:.3f} s (target < 1 s): {'ok' if target < 1 else 'MISSED'}")
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+
+    print("\n1F1B, posted sends, static links: build + lower + simulate (s), against the heap floor")
+    print(f"{'case':<16} {'actions':>8} {'build':>7} {'+lower':>7} {'+sim':>7} {'us/action':>10} {'floor':>7} {'x floor':>8}")
+    totals = {}
+    for p, m in ((32, 256), (64, 512), (128, 1024)):
+        t_build, t_lower, t_total, n = ppsim_case("1f1b", p, m, 1, args.repeats)
+        floor = best_of(args.repeats, lambda p=p, m=m: heap_floor(p, m))
+        totals[(p, m)] = t_total
+        print(f"p={p} m={m:<9} {n:>8} {t_build:>7.3f} {t_lower:>7.3f} {t_total:>7.3f} {1e6 * t_total / n:>10.2f} "
+              f"{floor:>7.3f} {t_total / floor:>8.1f}")
+    for (p, m), target in (((64, 512), 0.25), ((128, 1024), 1.1)):
+        print(f"1f1b p={p} m={m}: {totals[(p, m)]:.3f} s (target <= {target} s): {verdict(totals[(p, m)], target)}")
+
+    t_build, t_lower, t_total, n = ppsim_case("interleaved-1f1b", 32, 256, 2, args.repeats)
     t_torch = torch_case(32, 256, 2, args.repeats)
+    print(f"\ninterleaved-1f1b p=32 m=256 v=2: {n} actions, ppsim build + lower + simulate {t_total:.3f} s")
     if t_torch is None:
         print("torch not installed: no comparison with torch.distributed.pipelining")
-        return
-    for comm in ("async", "rendezvous"):
-        ours = results[("interleaved-1f1b", comm)]
-        ratio = t_torch / ours
-        print(
-            f"interleaved p=32 m=256 v=2: torch get_schedule_ops(with_comms) {t_torch:.3f} s, "
-            f"ppsim plan+simulate ({comm}) {ours:.3f} s: ppsim {ratio:.1f}x faster (target >= 5x): "
-            f"{'ok' if ratio >= 5 else 'MISSED'}"
-        )
+    else:
+        ratio = t_torch / t_total
+        print(f"torch get_schedule_ops(with_comms) {t_torch:.3f} s: ppsim {ratio:.1f}x faster (target >= 10x): "
+              f"{verdict(ratio, 10, more_is_better=True)}")
+
+    from ppsim.inputs.scenario import load
+    from ppsim.prediction import predict
+
+    gpt3 = ROOT / "scenarios" / "megatron-gpt3-175b.yaml"
+    s = load(gpt3)
+    t_run = whole_process(["run", str(gpt3)], args.repeats)
+    t_predict = best_of(args.repeats, lambda: predict(s))
+    key = s.with_overrides(stages=8)  # what the TUI's `p` key predicts: the same plan on another stage count
+    t_key = best_of(args.repeats, lambda: predict(key))
+    t_start = whole_process(["--help"], args.repeats)
+    print(f"\nGPT-3 175B on 1,024 GPUs ({s.pipeline.stages} stages, {s.pipeline.chunks} chunks, network model):")
+    print(f"  ppsim run, whole process {t_run:.3f} s (target <= 0.5 s): {verdict(t_run, 0.5)}; "
+          f"of which starting ppsim ({t_start:.3f} s for --help)")
+    print(f"  predict in process {t_predict:.3f} s; a TUI plan key (stages 8) {t_key:.3f} s "
+          f"(target <= 0.1 s): {verdict(t_key, 0.1)}")
+
+    if args.tune:
+        gpt = ROOT / "scenarios" / "gpt.yaml"
+        t_tune = whole_process(["tune", str(gpt), "--gpus", "64", "--json"], 1)
+        print(f"\nppsim tune scenarios/gpt.yaml --gpus 64: {t_tune:.1f} s on {os.cpu_count()} cores "
+              f"(target <= 20 s): {verdict(t_tune, 20)}")
 
 
 if __name__ == "__main__":

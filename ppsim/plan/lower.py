@@ -32,6 +32,7 @@ from ppsim.plan.action import (
     peer_stage,
 )
 from ppsim.plan.deps import Duration, default_duration, dependencies, grad_producers, ideal_times
+from ppsim.plan.memo import per_plan
 from ppsim.plan.plan import Plan
 from ppsim.plan.validate import validate_structure
 
@@ -208,6 +209,14 @@ def add_step_end(plan: Plan, data_parallel: int = 1, clip: bool = False) -> Plan
     return plan.with_actions(out, lowered=True)
 
 
+@per_plan
+def _structure_checked(plan: Plan) -> bool:
+    """The plan's placement, ranges, duplicates and completeness, checked once per plan (a search
+    lowers the same plan for every recompute mode and ZeRO stage); raises PlanError when broken."""
+    validate_structure(plan, check_order=False)
+    return True
+
+
 def lower(plan: Plan, data_parallel: int = 1, duration: Duration = default_duration, *, rendezvous: bool = True,
           clip: bool = False) -> Plan:
     """The full lowering of a compute-only plan: communication, then end-of-step actions.
@@ -217,7 +226,7 @@ def lower(plan: Plan, data_parallel: int = 1, duration: Duration = default_durat
     ``meta["sends"]`` records the semantics its messages were ordered for (``rendezvous`` or
     ``posted``), which is what a saved plan is validated against when read back."""
     with gc_paused():
-        validate_structure(plan, check_order=False)  # a misordered rank shows as a cycle below
+        _structure_checked(plan)  # a misordered rank shows as a cycle below
         try:
             with_comms = add_comms(plan, duration, rendezvous=rendezvous)
         except PlanError:
