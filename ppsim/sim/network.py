@@ -135,7 +135,10 @@ class Network:
         now = self.now
         for f in flows:
             f.settle(now)
-        max_min_rates(flows, self.capacity)
+        if len(flows) == 1 and flows[0].route:  # alone on its links (most messages): its slowest link's pace
+            flows[0].rate = min(self.capacity[link] / w for link, w in flows[0].route.items())
+        else:
+            max_min_rates(flows, self.capacity)
         for f in flows:
             f.finish = now if _finished(f) else now + f.left / f.rate if f.rate > 0 else math.inf
             heapq.heappush(self._heap, (f.finish, f.order, f))
