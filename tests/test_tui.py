@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import GPT_YAML
+from conftest import GPT_YAML, run_schedule
 from ppsim.cli import app as cli
 from ppsim.errors import PpsimError
 from ppsim.inputs.scenario import Scenario, load
@@ -20,8 +20,10 @@ from ppsim.plan.schedules import SCHEDULES
 from ppsim.prediction import predict
 from ppsim.trace import Span, Trace
 from ppsim.trace.load import load_trace
-from ppsim.views.tui.state import TuiState, Window, lane_spans
-from ppsim.views.tui.timeline import cover, draw
+from ppsim.views.palette import KIND_COLORS
+from ppsim.views.tui.cells import EIGHTHS, measure
+from ppsim.views.tui.state import TuiState, Window
+from ppsim.views.tui.timeline import EDGE, LABEL_WIDTH, draw, draw_row
 
 pytest.importorskip("textual")
 
@@ -80,15 +82,15 @@ def _span(start: float, end: float, mb: int = 0) -> Span:
 def test_a_column_inside_one_block_shows_that_block(cuts: list[float], width: int) -> None:
     cuts = sorted(cuts)
     spans = [_span(a, b, i) for i, (a, b) in enumerate(zip(cuts[::2], cuts[1::2]))]  # gaps between them
-    cells = cover(spans, 0.0, 100.0, width)
+    cells = measure(spans, 0.0, 100.0, width).top
     dt = 100.0 / width
     for c, cell in enumerate(cells):
         lo, hi = c * dt, (c + 1) * dt
         inside = [s for s in spans if s.start <= lo and hi <= s.end]
         if inside:
             assert cell == inside[0]
-        if cell is None:  # idle: no span touches the column
-            assert not any(s.start < hi and s.end > lo for s in spans)
+        if cell is None:  # idle: no span reaches into the column beyond rounding
+            assert not any(s.start < hi - 1e-9 and s.end > lo + 1e-9 for s in spans)
 
 
 def test_blocks_carry_their_micro_batch_where_it_fits_and_idle_is_dotted() -> None:
@@ -99,9 +101,7 @@ def test_blocks_carry_their_micro_batch_where_it_fits_and_idle_is_dotted() -> No
 
 
 def draw_line(spans: list[Span], width: int) -> str:
-    from ppsim.views.tui.timeline import draw_row
-
-    return draw_row(cover(spans, 0, 100, width), {}, None).plain
+    return draw_row(measure(spans, 0, 100, width), {}).plain
 
 
 def test_the_timeline_has_a_row_per_rank_and_lanes_on_request() -> None:
@@ -114,6 +114,126 @@ def test_the_timeline_has_a_row_per_rank_and_lanes_on_request() -> None:
     # 1F1B on 4 stages: rank 3 starts after three forwards, so its row starts idle
     assert plain.lines[3].plain[9:].startswith("·")
     assert not plain.lines[0].plain[9:].startswith("·")
+
+
+# ----- zoomed out: the bubble and the mix of kinds in each cell ----------------------------------------
+def busy_eighths(line: str) -> list[int]:
+    """Each cell's busy share in eighths as drawn: a dot is idle, a bar its height, anything else (a
+    block, its label, its edge) a whole cell."""
+    return [0 if ch == "·" else EIGHTHS.index(ch) if ch in EIGHTHS[1:8] else 8 for ch in line[LABEL_WIDTH:]]
+
+
+def true_eighths(trace: Trace, rank: int, width: int) -> list[int]:
+    """Each cell's busy share in eighths, straight from the spans: at least one where anything runs,
+    an action of no length (the optimizer step when it is free) included."""
+    lo = min(s.start for s in trace.spans)
+    dt = (max(s.end for s in trace.spans) - lo) / width
+    spans = [s for s in trace.spans if s.rank == rank and s.lane == "compute"]
+    out = []
+    for c in range(width):
+        busy = sum(max(0.0, min(s.end, lo + (c + 1) * dt) - max(s.start, lo + c * dt)) for s in spans) / dt
+        instant = any(s.start == s.end and c == min(width - 1, round((s.start - lo) / dt, 9) // 1) for s in spans)
+        out.append(max(1, round(busy * 8)) if busy > 1e-9 or instant else 0)
+    return out
+
+
+@pytest.mark.parametrize("width", [23, 70, 151])
+def test_the_gpipe_bubble_read_off_the_cells_is_the_formula(width: int) -> None:
+    """GPipe, p=4, m=4, no communication: the bubble is (p-1)/(m+p-1) = 3/7, and the cells show it,
+    each one as high as its busy share."""
+    p, m = 4, 4
+    trace = run_schedule("gpipe", p, m)
+    drawn = draw(trace, 0, max(s.end for s in trace.spans) - min(s.start for s in trace.spans), width)
+    shown = [busy_eighths(line.plain) for line in drawn.lines]
+    for rank, cells in enumerate(shown):
+        assert cells == true_eighths(trace, rank, width), rank
+    idle = 1 - sum(map(sum, shown)) / (8 * width * p)
+    assert idle == pytest.approx((p - 1) / (m + p - 1), abs=0.02)
+
+
+def test_a_bubble_spread_over_every_cell_is_seen() -> None:
+    """A rank busy 65 % of every cell (short waits between blocks): each cell is a bar 5/8 high, where
+    the colour of what fills most of the cell would hide a 35 % bubble."""
+    spans = [_span(t, t + 0.65, i) for i, t in enumerate(range(100))]
+    line = draw_line(spans, 20)
+    assert line == EIGHTHS[5] * 20
+    assert 1 - sum(busy_eighths(" " * LABEL_WIDTH + line)) / (8 * 20) == pytest.approx(0.35, abs=1 / 16)
+
+
+def test_forwards_show_among_backwards_when_zoomed_out() -> None:
+    """1F1B's steady state, a forward (1 ms) and a backward (2 ms) by turns, ten pairs a cell: a third
+    of the cells are drawn as forwards, not none."""
+    spans = []
+    for i in range(300):
+        t = 3.0 * i
+        spans += [Span(0, "compute", Action(0, Kind.F, i), t, t + 1), Span(0, "compute", Action(0, Kind.B, i), t + 1, t + 3)]
+    cells = measure(spans, 0, 900, 30)
+    assert cells.kinds.count(Kind.F) == 10 and cells.kinds.count(Kind.B) == 20
+    text = draw_row(cells, {})
+    colours = [str(sp.style) for sp in text.spans]
+    assert any(KIND_COLORS[Kind.F] in c for c in colours) and any(KIND_COLORS[Kind.B] in c for c in colours)
+
+
+def test_gpt_yaml_zoomed_out_shows_its_bubble() -> None:
+    """gpt.yaml (8 stages, 128 micro-batches) at 100 columns: the idle share read off each rank's row
+    is its bubble, although the waits are spread thinly over the whole step."""
+    state = TuiState.from_scenario(load(GPT), predicted)
+    shown = state.shown[0]
+    drawn = draw(shown.index, state.window.start, state.window.end, 100)
+    for rank, line in zip(shown.summary.per_rank, drawn.lines):
+        cells = busy_eighths(line.plain)
+        assert 1 - sum(cells) / (8 * len(cells)) == pytest.approx(rank.bubble_fraction, abs=0.035)
+    assert shown.summary.bubble_fraction > 0.1
+
+
+# ----- labels --------------------------------------------------------------------------------------
+LABEL_CHARS = set("0123456789c:|OPTCLIRDUE_")
+
+
+def label_tokens(line: str) -> list[tuple[int, str]]:
+    """(column, text) of each run of label characters in a row's time area."""
+    area, out, c = line[LABEL_WIDTH:], [], 0
+    while c < len(area):
+        if area[c] in LABEL_CHARS:
+            j = c
+            while j < len(area) and area[j] in LABEL_CHARS:
+                j += 1
+            out.append((c, area[c:j]))
+            c = j
+        else:
+            c += 1
+    return out
+
+
+@pytest.mark.parametrize("width, zoom", [(70, 1), (151, 1), (80, 4), (60, 16)])
+def test_labels_never_run_together(width: int, zoom: int) -> None:
+    """Every label is one block's whole label with a blank (or a block's edge) on each side, inside
+    the block; labels of blocks too narrow for that are left out."""
+    state = small()
+    state.window.zoom(zoom)
+    shown = state.shown[0]
+    drawn = draw(shown.index, state.window.start, state.window.end, width)
+    found = 0
+    for line, cells in zip(drawn.lines, drawn.cells):
+        plain = line.plain[LABEL_WIDTH:]
+        for c, token in label_tokens(line.plain):
+            span = cells[c]
+            assert span is not None and token == str(span.action.microbatch), (token, plain)
+            assert plain[c - 1] in (" ", EDGE) and plain[c + len(token)] == " ", plain
+            assert all(cells[k] is span for k in range(c - 1, c + len(token) + 1)), plain
+            found += 1
+    assert found >= len(drawn.lines)  # the test sees labels
+
+
+def test_zoomed_out_no_label_is_crushed_into_a_number() -> None:
+    state = TuiState.from_scenario(load(GPT), predicted)  # 128 micro-batches: blocks under 3 columns at 100
+    drawn = draw(state.shown[0].index, state.window.start, state.window.end, 100)
+    assert all(not label_tokens(line.plain) for line in drawn.lines), [ln.plain for ln in drawn.lines]
+
+
+def test_two_blocks_of_one_colour_that_meet_are_parted() -> None:
+    line = draw_line([_span(0, 50, 3), _span(50, 100, 4)], 20)
+    assert line == "    3     " + EDGE + "   4     "
 
 
 # ----- the plan keys -------------------------------------------------------------------------------
@@ -174,9 +294,9 @@ def test_selection_steps_through_a_row_and_across_ranks() -> None:
     state = small()
     state.step_selection(1)
     first = state.selected_span()
-    assert first == lane_spans(state.shown[0].trace, 0, "compute")[0]
+    assert first == state.shown[0].index.row(0, "compute").spans[0]
     state.step_selection(1)
-    assert state.selected_span() == lane_spans(state.shown[0].trace, 0, "compute")[1]
+    assert state.selected_span() == state.shown[0].index.row(0, "compute").spans[1]
     state.move_rank(1)
     assert state.selected_span().rank == 1
 
@@ -238,7 +358,111 @@ def test_clicking_a_block_selects_it() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             timeline = app.query_one("#timeline")
             await pilot.click(timeline, offset=(10, 0))  # the first column of rank 0: its first forward
-            assert app.state.selected_span() == lane_spans(app.state.shown[0].trace, 0, "compute")[0]
+            assert app.state.selected_span() == app.state.shown[0].index.row(0, "compute").spans[0]
+
+    asyncio.run(drive())
+
+
+def _two_traces() -> TuiState:
+    return TuiState.from_traces([(p, load_trace(DATA / p)) for p in
+                                 ("tiny-1f1b.predicted.trace.json", "tiny-1f1b.measured.trace.json")])
+
+
+def _screen_text(app: PpsimTui) -> str:
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())  # textual is pinned
+
+
+def test_the_legend_names_the_colours_shown_on_screen_and_every_one_in_help() -> None:
+    async def drive() -> None:
+        app = PpsimTui(small(), show_timing=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            legend = _text(app, "#legend")
+            for words in ("F  forward", "B  backward", "OPT  optimizer step", "· idle", "part busy"):
+                assert words in legend, legend
+            assert "SEND_F" not in legend  # only what the rows show
+            await pilot.press("l")
+            assert "SEND_F  send activations" in _text(app, "#legend")
+            await pilot.press("question_mark")
+            await pilot.pause()
+            shown = _screen_text(app)
+            for kind, words in (("I", "input grad"), ("W", "weight grad"), ("REDUCE_GRAD", "grad all-reduce"),
+                                ("OVERLAP_F_B", "forward + backward overlapped")):
+                assert f"{kind}  {words}" in shown, shown
+            assert "▂▄▆ part busy" in shown and "next schedule" in shown
+
+    asyncio.run(drive())
+
+
+def test_two_traces_name_the_selected_blocks_trace_and_offer_no_plan_keys() -> None:
+    async def drive() -> None:
+        state = _two_traces()
+        app = PpsimTui(state, show_timing=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.press("right_square_bracket")
+            assert _text(app, "#detail").startswith("tiny-1f1b.predicted.trace.json: 0F0")
+            await pilot.press("down", "down")  # predicted rank 1, then the measured trace's rank 0
+            assert state.selected[0] == 1
+            assert _text(app, "#detail").startswith("tiny-1f1b.measured.trace.json: ")
+            footer = app.screen._compositor.render_strips()[-1].text
+            assert "export" in footer
+            for words in ("schedule", "micro-batches", "stages", "chunks"):
+                assert words not in footer, footer
+            shown = state.shown
+            await pilot.press("s", "m", "M", "p", "P", "c")
+            assert state.shown is shown and not state.message
+            await pilot.press("question_mark")
+            await pilot.pause()
+            help_text = _screen_text(app)
+            assert "zoom in / out" in help_text
+            assert not any(words in help_text for words in ("next schedule", "micro-batches", "stage fewer", "chunk"))
+
+    asyncio.run(drive())
+
+
+def test_one_trace_names_no_trace_in_the_selection() -> None:
+    async def drive() -> None:
+        app = PpsimTui(small(), show_timing=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("right_square_bracket")
+            assert _text(app, "#detail").startswith(str(app.state.selected_span().action))
+
+    asyncio.run(drive())
+
+
+def test_keys_measure_the_rows_only_when_the_window_or_the_plan_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A selection redraws from the rows measured before; a zoom measures them again but indexes no
+    trace again; only a plan key indexes its new trace."""
+    from ppsim.views.tui import app as app_module
+    from ppsim.views.tui import index as index_module
+
+    measured, indexed = [], []
+    real_measure, real_index = app_module.measure_rows, index_module.TraceIndex.__init__
+
+    def count_measure(*args: object, **kwargs: object) -> object:
+        measured.append(1)
+        return real_measure(*args, **kwargs)
+
+    def count_index(self: object, trace: Trace) -> None:
+        indexed.append(1)
+        real_index(self, trace)
+
+    monkeypatch.setattr(app_module, "measure_rows", count_measure)
+    monkeypatch.setattr(index_module.TraceIndex, "__init__", count_index)
+
+    async def drive() -> None:
+        app = PpsimTui(small(), show_timing=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            start = (len(measured), len(indexed))
+            await pilot.press("right_square_bracket", "right_square_bracket", "down")
+            await pilot.pause()
+            assert (len(measured), len(indexed)) == start
+            await pilot.press("plus")
+            await pilot.pause()
+            assert len(measured) == start[0] + 1 and len(indexed) == start[1]
+            await pilot.press("M")
+            await pilot.pause()
+            assert len(measured) == start[0] + 2 and len(indexed) == start[1] + 1
 
     asyncio.run(drive())
 
@@ -258,9 +482,22 @@ def test_snapshot_help(snap_compare) -> None:
 
 
 def test_snapshot_two_traces_side_by_side(snap_compare) -> None:
-    state = TuiState.from_traces([(p, load_trace(DATA / p)) for p in
-                                  ("tiny-1f1b.predicted.trace.json", "tiny-1f1b.measured.trace.json")])
+    """A block of the measured trace selected: the line under the legend names its trace."""
+    assert snap_compare(PpsimTui(_two_traces(), show_timing=False), terminal_size=(100, 30),
+                        press=["right_square_bracket", "down", "down"])
+
+
+def test_snapshot_gpipe_bubble_zoomed_out(snap_compare) -> None:
+    """gpt.yaml under GPipe with 8 micro-batches (a 50 % bubble): the forwards' and backwards'
+    triangles and the part-busy cells between the backwards."""
+    state = TuiState.from_scenario(load(GPT).with_overrides(schedule="gpipe", microbatches=8), predicted)
     assert snap_compare(PpsimTui(state, show_timing=False), terminal_size=(100, 30))
+
+
+def test_snapshot_gpt_yaml_zoomed_out(snap_compare) -> None:
+    """gpt.yaml as it opens (8 ranks x 128 micro-batches): bars short of full height where ranks wait."""
+    assert snap_compare(PpsimTui(TuiState.from_scenario(load(GPT), predicted), show_timing=False),
+                        terminal_size=(100, 30))
 
 
 # ----- the command ---------------------------------------------------------------------------------

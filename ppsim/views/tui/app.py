@@ -16,11 +16,20 @@ from textual.widget import Widget
 from textual.widgets import Footer, Static
 
 from ppsim.errors import PpsimError
+from ppsim.trace import Span
 from ppsim.views.tui import panels
-from ppsim.views.tui.state import PAN_FRACTION, ZOOM_FACTOR, TuiState
-from ppsim.views.tui.timeline import LABEL_WIDTH, Drawn, axis, draw
+from ppsim.views.tui.legend import help_legend, legend
+from ppsim.views.tui.state import PAN_FRACTION, ZOOM_FACTOR, Shown, TuiState
+from ppsim.views.tui.timeline import LABEL_WIDTH, Drawn, Measured, axis, measure_rows, render_rows, rows_of
 
 WIDE = 150  #: from this many columns the figures sit right of the timeline
+HELP_WIDTH = 76  #: the help's legend is packed to this width at most
+PLAN_ACTIONS = frozenset({"schedule", "microbatches", "stages", "chunks"})  #: off (and hidden) for saved traces
+
+
+def _same(shown: list[Shown], before: list[Shown]) -> bool:
+    """The same timelines (the same objects: a rerun makes new ones) as before."""
+    return len(shown) == len(before) and all(a is b for a, b in zip(shown, before))
 
 
 class TimelineView(Widget):
@@ -32,29 +41,45 @@ class TimelineView(Widget):
         super().__init__(**kwargs)
         self.state = state
         self.drawn: list[tuple[int, Drawn]] = []  #: (first line, drawing) per shown trace
+        self._key: tuple[object, ...] | None = None  #: the window, width and lanes last measured
+        self._shown: list[Shown] = []  #: the timelines last measured
+        self._measured: list[Measured] = []
+        self._drawn_selection: tuple[int, Span] | None = None
+        self._lines: list[Text] = []
 
     def _time_columns(self) -> int:
         return max(10, self.size.width - LABEL_WIDTH)
 
     def render(self) -> Group:
+        """The rows of every shown trace: measured again only when the window, width, lanes or
+        timelines change, drawn again only when the selection changes too."""
         st, width = self.state, self._time_columns()
-        selected = st.selected_span()
+        key = (st.window.start, st.window.end, width, st.lanes)
+        if not (_same(st.shown, self._shown) and key == self._key):
+            self._key, self._shown, self._drawn_selection = key, list(st.shown), None
+            self._measured = [measure_rows(sh.index, st.window.start, st.window.end, width, st.lanes)
+                              for sh in st.shown]
+            self._lines = []
+        if not self._lines or st.selected != self._drawn_selection:
+            self._drawn_selection, self._lines = st.selected, self._draw(width)
+        return Group(*self._lines)
+
+    def _draw(self, width: int) -> list[Text]:
+        st = self.state
         lines: list[Text] = []
         self.drawn = []
-        for k, shown in enumerate(st.shown):
+        for k, (shown, measured) in enumerate(zip(st.shown, self._measured)):
             if len(st.shown) > 1:
                 lines.append(Text(f"{shown.label}", style="bold underline"))
-            d = draw(shown.trace, st.window.start, st.window.end, width, st.lanes,
-                     selected if st.selected and st.selected[0] == k else None)
+            d = render_rows(shown.index, measured, st.selected[1] if st.selected and st.selected[0] == k else None)
             self.drawn.append((len(lines), d))
             lines.extend(d.lines)
             lines.append(axis(st.window.start, st.window.end, width))
-        return Group(*lines)
+        return lines
 
     def get_content_height(self, container: object, viewport: object, width: int) -> int:
         st = self.state
-        per = [len(draw(sh.trace, 0, 1, 1, st.lanes).rows) + 1 + (len(st.shown) > 1) for sh in st.shown]
-        return sum(per)
+        return sum(len(rows_of(sh.index, st.lanes)) + 1 + (len(st.shown) > 1) for sh in st.shown)
 
     def on_click(self, event: events.Click) -> None:
         column = event.x - LABEL_WIDTH
@@ -67,7 +92,7 @@ class TimelineView(Widget):
 
 
 class HelpScreen(ModalScreen[None]):
-    """The keys; any key closes it."""
+    """The keys (those that apply) and the colours; any key closes it."""
 
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
@@ -75,8 +100,15 @@ class HelpScreen(ModalScreen[None]):
                           background: $surface; }
     """
 
+    def __init__(self, editable: bool) -> None:
+        super().__init__()
+        self.editable = editable
+
     def compose(self) -> ComposeResult:
-        yield Static(panels.keys_table())
+        width = min(HELP_WIDTH, int(self.app.size.width * 0.9) - 4)  # inside the box's border and padding
+        box = Static(Group(panels.keys_table(self.editable), help_legend(width)))
+        box.border_title = "keys and colours"
+        yield box
 
     def on_key(self, event: events.Key) -> None:
         event.stop()
@@ -120,6 +152,9 @@ class PpsimTui(App[None]):
         self.state = state
         self.export_dir = export_dir or Path.cwd()
         self.show_timing = show_timing
+        self._shown_text: dict[str, Text] = {}  #: what each panel shows
+        self._figures_of: list[Shown] = []  #: the timelines the figures are of
+        self._timeline_height = -1
 
     # ----- layout ------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -128,6 +163,7 @@ class PpsimTui(App[None]):
             with VerticalScroll(id="timeline-box"):
                 yield TimelineView(self.state, id="timeline")
             yield VerticalScroll(Static(id="figures"), id="figures-box")
+        yield Static(id="legend")
         yield Static(id="detail")
         yield Static(id="message")
         yield Footer(compact=True, show_command_palette=False)  # every plan key fits in 80 columns
@@ -137,17 +173,41 @@ class PpsimTui(App[None]):
 
     def on_resize(self, event: events.Resize) -> None:
         self.query_one("#body").set_class(event.size.width >= WIDE, "wide")
+        self._update_legend()
+
+    def _update_legend(self) -> None:
+        st = self.state
+        kinds = set().union(*(sh.index.kinds(st.lanes) for sh in st.shown))
+        self._show("#legend", legend(kinds, max(20, self.size.width - 2)))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Plan keys do not apply to saved traces: off, and out of the footer."""
+        return self.state.editable or action not in PLAN_ACTIONS
 
     def refresh_all(self) -> None:
+        """Show the state: each panel updated only when its text changed, the timeline redrawn
+        (laid out again only when its height changed)."""
         st = self.state
-        self.query_one("#plan", Static).update(panels.plan_text(st, self.show_timing))
+        self._show("#plan", panels.plan_text(st, self.show_timing))
         many = len(st.shown) > 1
-        self.query_one("#figures", Static).update(Group(*(panels.figures(sh, many) for sh in st.shown)))
+        if not _same(st.shown, self._figures_of):
+            self._figures_of = list(st.shown)
+            self.query_one("#figures", Static).update(Group(*(panels.figures(sh, many) for sh in st.shown)))
         origin = st.origin(st.selected[0])[0] if st.selected else 0.0
-        self.query_one("#detail", Static).update(panels.detail_text(st.selected_span(), origin))
-        self.query_one("#message", Static).update(Text(st.message, style="bold yellow") if st.message else "")
+        trace = st.shown[st.selected[0]].label if st.selected and many else None
+        self._show("#detail", panels.detail_text(st.selected_span(), origin, trace))
+        self._show("#message", Text(st.message, style="bold yellow") if st.message else Text(""))
+        self._update_legend()
         timeline = self.query_one("#timeline", TimelineView)
-        timeline.refresh(layout=True)
+        height = timeline.get_content_height(None, None, 0)
+        timeline.refresh(layout=height != self._timeline_height)
+        self._timeline_height = height
+
+    def _show(self, selector: str, text: Text) -> None:
+        """Update a panel when its text differs from what it shows."""
+        if self._shown_text.get(selector) != text:
+            self._shown_text[selector] = text
+            self.query_one(selector, Static).update(text)
 
     # ----- actions -----------------------------------------------------------------------------
     def _run(self, change: object, *args: object) -> None:
@@ -196,7 +256,7 @@ class PpsimTui(App[None]):
         self.refresh_all()
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        self.push_screen(HelpScreen(self.state.editable))
 
     def action_export(self) -> None:
         from ppsim.views.tui.export import export_view

@@ -26,10 +26,11 @@ KEYS: list[tuple[str, str]] = [
     ("↑ / ↓", "select a block of the rank above / below"),
     ("click", "select the block under the mouse"),
     ("l", "show or hide the send / recv / collective rows"),
-    ("e", "export the view as an HTML page (as ppsim run --html)"),
+    ("e", "export the view as an HTML page"),
     ("?", "this help"),
     ("q", "quit"),
 ]
+PLAN_KEYS = frozenset({"s", "m / M", "p / P", "c"})  #: keys that change the plan: none for saved traces
 
 
 def plan_text(state: TuiState, show_timing: bool = True) -> Text:
@@ -55,6 +56,7 @@ def plan_text(state: TuiState, show_timing: bool = True) -> Text:
     else:
         text.append("saved trace" + ("s" if len(state.shown) > 1 else "") + ": ", style="bold")
         text.append("  |  ".join(f"{sh.label} ({sh.summary.source}, {sh.summary.schedule})" for sh in state.shown))
+        text.append("  (a saved plan cannot change: open a scenario for the plan keys)", style="dim")
     return text
 
 
@@ -105,11 +107,14 @@ def fit_text(s: Summary) -> Text | None:
     return Text(f"memory: DOES NOT FIT ({over})", style="bold red")
 
 
-def detail_text(span: Span | None, origin: float = 0.0) -> Text:
-    """The selected block: action, rank, lane, start, end, duration, bytes and peer."""
+def detail_text(span: Span | None, origin: float = 0.0, trace: str | None = None) -> Text:
+    """The selected block: the trace it belongs to (when two are shown), action, rank, lane, start,
+    end, duration, bytes and peer."""
     if span is None:
         return Text("select a block: click it, or [ ] and ↑ ↓", style="dim")
     text = Text()
+    if trace is not None:
+        text.append(f"{trace}: ", style="bold underline")
     text.append(str(span.action), style="bold")
     text.append(f"  rank {span.rank} {span.lane}  start {span.start - origin:,.3f} ms  end {span.end - origin:,.3f} ms"
                 f"  duration {span.end - span.start:,.3f} ms")
@@ -120,8 +125,10 @@ def detail_text(span: Span | None, origin: float = 0.0) -> Text:
     return text
 
 
-def keys_table() -> Table:
-    table = Table(title="keys", show_header=False, box=None, padding=(0, 2))
+def keys_table(editable: bool = True) -> Table:
+    """The keys; without the plan keys when the plan cannot change (saved traces)."""
+    table = Table(show_header=False, box=None, padding=(0, 2))
     for key, what in KEYS:
-        table.add_row(Text(key, style="bold cyan"), what)
+        if editable or key not in PLAN_KEYS:
+            table.add_row(Text(key, style="bold cyan"), what)
     return table

@@ -10,13 +10,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ppsim.errors import PpsimError, TraceError
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan.schedules import SCHEDULES, get
 from ppsim.trace import Span, Trace
-from ppsim.trace.metrics import Summary, step_bounds, summarize
+from ppsim.trace.metrics import Summary, summarize
+from ppsim.views.tui.index import TraceIndex
 
 Predictor = Callable[[Scenario], Trace]  #: the predicted trace of a scenario
 
@@ -32,6 +34,11 @@ class Shown:
     label: str
     trace: Trace
     summary: Summary
+
+    @cached_property
+    def index(self) -> TraceIndex:
+        """The trace's rows, sorted once: what drawing and selection read."""
+        return TraceIndex(self.trace)
 
 
 @dataclass
@@ -199,12 +206,12 @@ class TuiState:
     def step_selection(self, delta: int) -> None:
         """Select the next (previous) block of the selected block's row, or rank 0's first (last)."""
         if self.selected is None:
-            row = lane_spans(self.shown[0].trace, 0, "compute")
+            row = self.shown[0].index.row(0, "compute").spans
             if row:
                 self.selected = (0, row[0] if delta > 0 else row[-1])
         else:
             t, span = self.selected
-            row = lane_spans(self.shown[t].trace, span.rank, span.lane)
+            row = self.shown[t].index.row(span.rank, span.lane).spans
             i = row.index(span) if span in row else 0
             self.selected = (t, row[min(max(i + delta, 0), len(row) - 1)])
         self._show_selected()
@@ -218,7 +225,7 @@ class TuiState:
         rows = [(k, r) for k, sh in enumerate(self.shown) for r in range(sh.trace.num_ranks)]
         k = min(max(rows.index((t, span.rank)) + delta, 0), len(rows) - 1)
         nt, nr = rows[k]
-        row = lane_spans(self.shown[nt].trace, nr, "compute")
+        row = self.shown[nt].index.row(nr, "compute").spans
         if row:
             at = (span.start + span.end) / 2
             self.selected = (nt, min(row, key=lambda s: abs((s.start + s.end) / 2 - at)))
@@ -236,12 +243,7 @@ class TuiState:
 
     def origin(self, timeline: int) -> tuple[float, float]:
         """Bounds of a timeline's step on its own clock; the window's 0 is its start."""
-        return step_bounds(self.shown[timeline].trace)
-
-
-def lane_spans(trace: Trace, rank: int, lane: str) -> list[Span]:
-    """A rank's spans of one lane in time order (what selection steps through)."""
-    return sorted((s for s in trace.spans if s.rank == rank and s.lane == lane), key=lambda s: (s.start, s.end))
+        return self.shown[timeline].index.bounds
 
 
 def _predict(s: Scenario, predictor: Predictor) -> tuple[Shown, float]:
@@ -260,5 +262,5 @@ def _next_chunks(v: int) -> list[int]:
 
 def _bounds(shown: list[Shown]) -> tuple[float, float]:
     """One time axis for all timelines: each starts at its own first span."""
-    width = max(step_bounds(sh.trace)[1] - step_bounds(sh.trace)[0] for sh in shown)
+    width = max(sh.index.bounds[1] - sh.index.bounds[0] for sh in shown)
     return 0.0, width

@@ -1,27 +1,30 @@
 """A trace drawn as character cells: a row per rank (and per communication lane when asked), a
-column per slice of the time window, each cell coloured by the action that covers most of it.
+column per slice of the time window.
 
-Pure: the same trace, window and width give the same cells. A block's label (its micro-batch, as
-on the HTML page) is written into it where it fits; idle time (the bubble) is a dim dot.
+Pure: the same trace, window and width give the same cells. A cell inside a block takes the block's
+colour; a cell holding several pieces is a bar as high as its busy share (``cells``), so the bubble
+shows at any zoom. A block carries its label (its micro-batch, as on the HTML page) only where the
+label fits with a blank on each side, so two labels never touch; two blocks of one colour that
+meet are parted by a thin line. Idle cells are a dim dot.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rich.text import Text
 
-from ppsim.trace import LANES, Span, Trace
-from ppsim.trace.metrics import step_bounds
-from ppsim.views.labels import bar_text, chunk_of_stage
+from ppsim.trace import Span, Trace
+from ppsim.views.labels import bar_text
 from ppsim.views.palette import KIND_COLORS, UNKNOWN_KIND_COLOR
+from ppsim.views.tui.cells import EIGHTHS, Cells, measure
+from ppsim.views.tui.index import TraceIndex
+from ppsim.views.tui.legend import IDLE, IDLE_STYLE, text_colour
 
 LABEL_WIDTH = 9  #: the row name column ("rank 12 ", " send")
-IDLE = "·"
-IDLE_STYLE = "grey37"
 SELECTED_STYLE = "bold reverse"
+EDGE = "▏"  #: where two blocks of one colour meet
 
 
 @dataclass(frozen=True)
@@ -49,84 +52,115 @@ class Drawn:
         return None
 
 
-def rows_of(trace: Trace, lanes: bool) -> list[Row]:
+def rows_of(index: TraceIndex, lanes: bool) -> list[Row]:
     """Compute rows, one per rank; with ``lanes`` each rank's communication rows under it."""
-    used = {s.lane for s in trace.spans}
-    kinds = ["compute"] + ([ln for ln in LANES if ln != "compute" and ln in used] if lanes else [])
-    return [Row(r, ln) for r in range(trace.num_ranks) for ln in kinds]
+    kinds = index.lanes(lanes)
+    return [Row(r, ln) for r in range(index.num_ranks) for ln in kinds]
 
 
-def cover(spans: list[Span], start: float, end: float, width: int) -> list[Span | None]:
-    """For each of ``width`` columns over [start, end), the span overlapping it most (None: idle).
-    A span shorter than a column still shows when nothing longer shares its column."""
-    cells: list[Span | None] = [None] * width
-    best = [0.0] * width
-    if width <= 0 or end <= start:
-        return cells
-    dt = (end - start) / width
-    for s in spans:
-        if s.end <= start or s.start >= end:
-            continue
-        c0 = max(0, int((s.start - start) / dt))
-        c1 = min(width - 1, max(c0, math.ceil((s.end - start) / dt) - 1))
-        for c in range(c0, c1 + 1):
-            lo, hi = start + c * dt, start + (c + 1) * dt
-            overlap = min(s.end, hi) - max(s.start, lo)
-            amount = overlap if overlap > 0 else 1e-12  # zero-length spans still mark their column
-            if amount > best[c]:
-                best[c], cells[c] = amount, s
-    return cells
+def _colour(cells: Cells, c: int) -> str:
+    kind = cells.kinds[c]
+    return UNKNOWN_KIND_COLOR if kind is None else KIND_COLORS.get(kind, UNKNOWN_KIND_COLOR)
 
 
-def _text_colour(background: str) -> str:
-    """Black or white, whichever reads on ``background`` (#rrggbb)."""
-    r, g, b = (int(background[i:i + 2], 16) for i in (1, 3, 5))
-    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 140 else "white"
-
-
-def draw_row(cells: list[Span | None], chunk_of: Mapping[int, int], selected: Span | None) -> Text:
-    """One row's cells as styled text: runs of one span are a block with its label where it fits."""
-    text = Text(no_wrap=True, overflow="crop")
-    i, n = 0, len(cells)
+def _blocks(cells: Cells) -> list[tuple[int, int]]:
+    """Runs [i, j) of whole cells inside one span: the blocks that may carry a label."""
+    runs, i, n = [], 0, len(cells.top)
     while i < n:
-        span = cells[i]
-        j = i
-        while j < n and cells[j] is span:
+        j = i + 1
+        if cells.solid[i]:
+            while j < n and cells.solid[j] and cells.top[j] is cells.top[i]:
+                j += 1
+            runs.append((i, j))
+        i = j
+    return runs
+
+
+def _marked(cells: Cells, selected: Span | None, start: float, end: float) -> set[int]:
+    """The cells showing the selected span: those it covers most, or the one at its middle."""
+    if selected is None:
+        return set()
+    marked = {c for c, s in enumerate(cells.top) if s is selected or s == selected}
+    width = len(cells.top)
+    if not marked and width and end > start and start <= (selected.start + selected.end) / 2 < end:
+        marked.add(int(((selected.start + selected.end) / 2 - start) / (end - start) * width))
+    return marked
+
+
+def draw_row(cells: Cells, chunk_of: Mapping[int, int], selected: Span | None = None,
+             window: tuple[float, float] = (0.0, 0.0)) -> Text:
+    """One row's cells as styled text (``window``: the cells' [start, end), to find a selected
+    span too short to own a cell)."""
+    n = len(cells.top)
+    chars = [IDLE] * n
+    styles = [IDLE_STYLE] * n
+    for c in range(n):
+        e = cells.eighths(c)
+        if e == 0:
+            continue
+        colour = _colour(cells, c)
+        chars[c], styles[c] = (" ", f"{text_colour(colour)} on {colour}") if e == 8 else (EIGHTHS[e], colour)
+    for c in range(1, n):
+        starting = cells.starts[c]
+        if starting is not None and starting is cells.kinds[c] and chars[c] == " " and chars[c - 1] in (" ", EDGE) \
+                and styles[c - 1] == styles[c]:  # a block of the colour drawn before starts here
+            chars[c] = EDGE
+    for i, j in _blocks(cells):
+        span = cells.top[i]
+        assert span is not None
+        label = bar_text(span, chunk_of)
+        if len(label) + 2 <= j - i:
+            at = i + (j - i - len(label)) // 2
+            chars[at:at + len(label)] = list(label)
+    for c in _marked(cells, selected, *window):
+        styles[c] += " " + SELECTED_STYLE
+    text = Text(no_wrap=True, overflow="crop")
+    i = 0
+    while i < n:  # one segment per run of one style
+        j = i + 1
+        while j < n and styles[j] == styles[i]:
             j += 1
-        run = j - i
-        if span is None:
-            text.append(IDLE * run, style=IDLE_STYLE)
-        else:
-            colour = KIND_COLORS.get(span.action.kind, UNKNOWN_KIND_COLOR)
-            style = f"{_text_colour(colour)} on {colour}"
-            if selected is not None and span == selected:
-                style += " " + SELECTED_STYLE
-            label = bar_text(span, chunk_of)
-            body = label.center(run) if len(label) <= run else " " * run
-            text.append(body, style=style)
+        text.append("".join(chars[i:j]), style=styles[i])
         i = j
     return text
 
 
-def draw(trace: Trace, window_start: float, window_end: float, width: int, lanes: bool = False,
-         selected: Span | None = None) -> Drawn:
-    """The trace's rows over the window (ms from the trace's first span) in ``width`` columns."""
-    origin, _ = step_bounds(trace)
+@dataclass(frozen=True)
+class Measured:
+    """A trace's rows measured over a window: what a new selection redraws without measuring again."""
+
+    rows: list[Row]
+    cells: list[Cells]
+    start: float  #: the window on the trace's clock
+    end: float
+
+
+def measure_rows(index: TraceIndex, window_start: float, window_end: float, width: int, lanes: bool) -> Measured:
+    """Every shown row's cells over the window (ms from the trace's first span)."""
+    origin, _ = index.bounds
     start, end = origin + window_start, origin + window_end
-    rows = rows_of(trace, lanes)
-    by_row: dict[tuple[int, str], list[Span]] = {}
-    for s in trace.spans:
-        by_row.setdefault((s.rank, s.lane), []).append(s)
-    chunk_of = chunk_of_stage(trace)
-    lines, cells = [], []
-    for row in rows:
-        row_cells = cover(sorted(by_row.get((row.rank, row.lane), []), key=lambda s: s.start), start, end, width)
+    rows = rows_of(index, lanes)
+    return Measured(rows, [measure(index.row(r.rank, r.lane).in_window(start, end), start, end, width) for r in rows],
+                    start, end)
+
+
+def render_rows(index: TraceIndex, measured: Measured, selected: Span | None = None) -> Drawn:
+    """The measured rows as lines of text, the selected span marked."""
+    lines = []
+    for row, cells in zip(measured.rows, measured.cells):
+        on_row = selected if selected is not None and (selected.rank, selected.lane) == (row.rank, row.lane) else None
         line = Text(no_wrap=True, overflow="crop")
         line.append(f"{row.label:<{LABEL_WIDTH}}", style="bold" if row.lane == "compute" else "dim")
-        line.append_text(draw_row(row_cells, chunk_of, selected))
+        line.append_text(draw_row(cells, index.chunk_of, on_row, (measured.start, measured.end)))
         lines.append(line)
-        cells.append(row_cells)
-    return Drawn(rows, lines, cells)
+    return Drawn(measured.rows, lines, [c.top for c in measured.cells])
+
+
+def draw(source: Trace | TraceIndex, window_start: float, window_end: float, width: int, lanes: bool = False,
+         selected: Span | None = None) -> Drawn:
+    """The trace's rows over the window (ms from the trace's first span) in ``width`` columns."""
+    index = source if isinstance(source, TraceIndex) else TraceIndex(source)
+    return render_rows(index, measure_rows(index, window_start, window_end, width, lanes), selected)
 
 
 def axis(window_start: float, window_end: float, width: int) -> Text:
