@@ -2,8 +2,11 @@
 
 A small probe script is injected into a copy of the page. Once the page has loaded it records the
 script errors, whether Plotly drew the figure, how many bars each bar trace drew (SVG ``path``
-elements under ``g.trace.bars``), the resources the page fetched, and the range of every x axis
-after zooming the first one, then writes all that as JSON into the DOM, which ``--dump-dom`` prints.
+elements under ``g.trace.bars``), the bar labels it shows (``labels``: how many, their font sizes,
+how many stick out of their bar), the hover text of the first bar, the resources the page fetched,
+and the range of every x axis (and the first shape's x0, x1) after zooming the first x axis; with
+``detail`` it then zooms that axis to that range and records the labels again
+(``labels_zoomed``). It writes all that as JSON into the DOM, which ``--dump-dom`` prints.
 """
 
 from __future__ import annotations
@@ -25,6 +28,24 @@ window.__ppsimErrors = [];
 window.addEventListener('error', e => window.__ppsimErrors.push(String(e.message)));
 window.addEventListener('load', async () => {
   const out = {errors: window.__ppsimErrors, plotly: typeof Plotly !== 'undefined', bars: {}, ranges: {}};
+  const detail = DETAIL;
+  const settle = () => new Promise(r => setTimeout(r, 500));
+  const labels = gd => {
+    const shown = [...gd.querySelectorAll('g.trace.bars g.point')].filter(p => {
+      const t = p.querySelector('text');
+      return t && t.style.display !== 'none' && !/scale\\(0\\)/.test(t.getAttribute('transform') || '');
+    });
+    const sizes = new Set(), outside = [];
+    for (const p of shown) {
+      const t = p.querySelector('text').getBoundingClientRect(), b = p.querySelector('path').getBoundingClientRect();
+      const k = /scale\\(([\\d.]+)/.exec(p.querySelector('text').getAttribute('transform') || '');
+      sizes.add(parseFloat(getComputedStyle(p.querySelector('text')).fontSize) * (k ? parseFloat(k[1]) : 1));
+      if (t.left < b.left - 0.5 || t.right > b.right + 0.5 || t.top < b.top - 0.5 || t.bottom > b.bottom + 0.5) {
+        outside.push(p.querySelector('text').textContent);
+      }
+    }
+    return {shown: shown.length, sizes: [...sizes], outside: outside};
+  };
   try {
     const gd = document.querySelector('.js-plotly-plot');
     out.rendered = !!(gd && gd.querySelector('svg.main-svg') && gd._fullLayout);
@@ -33,10 +54,27 @@ window.addEventListener('load', async () => {
       const name = cd && cd[0] && cd[0].trace ? cd[0].trace.name : '?';
       out.bars[name] = (out.bars[name] || 0) + g.querySelectorAll('g.point > path').length;
     });
+    out.labels = labels(gd);
+    const first = gd.data.findIndex(t => t.type === 'bar');
+    if (first >= 0) {
+      const t = gd.data[first];
+      Plotly.Fx.hover(gd, [{curveNumber: first, pointNumber: 0}], (t.xaxis || 'x') + (t.yaxis || 'y'));
+      await settle();
+      out.hover = [...gd.querySelectorAll('.hoverlayer .hovertext text')].map(e => e.textContent).join(' ');
+      Plotly.Fx.unhover(gd);
+    }
     out.resources = performance.getEntriesByType('resource').map(r => r.name);
     await Plotly.relayout(gd, {'xaxis.range': [ZOOM0, ZOOM1]});
+    await settle();  // the page's own script answers the zoom with a relayout of its own
     for (const k of Object.keys(gd._fullLayout).filter(k => /^xaxis\\d*$/.test(k))) {
       out.ranges[k] = gd._fullLayout[k].range;
+    }
+    const shape = (gd.layout.shapes || [])[0];
+    out.frame = shape ? [shape.x0, shape.x1] : null;
+    if (detail) {
+      await Plotly.relayout(gd, {[detail.axis + '.range']: detail.range});
+      await settle();
+      out.labels_zoomed = labels(gd);
     }
   } catch (e) { out.errors.push(String(e)); }
   const pre = document.createElement('pre');
@@ -61,13 +99,16 @@ def find_chromium() -> str | None:
     return None
 
 
-def probe(page: Path, chromium: str, timeout: float = 120.0) -> dict[str, Any]:
-    """Load ``page`` offline in headless ``chromium``; return the probe's findings (see module docstring)."""
+def probe(page: Path, chromium: str, timeout: float = 120.0,
+          detail: tuple[str, tuple[float, float]] | None = None) -> dict[str, Any]:
+    """Load ``page`` offline in headless ``chromium``; return the probe's findings (see module docstring).
+    ``detail`` = (x axis, range) to zoom last, for the labels a closer look shows."""
     text = page.read_text(encoding="utf-8")
     head = text.lower().index("<head>") + len("<head>")
+    script = _PROBE.replace("DETAIL", json.dumps({"axis": detail[0], "range": list(detail[1])} if detail else None))
     with tempfile.TemporaryDirectory(prefix="ppsim-browser-") as tmp:
         copy = Path(tmp) / page.name
-        copy.write_text(text[:head] + _PROBE + text[head:], encoding="utf-8")
+        copy.write_text(text[:head] + script + text[head:], encoding="utf-8")
         cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
                "--disable-extensions", "--mute-audio", f"--user-data-dir={tmp}/profile", *_OFFLINE,
                "--virtual-time-budget=60000", "--dump-dom", copy.as_uri()]

@@ -1,5 +1,6 @@
 """The HTML pages in a real headless Chromium with the network cut off: they load, Plotly draws them,
-every span is one drawn bar, and zooming the time axis moves the plots that share it.
+every span is one drawn bar, zooming the time axis moves the plots that share it (on the timeline,
+a drag on the overview zooms the plots under it), and labels show only where they fit.
 
 Chromium comes from the test set-up (`make test` installs Debian's chromium); without one these
 tests are skipped with that reason.
@@ -7,6 +8,7 @@ tests are skipped with that reason.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from ppsim.prediction import predict
 from ppsim.search.sweep import schedule_variants
 from ppsim.trace import Trace
 from ppsim.trace.compare import compare_traces
+from ppsim.views.render.bars import LABEL_SIZE
 from ppsim.views.render.compare_html import write_compare_html
 from ppsim.views.render.gantt import write_html
 
@@ -43,13 +46,36 @@ def assert_loaded(found: dict) -> None:
     assert not [r for r in found["resources"] if r.startswith(("http:", "https:"))]
 
 
-def test_timeline_page_draws_one_bar_per_span_and_zooms_both_plots(tmp_path: Path) -> None:
+def test_timeline_page_draws_one_bar_per_span_and_zooms_from_the_overview(tmp_path: Path) -> None:
     trace = predict(gpt().with_overrides(stages=4, microbatches=8)).trace
     found = probe(write_html(trace, tmp_path / "run.html"), CHROMIUM)
     assert_loaded(found)
     assert found["bars"] == kinds(trace.spans)
     assert sum(found["bars"].values()) == len(trace.spans)
-    assert found["ranges"] == {"xaxis": list(ZOOM), "xaxis2": list(ZOOM)}  # Gantt and memory plot in step
+    # a drag on the overview zooms the Gantt and the memory plot; the overview keeps the step, framing the window
+    step = [min(s.start for s in trace.spans), max(s.end for s in trace.spans)]
+    assert found["ranges"] == {"xaxis": pytest.approx(step), "xaxis2": list(ZOOM), "xaxis3": list(ZOOM)}
+    assert found["frame"] == list(ZOOM)
+    # the hover, built from the bar's arrays: action, rank, lane, start, end, duration
+    assert re.fullmatch(r"0F0rank 0 · computestart 0\.000 msend [\d.]+ msduration [\d.]+ ms", found["hover"]), found["hover"]
+
+
+def test_make_run_page_is_small_and_labels_only_what_fits(tmp_path: Path) -> None:
+    """gpt.yaml as `make run` draws it (8 ranks x 128 micro-batches): <= 1 MB beyond plotly.js; no label
+    squeezed at the whole step; zoomed in, labels appear, all at one size, each inside its bar."""
+    from plotly.offline.offline import get_plotlyjs
+
+    trace = predict(gpt()).trace
+    page = write_html(trace, tmp_path / "gpt.html")
+    assert len(page.read_bytes()) - len(get_plotlyjs().encode()) <= 1_000_000
+    window = (0.0, max(s.end for s in trace.spans) / 8)
+    found = probe(page, CHROMIUM, detail=("xaxis2", window))
+    assert_loaded(found)
+    assert sum(found["bars"].values()) == len(trace.spans)
+    assert found["labels"]["outside"] == [] and set(found["labels"]["sizes"]) <= {LABEL_SIZE}
+    zoomed = found["labels_zoomed"]
+    assert zoomed["shown"] > found["labels"]["shown"] and zoomed["sizes"] == [LABEL_SIZE]
+    assert zoomed["outside"] == []
 
 
 def test_the_network_is_really_cut_off(tmp_path: Path) -> None:
@@ -69,7 +95,7 @@ def test_measured_timeline_without_memory_draws_every_span(tmp_path: Path) -> No
     found = probe(write_html(trace, tmp_path / "measured.html"), CHROMIUM)
     assert_loaded(found)
     assert sum(found["bars"].values()) == len(trace.spans)
-    assert found["ranges"] == {"xaxis": list(ZOOM)}
+    assert set(found["ranges"]) == {"xaxis", "xaxis2"} and found["ranges"]["xaxis2"] == list(ZOOM)
 
 
 def test_predicted_vs_measured_page_draws_both_traces(tmp_path: Path) -> None:
@@ -81,7 +107,7 @@ def test_predicted_vs_measured_page_draws_both_traces(tmp_path: Path) -> None:
     assert found["bars"] == kinds(pred.spans + meas.spans)
 
 
-def test_compare_schedules_page_stacks_timelines_on_one_time_axis(tmp_path: Path) -> None:
+def test_compare_schedules_page_puts_small_timelines_on_one_time_axis(tmp_path: Path) -> None:
     names = ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"]
     page = tmp_path / "schedules.html"
     result = CliRunner().invoke(app, ["compare-schedules", str(SCENARIOS / "gpt-interleaved.yaml"), "--microbatches",
@@ -90,9 +116,9 @@ def test_compare_schedules_page_stacks_timelines_on_one_time_axis(tmp_path: Path
     found = probe(page, CHROMIUM)
     assert_loaded(found)
     variants = schedule_variants(load(SCENARIOS / "gpt-interleaved.yaml").with_overrides(microbatches=8), names)
-    spans = [s for v in variants for s in v.trace.spans]
+    compute = [s for v in variants for s in v.trace.spans if s.lane == "compute"]
     summary = {name: len(names) for name in ("step time", "bubble", "peak memory")}
-    assert found["bars"] == {**kinds(spans), **summary}
+    assert found["bars"] == {**kinds(compute), **summary}
     timelines = ["xaxis"] + [f"xaxis{i}" for i in range(2, len(names) + 1)]
     assert {k: found["ranges"][k] for k in timelines} == {k: list(ZOOM) for k in timelines}
     bar_charts = set(found["ranges"]) - set(timelines)
@@ -107,4 +133,4 @@ def test_sweep_page_renders(tmp_path: Path) -> None:
     found = probe(page, CHROMIUM)
     assert_loaded(found)
     assert found["bars"] == {}
-    assert set(found["ranges"]) == {"xaxis", "xaxis2"}
+    assert set(found["ranges"]) == {"xaxis", "xaxis2", "xaxis3"}  # throughput, bubble, memory

@@ -9,19 +9,72 @@ start at its own first span. One Plotly bar trace per action kind, colours from 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ppsim.plan import Kind
 from ppsim.trace import Span, Trace
 from ppsim.trace.compare import Comparison, aligned, describe
 from ppsim.views.labels import bar_text, chunk_of_stage
-from ppsim.views.render.gantt import hover_row, kind_bars, timeline_layout, write_figure
+from ppsim.views.palette import KIND_COLORS
+from ppsim.views.render.page import write_figure
 
 if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
 
 SIDES = ("predicted", "measured")
 _OPACITY = {"predicted": 0.55, "measured": 1.0}
+
+#: hover text of a bar; its customdata row is :func:`hover_row`
+HOVER = (
+    "<b>%{customdata[0]}</b><br>rank %{customdata[1]} · %{customdata[2]}"
+    "<br>start %{customdata[3]:.3f} ms<br>end %{customdata[4]:.3f} ms"
+    "<br>duration %{customdata[5]:.3f} ms%{customdata[6]}<extra></extra>"
+)
+
+
+def _extra_hover(span: Span) -> str:
+    out = ""
+    if span.bytes is not None:
+        out += f"<br>bytes {span.bytes:,} ({span.bytes / 2**20:.2f} MiB)"
+    if span.peer is not None:
+        out += f"<br>peer rank {span.peer}"
+    return out
+
+
+def hover_row(span: Span, label: str, extra: str = "") -> list[Any]:
+    """The customdata row :data:`HOVER` shows: ``label`` in place of the lane, ``extra`` appended (HTML)."""
+    return [str(span.action), span.rank, label, span.start, span.end, span.end - span.start,
+            _extra_hover(span) + extra]
+
+
+def timeline_layout(rows: list[str], title: str) -> dict[str, Any]:
+    """Layout of the page: numeric ms axis, ``rows`` top to bottom, overlaid bars."""
+    return {
+        "title": {"text": title, "x": 0.01},
+        "barmode": "overlay",
+        "bargap": 0.0,
+        "uniformtext": {"mode": "hide", "minsize": 8},
+        "xaxis": {"type": "linear", "title": {"text": "time (ms)"}, "showgrid": True},
+        "yaxis": {"type": "category", "categoryorder": "array", "categoryarray": rows, "autorange": "reversed"},
+        "legend": {"title": {"text": "kind"}, "traceorder": "normal"},
+        "height": max(320, 120 + 22 * len(rows)),
+        "margin": {"l": 110, "r": 20, "t": 80, "b": 50},
+        "plot_bgcolor": "white",
+    }
+
+
+def kind_bars(kind: Kind, spans: list[Span], rows: list[str], texts: list[str], customdata: list[list[Any]],
+              opacity: list[float]) -> go.Bar:
+    """One bar trace for the spans of one kind: numeric base and length, compute bars full, messages thinner."""
+    import plotly.graph_objects as go
+
+    return go.Bar(
+        name=kind.value, orientation="h", base=[s.start for s in spans], x=[s.end - s.start for s in spans], y=rows,
+        width=[0.8 if s.lane == "compute" else 0.4 for s in spans],
+        marker={"color": KIND_COLORS[kind], "line": {"width": 0}, "opacity": opacity},
+        text=texts, textposition="inside", textangle=0, insidetextanchor="middle",
+        customdata=customdata, hovertemplate=HOVER,
+    )
 
 
 def row_label(rank: int, side: str) -> str:

@@ -34,6 +34,8 @@ def comparison_renderable(c: Comparison) -> Group:
     parts: list[Any] = [head]
     for note in (*c.meta_differences, *c.unmatched):
         parts.append(Text(f"note: {note}", style="yellow"))
+    for hint in c.hints:
+        parts.append(Text(f"hint: {hint}", style="yellow"))
 
     ranks = Table(title="per rank (error = predicted - measured)", title_justify="left")
     for col in ("rank", "busy pred ms", "busy meas ms", "bubble pred", "bubble meas", "error pp"):
@@ -56,8 +58,20 @@ def comparison_renderable(c: Comparison) -> Group:
         )
     parts += [Text(""), ranks, Text(""), kinds]
 
+    if c.causes:
+        causes = Table(title="largest differences by kind and stage (durations summed; diff = measured - predicted)",
+                       title_justify="left")
+        for col in ("kind", "stage", "rank", "count", "pred ms", "meas ms", "diff ms", "rel dur"):
+            causes.add_column(col, justify="right")
+        for x in c.causes:
+            causes.add_row(x.kind, str(x.stage), str(x.rank), str(x.count), f"{x.predicted_ms:,.3f}",
+                           f"{x.measured_ms:,.3f}", f"{x.delta_ms:+,.3f}",
+                           or_dash(None if x.relative_error is None else 100 * x.relative_error, "+.1f", " %"))
+        parts += [Text(""), causes]
+
     if c.worst:
-        parts += [Text(""), Text(f"largest disagreements (top {len(c.worst)})", style="italic")]
+        parts += [Text(""), Text(f"largest disagreements (top {len(c.worst)}; start delays add up along the step)",
+                                 style="italic")]
         for i, d in enumerate(c.worst, 1):
             parts.append(Text(f"{i:>3}. {d.description}"))
             parts.append(Text(

@@ -1,0 +1,161 @@
+"""The bars of a timeline, compact enough for thousands of spans: one Plotly bar trace per action kind
+and lane, numeric arrays (typed, rounded), hover built by a template from those arrays.
+
+Rows sit on a numeric y axis (top to bottom): per rank its compute row, one unit tall, then a half
+unit for each other lane the trace uses (send, recv, collective), so messages do not crowd the
+compute. Labels (micro-batches) go on compute bars only, at one fixed size; Plotly hides each that
+does not fit its bar at the current zoom, so labels never shrink into each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ppsim.errors import TraceError
+from ppsim.plan import Kind
+from ppsim.trace import LANES, Span, Trace
+from ppsim.views.labels import bar_text, chunk_of_stage
+from ppsim.views.palette import KIND_COLORS, UNKNOWN_KIND_COLOR
+
+if TYPE_CHECKING:  # pragma: no cover
+    import plotly.graph_objects as go
+
+LABEL_SIZE = 10  #: pixels; a label is shown at this size or not at all
+LANE_UNITS = {"compute": 1.0}  #: row height in y units; other lanes get OTHER_LANE_UNITS
+OTHER_LANE_UNITS = 0.5
+BAR_FILL = 0.8  #: the part of its row a bar covers
+LANE_TICKS = {"send": "send", "recv": "recv", "collective": "coll."}
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Where each (rank, lane) row sits on the y axis, and the tick labels of the rows."""
+
+    position: dict[tuple[int, str], float]  #: centre of each row, in y units from the top
+    height: dict[str, float]  #: row height per lane
+    extent: float  #: total height in y units
+
+    @property
+    def tickvals(self) -> list[float]:
+        return list(self.position.values())
+
+    @property
+    def ticktext(self) -> list[str]:
+        return [f"rank {r}" if lane == "compute" else LANE_TICKS.get(lane, lane) for r, lane in self.position]
+
+    def rank_bands(self) -> list[tuple[float, float]]:
+        """(top, bottom) of each rank's block of rows, in rank order."""
+        bands: dict[int, list[float]] = {}
+        for (rank, lane), y in self.position.items():
+            half = self.height[lane] / 2
+            band = bands.setdefault(rank, [y - half, y + half])
+            band[0], band[1] = min(band[0], y - half), max(band[1], y + half)
+        return [(lo, hi) for _, (lo, hi) in sorted(bands.items())]
+
+
+def trace_lanes(trace: Trace) -> list[str]:
+    """The lanes the trace uses, compute first, then in :data:`LANES` order, then any others."""
+    used = {s.lane for s in trace.spans}
+    return ["compute"] + [ln for ln in LANES if ln != "compute" and ln in used] + sorted(used - set(LANES))
+
+
+def rows_of(trace: Trace, lanes: Iterable[str] | None = None) -> Rows:
+    """Rows of ``trace`` top to bottom, rank by rank; ``lanes`` limits them (say, to compute)."""
+    keep = trace_lanes(trace) if lanes is None else [ln for ln in trace_lanes(trace) if ln in set(lanes)]
+    height = {ln: LANE_UNITS.get(ln, OTHER_LANE_UNITS) for ln in keep}
+    position: dict[tuple[int, str], float] = {}
+    y = 0.0
+    for rank in range(trace.num_ranks):
+        for lane in keep:
+            position[(rank, lane)] = y + height[lane] / 2
+            y += height[lane]
+    return Rows(position, height, y)
+
+
+def _action_template(kind: Kind, spans: list[Span]) -> str | None:
+    """The hover's action name built from customdata (stage, kind, micro-batch), or None when the
+    spans need their own text (overlapped actions, a mix of step-level and per-micro-batch)."""
+    if any(len(s.action.parts) > 1 for s in spans):
+        return None
+    with_mb = {s.action.microbatch is not None for s in spans}
+    if with_mb == {True}:
+        return f"%{{customdata[1]}}{kind.value}%{{customdata[2]}}"
+    if with_mb == {False}:
+        return f"%{{customdata[1]}}{kind.value}"
+    return None
+
+
+def _bar_trace(kind: Kind, lane: str, spans: list[Span], rows: Rows, chunk_of: dict[int, int],
+               labels: bool) -> go.Bar:
+    import numpy as np
+    import plotly.graph_objects as go
+
+    has_bytes = all(s.bytes is not None for s in spans)
+    has_peer = all(s.peer is not None for s in spans)
+    columns = [[s.rank, s.action.stage, -1 if s.action.microbatch is None else s.action.microbatch, s.duration]
+               for s in spans]
+    if has_bytes:
+        for row, s in zip(columns, spans):
+            row.append(s.bytes / 2**20)  # type: ignore[operator]
+    if has_peer:
+        for row, s in zip(columns, spans):
+            row.append(s.peer)
+    action = _action_template(kind, spans)
+    extra = ""
+    if has_bytes:
+        extra += "<br>%{customdata[4]:,.2f} MiB"
+    if has_peer:
+        extra += f"<br>peer rank %{{customdata[{5 if has_bytes else 4}]}}"
+    hover = (f"<b>{action or '%{hovertext}'}</b><br>rank %{{customdata[0]}} · {lane}"
+             "<br>start %{base:.3f} ms<br>end %{x:.3f} ms<br>duration %{customdata[3]:.3f} ms"
+             f"{extra}<extra></extra>")
+    bar: dict[str, Any] = {
+        "name": kind.value, "legendgroup": kind.value, "orientation": "h",
+        "base": np.round([s.start for s in spans], 3).tolist(),
+        "x": np.array([s.duration for s in spans], dtype=np.float32),
+        "y": np.array([rows.position[(s.rank, lane)] for s in spans], dtype=np.float32),
+        "width": rows.height[lane] * BAR_FILL,
+        "marker": {"color": KIND_COLORS.get(kind, UNKNOWN_KIND_COLOR), "line": {"width": 0}},
+        "customdata": np.array(columns, dtype=np.float32),
+        "hovertemplate": hover,
+    }
+    if action is None:
+        bar["hovertext"] = [str(s.action) for s in spans]
+    if labels and lane == "compute":
+        bar.update(text=[bar_text(s, chunk_of) for s in spans], textposition="inside", textangle=0,
+                   insidetextanchor="middle", textfont={"size": LABEL_SIZE, "color": "white"})
+    return go.Bar(**bar, _validate=False)  # typed arrays of known properties; see .assemble
+
+
+def bar_traces(trace: Trace, rows: Rows, legend_shown: set[Kind] | None = None, labels: bool = True) -> list[go.Bar]:
+    """One bar trace per action kind and lane of the spans on ``rows`` (kinds in plan order).
+
+    ``legend_shown`` collects the kinds already in the legend across several timelines, so a kind is
+    listed once (the bars of one kind share a legend group: clicking it hides them everywhere).
+    ``labels`` puts micro-batch labels on compute bars. Raises :class:`~ppsim.errors.TraceError`
+    when the trace has no spans.
+    """
+    if not trace.spans:
+        raise TraceError("the trace has no spans: there is nothing to draw")
+    chunk_of = chunk_of_stage(trace)
+    groups: dict[tuple[Kind, str], list[Span]] = {}
+    for s in trace.spans:
+        if (s.rank, s.lane) in rows.position:
+            groups.setdefault((s.action.kind, s.lane), []).append(s)
+    order = {k: i for i, k in enumerate(Kind)}
+    shown = set() if legend_shown is None else legend_shown
+    out = []
+    for kind, lane in sorted(groups, key=lambda g: (order[g[0]], g[1])):
+        bar = _bar_trace(kind, lane, groups[(kind, lane)], rows, chunk_of, labels)
+        bar.update(showlegend=kind not in shown)
+        shown.add(kind)
+        out.append(bar)
+    return out
+
+
+def rows_axis(rows: Rows, tick_size: int = 11) -> dict[str, Any]:
+    """The y axis of a timeline: rows top to bottom, each labelled, no grid."""
+    return {"type": "linear", "range": [rows.extent, 0], "tickvals": rows.tickvals, "ticktext": rows.ticktext,
+            "tickfont": {"size": tick_size}, "showgrid": False, "zeroline": False, "ticks": ""}
