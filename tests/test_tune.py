@@ -20,8 +20,9 @@ from ppsim.errors import PpsimError
 from ppsim.inputs.scenario import load, parse_scenario
 from ppsim.prediction import build, predict
 from ppsim.search.tune.evaluate import evaluate
-from ppsim.search.tune.executors import run_local, run_ray
-from ppsim.search.tune.rank import explain, pareto_front, ranking
+from ppsim.search.tune.executors import local, run_local, run_ray
+from ppsim.search.tune.prune import search
+from ppsim.search.tune.rank import DRAWN, EXPLAINED, explain, pareto_front, ranking
 from ppsim.search.tune.space import SearchSpace, apply, candidates
 from ppsim.sim.allocation import peak_memory_bytes
 from ppsim.trace.metrics import summarize
@@ -105,6 +106,33 @@ def test_a_ray_cluster_gives_the_local_results() -> None:
     assert run_ray(base, cands[:60], batch=16) == evals[:60]
 
 
+@pytest.mark.parametrize("top,groups", [(1, ()), (3, EXPLAINED), (10, EXPLAINED + DRAWN)])
+def test_the_bounded_search_reports_what_the_exhaustive_one_does(top: int, groups: tuple) -> None:
+    """Skipping the plans whose step-time bound cannot beat a reported one changes no reported
+    figure: the top plans, the best of every group, the explanations and the Pareto front."""
+    base, cands, exhaustive = small_search()
+    with local(base, 1) as ex:
+        pruned = search(ex, cands, top=top, groups=groups)
+    skipped = [e for e in pruned if e.skipped]
+    assert skipped, "the bound skips something here"
+    for e in pruned:  # the bound holds wherever both are known
+        if e.simulated:
+            assert e.step_time_bound_ms <= e.step_time_ms + 1e-9
+    def plans(evals: list) -> list:
+        return [(e.candidate, e.step_time_ms, e.peak_memory_bytes) for e in evals]
+
+    assert plans(ranking(pruned))[:top] == plans(ranking(exhaustive))[:top]
+    assert plans(pareto_front(pruned)) == plans(pareto_front(exhaustive))
+    for group in groups:
+        for value in {group(e.candidate) for e in exhaustive} - {None}:
+            best = plans([e for e in ranking(exhaustive) if group(e.candidate) == value][:1])
+            assert plans([e for e in ranking(pruned) if group(e.candidate) == value][:1]) == best
+    if groups:
+        assert explain(pruned, ranking(pruned)[0]) == explain(exhaustive, ranking(exhaustive)[0])
+    fits = {e.candidate for e in exhaustive if e.fits}
+    assert {e.candidate for e in pruned if e.fits} == fits
+
+
 def test_explanations_come_from_the_numbers() -> None:
     _, _, evals = small_search()
     best = ranking(evals)[0]
@@ -155,7 +183,7 @@ def test_json_lists_the_top_plans_and_the_counts(small_yaml: Path, tmp_path: Pat
                               "1f1b,zb-h1", "--top", "3", "--json", "--jobs", "1", "--html", str(tmp_path / "t.html")])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert doc["plans"] == doc["pruned_by_memory"] + doc["simulated"] + doc["invalid"]
+    assert doc["plans"] == doc["pruned_by_memory"] + doc["simulated"] + doc["skipped_by_bound"] + doc["invalid"]
     assert len(doc["top"]) == 3 and doc["why"]
     tops = [t["throughput_samples_per_s"] for t in doc["top"]]
     assert tops == sorted(tops, reverse=True)

@@ -261,7 +261,16 @@ def sweep(
     with bad_input_exits():
         targets = output_targets({"--html": html, "--png": png}, [scenario] + ([profile] if profile else []), force)
         s = scenario_with(scenario, plan)
-        variants = grid_variants(s, stage_values, mb_values, load_profile_option(profile), fixed)
+        from ppsim.cli.progress import progress_bar
+
+        measured, points = load_profile_option(profile), [(p, m) for p in stage_values or [None]
+                                                          for m in mb_values or [None]]
+        variants = []
+        with progress_bar("sweeping", len(points)) as bar:  # one prediction per point, on stderr
+            for p, m in points:
+                bar.say(f"stages {p or s.pipeline.stages}, micro-batches {m or s.microbatches}")
+                variants += grid_variants(s, [p] if p else None, [m] if m else None, measured, fixed)
+                bar.advance()
         if not any(v.ok for v in variants):
             raise PpsimError("no point of the sweep can run: " + "; ".join(f"{v.label}: {v.error}" for v in variants))
         from ppsim.views.render.sweep_html import sweep_figure
@@ -307,6 +316,9 @@ def tune(
                                                             "`ppsim run`, `ppsim tui` and `ppexec run`."),
     write_top: tuple[int, Path] | None = typer.Option(None, "--write-top", metavar="N DIR",
                                                       help="Write the best N plans as DIR/SCENARIO-tuned-K.yaml."),
+    exhaustive: bool = typer.Option(False, "--exhaustive", help="Simulate every plan that fits, not only those "
+                                                                "whose step-time bound leaves them a chance to be "
+                                                                "reported (the same report, slower)."),
 ) -> None:
     """Search the plans of SCENARIO's model and batch on N devices; rank those that fit by throughput."""
     import time
@@ -334,19 +346,34 @@ def tune(
         base = s.model_dump(exclude_none=True)
         n_jobs = jobs or executors.default_jobs()
         t0 = time.perf_counter()
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
+        from ppsim.search.tune.evaluate import evaluate
+        from ppsim.search.tune.prune import search
+        from ppsim.search.tune.rank import DRAWN, EXPLAINED
+
+        # bounded, then simulated or skipped: each candidate counts twice
         with Progress(TextColumn("searching"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err, transient=True) as bar:
-            task = bar.add_task("plans", total=len(cands))
+                      TimeRemainingColumn(), console=err, transient=True) as bar:
+            task = bar.add_task("plans", total=len(cands) if exhaustive else 2 * len(cands))
 
             def advance(k: int) -> None:
                 bar.advance(task, k)
 
-            if executor == "ray":
-                evals = executors.run_ray(base, cands, ray_address, advance)
-            else:
-                evals = executors.run_local(base, cands, n_jobs, advance)
+            pool = executors.ray_cluster(base, ray_address) if executor == "ray" else executors.local(base, n_jobs)
+            with pool as ex:
+                if exhaustive:
+                    evals = ex.map(evaluate, cands, advance)
+                else:
+                    evals = search(ex, cands, top=max(top, len(plan_targets)), progress=advance,
+                                   groups=EXPLAINED + (DRAWN if html or png else ()))
         result = TuneResult(s.name, n, evals, time.perf_counter() - t0, 1 if executor == "ray" else n_jobs, executor)
         if not result.ranked:
             least = min((e for e in evals if e.peak_memory_bytes), key=lambda e: e.peak_memory_bytes or 0, default=None)

@@ -58,6 +58,7 @@ class TuneResult:
             "plans": len(ev),
             "pruned_by_memory": sum(1 for e in ev if e.error is None and not e.fits),
             "simulated": sum(1 for e in ev if e.simulated),
+            "skipped_by_bound": sum(1 for e in ev if e.skipped),
             "invalid": sum(1 for e in ev if e.error is not None),
         }
 
@@ -88,6 +89,7 @@ def print_result(result: TuneResult, top: int, console: Console | None = None) -
     c = result.counts()
     console.print(f"[bold]{escape(result.scenario)}[/] on {result.gpus} devices: {c['plans']} plans, "
                   f"{c['pruned_by_memory']} pruned by memory (exact, no simulation), {c['simulated']} simulated, "
+                  f"{c['skipped_by_bound']} skipped (their step-time bound cannot beat a plan reported), "
                   f"{c['invalid']} invalid; {result.seconds:.1f} s on {result.jobs} {result.executor} job(s)",
                   highlight=False)
     ranked = result.ranked
@@ -124,9 +126,13 @@ def figure(result: TuneResult) -> go.Figure:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    from ppsim.views.render.memory import add_limit
+
     ranked = result.ranked
+    over = result.counts()["pruned_by_memory"]
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.07, subplot_titles=(
-        "throughput vs pipeline stages", "throughput vs micro-batches per step", "throughput vs peak memory"))
+        "throughput vs pipeline stages", "throughput vs micro-batches per step", "throughput vs peak memory"
+        + (f"<br><sup>{over} plan{'s' * (over != 1)} over the device's memory: not simulated, not drawn</sup>" if over else "")))
     schedules = sorted({e.candidate.schedule for e in ranked})
     colours = {name: series_color(i) for i, name in enumerate(schedules)}  # the same in both line plots
     for col, key, title in ((1, "stages", "stages p"), (2, "microbatches", "micro-batches m")):
@@ -157,6 +163,10 @@ def figure(result: TuneResult) -> go.Figure:
                              hovertemplate="%{text}<br>%{x:.1f} GiB<br>%{y:.2f} samples/s<extra></extra>"),
                   row=1, col=3)
     fig.update_xaxes(title_text="peak memory per device (GiB)", row=1, col=3)
+    capacity = max((e.memory_capacity_bytes or 0.0 for e in result.evaluations), default=0.0)
+    if capacity:
+        add_limit(fig, capacity, max(((e.peak_memory_bytes or 0) / GIB for e in ranked), default=0.0), row=1, col=3,
+                  vertical=True)
     fig.update_yaxes(title_text="samples/s", row=1, col=1)
     c = result.counts()
     fig.update_layout(
