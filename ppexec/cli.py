@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ppexec.launch import RankState
     from ppexec.run import RunResult
     from ppsim.inputs.profile import Profile
+    from ppsim.inputs.scenario import Scenario
 
 #: the plan options of ppexec's commands (the send semantics are the runtime's)
 RUN_PLAN_OPTIONS = ("schedule", "stages", "microbatches", "chunks", "partition", *PARALLEL_OPTIONS)
@@ -118,7 +119,7 @@ def run(
         opts = RunOptions(out=out, steps=steps, warmup=warmup, timeout_s=timeout, seed=seed, lr=lr,
                           save_params=save_params, backend="nccl" if launcher == "deepspeed" else "gloo",
                           runtime=runtime, force=force)
-        progress = _Progress(steps + warmup, warmup)
+        progress = _Progress(steps, warmup)
         result = execute(s, opts, progress, hostfile=hostfile if launcher == "deepspeed" else None,
                          profile=load_profile_option(profile))
         write_run_outputs(result, out)
@@ -191,7 +192,9 @@ def profile_cmd(
             check_runs_folder(keep_run, force, "--keep-run")
         s = scenario_with(scenario)
         err.print(f"profiling on 2 ranks ({runtime} runtime): layer times, a short GPipe run, message ping-pong ...")
-        measured = measure_profile(s, timeout_s=timeout, keep=keep_run, runtime=runtime, force=force)
+        with profile_progress(s) as watch:
+            measured = measure_profile(s, timeout_s=timeout, keep=keep_run, runtime=runtime, force=force,
+                                       on_progress=watch)
         outputs.write_text(target, measured.to_yaml())
     _print_profile(measured)
     err.print(f"wrote {target}: use it with `ppsim run {scenario} --profile {target}`")
@@ -223,13 +226,14 @@ def validate_cmd(
         from ppexec.run import prepare
 
         chosen = prepare(s, measured, runtime).runtime
-        if measured is None:
-            err.print(f"1/3 profiling this machine (2 ranks, {chosen} runtime) ...")
-            measured = measure_profile(s, timeout_s=timeout, runtime=chosen)
-            (out / PROFILE_FILE).write_text(measured.to_yaml())
-        err.print(f"2/3 predicting and running {steps + warmup} steps ({chosen} runtime) ...")
-        result = validate(s, measured, out / "run", steps=steps, warmup=warmup, timeout_s=timeout, runtime=chosen,
-                          force=force)
+        with validate_progress(s, measured is None, steps, warmup) as (watch_profile, watch_run):
+            if measured is None:
+                err.print(f"1/3 profiling this machine (2 ranks, {chosen} runtime) ...")
+                measured = measure_profile(s, timeout_s=timeout, runtime=chosen, on_progress=watch_profile)
+                (out / PROFILE_FILE).write_text(measured.to_yaml())
+            err.print(f"2/3 predicting and running {warmup} warm-up and {steps} recorded steps ({chosen} runtime) ...")
+            result = validate(s, measured, out / "run", steps=steps, warmup=warmup, timeout_s=timeout, runtime=chosen,
+                              force=force, on_progress=watch_run)
         err.print("3/3 comparing")
         write_outputs(result, out)
     c = result.comparison
@@ -323,19 +327,61 @@ def _report(result: RunResult, out: Path, json_out: bool) -> None:
 
 
 class _Progress:
-    """Steps done and the latest loss, from the ranks' event files."""
+    """A line when the ranks are ready (naming the warm-up) and one per recorded step, counting the
+    steps asked for (``--steps``), with the step's loss; from the ranks' event files."""
 
-    def __init__(self, total: int, warmup: int) -> None:
-        self.total, self.warmup = total, warmup
-        self.shown = -1
+    def __init__(self, steps: int, warmup: int) -> None:
+        self.steps, self.warmup = steps, warmup
+        self.started = self.ready = False
+        self.shown = 0
 
     def __call__(self, states: list[RankState]) -> None:
+        if not self.started:
+            self.started = True
+            err.print(f"starting {len(states)} ranks (Python, torch, the model, the process group) ...")
+        if not self.ready and states and all(st.ready is not None for st in states):
+            self.ready = True
+            warm = (f"{self.warmup} warm-up step{'s' if self.warmup != 1 else ''} (not recorded), then "
+                    if self.warmup else "")
+            err.print(f"{len(states)} ranks ready: {warm}{self.steps} recorded step{'s' if self.steps != 1 else ''}")
         done = min((len(st.steps) for st in states), default=0)
-        if done != self.shown and done > 0:
-            losses = [st.steps[done - 1].loss for st in states if st.steps and st.steps[done - 1].loss is not None]
+        for k in range(self.shown, done):  # every step, also when several arrived since the last look
+            losses = [st.steps[k].loss for st in states if st.steps[k].loss is not None]
             loss = f"  loss {losses[0]:.4f}" if losses else ""
-            err.print(f"step {self.warmup + done}/{self.total} recorded{loss}")
-            self.shown = done
+            err.print(f"step {k + 1}/{self.steps} recorded{loss}")
+        self.shown = max(self.shown, done)
+
+
+@contextmanager
+def profile_progress(s: Scenario) -> Iterator[Callable[[int, list[RankState]], None]]:
+    """A bar over ``measure_profile``'s runs; yields its ``on_progress``."""
+    from ppexec.profile import PROFILE_STEPS, PROFILE_WARMUP, profile_runs
+    from ppexec.progress import RunUnits, follow
+    from ppsim.cli.progress import progress_bar
+
+    units, runs = RunUnits(PROFILE_STEPS, PROFILE_WARMUP), profile_runs(s)
+    with progress_bar("profiling", runs * units.total) as bar:
+        def on_progress(k: int, states: list[RankState]) -> None:
+            follow(units, k * units.total, f"profiling run {k + 1}/{runs}", bar.to, bar.say)(states)
+
+        yield on_progress
+
+
+@contextmanager
+def validate_progress(s: Scenario, profiling: bool, steps: int, warmup: int) -> Iterator[
+        tuple[Callable[[int, list[RankState]], None], Callable[[list[RankState]], None]]]:
+    """One bar over validate's profile (when it measures one) and its run; yields both ``on_progress``."""
+    from ppexec.profile import PROFILE_STEPS, PROFILE_WARMUP, profile_runs
+    from ppexec.progress import RunUnits, follow
+    from ppsim.cli.progress import progress_bar
+
+    prof, run = RunUnits(PROFILE_STEPS, PROFILE_WARMUP), RunUnits(steps, warmup)
+    runs = profile_runs(s) if profiling else 0
+    with progress_bar("validating", runs * prof.total + run.total) as bar:
+        def on_profile(k: int, states: list[RankState]) -> None:
+            follow(prof, k * prof.total, f"1/3 profiling run {k + 1}/{runs}", bar.to, bar.say)(states)
+
+        yield on_profile, follow(run, runs * prof.total, "2/3 the run", bar.to, bar.say)
 
 
 def main() -> None:

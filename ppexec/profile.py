@@ -29,7 +29,9 @@ import socket
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -381,11 +383,19 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
     )
 
 
+def profile_runs(s: Scenario) -> int:
+    """How many profiling runs :func:`measure_profile` starts (one per profiling partition), each
+    of ``PROFILE_WARMUP`` + ``PROFILE_STEPS`` steps."""
+    base = profiling_scenario(s)
+    return len(profiling_partitions(base.model.layers if base.model else 0))
+
+
 def measure_profile(s: Scenario, timeout_s: float = 120.0, keep: Path | None = None, runtime: str = "deepspeed",
-                    force: bool = False) -> Profile:
+                    force: bool = False, on_progress: Callable[[int, list[RankState]], None] | None = None) -> Profile:
     """Run the profiling ranks locally (once per profiling partition) in ``runtime`` and return the
     profile (its overheads are that runtime's). The run folders are temporary unless ``keep``
-    names a folder for them (earlier runs there are replaced only with ``force``)."""
+    names a folder for them (earlier runs there are replaced only with ``force``). ``on_progress``
+    gets the run's index and its ranks' states while it runs."""
     from ppexec.heartbeat import hang_limit_s
     from ppexec.launch import run_local
     from ppexec.run import RunOptions, check_environment, check_fits, deadline_s, prepare_run
@@ -403,7 +413,8 @@ def measure_profile(s: Scenario, timeout_s: float = 120.0, keep: Path | None = N
         prepared, world = prepare_run(base.with_overrides(partition=partition), opts)
         check_fits(prepared.scenario, world)
         try:
-            runs.append((partition, run_local(folder, world, deadline_s(opts) + 60, hang_limit_s=hang_limit_s(timeout_s))))
+            watch = None if on_progress is None else partial(on_progress, k)
+            runs.append((partition, run_local(folder, world, deadline_s(opts) + 60, watch, hang_limit_s(timeout_s))))
         except Interrupted:
             raise  # its message names the folder already
         except PpsimError as exc:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ppexec.launch import RankState
 from ppexec.run import RunOptions, RunResult, execute, prepare
 from ppsim.errors import PpsimError, shown_path
 from ppsim.inputs.profile import Profile, QuartileTimes
@@ -124,12 +126,13 @@ def predict_as_run(s: Scenario, profile: Profile, runtime: str = "auto") -> tupl
 
 
 def validate(s: Scenario, profile: Profile, run_dir: Path, steps: int = 10, warmup: int = 2,
-             timeout_s: float = 120.0, runtime: str = "auto", force: bool = False) -> Validation:
+             timeout_s: float = 120.0, runtime: str = "auto", force: bool = False,
+             on_progress: Callable[[list[RankState]], None] | None = None) -> Validation:
     """Predict the scenario with ``profile``, run it for real in ``run_dir`` (an earlier run there is
-    replaced only with ``force``) and compare."""
+    replaced only with ``force``; ``on_progress`` follows its ranks) and compare."""
     as_run, chosen, prediction = predict_as_run(s, profile, runtime)
     result = execute(as_run, RunOptions(out=run_dir, steps=steps, warmup=warmup, timeout_s=timeout_s,
-                                        runtime=chosen, force=force), profile=profile)
+                                        runtime=chosen, force=force), on_progress, profile=profile)
     comparison = compare_traces(prediction.trace, result.representative)
     return Validation(scenario=as_run, prediction=prediction, run=result, comparison=comparison,
                       bubble_error_pp=median_bubble_errors(prediction.trace, result.traces),

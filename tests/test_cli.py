@@ -218,3 +218,28 @@ def test_the_scenarios_own_chunks_stay_when_the_schedule_takes_them() -> None:
     res = invoke(app, "run", str(SCENARIOS / "llama3-405b.yaml"), "--schedule", "interleaved-zb", "--json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["chunks"] == 8 and "chunk" not in res.stderr
+
+
+# ----- progress on stderr -----------------------------------------------------------------------
+def test_sweep_shows_a_progress_bar_on_a_terminal_and_keeps_json_clean(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    import ppsim.cli.common as common
+
+    screen = io.StringIO()
+    monkeypatch.setattr(common, "err", Console(file=screen, force_terminal=True, width=160))
+    res = invoke(app, "sweep", GPT, "--microbatches", "8,16", "--stages", "4,8", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)  # the bar never reaches stdout
+    assert len(doc["points"]) == 4
+    drawn = screen.getvalue()
+    for words in ("sweeping", "0/4", "stages 8, micro-batches 16", "4/4", "elapsed", "left"):
+        assert words in drawn, words
+
+
+def test_sweep_draws_no_bar_when_stderr_is_not_a_terminal() -> None:
+    res = invoke(app, "sweep", GPT, "--microbatches", "8,16", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["points"] and "elapsed" not in res.stderr

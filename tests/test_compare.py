@@ -189,7 +189,7 @@ def test_other_refusals() -> None:
 def test_cli_prints_the_report() -> None:
     res = run_compare(PRED, MEAS, "--top", "2")
     assert res.exit_code == 0, res.output
-    for words in ("step time", "error", "per rank", "per kind", "largest disagreements (top 2)", "SEND_F", "OPT"):
+    for words in ("step time", "error", "per rank", "per kind", "largest disagreements (top 2;", "SEND_F", "OPT"):
         assert words in res.output
     assert " 2. rank " in res.output and " 3. rank " not in res.output
 
@@ -293,3 +293,64 @@ def test_html_never_overwrites_a_users_file(tmp_path: Path) -> None:
 def test_plotly_is_not_imported_by_the_library() -> None:
     code = "import sys, ppsim.trace.compare\nassert 'plotly' not in sys.modules\n"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ----- what caused the disagreement, and the calibration hint -------------------------------------
+
+
+def test_causes_sum_each_kind_on_each_stage_and_name_the_largest_first() -> None:
+    pred = _synthetic()
+
+    def measured_span(s: Span) -> Span:  # 1B0 lasts 3 ms longer, 0F0 0.5 ms shorter; the rest shifts along
+        if str(s.action) == "1B0":
+            return s._replace(end=s.end + 3)
+        if str(s.action) == "0F0":
+            return s._replace(end=s.end - 0.5)
+        return s._replace(start=s.start + 3 * (s.start >= 4.5), end=s.end + 3 * (s.end > 4.5))
+
+    c = compare_traces(pred, _transform(pred, measured_span), top=3)
+    first, second = c.causes[0], c.causes[1]
+    assert (first.kind, first.stage, first.rank, first.count) == ("B", 1, 1, 1)
+    assert first.delta_ms == pytest.approx(3) and first.relative_error == pytest.approx(2 / 5 - 1)
+    assert "B on stage 1 (rank 1)" in first.description and "3.00 ms longer than predicted" in first.description
+    assert (second.kind, second.stage, second.delta_ms) == ("F", 0, pytest.approx(-0.5))
+    assert len(c.causes) == 3
+    assert all(x.kind not in ("SEND_F", "RECV_F", "SEND_B", "RECV_B") for x in c.causes)  # waiting, not a cause
+    every = compare_traces(pred, _transform(pred, measured_span), top=100).causes
+    compute = {(s.rank, str(s.action)): s.duration for s in pred.spans if s.lane == "compute"}
+    assert sum(x.count for x in every) == len(compute)
+    assert sum(x.predicted_ms for x in every) == pytest.approx(sum(compute.values()))
+    assert sum(x.delta_ms for x in every) == pytest.approx(2.5)
+
+
+def _uncalibrated(tmp_path: Path) -> Path:
+    """tiny-cpu predicted from the datasheet (no profile), as the README's first compare does."""
+    out = tmp_path / "datasheet.json"
+    res = invoke(app, "run", ROOT / "scenarios" / "tiny-cpu.yaml", "--comm", "rendezvous", "--save-trace", out)
+    assert res.exit_code == 0, res.output
+    assert Trace.load(out).meta["costs_from"] == "model"
+    return out
+
+
+def test_an_uncalibrated_prediction_says_so_and_how_to_calibrate(tmp_path: Path) -> None:
+    predicted = _uncalibrated(tmp_path)
+    res = run_compare(predicted, MEAS)
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    for words in ("hint: the prediction used datasheet costs", "costs_from: model", "ppexec profile SCENARIO --out",
+                  "--profile profile.yaml", "ppexec validate", "largest differences by kind and stage"):
+        assert words in text, words
+    doc = json.loads(run_compare(predicted, MEAS, "--json").stdout)
+    assert doc["costs_from"] == "model" and doc["hints"] and "ppexec profile" in doc["hints"][0]
+    assert doc["causes"] and {"kind", "stage", "rank", "count", "predicted_ms", "measured_ms", "delta_ms",
+                              "relative_error", "description"} <= set(doc["causes"][0])
+    deltas = [abs(x["delta_ms"]) for x in doc["causes"]]
+    assert deltas == sorted(deltas, reverse=True)
+
+
+def test_a_calibrated_prediction_gets_no_hint() -> None:
+    assert Trace.load(PRED).meta["costs_from"] == "profile"
+    res = run_compare(PRED, MEAS)
+    assert res.exit_code == 0 and "hint:" not in res.output and "datasheet" not in res.output
+    assert "largest differences by kind and stage" in res.output
+    assert json.loads(run_compare(PRED, MEAS, "--json").stdout)["hints"] == []

@@ -40,12 +40,70 @@ def _no_workers_left(run_dir: Path) -> bool:
     return out.stdout.strip() == ""
 
 
+RUN_OUTPUT: dict[str, str] = {}  #: what `ppexec run` printed for the tiny_run fixture: stdout, stderr
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tiny")
     res = runner.invoke(app, ["run", str(TINY), "--out", str(out), "--steps", "2", "--warmup", "1", "--json"])
     assert res.exit_code == 0, res.output
+    RUN_OUTPUT.update(stdout=res.stdout, stderr=res.stderr)
     return out
+
+
+@pytest.mark.slow  # starts ranks
+def test_progress_counts_the_steps_asked_for_and_names_the_warmup(tiny_run: Path) -> None:
+    lines = RUN_OUTPUT["stderr"].splitlines()
+    assert "2 ranks ready: 1 warm-up step (not recorded), then 2 recorded steps" in lines
+    steps = [line.split("  loss")[0] for line in lines if line.startswith("step ")]
+    assert steps == ["step 1/2 recorded", "step 2/2 recorded"]
+    assert json.loads(RUN_OUTPUT["stdout"])["losses"]  # the lines went to stderr: --json stays one document
+
+
+def _states(world: int, ready: int, steps: int, done: bool = False) -> list:
+    """Fake launcher states: ``ready`` ranks set up, every rank with ``steps`` recorded steps."""
+    from ppexec.events import Step
+    from ppexec.launch import RankState
+
+    out = []
+    for r in range(world):
+        st = RankState(r, ready=Ready(r, r, 0, 0, "host", 0, 1, "gloo", "torch") if r < ready else None)
+        st.steps = [Step(k, 5.0 - k if r == world - 1 else None, [("0F0", 0, 1)]) for k in range(steps)]
+        st.done = done
+        out.append(st)
+    return out
+
+
+def test_step_lines_count_recorded_steps_even_when_several_arrive_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    import ppexec.cli as cli
+
+    screen = io.StringIO()
+    monkeypatch.setattr(cli, "err", Console(file=screen, width=200))
+    progress = cli._Progress(steps=3, warmup=2)
+    for states in (_states(2, 1, 0), _states(2, 2, 0), _states(2, 2, 0), _states(2, 2, 2), _states(2, 2, 3)):
+        progress(states)
+    assert screen.getvalue().splitlines() == [
+        "starting 2 ranks (Python, torch, the model, the process group) ...",
+        "2 ranks ready: 2 warm-up steps (not recorded), then 3 recorded steps",
+        "step 1/3 recorded  loss 5.0000", "step 2/3 recorded  loss 4.0000", "step 3/3 recorded  loss 3.0000"]
+
+
+def test_run_units_follow_the_slowest_rank_to_the_total() -> None:
+    from ppexec.progress import RunUnits
+
+    units = RunUnits(steps=3, warmup=2)
+    seen = [units.done(s) for s in (_states(2, 0, 0), _states(2, 1, 0), _states(2, 2, 0), _states(2, 2, 1),
+                                     _states(2, 2, 3), _states(2, 2, 3, done=True))]
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and done[0] == 0 and done[-1] == units.total
+    assert [w for _, w in seen] == ["starting the ranks", "starting the ranks", "warm-up (2 steps, not recorded)",
+                                    "step 2/3", "finishing", "done"]
+    assert done[3] == units.setup + 2 + 1  # the first recorded step: the warm-up is behind it
 
 
 @pytest.mark.slow  # starts ranks
@@ -411,3 +469,32 @@ def test_the_launcher_stops_every_rank_on_sigterm(tmp_path: Path) -> None:
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "stopped by signal SIGTERM" in stderr, stderr[-2000:]
     assert _no_workers_left(out)
+
+
+def test_profile_and_validate_bars_say_the_phase_and_the_time_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    import ppsim.cli.common as common
+    from ppexec.cli import profile_progress, validate_progress
+    from ppexec.profile import profile_runs
+
+    s = load(TINY)
+    assert profile_runs(s) == 2  # two uneven partitions of its 4 layers
+    screen = io.StringIO()
+    monkeypatch.setattr(common, "err", Console(file=screen, force_terminal=True, width=200))
+    with validate_progress(s, True, steps=3, warmup=1) as (on_profile, on_run):
+        on_profile(0, _states(2, 2, 0))
+        time.sleep(0.15)  # the bar redraws 10 times a second
+        on_profile(1, _states(2, 2, 4))
+        time.sleep(0.15)
+        on_run(_states(2, 2, 3, done=True))
+    drawn = screen.getvalue()
+    for words in ("1/3 profiling run 1/2: warm-up (2 steps, not recorded)", "1/3 profiling run 2/2: step 5/10",
+                  "2/3 the run: done", "elapsed", "left"):
+        assert words in drawn, words
+    screen.truncate(0)
+    with profile_progress(s) as on_progress:
+        on_progress(1, _states(2, 1, 0))
+    assert "profiling run 2/2: starting the ranks" in screen.getvalue()

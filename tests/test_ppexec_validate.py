@@ -51,7 +51,7 @@ def test_validate_writes_the_loop_and_compares_the_same_plan(profile_file: Path,
     res = runner.invoke(app, ["validate", str(TINY), "--out", str(out), "--profile", str(profile_file),
                               "--steps", "3", "--warmup", "1", "--json"])
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.output[res.output.index("{"):])
+    doc = json.loads(res.stdout)  # progress went to stderr: stdout is one JSON document
     for key in ("predicted_step_time_ms", "measured_step_time_ms", "step_time_error", "ranks", "worst"):
         assert key in doc
     assert doc["step_time_error"] == pytest.approx(
@@ -63,6 +63,8 @@ def test_validate_writes_the_loop_and_compares_the_same_plan(profile_file: Path,
     assert sorted((s.rank, str(s.action)) for s in pred.spans) == sorted((s.rank, str(s.action)) for s in meas.spans)
     assert any(s.action.kind.value == "CLIP" for s in meas.spans)
     assert pred.meta["costs_from"] == "profile"
+    assert "2/3 predicting and running 1 warm-up and 3 recorded steps" in res.stderr
+    assert doc["causes"] and not doc["hints"]  # calibrated: what differs most, and no datasheet hint
 
 
 def test_validate_refuses_a_folder_of_user_files(tmp_path: Path) -> None:

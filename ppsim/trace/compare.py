@@ -12,6 +12,11 @@ positive value means the prediction is too high; a bubble error is predicted - m
 percentage points. Per action, ``start_delta_ms`` / ``duration_delta_ms`` are measured minus
 predicted (positive: the measured action starts later / lasts longer). The per-kind and overall
 start and duration errors are absolute values of these deltas.
+
+What to look at first: ``causes`` sums, per action kind and stage, how much longer the measured
+compute actions ran than predicted (the differences that add up to the step-time error, where
+``worst`` is dominated by the drift every later action inherits), and ``hints`` says when the
+prediction used datasheet costs (trace meta ``costs_from: model``) and how to calibrate it.
 """
 
 from __future__ import annotations
@@ -81,6 +86,21 @@ class Disagreement:
 
 
 @dataclass(frozen=True)
+class Cause:
+    """One action kind on one stage, over its micro-batches: measured against predicted duration."""
+
+    kind: str
+    stage: int
+    rank: int
+    count: int  #: matched actions of this kind on this stage
+    predicted_ms: float  #: their predicted durations, summed
+    measured_ms: float  #: their measured durations, summed
+    delta_ms: float  #: measured - predicted, summed (positive: they ran longer than predicted)
+    relative_error: float | None  #: (predicted - measured) / measured; None if nothing was measured
+    description: str
+
+
+@dataclass(frozen=True)
 class Comparison:
     """Everything ``ppsim compare`` reports (see the module docstring for signs)."""
 
@@ -103,6 +123,10 @@ class Comparison:
     worst: tuple[Disagreement, ...]  #: largest |start delta| + |duration delta| first
     unmatched: tuple[str, ...]  #: communication actions on one side only
     meta_differences: tuple[str, ...]  #: plan metadata that differs although the actions match
+    #: per compute kind and stage, the largest |measured - predicted| summed durations first
+    causes: tuple[Cause, ...] = ()
+    costs_from: str | None = None  #: the prediction's costs: model (datasheet), profile or explicit
+    hints: tuple[str, ...] = ()  #: what to do about the disagreement (calibrate datasheet costs)
 
     def to_json_dict(self) -> dict[str, Any]:
         """The document ``ppsim compare --json`` prints."""
@@ -112,6 +136,8 @@ class Comparison:
         doc["worst"] = [asdict(d) for d in self.worst]
         doc["unmatched"] = list(self.unmatched)
         doc["meta_differences"] = list(self.meta_differences)
+        doc["causes"] = [asdict(c) for c in self.causes]
+        doc["hints"] = list(self.hints)
         return doc
 
 
@@ -255,11 +281,47 @@ def _unmatched_notes(p_idx: dict[Key, Span], m_idx: dict[Key, Span]) -> list[str
     return notes
 
 
+def _causes(pairs: list[tuple[Span, Span]], top: int) -> tuple[Cause, ...]:
+    """Per (kind, stage) of the compute lane, summed durations on both sides, the largest
+    difference first. Sends, receives and collectives are left out: their time includes waiting
+    for a peer, the consequence of a disagreement elsewhere rather than its cause."""
+    groups: dict[tuple[str, int], list[tuple[Span, Span]]] = {}
+    for p, m in pairs:
+        if m.lane == "compute":
+            groups.setdefault((m.action.kind.value, m.action.stage), []).append((p, m))
+    out = []
+    for (kind, stage), sel in groups.items():
+        pred, meas = sum(p.duration for p, _ in sel), sum(m.duration for _, m in sel)
+        delta, n, rank = meas - pred, len(sel), sel[0][1].rank
+        rel = (pred - meas) / meas if meas > 0 else None
+        how = "as long as predicted" if abs(delta) < _ON_TIME_MS else (
+            f"{abs(delta):.2f} ms {'longer' if delta > 0 else 'shorter'} than predicted in all")
+        each = f" ({abs(delta) / n:.2f} ms each)" if n > 1 and abs(delta) >= _ON_TIME_MS else ""
+        rel_text = f"; predicted {100 * rel:+.1f} %" if rel is not None else ""
+        out.append(Cause(kind, stage, rank, n, pred, meas, delta, rel,
+                         f"{kind} on stage {stage} (rank {rank}), {n} action{'s' if n != 1 else ''}: measured "
+                         f"{meas:.2f} ms, predicted {pred:.2f} ms: {how}{each}{rel_text}"))
+    out.sort(key=lambda c: (-abs(c.delta_ms), c.stage, c.kind))
+    return tuple(out[: max(0, top)])
+
+
+def calibration_hints(predicted: Trace) -> tuple[str, ...]:
+    """What to do when the prediction priced its actions from the datasheet (``costs_from: model``)."""
+    if predicted.meta.get("costs_from") != "model":
+        return ()
+    return ("the prediction used datasheet costs (costs_from: model: the device's peak FLOP/s and bandwidths from "
+            "the catalogue), not this machine's measured ones, so a large error is expected; to calibrate, measure "
+            "this machine with `ppexec profile SCENARIO --out profile.yaml`, predict again with `ppsim run SCENARIO "
+            "--profile profile.yaml --save-trace predicted.json` and compare that, or run `ppexec validate SCENARIO "
+            "--out DIR`, which does all of it",)
+
+
 # ----- the comparison ----------------------------------------------------------------------------
 
 
 def compare_traces(predicted: Trace, measured: Trace, top: int = 10) -> Comparison:
-    """Compare two traces of the same plan; ``top`` largest disagreements are kept in ``worst``.
+    """Compare two traces of the same plan; the ``top`` largest disagreements are kept in ``worst``,
+    the ``top`` largest differences per kind and stage in ``causes``.
 
     Raises :class:`~ppsim.errors.TraceError` for an empty trace, different rank counts or
     different compute actions (the message says what differs and the likely cause).
@@ -315,4 +377,7 @@ def compare_traces(predicted: Trace, measured: Trace, top: int = 10) -> Comparis
         worst=tuple(order[: max(0, top)]),
         unmatched=tuple(_unmatched_notes(p_idx, m_idx)),
         meta_differences=tuple(diffs),
+        causes=_causes(pairs, top),
+        costs_from=predicted.meta.get("costs_from"),
+        hints=calibration_hints(predicted),
     )
