@@ -288,3 +288,21 @@ def test_ranks_end_themselves_when_the_launcher_is_killed(tmp_path: Path) -> Non
     launcher.kill()  # SIGKILL: no cleanup runs in the launcher
     launcher.communicate(timeout=10)
     no_process_left(out, set(pids.values()), within_s=5.0)
+
+
+@pytest.mark.slow  # starts ranks (about 8 s each)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_rank_ended_by_a_signal_is_named_and_every_process_ends(tmp_path: Path, sig: int) -> None:
+    """A rank ended from outside (the OOM killer, a scheduler) stops the run: exit 1, the message
+    names that rank and where the partial run is, and no process of the run is left."""
+    out = tmp_path / "run"
+    launcher = _launch(out, "--timeout", "10")
+    pids = _pids_once_stepping(out, launcher)
+    os.kill(pids[1], sig)
+    ended = time.monotonic()
+    _, stderr = launcher.communicate(timeout=30)
+    assert time.monotonic() - ended < 10 + 5, "not ended within the timeout and a few seconds"
+    assert launcher.returncode == 1, stderr
+    line = one_error(stderr, "rank 1", str(out))
+    assert "rank 0 " not in line.split("rank 1", 1)[0], line  # the ended rank is the one blamed
+    no_process_left(out, set(pids.values()))
