@@ -243,3 +243,13 @@ def test_sweep_draws_no_bar_when_stderr_is_not_a_terminal() -> None:
     res = invoke(app, "sweep", GPT, "--microbatches", "8,16", "--json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["points"] and "elapsed" not in res.stderr
+
+
+def test_the_plan_line_names_every_choice_of_the_plan() -> None:
+    """Tensor parallelism, the device count, recomputation and ZeRO are part of the plan `tune`
+    chooses, so `run` says them (it said only the schedule, ranks, micro-batches and replicas)."""
+    res = invoke(app, "run", SCENARIOS / "megatron-gpt3-175b.yaml", "--zero-stage", "1")
+    words = " ".join(res.output.split())  # the row may wrap in a narrow terminal
+    plan = words[words.index("plan "):words.index(" partition ")]
+    for part in ("data parallel 8", "tensor parallel 8", "(1,024 devices)", "recompute full", "ZeRO-1"):
+        assert part in plan, (part, plan)

@@ -39,6 +39,14 @@ def summary_renderable(s: Summary) -> Group:
     if meta.get("micro_batch"):
         plan += f" of {meta['micro_batch']}"
     plan += f", data parallel {s.data_parallel}"
+    if (meta.get("tensor_parallel") or 1) > 1:
+        plan += f", tensor parallel {meta['tensor_parallel']}"
+    if meta.get("num_devices"):
+        plan += f" ({meta['num_devices']:,} devices)"
+    if meta.get("recompute") not in (None, "none"):
+        plan += f", recompute {meta['recompute']}"
+    if meta.get("zero_stage"):
+        plan += f", ZeRO-{meta['zero_stage']}"
     head.add_row("plan", plan)
     if meta.get("search"):
         head.add_row("search", search_line(meta["search"]))
