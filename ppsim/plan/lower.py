@@ -15,6 +15,7 @@ sends for them (``comm: async``).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -226,12 +227,24 @@ def lower(plan: Plan, data_parallel: int = 1, duration: Duration = default_durat
     ``meta["sends"]`` records the semantics its messages were ordered for (``rendezvous`` or
     ``posted``), which is what a saved plan is validated against when read back."""
     with gc_paused():
-        _structure_checked(plan)  # a misordered rank shows as a cycle below
-        try:
-            with_comms = add_comms(plan, duration, rendezvous=rendezvous)
-        except PlanError:
-            validate_structure(plan)  # a misordered pair is a clearer message than the deadlock
-            raise
-        lowered = add_step_end(with_comms, data_parallel, clip)
-        lowered.meta["sends"] = "rendezvous" if rendezvous else "posted"  # how its messages were ordered
-        return lowered
+        if not rendezvous:  # posted sends are placed without times: one lowering per plan serves every cost
+            shared = _lowered_for_posted_sends(plan, data_parallel, clip, plan.schedule, plan.num_microbatches)
+            return replace(shared, meta={**plan.meta, "sends": "posted"})
+        return _lowered(plan, data_parallel, duration, rendezvous, clip)
+
+
+@per_plan(kept=4)  # a lowered plan is three times its plan: keep few
+def _lowered_for_posted_sends(plan: Plan, data_parallel: int, clip: bool, *_identity: object) -> Plan:
+    return _lowered(plan, data_parallel, default_duration, False, clip)
+
+
+def _lowered(plan: Plan, data_parallel: int, duration: Duration, rendezvous: bool, clip: bool) -> Plan:
+    _structure_checked(plan)  # a misordered rank shows as a cycle below
+    try:
+        with_comms = add_comms(plan, duration, rendezvous=rendezvous)
+    except PlanError:
+        validate_structure(plan)  # a misordered pair is a clearer message than the deadlock
+        raise
+    lowered = add_step_end(with_comms, data_parallel, clip)
+    lowered.meta["sends"] = "rendezvous" if rendezvous else "posted"  # how its messages were ordered
+    return lowered

@@ -10,29 +10,33 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from functools import wraps
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # pragma: no cover
     from ppsim.plan.plan import Plan
 
 T = TypeVar("T")
-KEPT = 64  #: plans remembered per fact
+KEPT = 16  #: plans remembered per fact (each holds its plan's actions alive)
 
 
-def per_plan(fact: Callable[[Plan], T]) -> Callable[[Plan], T]:
-    """``fact(plan)``, computed once for each plan's actions and placement."""
-    known: OrderedDict[tuple[int, tuple[int, ...]], tuple[object, T]] = OrderedDict()
+def per_plan(fact: Callable[..., T] | None = None, *, kept: int = KEPT) -> Any:
+    """``fact(plan, *args)``, computed once for each plan's actions and placement (and each
+    combination of the further, hashable, arguments), for the ``kept`` most recent; use as
+    ``@per_plan`` or ``@per_plan(kept=N)`` (fewer for facts as big as a plan)."""
+    if fact is None:
+        return lambda f: per_plan(f, kept=kept)
+    known: OrderedDict[tuple[object, ...], tuple[object, T]] = OrderedDict()
 
     @wraps(fact)
-    def cached(plan: Plan) -> T:
-        key = (id(plan.actions), plan.stage_to_rank)
+    def cached(plan: Plan, *args: object) -> T:
+        key = (id(plan.actions), plan.stage_to_rank, args)
         hit = known.get(key)
         if hit is not None and hit[0] is plan.actions:
             known.move_to_end(key)
             return hit[1]
-        value = fact(plan)
+        value = fact(plan, *args)
         known[key] = (plan.actions, value)  # holding the actions keeps their id from being reused
-        if len(known) > KEPT:
+        if len(known) > kept:
             known.popitem(last=False)
         return value
 

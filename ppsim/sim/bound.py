@@ -20,9 +20,16 @@ from operator import itemgetter
 
 from ppsim.costs.table import CostTable
 from ppsim.plan import Action, Kind, Plan
+from ppsim.plan.memo import per_plan
 from ppsim.sim.durations import compute_ms
 
 _stage_and_kind = itemgetter(0, 1)
+
+
+@per_plan
+def _counts(plan: Plan) -> tuple[Counter[tuple[int, Kind]], ...]:
+    """Per rank, how many actions of each (stage, kind) it runs."""
+    return tuple(Counter(map(_stage_and_kind, actions)) for actions in plan.actions)
 
 
 def step_time_bound_ms(plan: Plan, costs: CostTable, *, data_parallel: int = 1, clip: bool = False) -> float:
@@ -84,6 +91,6 @@ def step_time_bound_ms(plan: Plan, costs: CostTable, *, data_parallel: int = 1, 
         if Kind.OVERLAP_F_B in plan.kinds(r):
             busy = sum(duration(a) for a in actions)
         else:
-            busy = sum(duration(Action(s, k)) * count for (s, k), count in Counter(map(_stage_and_kind, actions)).items())
+            busy = sum(duration(Action(s, k)) * count for (s, k), count in _counts(plan)[r].items())
         bound = max(bound, start + busy + max(tail(r), after(actions[-1])))
     return bound

@@ -134,7 +134,7 @@ class ScheduleInfo:
         return replace(plan, meta=dict(plan.meta))
 
 
-_KEPT = 128  #: compute-only plans remembered
+_KEPT = 16  #: compute-only plans remembered
 _BUILT: dict[tuple[str, int, int, int], Plan] = {}
 
 
