@@ -19,11 +19,12 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from typing import Literal
-
-import networkx as nx
+from typing import TYPE_CHECKING, Literal
 
 from ppsim.errors import ScenarioError
+
+if TYPE_CHECKING:  # pragma: no cover - networkx is imported when a cluster is first drawn as a graph
+    import networkx as nx
 
 Placement = Literal["megatron", "pipeline-inner"]
 SPINE = "network"
@@ -55,6 +56,8 @@ class Cluster:
 
     def graph(self) -> nx.Graph:
         """Devices, node fabrics, NICs and the network, with bandwidth (GB/s) and latency (us) per edge."""
+        import networkx as nx  # only scenarios with a cluster need it: ppsim starts faster without
+
         g = nx.Graph()
         g.add_node(SPINE)
         for n in range(self.nodes):
