@@ -165,19 +165,27 @@ ANY_NUMBER = st.one_of(st.integers(-10**30, 1_000), st.integers(10**9 + 1, 10**3
 def test_any_number_anywhere_is_run_or_refused_in_one_line(tmp_path: Path, case: tuple[str, tuple], value: Any) -> None:
     """Any number in any place: a prediction or one line naming the key, quickly, never a traceback."""
     base, path = case
+    res, scenario = _run_written(tmp_path, _set(BASES[base], path, value))
+    if res.exit_code == 1:
+        assert re.match(r"error: [\w.\[\]-]+: ", res.output) or scenario.name in res.output, res.output
+    else:
+        doc = json.loads(res.stdout)
+        assert math.isfinite(doc["step_time_ms"]) and doc["step_time_ms"] >= 0
+
+
+def _run_written(tmp_path: Path, doc: dict) -> tuple[Any, Path]:
+    """``ppsim run --json`` on ``doc`` written into a fresh folder: within the deadline, never a
+    traceback, a prediction or at most 3 lines of error, and the folder unchanged."""
     folder = Path(tempfile.mkdtemp(dir=tmp_path))
-    scenario = _write(folder, _set(BASES[base], path, value))
+    scenario = _write(folder, doc)
     before = _snapshot(folder)
     with deadline(DEADLINE_S):
         res = invoke(app, "run", scenario, "--json")
     assert "Traceback" not in res.output and res.exit_code in (0, 1), res.output
     if res.exit_code == 1:
         assert len(res.output.strip().splitlines()) <= 3, res.output
-        assert re.match(r"error: [\w.\[\]-]+: ", res.output) or scenario.name in res.output, res.output
-    else:
-        doc = json.loads(res.stdout)
-        assert math.isfinite(doc["step_time_ms"]) and doc["step_time_ms"] >= 0
     assert _snapshot(folder) == before
+    return res, scenario
 
 
 def _keys(data: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -195,15 +203,7 @@ def test_a_deleted_key_runs_with_its_default_or_is_named(tmp_path: Path, base: s
     for k in path[:-1]:
         node = node[k]
     del node[path[-1]]
-    folder = Path(tempfile.mkdtemp(dir=tmp_path))
-    scenario = _write(folder, doc)
-    before = _snapshot(folder)
-    with deadline(DEADLINE_S):
-        res = invoke(app, "run", scenario, "--json")
-    assert "Traceback" not in res.output and res.exit_code in (0, 1), res.output
-    if res.exit_code == 1:
-        assert len(res.output.strip().splitlines()) <= 3, res.output
-    assert _snapshot(folder) == before
+    _run_written(tmp_path, doc)
 
 
 @FUZZ
