@@ -107,6 +107,9 @@ def run_case(runtime: str, model: str, schedule: str, m: int, partition: str, pr
     t0 = time.perf_counter()
     s = scenario(model, schedule, m, partition, SCHEDULES[runtime][schedule])
     folder = work / f"{runtime}-{model}-{schedule}-m{m}-{partition}"
+    k = 1
+    while folder.exists():  # a repeat of a case: its own folder
+        folder, k = work / f"{runtime}-{model}-{schedule}-m{m}-{partition}-{k}", k + 1
     v = validate(s, profile, folder, steps=steps, warmup=warmup, runtime=runtime)
     seconds = time.perf_counter() - t0
     c = v.comparison

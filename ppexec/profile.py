@@ -253,9 +253,14 @@ def _timings(s: Scenario, runs: list[tuple[list[int], list[RankState]]], which: 
                             ("optimizer", alone["block"].optimizer_ms)):
         points = {k: [(part[k], getattr(spans[k], field)) for part, spans in per_run] for k in (0, 1)}
         fitted[field] = fit_blocks(points, fallback)
-    share = alone["block"].weight_grad_ms / alone["block"].backward_ms if alone["block"].backward_ms > 0 else 0.0
-    block = LayerTimes(forward_ms=max(0.0, fitted["forward"][0]), backward_ms=max(0.0, fitted["backward"][0]),
-                       weight_grad_ms=max(0.0, fitted["backward"][0]) * share,
+    whole = alone["block"].backward_ms
+    share = alone["block"].weight_grad_ms / whole if whole > 0 else 0.0
+    # what the backward split in I and W costs against the whole one, as timed alone
+    split = alone["block"].split_backward_ms
+    ratio = split / whole if split is not None and whole > 0 else None
+    backward = max(0.0, fitted["backward"][0])
+    block = LayerTimes(forward_ms=max(0.0, fitted["forward"][0]), backward_ms=backward, weight_grad_ms=backward * share,
+                       split_backward_ms=None if ratio is None else backward * ratio,
                        optimizer_ms=max(0.0, fitted["optimizer"][0]), params=alone["block"].params)
     layers = {"embedding": alone["embedding"], "block": block, "head": alone["head"]}
     all_spans = [sp for _, spans in per_run for sp in spans.values()]
@@ -320,8 +325,9 @@ def _around(median: dict[str, Any], low: dict[str, Any], high: dict[str, Any]) -
 
     out: dict[str, dict[str, Any]] = {"low": {}, "high": {}}
     for name in ("embedding", "block", "head"):
+        split = ("split_backward_ms",) if median[name].split_backward_ms is not None else ()
         out["low"][name], out["high"][name] = model(median[name], low[name], high[name],
-                                                    ("forward_ms", "backward_ms", "weight_grad_ms", "optimizer_ms"))
+                                                    ("forward_ms", "backward_ms", "weight_grad_ms", "optimizer_ms") + split)
     for key in ("low", "high"):
         out[key]["overheads"] = {}
     for pos, o in median["overheads"].items():

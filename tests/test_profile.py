@@ -369,3 +369,39 @@ def test_with_a_profile_and_tensor_parallelism_the_embedding_and_head_are_whole(
     assert first.params == emb.params + 2 * split.params
     assert last.params == head.params + 2 * split.params
     assert split.params < block.params
+
+
+def split_profile() -> Profile:
+    """make_profile with the backward split as torch's pipelining splits it: 20 % dearer in all."""
+    p = make_profile()
+    return p.model_copy(update={
+        "embedding": p.embedding.model_copy(update={"split_backward_ms": 0.1}),
+        "block": p.block.model_copy(update={"split_backward_ms": 2.4}),  # backward 2.0, weight grad 1.0
+        "head": p.head.model_copy(update={"split_backward_ms": 1.2})})   # backward 1.0, weight grad 0.5
+
+
+def test_a_split_backward_costs_what_the_profile_timed_the_split() -> None:
+    """With a schedule that runs I and W, a stage's I + W is its layers' split backward (plus the
+    position's overhead, on I), W the weight grad's share of it; the first stage has no input
+    grad to send, so torch runs its whole backward as W."""
+    s = load(TINY).with_overrides(stages=2, partition=[1, 3], schedule="zb-h1")
+    first, last = build_workload(s, split_profile()).costs.stages
+    # by hand: last = overhead 0.4 + 3 blocks x 2.4 + head 1.2; W = 3 x 2.4 x 1/2 + 1.2 x 1/2
+    assert last.backward_ms == pytest.approx(0.4 + 3 * 2.4 + 1.2)
+    assert last.weight_grad_ms == pytest.approx(3 * 1.2 + 0.6)
+    assert last.input_grad_ms == pytest.approx(0.4 + 3 * 1.2 + 0.6)
+    # first = overhead 0.2 + embedding 0.1 + 1 block 2.0, the whole of it in W
+    assert first.backward_ms == pytest.approx(0.2 + 0.1 + 2.0)
+    assert (first.weight_grad_ms, first.input_grad_ms) == pytest.approx((2.3, 0.0))
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "dualpipev"])
+def test_whole_backwards_and_old_profiles_keep_the_whole_backward(schedule: str) -> None:
+    """1F1B runs whole backwards, DualPipeV whole and split ones: both keep the whole backward's
+    price; so does a profile from before the split was timed (no ``split_backward_ms``)."""
+    chunks = 2 if schedule == "dualpipev" else 1
+    s = load(TINY).with_overrides(stages=2, chunks=chunks, schedule=schedule)
+    assert build_workload(s, split_profile()).costs.stages == build_workload(s, make_profile()).costs.stages
+    zb = load(TINY).with_overrides(stages=2, partition=[1, 3], schedule="zb-h1")
+    last = build_workload(zb, make_profile()).costs.stages[-1]
+    assert (last.backward_ms, last.weight_grad_ms) == pytest.approx((0.4 + 3 * 2.0 + 1.0, 3 * 1.0 + 0.5))

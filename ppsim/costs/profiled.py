@@ -69,20 +69,25 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
     if t > 1:
         block, share = _tensor_parallel_block(profile, t, layout.activation_bytes, reduce_link, tp)
         recompute_forward_ms, recompute_backward_ms = recompute_forward_ms * share, recompute_backward_ms * share
+    split = splits_backward(s, profile)
     stages = []
     for k, st in enumerate(layout.stages):
         parts = [block] * st.blocks + ([profile.embedding] if k == 0 else []) + ([profile.head] if k == n - 1 else [])
         extra = profile.overhead(k, n)
         reduce_ms, buckets = grad_allreduce(st.params * layout.dtype_bytes, d, reduce_link, training.allreduce,
                                             training.bucket_mb * 1e6)
-        backward_ms = max(0.0, extra.backward_ms + sum(x.backward_ms for x in parts) + st.blocks * recompute_backward_ms)
+        backward_ms, weight_grad_ms = split_backward(parts) if split and k > 0 else (
+            sum(x.backward_ms for x in parts), sum(x.weight_grad_ms for x in parts))
+        backward_ms = max(0.0, extra.backward_ms + backward_ms + st.blocks * recompute_backward_ms)
+        if split and k == 0:  # nothing to send back: torch runs the whole backward as the weight grad
+            weight_grad_ms = backward_ms
         stages.append(layout.stage_cost(
             k,
             forward_ms=max(0.0, extra.forward_ms + sum(x.forward_ms for x in parts) + st.blocks * recompute_forward_ms),
             backward_ms=backward_ms,
             # the position's overhead is fitted and may be negative (noise): it shortens the input-grad
             # part, which is the framework's; the weight grad, measured alone, can be at most the backward
-            weight_grad_ms=min(backward_ms, sum(x.weight_grad_ms for x in parts)),
+            weight_grad_ms=min(backward_ms, weight_grad_ms),
             optimizer_ms=max(0.0, extra.optimizer_ms + sum(x.optimizer_ms for x in parts)),
             clip_ms=max(0.0, extra.clip_ms),
             allreduce_ms=reduce_ms,
@@ -95,6 +100,28 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
                   for k, c in enumerate(stages)]
     return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=gathering((link,), tp),
                      clip_allreduce_ms=profile.clip_allreduce_us / 1e3)
+
+
+def splits_backward(s: Scenario, profile: Profile) -> bool:
+    """Whether the stages' backwards are priced as split in I and W: the schedule runs them split
+    (and never whole: DualPipeV runs both) and the profile timed the split (``split_backward_ms``)."""
+    from ppsim.plan.schedules import SCHEDULES
+
+    info = SCHEDULES.get(s.pipeline.schedule)
+    return (info is not None and info.splits_backward and not info.overlaps
+            and all(x.split_backward_ms is not None for x in (profile.block, profile.head)))
+
+
+def split_backward(parts: list[LayerTimes]) -> tuple[float, float]:
+    """(I + W, W) of ``parts`` with the backward split in two passes, as the profile timed it: a
+    layer's split costs ``split_backward_ms`` in all (more than its whole backward), of which the
+    weight grad takes the same share as of the whole backward."""
+    total = weight = 0.0
+    for x in parts:
+        both = x.split_backward_ms if x.split_backward_ms is not None else x.backward_ms
+        total += both
+        weight += both * x.weight_grad_ms / x.backward_ms if x.backward_ms > 0 else 0.0
+    return total, weight
 
 
 def _tensor_parallel_block(profile: Profile, t: int, activation_bytes: int, reduce_link: Link, tp: TensorParallelComm
@@ -111,5 +138,7 @@ def _tensor_parallel_block(profile: Profile, t: int, activation_bytes: int, redu
     shared = block.model_copy(update={
         "forward_ms": block.forward_ms * forward_share + tp.forward_ms,
         "backward_ms": block.backward_ms * backward_share + tp.backward_ms,
-        "weight_grad_ms": block.weight_grad_ms * backward_share, "optimizer_ms": block.optimizer_ms / t})
+        "weight_grad_ms": block.weight_grad_ms * backward_share, "optimizer_ms": block.optimizer_ms / t,
+        "split_backward_ms": None if block.split_backward_ms is None else
+        block.split_backward_ms * backward_share + tp.backward_ms})
     return shared, forward_share

@@ -44,6 +44,9 @@ class LayerTimes(_Strict):
     forward_ms: float = Field(ge=0)
     backward_ms: float = Field(ge=0, description="input grad + weight grad")
     weight_grad_ms: float = Field(default=0.0, ge=0, description="the part of backward that is weight grad")
+    split_backward_ms: float | None = Field(default=None, ge=0, description=(
+        "input grad + weight grad when the backward runs split in two passes, as torch.distributed.pipelining "
+        "runs I and W (more than backward_ms: the split redoes part of the work); None in older profiles"))
     optimizer_ms: float = Field(default=0.0, ge=0, description="optimizer step over this layer's parameters")
     params: int = Field(default=0, ge=0)
 
