@@ -17,6 +17,7 @@ from ppsim.costs import build_workload
 from ppsim.errors import ScenarioError
 from ppsim.inputs.profile import LayerTimes, LinkProfile, Overheads, Profile, RecomputeTimes, load_profile, shape_of
 from ppsim.inputs.scenario import load
+from ppsim.prediction.path import scenario_workload
 
 TINY = SCENARIOS / "tiny-cpu.yaml"
 RECORDED = ROOT / "tests" / "data" / "tiny-cpu.profile.yaml"  # measured by `ppexec profile` on this kind of machine
@@ -385,7 +386,7 @@ def test_a_split_backward_costs_what_the_profile_timed_the_split() -> None:
     position's overhead, on I), W the weight grad's share of it; the first stage has no input
     grad to send, so torch runs its whole backward as W."""
     s = load(TINY).with_overrides(stages=2, partition=[1, 3], schedule="zb-h1")
-    first, last = build_workload(s, split_profile()).costs.stages
+    first, last = scenario_workload(s, split_profile()).costs.stages
     # by hand: last = overhead 0.4 + 3 blocks x 2.4 + head 1.2; W = 3 x 2.4 x 1/2 + 1.2 x 1/2
     assert last.backward_ms == pytest.approx(0.4 + 3 * 2.4 + 1.2)
     assert last.weight_grad_ms == pytest.approx(3 * 1.2 + 0.6)
@@ -401,7 +402,7 @@ def test_whole_backwards_and_old_profiles_keep_the_whole_backward(schedule: str)
     price; so does a profile from before the split was timed (no ``split_backward_ms``)."""
     chunks = 2 if schedule == "dualpipev" else 1
     s = load(TINY).with_overrides(stages=2, chunks=chunks, schedule=schedule)
-    assert build_workload(s, split_profile()).costs.stages == build_workload(s, make_profile()).costs.stages
+    assert scenario_workload(s, split_profile()).costs.stages == scenario_workload(s, make_profile()).costs.stages
     zb = load(TINY).with_overrides(stages=2, partition=[1, 3], schedule="zb-h1")
-    last = build_workload(zb, make_profile()).costs.stages[-1]
+    last = scenario_workload(zb, make_profile()).costs.stages[-1]
     assert (last.backward_ms, last.weight_grad_ms) == pytest.approx((0.4 + 3 * 2.0 + 1.0, 3 * 1.0 + 0.5))

@@ -51,9 +51,12 @@ def recompute_extra_ms(profile: Profile, recompute: str, block: LayerCost) -> tu
     return 0.0, profile.block.forward_ms * block.recompute_flops / block.forward_flops
 
 
-def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: LayerCost) -> CostTable:
+def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: LayerCost,
+                   runs_split: bool = False) -> CostTable:
     """Per virtual stage costs of ``layout`` from the measured ``profile``; ``block_flops`` (the
-    block's FLOPs) prices a recomputation the profile did not measure."""
+    block's FLOPs) prices a recomputation the profile did not measure. ``runs_split``: the
+    schedule runs every backward as an input grad then a weight grad (and never whole), priced with
+    the split the profile timed, when it timed one."""
     training, d, t = s.training, s.data_parallel, s.tensor_parallel
     recompute_forward_ms, recompute_backward_ms = recompute_extra_ms(profile, training.recompute, block_flops)
     n = len(layout.stages)
@@ -69,7 +72,7 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
     if t > 1:
         block, share = _tensor_parallel_block(profile, t, layout.activation_bytes, reduce_link, tp)
         recompute_forward_ms, recompute_backward_ms = recompute_forward_ms * share, recompute_backward_ms * share
-    split = splits_backward(s, profile)
+    split = runs_split and _timed_split(profile)
     stages = []
     for k, st in enumerate(layout.stages):
         parts = [block] * st.blocks + ([profile.embedding] if k == 0 else []) + ([profile.head] if k == n - 1 else [])
@@ -102,14 +105,10 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
                      clip_allreduce_ms=profile.clip_allreduce_us / 1e3)
 
 
-def splits_backward(s: Scenario, profile: Profile) -> bool:
-    """Whether the stages' backwards are priced as split in I and W: the schedule runs them split
-    (and never whole: DualPipeV runs both) and the profile timed the split (``split_backward_ms``)."""
-    from ppsim.plan.schedules import SCHEDULES
-
-    info = SCHEDULES.get(s.pipeline.schedule)
-    return (info is not None and info.splits_backward and not info.overlaps
-            and all(x.split_backward_ms is not None for x in (profile.block, profile.head)))
+def _timed_split(profile: Profile) -> bool:
+    """Whether the profile timed the backward split in I and W (``split_backward_ms``; older
+    profiles did not, and are priced with the whole backward)."""
+    return all(x.split_backward_ms is not None for x in (profile.block, profile.head))
 
 
 def split_backward(parts: list[LayerTimes]) -> tuple[float, float]:

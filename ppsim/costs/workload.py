@@ -34,12 +34,13 @@ class Workload:
     tokens_per_step: int | None
 
 
-def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: tuple[int, ...] | None = None
-                   ) -> Workload:
+def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: tuple[int, ...] | None = None,
+                   split_backward: bool = False) -> Workload:
     """Costs of every virtual stage for the scenario: from explicit costs if given, else from a
     measured profile if given, else from the model's FLOPs on the device's roofline.
     ``stage_to_rank``: the schedule's placement of the virtual stages (Megatron's loop placement
-    when None); the partition balances each rank's work and the links join the ranks it names."""
+    when None); the partition balances each rank's work and the links join the ranks it names.
+    ``split_backward``: the schedule runs every backward as I then W (a profile prices the split)."""
     if profile is not None:
         _check_profile(s, profile)
     device = get_device(s.hardware.device, s.hardware.device_file)
@@ -60,7 +61,7 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
     if s.costs is not None:
         costs = explicit_costs(s, s.costs, layout, stage_to_rank)
     elif profile is not None and layers is not None:
-        costs = profiled_costs(s, layout, profile, layers[1])
+        costs = profiled_costs(s, layout, profile, layers[1], split_backward)
     elif s.model is not None:
         costs = analytic_costs(s, s.model, layout, device, scenario_links(s, device, stage_to_rank))
     else:  # pragma: no cover - a Scenario has a model or costs

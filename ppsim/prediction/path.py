@@ -60,8 +60,11 @@ def stage_to_rank(s: Scenario) -> tuple[int, ...]:
 
 
 def scenario_workload(s: Scenario, profile: Profile | None = None) -> Workload:
-    """The scenario's costs for its schedule's placement of the virtual stages."""
-    return build_workload(s, profile, stage_to_rank(s))
+    """The scenario's costs for its schedule's placement of the virtual stages (and, from a profile,
+    its way of running backwards: split in I and W by every zero-bubble and V schedule but DualPipeV,
+    which runs whole ones too)."""
+    info = schedules.get(s.pipeline.schedule)
+    return build_workload(s, profile, stage_to_rank(s), split_backward=info.splits_backward and not info.overlaps)
 
 
 def lower_built(b: Built) -> Plan:
