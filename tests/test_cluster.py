@@ -152,3 +152,21 @@ def test_an_uneven_group_gets_one_ring() -> None:
     flows = cl.ring_flows(c, [0, 1, 2, 4])
     assert [(a, b) for a, b, _ in flows] == [(0, 1), (1, 2), (2, 4), (4, 0)]
     assert cl.group_link(c, [[0, 1, 2, 4]]).bandwidth_gb_s == pytest.approx(25)
+
+
+def test_the_edge_table_is_the_graphs_edges_and_predicting_does_not_import_networkx() -> None:
+    """The cost model reads the plain edge table; networkx's graph is built from the same table."""
+    import subprocess
+    import sys
+
+    c = cl.Cluster(nodes=2, devices_per_node=4, intra=NVLINK, inter=NIC, nics_per_node=2)
+    g = c.graph()
+    table = cl.edges(c)
+    assert g.number_of_edges() == len(table)
+    for (u, v), link in table.items():
+        assert g.edges[u, v]["bandwidth"] == link.bandwidth_gb_s and g.edges[u, v]["latency"] == link.latency_us
+    assert g.edges["node0/gpu0", "node0/fabric"]["latency"] == NVLINK.latency_us / 2
+    code = ("import sys; from ppsim.inputs.scenario import load; from ppsim.prediction import predict; "
+            f"predict(load({str(SCENARIOS / 'megatron-gpt3-175b.yaml')!r})); print('networkx' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

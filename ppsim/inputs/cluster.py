@@ -1,6 +1,8 @@
-"""The cluster as a networkx graph: where every rank runs, and what a transfer between two runs over.
+"""The cluster as a graph: where every rank runs, and what a transfer between two runs over.
 
-Graph: each node has a switch (NVSwitch / NVLink fabric) that its devices reach over their
+Graph (:meth:`Cluster.graph` gives it as a networkx graph, to draw or search; the cost model
+reads the same edges from :func:`edges`, a plain table, so that predicting does not import
+networkx): each node has a switch (NVSwitch / NVLink fabric) that its devices reach over their
 intra-node link, and NICs that reach the cluster's network switch over the inter-node link;
 device j of a node uses NIC ``j * nics // devices_per_node``. A transfer takes the shortest route
 between its two devices. Placement maps (stage, replica, tensor rank) to a device index, node by
@@ -55,21 +57,14 @@ class Cluster:
         return self.nodes * self.devices_per_node
 
     def graph(self) -> nx.Graph:
-        """Devices, node fabrics, NICs and the network, with bandwidth (GB/s) and latency (us) per edge."""
-        import networkx as nx  # only scenarios with a cluster need it: ppsim starts faster without
+        """Devices, node fabrics, NICs and the network as a networkx graph, with bandwidth (GB/s) and
+        latency (us) per edge: the edges of :func:`edges`."""
+        import networkx as nx  # imported only to draw or search the graph: predicting reads edges()
 
         g = nx.Graph()
         g.add_node(SPINE)
-        for n in range(self.nodes):
-            fabric = f"node{n}/fabric"
-            for k in range(self.nics_per_node):
-                nic = f"node{n}/nic{k}"
-                g.add_edge(nic, SPINE, bandwidth=self.inter.bandwidth_gb_s, latency=self.inter.latency_us)
-            for j in range(self.devices_per_node):
-                dev = self.device_name(n * self.devices_per_node + j)
-                g.add_edge(dev, fabric, bandwidth=self.intra.bandwidth_gb_s, latency=self.intra.latency_us / 2)
-                nic = f"node{n}/nic{j * self.nics_per_node // self.devices_per_node}"
-                g.add_edge(dev, nic, bandwidth=float("inf"), latency=0.0)  # PCIe to its NIC: not the bottleneck
+        for (u, v), link in edges(self).items():
+            g.add_edge(u, v, bandwidth=link.bandwidth_gb_s, latency=link.latency_us)
         return g
 
     def device_name(self, device: int) -> str:
@@ -78,9 +73,30 @@ class Cluster:
 
 
 @cache
-def cluster_graph(cluster: Cluster) -> nx.Graph:
-    """The cluster's graph, built once per cluster."""
-    return cluster.graph()
+def edges(cluster: Cluster) -> dict[tuple[str, str], LinkSpeed]:
+    """Every (undirected) edge of the cluster's graph with its link, built once per cluster: each
+    device to its node's fabric (half the intra-node latency each way) and to its NIC (PCIe, never
+    the bottleneck), each NIC to the network."""
+    out: dict[tuple[str, str], LinkSpeed] = {}
+    to_fabric = LinkSpeed(cluster.intra.bandwidth_gb_s, cluster.intra.latency_us / 2)
+    for n in range(cluster.nodes):
+        fabric = f"node{n}/fabric"
+        for k in range(cluster.nics_per_node):
+            out[(f"node{n}/nic{k}", SPINE)] = cluster.inter
+        for j in range(cluster.devices_per_node):
+            dev = cluster.device_name(n * cluster.devices_per_node + j)
+            out[(dev, fabric)] = to_fabric
+            out[(dev, f"node{n}/nic{j * cluster.nics_per_node // cluster.devices_per_node}")] = FREE
+    return out
+
+
+@cache
+def _directed(cluster: Cluster) -> dict[Hop, LinkSpeed]:
+    """Every edge in both directions (each direction of a full-duplex link has the whole bandwidth)."""
+    out = {}
+    for (u, v), link in edges(cluster).items():
+        out[(u, v)] = out[(v, u)] = link
+    return out
 
 
 def device_of(stage: int, replica: int, tp_rank: int, p: int, d: int, t: int, placement: Placement) -> int:
@@ -118,12 +134,12 @@ def route(cluster: Cluster, a: int, b: int) -> list[str]:
             f"node{nb}/nic{jb * nic // cluster.devices_per_node}", cluster.device_name(b)]
 
 
-def route_links(cluster: Cluster, flows: list[tuple[int, int]], graph: nx.Graph | None = None) -> list[LinkSpeed]:
+def route_links(cluster: Cluster, flows: list[tuple[int, int]]) -> list[LinkSpeed]:
     """The effective link of each flow (device pairs that transfer at the same time): latencies add
     up along its route; its bandwidth is the smallest share of a link on the route, a link's
     bandwidth in each direction being divided among the flows that cross it in that direction
     (links are full duplex: in a ring, a device's outgoing and incoming flows do not share)."""
-    g = graph if graph is not None else cluster_graph(cluster)
+    links = _directed(cluster)
     paths = [route(cluster, a, b) for a, b in flows]
     routes = [list(zip(path, path[1:])) for path in paths]  # directed hops
     load = Counter(edge for edges in routes for edge in set(edges))
@@ -132,8 +148,8 @@ def route_links(cluster: Cluster, flows: list[tuple[int, int]], graph: nx.Graph 
         if not edges:
             out.append(FREE)
             continue
-        latency_us = sum(g.edges[e]["latency"] for e in edges)
-        share = min(g.edges[e]["bandwidth"] / load[e] for e in edges)
+        latency_us = sum(links[e].latency_us for e in edges)
+        share = min(links[e].bandwidth_gb_s / load[e] for e in edges)
         out.append(LinkSpeed(share, latency_us))
     return out
 
@@ -190,9 +206,9 @@ def group_link(cluster: Cluster, devices_by_group: list[list[int]]) -> LinkSpeed
     flows = [f for grp in devices_by_group if len(grp) > 1 for f in ring_flows(cluster, grp)]
     if not flows:
         return FREE
-    g = cluster_graph(cluster)
+    links = _directed(cluster)
     load, latency_us = flow_load(cluster, flows)
-    bandwidth = min(g.edges[hop]["bandwidth"] / n for hop, n in load.items())
+    bandwidth = min(links[hop].bandwidth_gb_s / n for hop, n in load.items())
     return LinkSpeed(bandwidth, latency_us)
 
 
@@ -202,7 +218,7 @@ Hop = tuple[str, str]  #: a directed link: (from, to) nodes of the cluster graph
 def flow_load(cluster: Cluster, flows: list[tuple[int, int, float]]) -> tuple[Counter[Hop], float]:
     """(load on each directed link: the sum of the shares of the flows crossing it, the slowest
     route's latency in us) of ``flows`` (sender, receiver, share) running at once."""
-    latency = _latencies(cluster)
+    links = _directed(cluster)
     load: Counter[Hop] = Counter()
     latency_us = 0.0
     for a, b, share in flows:
@@ -210,27 +226,15 @@ def flow_load(cluster: Cluster, flows: list[tuple[int, int, float]]) -> tuple[Co
         hops = list(zip(path, path[1:]))
         for hop in hops:
             load[hop] += share
-        latency_us = max(latency_us, sum(latency[hop] for hop in hops))
+        latency_us = max(latency_us, sum(links[hop].latency_us for hop in hops))
     return load, latency_us
-
-
-@cache
-def _latencies(cluster: Cluster) -> dict[Hop, float]:
-    """Every directed link's latency (us), looked up without the graph's views."""
-    out = {}
-    for u, v, data in cluster_graph(cluster).edges(data=True):
-        out[(u, v)] = out[(v, u)] = data["latency"]
-    return out
 
 
 @cache
 def capacities(cluster: Cluster) -> dict[Hop, float]:
     """Every directed link of finite bandwidth, in bytes per ms (each direction its own)."""
-    out = {}
-    for u, v, data in cluster_graph(cluster).edges(data=True):
-        if math.isfinite(data["bandwidth"]):
-            out[(u, v)] = out[(v, u)] = data["bandwidth"] * 1e6
-    return out
+    return {hop: link.bandwidth_gb_s * 1e6 for hop, link in _directed(cluster).items()
+            if math.isfinite(link.bandwidth_gb_s)}
 
 
 RouteLoad = tuple[tuple[tuple[Hop, float], ...], float]  #: ((link, load), ...), latency in us
@@ -254,7 +258,7 @@ def plan_routes(cluster: Cluster, stage_to_rank: tuple[int, ...], p: int, d: int
         mine, latency_us = flow_load(cluster, flows[:1])
         return tuple((hop, load[hop]) for hop in mine), latency_us
 
-    g = cluster_graph(cluster)
+    links = _directed(cluster)
     per_node = cluster.devices_per_node
 
     @cache
@@ -270,7 +274,7 @@ def plan_routes(cluster: Cluster, stage_to_rank: tuple[int, ...], p: int, d: int
             return (), 0.0
         load, latency_us = flow_load(cluster, flows)
         node = f"node{home}/"
-        pace = max(load, key=lambda hop: load[hop] / g.edges[hop]["bandwidth"])
+        pace = max(load, key=lambda hop: load[hop] / links[hop].bandwidth_gb_s)
         kept = {hop: n for hop, n in load.items() if hop == pace or hop[0].startswith(node) or hop[1].startswith(node)}
         return tuple(kept.items()), latency_us
 
