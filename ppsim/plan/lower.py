@@ -35,7 +35,8 @@ from ppsim.plan.action import (
 from ppsim.plan.deps import Duration, default_duration, dependencies, grad_producers, ideal_times
 from ppsim.plan.memo import per_plan
 from ppsim.plan.plan import Plan
-from ppsim.plan.validate import validate_structure
+from ppsim.plan.posted import posted_order
+from ppsim.plan.validate import structure_holds, validate_structure
 
 _action = partial(tuple.__new__, Action)  #: Action((s, k, mb)) without the Python-level __new__
 _TRAINING_KINDS = BACKWARD_KINDS | {Kind.OVERLAP_F_B}
@@ -52,14 +53,14 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
     """
     if not plan.kinds().isdisjoint(COMM_KINDS):
         raise PlanError("plan already has communication actions; add_comms runs once")
+    if not rendezvous:
+        return plan.with_actions(_posted(plan), lowered=True)
     grads = grad_producers(plan)
     where = plan.stage_to_rank
     n_stages = plan.num_stages
     act = _action
     SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
     OVERLAP = Kind.OVERLAP_F_B
-    if not rendezvous:
-        return plan.with_actions(_posted(plan, grads), lowered=True)
     starts, _ = ideal_times(plan, duration)
     # entries sort by (time, depth, 0 for messages / 1 for compute, message order, stage, mb)
     entries: list[list[tuple[Any, ...]]] = [[] for _ in plan.actions]
@@ -87,72 +88,16 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
     return plan.with_actions(lowered, lowered=True)
 
 
-def _posted(plan: Plan, grads: dict[tuple[int, int | None], Kind]) -> list[list[Action]]:
+def _posted(plan: Plan) -> list[list[Action]]:
     """Posted sends: each receive right before its consumer, each send right after its producer
-    (no sort needed), then the sends to each peer in the order it receives them.
-
-    The ranks are walked as their inputs become available (as :func:`ideal_times` does, without
-    times), so a plan whose dependencies form a cycle is refused with the grid on the way."""
-    acts, where, n_stages = plan.actions, plan.stage_to_rank, plan.num_stages
-    act = _action
-    F, OVERLAP = Kind.F, Kind.OVERLAP_F_B
-    SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
-    out: list[list[Action]] = [[] for _ in acts]
-    pos = [0] * len(acts)
-    done: set[Any] = set()
-    waiting: dict[Any, list[int]] = {}
-    # per (sender, receiver): the producers of its messages in send order, and in receive order
-    sent: dict[tuple[int, int], list[Any]] = {}
-    received: dict[tuple[int, int], list[Any]] = {}
-    work = list(range(len(acts)))
-    while work:
-        r = work.pop()
-        ra, seq = acts[r], out[r]
-        add = seq.append
-        i, n = pos[r], len(ra)
-        while i < n:
-            a = ra[i]
-            parts = a.parts if a[1] is OVERLAP else (a,)
-            receives, inputs = [], []
-            for part in parts:
-                for d in dependencies(part, n_stages, grads):
-                    if d not in done:
-                        waiting.setdefault(d, []).append(r)  # its rank wakes this one when d is done
-                        break
-                    src = where[d[0]]
-                    if src != r:
-                        receives.append(act((part[0], RECV_F if d[1] is F else RECV_B, part[2])))
-                        inputs.append((src, d))
-                else:
-                    continue
-                break
-            else:
-                seq.extend(receives)
-                for src, d in inputs:
-                    received.setdefault((src, r), []).append(d)
-                add(a)
-                for part in parts:
-                    s, k, mb = part
-                    if k is F:
-                        if s < n_stages - 1 and where[s + 1] != r:
-                            add(act((s, SEND_F, mb)))
-                            sent.setdefault((r, where[s + 1]), []).append(part)
-                    elif (k is Kind.B or k is Kind.I) and s > 0 and where[s - 1] != r:
-                        add(act((s, SEND_B, mb)))
-                        sent.setdefault((r, where[s - 1]), []).append(part)
-                    done.add(part)
-                    woken = waiting.pop(part, None)
-                    if woken:
-                        work.extend(woken)
-                i += 1
-                continue
-            break
-        pos[r] = i
-    if any(pos[r] < len(ra) for r, ra in enumerate(acts)):
+    (:func:`~ppsim.plan.posted.posted_order`), then the sends to each peer in the order it
+    receives them. A plan whose dependencies form a cycle is refused with the grid."""
+    placed = posted_order(plan)
+    if placed is None:
         ideal_times(plan)  # raises the error with the grid of where every rank is stuck
-    if all(sent.get(pair) == order for pair, order in received.items()):
-        return out
-    return in_receive_order(out, where)
+        raise PlanError(f"plan {plan.schedule!r} cannot finish")  # pragma: no cover - ideal_times raised
+    ranks, in_order = placed
+    return ranks if in_order else in_receive_order(ranks, plan.stage_to_rank)
 
 
 def in_receive_order(ranks: list[list[Action]], where: tuple[int, ...]) -> list[list[Action]]:
@@ -214,7 +159,8 @@ def add_step_end(plan: Plan, data_parallel: int = 1, clip: bool = False) -> Plan
 def _structure_checked(plan: Plan) -> bool:
     """The plan's placement, ranges, duplicates and completeness, checked once per plan (a search
     lowers the same plan for every recompute mode and ZeRO stage); raises PlanError when broken."""
-    validate_structure(plan, check_order=False)
+    if not structure_holds(plan):
+        validate_structure(plan, check_order=False)  # raises, with the grid
     return True
 
 

@@ -67,6 +67,42 @@ def validate_structure(plan: Plan, *, check_order: bool = True) -> Positions:
     return seen
 
 
+_PIECE_CODES = {Kind.F: 0, Kind.B: 1, Kind.I: 2, Kind.W: 3}  #: compute pieces, in blocks of a seen-table
+
+
+def structure_holds(plan: Plan) -> bool:
+    """Whether a compute-only plan passes :func:`validate_structure` without ``check_order``
+    (placement, ranges, nothing twice, complete), checked on a table of flags instead of a dict of
+    actions; False means call :func:`validate_structure` for the error with its grid."""
+    acts, where = plan.actions, plan.stage_to_rank
+    n, m = len(where), plan.num_microbatches
+    if len(acts) != plan.num_ranks:
+        return False
+    size = n * m
+    seen = bytearray(4 * size)  # blocks F, B, I, W; flag (stage * m + mb) in each
+    codes, OVERLAP = _PIECE_CODES, Kind.OVERLAP_F_B
+    for r, ra in enumerate(acts):
+        for x in ra:
+            for s, k, mb in (x.parts if x[1] is OVERLAP else (x,)):
+                c = codes.get(k)
+                if c is None or mb is None or not (0 <= s < n and 0 <= mb < m) or where[s] != r:
+                    return False
+                at = c * size + s * m + mb
+                if seen[at]:
+                    return False
+                seen[at] = 1
+            if x[1] is OVERLAP and x[0][0] == x[2][0] and x[0][2] == x[2][2]:
+                return False  # a micro-batch's backward overlapped with its own forward
+    # as big integers of one byte per flag, the blocks add without carries
+    ones = int.from_bytes(b"\x01" * size, "little")
+    f, b, i, w = (int.from_bytes(seen[c * size:(c + 1) * size], "little") for c in range(4))
+    if f != ones:
+        return False
+    if not (b or i or w):
+        return True  # forward only
+    return b + i == ones and i == w  # every piece's backward: a full one, or an input and a weight grad
+
+
 def _positions(plan: Plan) -> Positions:
     """Where every plain action sits; both parts of an overlapped action sit at its place."""
     acts, where = plan.actions, plan.stage_to_rank

@@ -1,0 +1,110 @@
+"""Sends and receives for posted (non-blocking) sends, placed in one pass over a table of flags.
+
+With posted sends a receive goes right before the action that consumes it and a send right after
+the action that produced it, so every rank's lowered order follows from its own order alone. The
+pass still walks the ranks as their inputs become available (as :func:`~ppsim.plan.deps.ideal_times`
+does, without times): a plan whose dependencies form a cycle is refused on the way. Then, where
+two ranks would receive each other's messages in another order than they were sent,
+:func:`~ppsim.plan.lower.in_receive_order` moves the sends.
+
+Every compute piece (stage, kind, micro-batch) is a flag in a bytearray: block F, B, I or W, then
+``stage * microbatches + microbatch``. A search lowers thousands of plans and the TUI one per key,
+so this pass avoids hashing actions: it is the larger part of planning a long step.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from ppsim.plan.action import Action, Kind
+from ppsim.plan.plan import Plan
+
+_action = partial(tuple.__new__, Action)  #: Action((s, k, mb)) without the Python-level __new__
+
+
+def posted_order(plan: Plan) -> tuple[list[list[Action]], bool] | None:
+    """(every rank's actions with its sends and receives, whether every pair of ranks receives in
+    the order of sending), or None when the plan cannot finish (a cycle of dependencies)."""
+    acts, where = plan.actions, plan.stage_to_rank
+    n_stages, m = len(where), plan.num_microbatches
+    size, last = n_stages * m, n_stages - 1
+    made_i, made_grad = size, 2 * size  # the blocks of flags after the forwards'
+    F, B, I, W, OVERLAP = Kind.F, Kind.B, Kind.I, Kind.W, Kind.OVERLAP_F_B
+    SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
+    act = _action
+    # per directed pair of ranks, the flags of its messages in send order and in receive order;
+    # forward[s] / backward[s]: the pair that stage s's activations / input grads cross (None: same rank)
+    pairs: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+
+    def pair(src: int, dst: int) -> tuple[list[int], list[int]] | None:
+        return None if src == dst else pairs.setdefault((src, dst), ([], []))
+
+    forward = [pair(where[s], where[s + 1]) for s in range(last)] + [None]
+    backward = [None] + [pair(where[s], where[s - 1]) for s in range(1, n_stages)]
+    done = bytearray(3 * size)  # blocks: forward done, input grad (I) done, input grad (B or I) made
+    waiting: dict[int, list[int]] = {}
+    out: list[list[Action]] = [[] for _ in acts]
+    pos = [0] * len(acts)
+    work = list(range(len(acts)))
+    while work:
+        r = work.pop()
+        ra = acts[r]
+        add = out[r].append
+        i, n = pos[r], len(ra)
+        while i < n:
+            a = ra[i]
+            parts = a.parts if a[1] is OVERLAP else (a,)
+            blocked = -1
+            for s, k, mb in parts:  # inputs: previous stage's forward; own forward and next stage's grad; own I
+                if k is F:
+                    if s and not done[at := s * m + mb - m]:
+                        blocked = at
+                        break
+                elif k is B or k is I:
+                    at = s * m + mb
+                    if not done[at]:
+                        blocked = at
+                        break
+                    if s < last and not done[made_grad + at + m]:
+                        blocked = made_grad + at + m
+                        break
+                elif k is W and not done[at := made_i + s * m + mb]:
+                    blocked = at
+                    break
+            if blocked >= 0:  # the rank that makes it wakes this one
+                waiting.setdefault(blocked, []).append(r)
+                break
+            for s, k, mb in parts:  # the receives, right before
+                if k is F:
+                    if s and (link := forward[s - 1]) is not None:
+                        add(act((s, RECV_F, mb)))
+                        link[1].append(s * m + mb - m)
+                elif (k is B or k is I) and s < last and (link := backward[s + 1]) is not None:
+                    add(act((s, RECV_B, mb)))
+                    link[1].append(made_grad + s * m + mb + m)
+            add(a)
+            for s, k, mb in parts:  # the sends, right after; then what waited on it
+                if k is F:
+                    made = (at := s * m + mb,)
+                    if (link := forward[s]) is not None:
+                        add(act((s, SEND_F, mb)))
+                        link[0].append(at)
+                elif k is B or k is I:
+                    at = s * m + mb
+                    made = (made_grad + at, made_i + at) if k is I else (made_grad + at,)
+                    if (link := backward[s]) is not None:
+                        add(act((s, SEND_B, mb)))
+                        link[0].append(made_grad + at)
+                else:
+                    continue  # a weight grad (or a step-level action) feeds nothing another waits on
+                for flag in made:
+                    done[flag] = 1
+                    if waiting:
+                        woken = waiting.pop(flag, None)
+                        if woken:
+                            work.extend(woken)
+            i += 1
+        pos[r] = i
+    if any(pos[r] < len(ra) for r, ra in enumerate(acts)):
+        return None
+    return out, all(sent == received for sent, received in pairs.values())

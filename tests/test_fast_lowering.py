@@ -1,0 +1,101 @@
+"""The lowering's fast paths against plain references: the structure check on a table of flags
+agrees with the full one (a dict of actions, the grid on failure) on every schedule's plan and the
+same plans broken at random; the one-pass placement of posted sends gives what placing each
+receive before its consumer and each send after its producer, as the rule says, gives."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ppsim.errors import PlanError, ScheduleError
+from ppsim.plan import COMPUTE_KINDS, Action, Kind, lower, schedules, validate, validate_structure
+from ppsim.plan.action import Overlap
+from ppsim.plan.action import message_kinds
+from ppsim.plan.deps import dependencies, grad_producers
+from ppsim.plan.lower import in_receive_order
+from ppsim.plan.validate import structure_holds
+
+NAMES = sorted(n for n in schedules.SCHEDULES if n != "auto")  # auto builds from stage costs
+
+
+def _full_check_holds(plan) -> bool:
+    try:
+        validate_structure(plan, check_order=False)
+    except PlanError:
+        return False
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(NAMES), p=st.integers(1, 4), extra=st.integers(0, 4), data=st.data())
+def test_the_fast_check_agrees_with_the_full_one(name: str, p: int, extra: int, data: st.DataObject) -> None:
+    try:
+        plan = schedules.build(name, p, p + extra)
+    except ScheduleError:
+        return  # a (p, m) the schedule does not take
+    assert structure_holds(plan) and _full_check_holds(plan)
+    rows = [list(r) for r in plan.actions]
+    rank = data.draw(st.integers(0, len(rows) - 1))
+    if not rows[rank]:
+        return
+    i = data.draw(st.integers(0, len(rows[rank]) - 1))
+    a = rows[rank][i]
+    how = data.draw(st.sampled_from(["drop", "twice", "stage", "mb", "kind", "move", "split", "overlap-self"]))
+    s, k, mb = (a.forward if isinstance(a, Overlap) else a)
+    if how == "drop":
+        del rows[rank][i]
+    elif how == "twice":
+        rows[rank].insert(i, a)
+    elif how == "stage":
+        rows[rank][i] = Action(s + data.draw(st.sampled_from([-1, 1, plan.num_stages])), k, mb)
+    elif how == "mb":
+        rows[rank][i] = Action(s, k, data.draw(st.sampled_from([-1, plan.num_microbatches, (mb or 0) + 1])))
+    elif how == "kind":
+        rows[rank][i] = Action(s, data.draw(st.sampled_from([Kind.F, Kind.B, Kind.I, Kind.W, Kind.OPT])), mb)
+    elif how == "move":
+        rows[(rank + 1) % len(rows)].append(rows[rank].pop(i))
+    elif how == "split" and k is Kind.B:
+        rows[rank][i:i + 1] = [Action(s, Kind.I, mb), Action(s, Kind.W, mb)]
+    elif how == "overlap-self" and k is Kind.F:
+        rows[rank][i] = Overlap(Action(s, Kind.F, mb), Kind.OVERLAP_F_B, Action(s, Kind.B, mb))
+    broken = replace(plan, actions=tuple(tuple(r) for r in rows))
+    assert structure_holds(broken) == _full_check_holds(broken)
+
+
+def _posted_by_the_rule(plan) -> list[list[Action]]:
+    """Each receive right before its consumer, each send right after its producer, then each
+    rank's sends in the order its peer receives them."""
+    where, grads = plan.stage_to_rank, grad_producers(plan)
+    out = []
+    for r, ra in enumerate(plan.actions):
+        seq = []
+        for a in ra:
+            parts = a.parts if a.kind is Kind.OVERLAP_F_B else (a,)
+            for part in parts:
+                for d in dependencies(part, plan.num_stages, grads):
+                    if where[d[0]] != r:
+                        seq.append(Action(part.stage, message_kinds(Action(*d))[1], part.microbatch))
+            seq.append(a)
+            for part in parts:
+                consumer = part.stage + 1 if part.kind is Kind.F else part.stage - 1
+                if part.kind in (Kind.F, Kind.B, Kind.I) and 0 <= consumer < plan.num_stages and where[consumer] != r:
+                    seq.append(Action(part.stage, message_kinds(part)[0], part.microbatch))
+        out.append(seq)
+    return in_receive_order(out, where)
+
+
+@settings(max_examples=150, deadline=None)
+@given(name=st.sampled_from(NAMES), p=st.integers(1, 5), extra=st.integers(0, 6), chunks=st.sampled_from([None, 2, 3]))
+def test_posted_sends_are_placed_as_the_rule_says(name: str, p: int, extra: int, chunks: int | None) -> None:
+    try:
+        plan = schedules.build(name, p, p * (chunks or 1) + extra, chunks)
+    except ScheduleError:
+        return
+    assert all(a.kind in COMPUTE_KINDS for r in plan.actions for a in r)
+    lowered = lower(plan, rendezvous=False)
+    validate(lowered, rendezvous=False)
+    steps = [list(r[:len(r) - sum(1 for a in r if a.kind is Kind.OPT)]) for r in lowered.actions]
+    assert steps == _posted_by_the_rule(plan)
