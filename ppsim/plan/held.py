@@ -55,26 +55,48 @@ def _peak_counts(plan: Plan) -> tuple[tuple[Counts, ...], ...]:
     (right after a forward allocates), less those another such moment holds as many or more of in
     every stage: whatever each stage's micro-batch holds, the peak is one of these."""
     deltas = held_deltas(plan, [1] * plan.num_stages)
+    OVERLAP = Kind.OVERLAP_F_B
     out = []
     for r, actions in enumerate(plan.actions):
-        index = {s: i for i, s in enumerate(plan.stages_of_rank(r))}
-        held = [0] * len(index)
+        stages = plan.stages_of_rank(r)
+        # per (stage, kind): (the stage's place on the rank, held at its start, freed at its end)
+        steps = {key: (stages.index(key[0]), grow, shrink) for key, (grow, shrink) in deltas.items()
+                 if key[0] in stages}
+        if len(stages) == 1 and OVERLAP not in plan.kinds(r):  # one counter: the peak is its largest value
+            by_kind = {k: (grow, shrink) for (_, k), (_, grow, shrink) in steps.items()}
+            held = most = 0
+            for a in actions:
+                op = by_kind.get(a[1])
+                if op is not None:
+                    grow, shrink = op
+                    if grow:
+                        held += grow
+                        if held > most:
+                            most = held
+                    held += shrink
+            out.append(((most,),))
+            continue
+        counts = [0] * len(stages)
         moments: set[Counts] = set()
         for a in actions:
-            if a.kind is Kind.OVERLAP_F_B:  # the forward's activations at its start, the backward's freed at its end
+            if a[1] is OVERLAP:  # the forward's activations at its start, the backward's freed at its end
                 f, b = a.parts
-                grow, shrink = (f.stage, deltas[(f.stage, f.kind)][0]), (b.stage, deltas[(b.stage, b.kind)][1])
-            else:
-                op = deltas.get((a.stage, a.kind))
-                if op is None:
-                    continue
-                grow, shrink = (a.stage, op[0]), (a.stage, op[1])
-            if grow[1]:
-                held[index[grow[0]]] += grow[1]
-                moments.add(tuple(held))
-            if shrink[1]:
-                held[index[shrink[0]]] += shrink[1]
-        out.append(_undominated(moments) or ((0,) * len(index),))
+                at, grow, _ = steps[(f[0], f[1])]
+                if grow:
+                    counts[at] += grow
+                    moments.add(tuple(counts))
+                at, _, shrink = steps[(b[0], b[1])]
+                counts[at] += shrink
+                continue
+            op = steps.get((a[0], a[1]))
+            if op is None:
+                continue
+            at, grow, shrink = op
+            if grow:
+                counts[at] += grow
+                moments.add(tuple(counts))
+            counts[at] += shrink
+        out.append(_undominated(moments) or ((0,) * len(stages),))
     return tuple(out)
 
 
