@@ -77,7 +77,7 @@ def search(ex: Executor, cands: list[Candidate], *, top: int, groups: Sequence[G
     """Every candidate's evaluation, in the candidates' order: simulated where it could matter,
     else bounded only (``skipped``). ``progress`` advances twice per candidate: once bounded, once
     simulated or skipped."""
-    out = ex.map(bound, cands, progress)
+    out = _bounded(ex, cands, progress)
     order = sorted((i for i, e in enumerate(out) if e.fits), key=lambda i: (out[i].step_time_bound_ms or 0.0, cands[i]))
     if progress:
         progress(len(cands) - len(order))  # what does not fit (or cannot run) is done with
@@ -96,3 +96,21 @@ def search(ex: Executor, cands: list[Candidate], *, top: int, groups: Sequence[G
             out[i] = replace(e, step_time_bound_ms=out[i].step_time_bound_ms)
             frontier.add(out[i])
     return out
+
+
+def _bounded(ex: Executor, cands: list[Candidate], progress: Progress | None) -> list[Evaluation]:
+    """Every candidate bounded, in the candidates' order, but worked through plan by plan: the
+    candidates of one plan (schedule, stages, micro-batches, chunks; every recompute mode, ZeRO
+    stage and degree of the other parallelisms) come in a row, so the plan is built, checked and
+    its memory peaks counted once while it is remembered (a worker remembers a few)."""
+    by_plan = sorted(range(len(cands)), key=lambda i: _plan_of(cands[i]))
+    bounded = ex.map(bound, [cands[i] for i in by_plan], progress)
+    out: list[Evaluation] = [bounded[0]] * len(cands) if cands else []
+    for i, e in zip(by_plan, bounded, strict=True):
+        out[i] = e
+    return out
+
+
+def _plan_of(c: Candidate) -> tuple[str, int, int, int]:
+    """What the built plan (its actions) depends on."""
+    return c.schedule, c.stages, c.microbatches, c.chunks
