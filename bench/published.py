@@ -11,11 +11,16 @@ iteration (their eq. 3), over the iteration time and the GPU count. ppsim's pred
 into the same figure: F / (predicted step time x GPUs).
 
 Megatron-LM's GPT ties the LM head to the embedding (their eq. 3 counts the logit layer once).
-What the sources do not say and ppsim assumes (the same for every case): micro-batches of one
-sequence (Table 2 says so for its PTD-P rows), full activation recomputation (their FLOP count
-includes it), fp16, Megatron's placement (tensor ranks fastest, then data parallel), the
-interleaved schedule with 2 chunks where the layers and micro-batches allow it (else 1F1B),
-DGX A100 nodes (8 GPUs, NVLink 3 / NVSwitch, one 200 Gb/s HDR NIC per GPU).
+Each run's micro-batch size, schedule and data-parallel implementation are the ones Megatron-LM's own
+scripts for the paper give (``examples/sc21/run_table_1.sh``: ``MBS``, ``--num-layers-per-virtual-
+pipeline-stage`` -- the interleaved schedule with layers / (p x that) chunks, else 1F1B -- and
+``--DDP-impl``: ``torch``, PyTorch's DDP, all-reduces gradient buckets while the last backward runs,
+``local``, Megatron's own, all-reduces after it). Table 2 has no script: its PTD-P rows take micro-
+batches of one sequence (the paper says so), the 175B model the interleaved schedule of two layers per
+virtual stage that ``run_figure_12.sh`` and ``run_figure_18.sh`` run on the same layout (t = 8, p = 12),
+and the 530B model Table 1's. What ppsim assumes (the same for every case): full activation
+recomputation (their FLOP count includes it), fp16, Megatron's placement (tensor ranks fastest, then
+data parallel), DGX A100 nodes (8 GPUs, NVLink 3 / NVSwitch, one 200 Gb/s HDR NIC per GPU).
 
     .venv/bin/python bench/published.py [--json FILE]
 
@@ -56,27 +61,30 @@ class Case:
     gpus: int
     batch: int
     tflops_per_gpu: float  #: as published (their convention, recomputation included)
+    micro_batch: int = 1
+    layers_per_virtual_stage: int | None = None  #: Megatron's interleaved schedule (None: 1F1B)
+    ddp: str = "local"  #: Megatron's --DDP-impl: "torch" overlaps the gradient all-reduce with the backward
 
 
 CASES = [
-    # Table 1: weak scaling, 1.7B to 1T parameters
-    Case(NARAYANAN, "Table 1, 1.7B", 24, 2304, 24, 1, 1, 32, 512, 137),
-    Case(NARAYANAN, "Table 1, 3.6B", 30, 3072, 32, 2, 1, 64, 512, 138),
-    Case(NARAYANAN, "Table 1, 7.5B", 36, 4096, 32, 4, 1, 128, 512, 142),
-    Case(NARAYANAN, "Table 1, 18.4B", 40, 6144, 48, 8, 1, 256, 1024, 135),
-    Case(NARAYANAN, "Table 1, 39.1B", 48, 8192, 64, 8, 2, 512, 1536, 138),
-    Case(NARAYANAN, "Table 1, 76.1B", 60, 10240, 80, 8, 4, 1024, 1792, 140),
-    Case(NARAYANAN, "Table 1, 145.6B", 80, 12288, 96, 8, 8, 1536, 2304, 148),
-    Case(NARAYANAN, "Table 1, 310.1B", 96, 16384, 128, 8, 16, 1920, 2160, 155),
-    Case(NARAYANAN, "Table 1, 529.6B", 105, 20480, 128, 8, 35, 2520, 2520, 163),
+    # Table 1: weak scaling, 1.7B to 1T parameters (micro-batch, schedule and DDP: examples/sc21/run_table_1.sh)
+    Case(NARAYANAN, "Table 1, 1.7B", 24, 2304, 24, 1, 1, 32, 512, 137, micro_batch=16, ddp="torch"),
+    Case(NARAYANAN, "Table 1, 3.6B", 30, 3072, 32, 2, 1, 64, 512, 138, micro_batch=16, ddp="torch"),
+    Case(NARAYANAN, "Table 1, 7.5B", 36, 4096, 32, 4, 1, 128, 512, 142, micro_batch=16, ddp="torch"),
+    Case(NARAYANAN, "Table 1, 18.4B", 40, 6144, 48, 8, 1, 256, 1024, 135, micro_batch=8, ddp="torch"),
+    Case(NARAYANAN, "Table 1, 39.1B", 48, 8192, 64, 8, 2, 512, 1536, 138, micro_batch=4),
+    Case(NARAYANAN, "Table 1, 76.1B", 60, 10240, 80, 8, 4, 1024, 1792, 140, micro_batch=2, layers_per_virtual_stage=5),
+    Case(NARAYANAN, "Table 1, 145.6B", 80, 12288, 96, 8, 8, 1536, 2304, 148, micro_batch=2, layers_per_virtual_stage=5),
+    Case(NARAYANAN, "Table 1, 310.1B", 96, 16384, 128, 8, 16, 1920, 2160, 155, layers_per_virtual_stage=3),
+    Case(NARAYANAN, "Table 1, 529.6B", 105, 20480, 128, 8, 35, 2520, 2520, 163, layers_per_virtual_stage=1),
     Case(NARAYANAN, "Table 1, 1008.0B", 128, 25600, 160, 8, 64, 3072, 3072, 163),
     # Table 2: PTD-P rows (GPT-3 175B and 530B, micro-batch 1), against ZeRO-3
-    Case(NARAYANAN, "Table 2, PTD-P 174.6B, 384 GPUs", 96, 12288, 96, 8, 12, 384, 1536, 153),
-    Case(NARAYANAN, "Table 2, PTD-P 174.6B, 768 GPUs", 96, 12288, 96, 8, 12, 768, 1536, 149),
-    Case(NARAYANAN, "Table 2, PTD-P 174.6B, 1536 GPUs", 96, 12288, 96, 8, 12, 1536, 1536, 141),
-    Case(NARAYANAN, "Table 2, PTD-P 529.6B, 560 GPUs", 105, 20480, 128, 8, 35, 560, 2240, 171),
-    Case(NARAYANAN, "Table 2, PTD-P 529.6B, 1120 GPUs", 105, 20480, 128, 8, 35, 1120, 2240, 167),
-    Case(NARAYANAN, "Table 2, PTD-P 529.6B, 2240 GPUs", 105, 20480, 128, 8, 35, 2240, 2240, 159),
+    Case(NARAYANAN, "Table 2, PTD-P 174.6B, 384 GPUs", 96, 12288, 96, 8, 12, 384, 1536, 153, layers_per_virtual_stage=2),
+    Case(NARAYANAN, "Table 2, PTD-P 174.6B, 768 GPUs", 96, 12288, 96, 8, 12, 768, 1536, 149, layers_per_virtual_stage=2),
+    Case(NARAYANAN, "Table 2, PTD-P 174.6B, 1536 GPUs", 96, 12288, 96, 8, 12, 1536, 1536, 141, layers_per_virtual_stage=2),
+    Case(NARAYANAN, "Table 2, PTD-P 529.6B, 560 GPUs", 105, 20480, 128, 8, 35, 560, 2240, 171, layers_per_virtual_stage=1),
+    Case(NARAYANAN, "Table 2, PTD-P 529.6B, 1120 GPUs", 105, 20480, 128, 8, 35, 1120, 2240, 167, layers_per_virtual_stage=1),
+    Case(NARAYANAN, "Table 2, PTD-P 529.6B, 2240 GPUs", 105, 20480, 128, 8, 35, 2240, 2240, 159, layers_per_virtual_stage=1),
 ]
 
 
@@ -88,15 +96,15 @@ def narayanan_flops(c: Case) -> float:
 
 def scenario(c: Case) -> Scenario:
     d = c.gpus // (c.tensor * c.pipeline)
-    m = c.batch // d
-    interleave = c.pipeline > 1 and c.layers % (2 * c.pipeline) == 0 and m % c.pipeline == 0
+    chunks = c.layers // (c.pipeline * c.layers_per_virtual_stage) if c.layers_per_virtual_stage else 1
     return parse_scenario({
         "name": c.row,
         "model": {"layers": c.layers, "hidden": c.hidden, "heads": c.heads, "seq_len": SEQ, "vocab": VOCAB,
                   "dtype": "fp16", "tie_embeddings": True},
-        "training": {"global_batch": c.batch, "micro_batch": 1, "recompute": "full"},
-        "pipeline": {"stages": c.pipeline, "schedule": "interleaved-1f1b" if interleave else "1f1b",
-                     "chunks": 2 if interleave else 1, "partition": "uniform", "comm": "async"},
+        "training": {"global_batch": c.batch, "micro_batch": c.micro_batch, "recompute": "full",
+                     "overlap_grad_reduce": c.ddp == "torch"},
+        "pipeline": {"stages": c.pipeline, "schedule": "interleaved-1f1b" if chunks > 1 else "1f1b",
+                     "chunks": chunks, "partition": "uniform", "comm": "async"},
         "data_parallel": d,
         "tensor_parallel": c.tensor,
         "hardware": {"device": "a100-80g"},
