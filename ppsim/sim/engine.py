@@ -109,7 +109,7 @@ class _Fabric:
     def __init__(self, env: simpy.Environment, capacity: Any) -> None:
         self.env = env
         self.net = Network(capacity)
-        self.version = 0
+        self.booked = math.inf  #: the earliest wake-up booked and not yet come
         self.queues: dict[tuple[int, int], deque[Flow]] = {}
 
     def start(self, flow: Flow) -> None:
@@ -131,16 +131,18 @@ class _Fabric:
             self.start(queue[0])
 
     def _wake(self) -> None:
-        self.version += 1
-        at = self.net.next_finish()
-        if math.isinf(at):
+        """Book a wake-up at the next finish, unless one at or before it is booked already (that one
+        finds nothing finished, if rates changed since, and books the next)."""
+        at = max(self.env.now, self.net.next_finish())
+        if at >= self.booked:
             return
-        wake = self.env.timeout(max(0.0, at - self.env.now))
-        wake.callbacks.append(partial(self._on_wake, self.version))
+        self.booked = at
+        self.env.timeout(at - self.env.now).callbacks.append(partial(self._on_wake, at))
 
-    def _on_wake(self, version: int, _event: simpy.Event) -> None:
-        if version != self.version:
-            return  # the flows changed since: a later wake-up is booked
+    def _on_wake(self, at: float, _event: simpy.Event) -> None:
+        if at != self.booked:
+            return  # an earlier wake-up was booked after this one, and has come
+        self.booked = math.inf
         for arrival, flow in self.net.finish_until(self.env.now):
             flow.on_done(arrival)  # type: ignore[misc]
         self._wake()
@@ -169,7 +171,7 @@ class _Feeder:
             if self.first is None:
                 self.first = env.now
             arrived = env.event()
-            self.sim.fabric.start(Flow(dict(c.route.load), c.volume_bytes, c.steps * c.route.latency_ms,  # type: ignore[union-attr]
+            self.sim.fabric.start(Flow(c.route.load, c.volume_bytes, c.steps * c.route.latency_ms,  # type: ignore[union-attr]
                                        on_done=partial(self._arrived, arrived)))
             yield arrived
         self.end = env.now
@@ -369,7 +371,7 @@ class _Simulation:
             msg.end = arrival
             self.fire_at(msg.done, arrival - self.env.now)
 
-        self.fabric.send(pair, Flow(dict(route.load), self.nbytes, self.latency_ms[boundary], on_done=arrived))
+        self.fabric.send(pair, Flow(route.load, self.nbytes, self.latency_ms[boundary], on_done=arrived))
         return None
 
     def _peer(self, a: Action) -> tuple[tuple[int, int, Any], int, bool]:

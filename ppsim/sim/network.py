@@ -109,6 +109,8 @@ class Network:
         self.now = 0.0
         self._heap: list[tuple[float, int, Flow]] = []
         self._started = 0
+        #: a route as given (by identity) -> its links that constrain: routes repeat, flow after flow
+        self._routes: dict[int, tuple[Mapping[LinkId, float], dict[LinkId, float]]] = {}
 
     def _advance(self, now: float) -> None:
         if now < self.now - 1e-9:
@@ -132,6 +134,8 @@ class Network:
 
     def _share(self, flows: list[Flow]) -> None:
         """Share out again the rates of ``flows`` (a whole component) from now on."""
+        if not flows:
+            return
         now = self.now
         for f in flows:
             f.settle(now)
@@ -146,15 +150,26 @@ class Network:
     def start(self, now: float, flow: Flow) -> Flow:
         """Add ``flow`` at ``now``; the rates of the flows it shares links with are shared out again."""
         self._advance(now)
-        # links of no capacity limit (or unknown to the network: a PCIe hop) constrain nothing
-        flow.route = {link: w for link, w in flow.route.items() if w > 0 and math.isfinite(self.capacity.get(link, math.inf))}
+        given = flow.route
+        known = self._routes.get(id(given))
+        if known is None or known[0] is not given:  # (holding the given route keeps its id from being reused)
+            # links of no capacity limit (or unknown to the network: a PCIe hop) constrain nothing
+            known = self._routes[id(given)] = (given, {link: w for link, w in given.items()
+                                                       if w > 0 and math.isfinite(self.capacity.get(link, math.inf))})
+        flow.route = route = known[1]  # shared by the flows of one route: read, never changed
         flow.started_ms = flow.since = self.now
         flow.order = self._started
         self._started += 1
         self.active[flow] = None
-        for link in flow.route:
-            self.users.setdefault(link, {})[flow] = None
-        self._share(self._component(flow.route) if flow.route else [flow])
+        alone = True
+        for link in route:
+            users = self.users.get(link)
+            if users is None:
+                users = self.users[link] = {}
+            elif users:
+                alone = False
+            users[flow] = None
+        self._share([flow] if alone else self._component(route))
         return flow
 
     def _head(self) -> tuple[float, int, Flow] | None:
@@ -192,9 +207,12 @@ class Network:
         for f in done:
             del self.active[f]
             for link in f.route:
-                del self.users[link][f]
-                links.add(link)
-        self._share(self._component(links))
+                users = self.users[link]
+                del users[f]
+                if users:  # a link nobody else uses frees nobody
+                    links.add(link)
+        if links:
+            self._share(self._component(links))
         return [(self.now + f.latency_ms, f) for f in sorted(done, key=lambda f: f.order)]
 
 
