@@ -7,6 +7,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -31,6 +32,11 @@ from ppsim.cli.common import (
     write_pages,
 )
 from ppsim.errors import PpsimError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import plotly.graph_objects as go
+
+    from ppsim.trace import Trace
 
 app = typer.Typer(
     name="ppsim",
@@ -80,9 +86,7 @@ def run(
             from ppsim.trace.chrome import write_chrome_trace
 
             outputs.atomic_write(targets["--trace"], lambda p: write_chrome_trace(result, p))
-        from ppsim.views.render.gantt import gantt_figure
-
-        write_pages(targets, lambda: gantt_figure(result))
+        write_pages(targets, lambda: _gantt(result))
     if json_out:
         sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
         return
@@ -90,6 +94,13 @@ def run(
 
     print_summary(summary)
     report_written(targets)
+
+
+def _gantt(trace: Trace) -> go.Figure:
+    """The timeline page's figure (imported only when a page is asked for)."""
+    from ppsim.views.render.gantt import gantt_figure
+
+    return gantt_figure(trace)
 
 
 @app.command()
