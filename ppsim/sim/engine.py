@@ -195,6 +195,10 @@ class _Simulation:
             (st, k): (getattr(stages[st], DURATION_FIELD[k]), alloc, free)
             for (st, k), (alloc, free) in memory_deltas(plan, costs).items()
         }
+        #: the same per stage, by kind (looked up in the rank's loop without building a key)
+        self.compute_of_stage: list[dict[Kind, tuple[float, int, int]]] = [{} for _ in stages]
+        for (st, k), op in self.compute.items():
+            self.compute_of_stage[st][k] = op
         self.duration = compute_ms(costs)
         self.where = plan.stage_to_rank
         # SimPy orders flows in time on a fabric; on static links the waits depend only on data, so the
@@ -231,10 +235,16 @@ class _Simulation:
         # per rank and stage, the position of its last backward piece: where its reduction's buckets start
         self.last_backward_at = ([_last_backward(actions) for actions in plan.actions]
                                  if self.fabric is not None and costs.overlap_grad_reduce else [])
-        # posted sends on static links run inline in the rank's loop: message key -> arrival, and the
-        # receives waiting for one
-        self.arrivals: dict[tuple[int, int, int | None], float] = {}
-        self.awaited: dict[tuple[int, int, int | None], Any] = {}
+        # posted sends on static links run inline in the rank's loop, their messages numbered
+        # (2 x stage + 0 for activations, 1 for grads) x micro-batches + micro-batch: each one's
+        # arrival, and the receives waiting for one; each directed pair of ranks a link, numbered
+        m, n = plan.num_microbatches, plan.num_stages
+        self.arrivals: list[float | None] = [None] * (2 * n * m)
+        self.awaited: dict[int, Any] = {}
+        pairs: dict[tuple[int, int], int] = {}
+        self.pair_down = [pairs.setdefault((self.where[x], self.where[x + 1]), len(pairs)) for x in range(n - 1)] + [-1]
+        self.pair_up = [-1] + [pairs.setdefault((self.where[x], self.where[x - 1]), len(pairs)) for x in range(1, n)]
+        self.pair_free = [0.0] * len(pairs)  #: when each pair's link is free again
         # overlapped pairs and plain compute run in the rank's loop itself (local work, no waiting)
         self.handlers: dict[Kind, Callable[[_Rank, Any], _Wait | None]] = {
             Kind.REDUCE_GRAD: self._reduce_grad_on_fabric if self.fabric is not None else self._reduce_grad,
@@ -483,7 +493,7 @@ class _Simulation:
     # --- the ranks and the run --------------------------------------------------------------------------
 
     def _rank_process(self, st: _Rank) -> Generator[simpy.Event, Any, None]:
-        compute, handlers, run_compute = self.compute, self.handlers, self._run_compute
+        compute, handlers, run_compute = self.compute_of_stage, self.handlers, self._run_compute
         overlap = Kind.OVERLAP_F_B
         SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
         # the fast paths inline: local work on the rank's own clock (what _run_compute does, less the
@@ -492,16 +502,52 @@ class _Simulation:
         plain = not self.costs.overlap_grad_reduce
         inline_p2p = self.fabric is None and not self.rendezvous
         eager = self.blocking_send
-        where, link_free, arrivals, awaited = self.where, self.link_free, self.arrivals, self.awaited
+        where, arrivals, awaited = self.where, self.arrivals, self.awaited
+        pair_free, pair_down, pair_up, m2 = self.pair_free, self.pair_down, self.pair_up, 2 * self.plan.num_microbatches
         wire, latency, send_overhead, recv_overhead = self.wire_ms, self.latency_ms, self.send_overhead_ms, self.recv_overhead_ms
         nbytes, env, fire_at, new_event = self.nbytes, self.env, self.fire_at, self.env.event
         r, points, append, make_span = st.index, st.points, self.spans.append, self.make_span
         for i, a in enumerate(self.plan.actions[st.index]):
             s, k, mb = a
+            if inline_p2p and (k is SEND_F or k is SEND_B):
+                if k is SEND_F:
+                    key, b, peer, pair = s * m2 + mb, s, where[s + 1], pair_down[s]
+                else:
+                    key, b, peer, pair = s * m2 + (m2 >> 1) + mb, s - 1, where[s - 1], pair_up[s]
+                begin = st.t
+                t = posted = begin + send_overhead[b]
+                busy = pair_free[pair]
+                if busy > t:
+                    t = busy
+                pair_free[pair] = t = t + wire[b]
+                arrivals[key] = end = t + latency[b]
+                waiting = awaited.pop(key, None)
+                if waiting is not None:
+                    fire_at(waiting, end - env.now)
+                append(make_span((r, "send", a, begin, end, nbytes, peer)))
+                st.t = end if eager else posted
+                continue
+            if inline_p2p and (k is RECV_F or k is RECV_B):
+                if k is RECV_F:
+                    key, b, peer = (s - 1) * m2 + mb, s - 1, where[s - 1]
+                else:
+                    key, b, peer = (s + 1) * m2 + (m2 >> 1) + mb, s, where[s + 1]
+                begin = st.t
+                end = arrivals[key]  # type: ignore[assignment]
+                if end is None:
+                    waiting = awaited[key] = new_event()
+                    st.position = i
+                    yield waiting
+                    end = arrivals[key]
+                if begin > end:
+                    end = begin
+                st.t = end = end + recv_overhead[b]
+                append(make_span((r, "recv", a, begin, end, nbytes, peer)))
+                continue
             if k is overlap:
                 self._overlapped(st, a, i)  # type: ignore[arg-type]
                 continue
-            op = compute.get((s, k))
+            op = compute[s].get(k)
             if op is not None:
                 if plain:
                     dur, alloc, free = op
@@ -517,43 +563,6 @@ class _Simulation:
                 else:
                     run_compute(st, a, k, s, op[0], op[1], op[2], i)
                 continue
-            if inline_p2p:
-                if k is SEND_F or k is SEND_B:
-                    if k is SEND_F:
-                        key, b, peer = (s, 0, mb), s, where[s + 1]
-                    else:
-                        key, b, peer = (s, 1, mb), s - 1, where[s - 1]
-                    begin = st.t
-                    t = posted = begin + send_overhead[b]
-                    pair = (r, peer)
-                    busy = link_free.get(pair, 0.0)
-                    if busy > t:
-                        t = busy
-                    link_free[pair] = t = t + wire[b]
-                    arrivals[key] = end = t + latency[b]
-                    waiting = awaited.pop(key, None)
-                    if waiting is not None:
-                        fire_at(waiting, end - env.now)
-                    append(make_span((r, "send", a, begin, end, nbytes, peer)))
-                    st.t = end if eager else posted
-                    continue
-                if k is RECV_F or k is RECV_B:
-                    if k is RECV_F:
-                        key, b, peer = (s - 1, 0, mb), s - 1, where[s - 1]
-                    else:
-                        key, b, peer = (s + 1, 1, mb), s, where[s + 1]
-                    begin = st.t
-                    end = arrivals.get(key)  # type: ignore[assignment]
-                    if end is None:
-                        waiting = awaited[key] = new_event()
-                        st.position = i
-                        yield waiting
-                        end = arrivals[key]
-                    if begin > end:
-                        end = begin
-                    st.t = end = end + recv_overhead[b]
-                    append(make_span((r, "recv", a, begin, end, nbytes, peer)))
-                    continue
             handler = handlers.get(k)
             if handler is None:  # pragma: no cover - every kind is handled
                 raise PlanError(f"the simulator cannot run action {a}")
