@@ -405,11 +405,9 @@ class _Simulation:
         r = st.index
         if self.rendezvous:
             return self._meet(st, a, key, msg, r, peer, begin, sending=True)
-        if self.fabric is not None:
-            def started() -> _Wait | None:
-                self._flow(r, peer, key, msg)
-                return self._after_send(st, a, msg, begin, peer)
-            return self._at(st.t, started)
+        if self.fabric is not None:  # the flow starts at the rank's time; the rank goes on (or waits, eager)
+            self._call_at(st.t, lambda: self._flow(r, peer, key, msg))
+            return self._after_send(st, a, msg, begin, peer)
         end = msg.end = self._transfer(r, peer, key, st.t)
         if msg.recv_posted is not None:  # the receiver is already waiting
             self.fire_at(msg.done, end - self.env.now)
@@ -477,6 +475,14 @@ class _Simulation:
         msg.end = self._transfer(src, dst, key, start)
         self.fire_at(msg.done, msg.end - self.env.now)
         return done()  # the second side knows the end: its clock jumps there
+
+    def _call_at(self, when: float, call: Callable[[], object]) -> None:
+        """Call ``call`` when SimPy's clock reaches the rank's ``when`` (flows start in time order),
+        without holding the rank there."""
+        if when <= self.env.now:
+            call()
+        else:
+            self.env.timeout(when - self.env.now).callbacks.append(lambda _event: call())
 
     def _at(self, when: float, then: Callable[[], _Wait | None]) -> _Wait | None:
         """Bring SimPy's clock to the rank's ``when`` (flows start in time order), then ``then``."""
