@@ -60,11 +60,18 @@ class CommSemantics(str, Enum):
     RENDEZVOUS = "rendezvous"
 
 
-def _fire_at(env: simpy.Environment, event: simpy.Event, delay: float) -> None:
-    """Trigger ``event`` successfully ``delay`` from now (a Timeout on an event created earlier)."""
-    event._ok = True  # SimPy's own Event.succeed does exactly this, without a delay
-    event._value = None
-    env.schedule(event, NORMAL, max(0.0, delay))
+class _Arrival(simpy.Event):
+    """An event that succeeds ``delay`` after it is told to: a message's arrival, known only once
+    its transfer is under way. It sets itself up as SimPy's own Timeout does, later than created."""
+
+    def succeed_after(self, delay: float) -> None:
+        self._ok = True
+        self._value = None
+        self.env.schedule(self, NORMAL, max(0.0, delay))
+
+
+def _succeed_after(event: _Arrival, delay: float) -> None:
+    event.succeed_after(delay)
 
 
 class _Message:
@@ -170,7 +177,7 @@ class _Feeder:
                 yield env.timeout(at - env.now)
             if self.first is None:
                 self.first = env.now
-            arrived = env.event()
+            arrived = self.sim.new_event()
             self.sim.fabric.start(Flow(c.route.load, c.volume_bytes, c.steps * c.route.latency_ms,  # type: ignore[union-attr]
                                        on_done=partial(self._arrived, arrived)))
             yield arrived
@@ -209,10 +216,12 @@ class _Simulation:
             raise ValueError("the immediate kernel has no clock: a fabric's flows need kernel='simpy'")
         if kernel == "simpy" or costs.fabric is not None:
             self.env: Any = simpy.Environment()
-            self.fire_at: Callable[[Any, float], None] = partial(_fire_at, self.env)
+            self.fire_at: Callable[[Any, float], None] = _succeed_after
+            self.new_event: Callable[[], Any] = partial(_Arrival, self.env)
         else:
             self.env = ImmediateKernel()
             self.fire_at = self.env.fire_at
+            self.new_event = self.env.event
         self.kernel = type(self.env).__name__
         self.nbytes = costs.message_bytes
         boundaries = range(max(1, plan.num_stages - 1))
@@ -230,7 +239,7 @@ class _Simulation:
         # the gradient-norm all-reduce of gradient clipping: one arrival per rank
         self.n_syncing = sum(Kind.CLIP in plan.kinds(r) for r in range(plan.num_ranks))
         self.sync_arrivals: list[float] = []
-        self.sync_done = self.env.event()
+        self.sync_done = self.new_event()
         self.sync_end: list[float] = []
         # per rank and stage, the position of its last backward piece: where its reduction's buckets start
         self.last_backward_at = ([_last_backward(actions) for actions in plan.actions]
@@ -493,7 +502,7 @@ class _Simulation:
     def _message(self, key: tuple[int, int, Any]) -> _Message:
         msg = self.messages.get(key)
         if msg is None:
-            msg = self.messages[key] = _Message(self.env.event())
+            msg = self.messages[key] = _Message(self.new_event())
         return msg
 
     # --- the ranks and the run --------------------------------------------------------------------------
@@ -511,7 +520,7 @@ class _Simulation:
         where, arrivals, awaited = self.where, self.arrivals, self.awaited
         pair_free, pair_down, pair_up, m2 = self.pair_free, self.pair_down, self.pair_up, 2 * self.plan.num_microbatches
         wire, latency, send_overhead, recv_overhead = self.wire_ms, self.latency_ms, self.send_overhead_ms, self.recv_overhead_ms
-        nbytes, env, fire_at, new_event = self.nbytes, self.env, self.fire_at, self.env.event
+        nbytes, env, fire_at, new_event = self.nbytes, self.env, self.fire_at, self.new_event
         r, points, append, make_span = st.index, st.points, self.spans.append, self.make_span
         for i, a in enumerate(self.plan.actions[st.index]):
             s, k, mb = a
