@@ -27,8 +27,9 @@ def trains(plan: Plan) -> bool:
 @per_plan
 def _split(plan: Plan) -> frozenset[int]:
     """The stages whose backward is split: their input grad keeps the activations for the weight grad."""
-    return frozenset(a.stage for r, actions in enumerate(plan.actions) if Kind.W in plan.kinds(r)
-                     for a in actions if a.kind is Kind.W)  # (a W is never inside an overlap)
+    W = Kind.W
+    return frozenset(a[0] for r, actions in enumerate(plan.actions) if W in plan.kinds(r)
+                     for a in actions if a[1] is W)  # (a W is never inside an overlap)
 
 
 def held_deltas(plan: Plan, per_stage: Sequence[float]) -> dict[tuple[int, Kind], tuple[float, float]]:

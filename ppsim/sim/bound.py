@@ -19,17 +19,27 @@ from collections import Counter
 from operator import itemgetter
 
 from ppsim.costs.table import CostTable
-from ppsim.plan import Action, Kind, Plan
+from ppsim.plan import Action, Kind, Overlap, Plan
 from ppsim.plan.memo import per_plan
 from ppsim.sim.durations import compute_ms
 
 _stage_and_kind = itemgetter(0, 1)
 
 
+def _priced(a: Action | Overlap) -> tuple[int, Kind] | Overlap:
+    """What an action's duration depends on: its (stage, kind); an overlap's, both parts' (without
+    their micro-batches)."""
+    if a[1] is Kind.OVERLAP_F_B:
+        f, _, b = a
+        return Overlap(Action(f[0], f[1], 0), Kind.OVERLAP_F_B, Action(b[0], b[1], 0))
+    return a[0], a[1]
+
+
 @per_plan
-def _counts(plan: Plan) -> tuple[Counter[tuple[int, Kind]], ...]:
-    """Per rank, how many actions of each (stage, kind) it runs."""
-    return tuple(Counter(map(_stage_and_kind, actions)) for actions in plan.actions)
+def _counts(plan: Plan) -> tuple[Counter[tuple[int, Kind] | Overlap], ...]:
+    """Per rank, how many actions of each priced form (:func:`_priced`) it runs."""
+    return tuple(Counter(map(_priced if Kind.OVERLAP_F_B in plan.kinds(r) else _stage_and_kind, actions))
+                 for r, actions in enumerate(plan.actions))
 
 
 def step_time_bound_ms(plan: Plan, costs: CostTable, *, data_parallel: int = 1, clip: bool = False) -> float:
@@ -88,9 +98,6 @@ def step_time_bound_ms(plan: Plan, costs: CostTable, *, data_parallel: int = 1, 
         if not actions:
             continue
         start = min(before[s] for s in plan.stages_of_rank(r))
-        if Kind.OVERLAP_F_B in plan.kinds(r):
-            busy = sum(duration(a) for a in actions)
-        else:
-            busy = sum(duration(Action(s, k)) * count for (s, k), count in _counts(plan)[r].items())
+        busy = sum(duration(x if isinstance(x, Overlap) else Action(*x)) * count for x, count in _counts(plan)[r].items())
         bound = max(bound, start + busy + max(tail(r), after(actions[-1])))
     return bound

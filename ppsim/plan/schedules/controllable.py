@@ -15,6 +15,7 @@ F = I = W, V-Half about 0.6 of 1F1B's idle time where the paper's repacked order
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 
 from ppsim.errors import ScheduleError
@@ -50,19 +51,19 @@ def _building_block(name: str, p: int, m: int, offsets: Offsets) -> Plan:
                     raise ScheduleError(f"two passes share slot {slot} on rank {r}", field="pipeline.stages")
                 slots[slot] = Action(stage, kind, k)
         order: list[Action] = []
-        owed: list[Action] = []  # input grads whose weight grad is still to run, oldest first
+        owed: deque[Action] = deque()  # input grads whose weight grad is still to run, oldest first
         last = max(slots)
         for slot in range(last + 1 + 2 * m):
             a = slots.get(slot)
             if a is None and owed:
-                a = owed.pop(0)
+                a = owed.popleft()
             if a is None:
                 if slot > last:
                     break
                 continue
             order.append(a)
             if a.kind is Kind.I:
-                owed.append(a._replace(kind=Kind.W))
+                owed.append(Action(a.stage, Kind.W, a.microbatch))
         orders.append(order)
     return make_plan(name, p, m, 2, orders, v_placement(p))
 

@@ -133,7 +133,7 @@ def interleaved_zb(num_ranks: int, num_microbatches: int, chunks: int = 2) -> Pl
             if warm + j < total:
                 o.run((((warm + j) // per_round) % v) * p + r, Kind.F)
             o.run((v - 1 - (j // per_round) % v) * p + r, Kind.I)
-            owed.append(o.actions[-1]._replace(kind=Kind.W))
+            owed.append(Action(o.actions[-1].stage, Kind.W, o.actions[-1].microbatch))
             if j >= r:
                 o.actions.append(owed.popleft())
         o.actions.extend(owed)
