@@ -22,7 +22,10 @@ and the 530B model Table 1's. What ppsim assumes (the same for every case): full
 recomputation (their FLOP count includes it), fp16, Megatron's placement (tensor ranks fastest, then
 data parallel), DGX A100 nodes (8 GPUs, NVLink 3 / NVSwitch, one 200 Gb/s HDR NIC per GPU).
 
-    .venv/bin/python bench/published.py [--json FILE]
+    .venv/bin/python bench/published.py [--json FILE] [--gemm-curves]
+
+``--gemm-curves`` prices each matmul by the A100's measured per-GEMM curves (``hardware.gemm_curves``,
+docs/calibration.md) instead of its flat efficiency.
 
 Nothing here is fitted: the targets of issue 18 are every case within 10 %, the median within 5 %.
 """
@@ -94,7 +97,7 @@ def narayanan_flops(c: Case) -> float:
     return 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
 
 
-def scenario(c: Case) -> Scenario:
+def scenario(c: Case, gemm_curves: bool = False) -> Scenario:
     d = c.gpus // (c.tensor * c.pipeline)
     chunks = c.layers // (c.pipeline * c.layers_per_virtual_stage) if c.layers_per_virtual_stage else 1
     return parse_scenario({
@@ -107,7 +110,7 @@ def scenario(c: Case) -> Scenario:
                      "chunks": chunks, "partition": "uniform", "comm": "async"},
         "data_parallel": d,
         "tensor_parallel": c.tensor,
-        "hardware": {"device": "a100-80g"},
+        "hardware": {"device": "a100-80g", "gemm_curves": gemm_curves},
         "cluster": {"nodes": -(-c.gpus // 8), "devices_per_node": 8, "nics_per_node": 8,
                     "intra_node": {"bandwidth_gb_s": 300, "latency_us": 3},
                     "inter_node": {"bandwidth_gb_s": 25, "latency_us": 5}, "placement": "megatron"},
@@ -127,12 +130,12 @@ class Result:
     seconds: float
 
 
-def run_case(c: Case) -> Result:
+def run_case(c: Case, gemm_curves: bool = False) -> Result:
     from ppsim.prediction import predict
     from ppsim.trace.metrics import summarize
 
     t0 = time.perf_counter()
-    s = scenario(c)
+    s = scenario(c, gemm_curves)
     summary = summarize(predict(s).trace)
     predicted = narayanan_flops(c) / (summary.step_time_ms / 1e3) / c.gpus / 1e12
     return Result(c.row, c.tflops_per_gpu, predicted, (predicted - c.tflops_per_gpu) / c.tflops_per_gpu,
@@ -144,13 +147,16 @@ def run_case(c: Case) -> Result:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, default=None, help="also write every figure as JSON")
+    ap.add_argument("--gemm-curves", action="store_true", help="price each matmul by the device's measured curves")
     args = ap.parse_args()
-    print(f"source: {NARAYANAN}\nTFLOP/s per GPU in the source's convention (GEMMs, recomputed forward included)\n")
+    print(f"source: {NARAYANAN}\nTFLOP/s per GPU in the source's convention (GEMMs, recomputed forward included)"
+          + ("\nmatmuls priced by the device's measured per-GEMM curves (hardware.gemm_curves)" if args.gemm_curves else "")
+          + "\n")
     print(f"{'case':36} {'schedule':22} {'published':>9} {'ppsim':>8} {'error':>8} {'ppsim MFU':>9}  fits")
     results = []
     for c in CASES:
         try:
-            r = run_case(c)
+            r = run_case(c, args.gemm_curves)
         except PpsimError as exc:
             print(f"{c.row:36} cannot be predicted: {exc}")
             continue

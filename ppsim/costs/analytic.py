@@ -1,8 +1,11 @@
 """Stage costs from the model's FLOPs on the device's roofline (no measurement).
 
-Time = FLOPs / (peak x efficiency), plus the elementwise work's HBM bytes over the device's HBM
-bandwidth (:mod:`ppsim.costs.elementwise`: norms, activations, softmax, dropout, residuals, the
-loss). Optimizer step: 32 bytes of memory traffic per parameter at
+Time = FLOPs / (peak x efficiency): at the device's flat ``efficiency`` (or the scenario's
+``hardware.efficiency``), or, with ``hardware.gemm_curves`` on a device that has measured curves,
+GEMM by GEMM (its ``gemm`` curve by each GEMM's FLOPs, its ``attention`` curve by head dimension
+for the unfused attention matmuls: :func:`matmul_ms`); plus the elementwise work's HBM bytes over
+the device's HBM bandwidth (:mod:`ppsim.costs.elementwise`: norms, activations, softmax, dropout,
+residuals, the loss). Optimizer step: 32 bytes of memory traffic per parameter at
 HBM bandwidth (mixed-precision Adam). Gradient clipping: one read of every gradient for the norm,
 which is then all-reduced over the pipeline's stages (2(p-1) x link latency) before the update.
 Tied embeddings: the first and the last stage all-reduce their copies' gradient before the step,
@@ -18,7 +21,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ppsim.costs.collectives import grad_allreduce, ring_allreduce_ms, traffic
-from ppsim.costs.layout import Layout
+from ppsim.costs.gemms import Gemm
+from ppsim.costs.layout import Layout, StageShape
 from ppsim.costs.links import Links
 from ppsim.costs.table import CostTable, Link
 from ppsim.costs.tensor_parallel import gathering, tensor_parallel_comm
@@ -34,20 +38,32 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
     training, d, t = s.training, s.data_parallel, s.tensor_parallel
     efficiency = s.hardware.efficiency or device.efficiency
     flops_per_ms = device.peak_flops(model.dtype) * efficiency / 1e3
+    curves = (s.hardware.gemm_curves and s.hardware.efficiency is None
+              and (device.gemm is not None or device.attention is not None))
+
+    def matmuls(st: StageShape) -> tuple[float, float, float]:
+        """The stage's matmul milliseconds: forward, backward (input and weight grads), weight grad."""
+        if not curves:
+            return (st.forward_flops / flops_per_ms, (st.input_grad_flops + st.weight_grad_flops) / flops_per_ms,
+                    st.weight_grad_flops / flops_per_ms)
+        fwd, inp, wgt = (matmul_ms(part, device, model.dtype, flash_attention=training.flash_attention)
+                         for part in (st.gemms.forward, st.gemms.input_grad, st.gemms.weight_grad))
+        return fwd, inp + wgt, wgt
+
     hbm_bytes_per_ms = device.hbm_gb_s * 1e9 / 1e3
     tp = tensor_parallel_comm(layout.activation_bytes, t, links.tensor_parallel,
                               sequence_parallel=training.sequence_parallel, full_recompute=training.recompute == "full",
                               scatter_gather=s.pipeline.scatter_gather)
     stages = []
     for k, st in enumerate(layout.stages):
+        forward_mm, backward_mm, weight_grad_mm = matmuls(st)
         reduce_ms, buckets = grad_allreduce(st.params * layout.dtype_bytes, d, links.data_parallel,
                                             training.allreduce, training.bucket_mb * 1e6)
         stages.append(layout.stage_cost(
             k,
-            forward_ms=st.forward_flops / flops_per_ms + st.forward_bytes / hbm_bytes_per_ms + st.blocks * tp.forward_ms,
-            backward_ms=((st.input_grad_flops + st.weight_grad_flops) / flops_per_ms + st.backward_bytes / hbm_bytes_per_ms
-                         + st.blocks * tp.backward_ms),
-            weight_grad_ms=st.weight_grad_flops / flops_per_ms,
+            forward_ms=forward_mm + st.forward_bytes / hbm_bytes_per_ms + st.blocks * tp.forward_ms,
+            backward_ms=backward_mm + st.backward_bytes / hbm_bytes_per_ms + st.blocks * tp.backward_ms,
+            weight_grad_ms=weight_grad_mm,
             optimizer_ms=st.params * OPTIMIZER_BYTES_PER_PARAM / hbm_bytes_per_ms,
             clip_ms=st.params * layout.dtype_bytes / hbm_bytes_per_ms,
             allreduce_ms=reduce_ms,
@@ -73,6 +89,24 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
     return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=boundaries,
                      clip_allreduce_ms=2 * (s.pipeline.stages - 1) * max(x.latency_ms for x in boundaries),
                      overlap_grad_reduce=training.overlap_grad_reduce, fabric=fabric)
+
+
+def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_attention: bool = False) -> float:
+    """Milliseconds of ``gemms`` on ``device``: each GEMM's FLOPs over the peak times its efficiency —
+    the device's ``gemm`` curve at its FLOPs, the ``attention`` curve at its head dimension for the
+    attention matmuls, the flat ``efficiency`` where there is no curve (and for FlashAttention's fused
+    kernel, which no curve describes)."""
+    peak_per_ms = device.peak_flops(dtype) / 1e3
+    ms = 0.0
+    for g in gemms:
+        if not g.head_dim:
+            eff = device.gemm_efficiency(g.m, g.n, g.k, dtype)
+        elif flash_attention:
+            eff = device.efficiency
+        else:
+            eff = device.attention_efficiency(g.head_dim, dtype)
+        ms += g.flops / (peak_per_ms * eff)
+    return ms
 
 
 def tied_embedding_allreduce_ms(s: Scenario, layout: Layout, link: Link | None) -> float:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ppsim.costs.elementwise import block_traffic, embedding_traffic, head_traffic
+from ppsim.costs.gemms import PassGemms, block_gemms, head_gemms
 from ppsim.costs.memory import Recompute, block_activation_bytes
 from ppsim.inputs.scenario import DTYPE_BYTES, ModelSpec
 
@@ -38,6 +39,8 @@ class LayerCost:
     #: recomputed forward runs again (:mod:`ppsim.costs.elementwise`)
     forward_bytes: float = 0.0
     backward_bytes: float = 0.0
+    #: its matmuls with their shapes, pass by pass (:mod:`ppsim.costs.gemms`; FLOPs as above)
+    gemms: PassGemms = PassGemms()
 
     @property
     def total_flops(self) -> float:
@@ -83,6 +86,8 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         recompute_flops=recomputed,
         forward_bytes=traffic.forward,
         backward_bytes=traffic.backward + traffic.recompute,
+        gemms=block_gemms(s, b, h, a, model.kv, f, swiglu=model.mlp == "swiglu", tensor_parallel=t,
+                          recompute=recompute, flash_attention=flash_attention),
     )
     embedding = LayerCost(
         name="embedding",
@@ -107,5 +112,6 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         activation_bytes=4 * s * b * V // t,
         forward_bytes=(loss := head_traffic(s, b, V, t)).forward,
         backward_bytes=loss.backward,
+        gemms=head_gemms(s, b, h, V, t),
     )
     return embedding, block, head

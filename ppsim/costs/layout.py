@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ppsim.costs.gemms import PassGemms
 from ppsim.costs.layers import LayerCost
 from ppsim.costs.memory import StaticMemory, static_memory
 from ppsim.costs.table import StageCost
@@ -28,6 +29,7 @@ class StageShape:
     memory: StaticMemory
     forward_bytes: float = 0.0  #: HBM bytes of the elementwise work (ppsim.costs.elementwise)
     backward_bytes: float = 0.0
+    gemms: PassGemms = PassGemms()  #: the matmuls behind the FLOPs, with their shapes (ppsim.costs.gemms)
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
             activation_bytes=sum(x.activation_bytes for x in parts),
             forward_bytes=sum(x.forward_bytes for x in parts),
             backward_bytes=sum(x.backward_bytes for x in parts),
+            gemms=sum((x.gemms for x in parts[count:]), block.gemms.times(count)),
             memory=static_memory(params, dtype_bytes, zero_stage=s.training.zero_stage, data_parallel=s.data_parallel,
                                  message_bytes=message, neighbours=(k > 0) + (k < n - 1)),
         ))

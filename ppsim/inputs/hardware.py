@@ -2,12 +2,19 @@
 
 Figures are vendor datasheet values (dense, no sparsity). ``efficiency`` is the fraction of peak a
 large GPT matmul reaches in practice; a scenario may override it (``hardware.efficiency``). A
-scenario may also describe its own device in a YAML file of the catalogue's format
-(``hardware.device_file``: one entry, or several with ``hardware.device`` naming one).
+device may also carry measured curves (:class:`Curve`, each with its ``source``): ``gemm``, the
+fraction of peak one GEMM reaches as a function of its FLOPs (2mnk), and ``attention``, that of the
+attention's score and context matmuls (unfused, one per head) as a function of the head dimension;
+with ``hardware.gemm_curves`` the analytic cost model prices each matmul by them, falling back to
+``efficiency`` where a device has no curve, for a dtype the curve was not measured in and for
+FlashAttention's fused kernel; ``hardware.efficiency`` overrides both. A scenario may also describe its own device in
+a YAML file of the catalogue's format (``hardware.device_file``: one entry, or several with
+``hardware.device`` naming one).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +29,27 @@ CATALOGUE = Path(__file__).parent / "data" / "devices.yaml"
 
 
 @dataclass(frozen=True)
+class Curve:
+    """A measured fraction of peak as a function of a size: piecewise linear in log(size) between
+    the ``points`` (size, fraction), each end held flat beyond the last point on its side."""
+
+    points: tuple[tuple[float, float], ...]  #: (size, fraction of peak), sizes strictly increasing
+    source: str  #: where the measurements come from
+    dtypes: tuple[str, ...] = ("bf16", "fp16")  #: the dtypes it was measured in (others use the flat efficiency)
+
+    def __call__(self, size: float) -> float:
+        pts = self.points
+        if size <= pts[0][0]:
+            return pts[0][1]
+        if size >= pts[-1][0]:
+            return pts[-1][1]
+        i = bisect.bisect_right([x for x, _ in pts], size)
+        (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+        w = (math.log(size) - math.log(x0)) / (math.log(x1) - math.log(x0))
+        return y0 + w * (y1 - y0)
+
+
+@dataclass(frozen=True)
 class Device:
     name: str
     description: str
@@ -33,9 +61,25 @@ class Device:
     intra_node_latency_us: float
     inter_node_gb_s: float  #: per-device NIC bandwidth to another node
     inter_node_latency_us: float
+    gemm: Curve | None = None  #: fraction of peak per GEMM, by its FLOPs (2mnk)
+    attention: Curve | None = None  #: fraction of peak of the unfused attention matmuls, by head dimension
 
     def peak_flops(self, dtype: str) -> float:
         return self.peak_tflops[dtype] * 1e12
+
+    def gemm_efficiency(self, m: float, n: float, k: float, dtype: str) -> float:
+        """The fraction of peak an (m x n) x (n x k) GEMM reaches: the ``gemm`` curve at its FLOPs
+        (2mnk), or the flat ``efficiency`` without a curve for ``dtype``."""
+        if self.gemm is None or dtype not in self.gemm.dtypes:
+            return self.efficiency
+        return self.gemm(2.0 * m * n * k)
+
+    def attention_efficiency(self, head_dim: float, dtype: str) -> float:
+        """The fraction of peak of the attention's score and context matmuls at ``head_dim``: the
+        ``attention`` curve, or the flat ``efficiency`` without one for ``dtype``."""
+        if self.attention is None or dtype not in self.attention.dtypes:
+            return self.efficiency
+        return self.attention(head_dim)
 
 
 #: the keys of a device entry, each with its valid range: (lowest, highest, whether the lowest is allowed)
@@ -43,7 +87,45 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "peak_tflops": (0.0, 1e6, False), "memory_gb": (0.0, 1e5, False), "hbm_gb_s": (0.0, 1e6, False),
     "efficiency": (0.0, 1.0, False), "bandwidth_gb_s": (0.0, 1e6, False), "latency_us": (0.0, 1e7, True),
 }
-_KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "intra_node", "inter_node"}
+_KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "intra_node", "inter_node", "gemm",
+         "attention"}
+_CURVE_KEYS = {"source", "dtypes", "points"}
+
+
+def _curve(name: str, key: str, entry: Any, source: str) -> Curve | None:
+    """The ``key`` curve of device ``name`` (None when absent), checked: a source, dtypes the device
+    knows, and at least two [size, fraction] points, sizes > 0 and strictly increasing, fractions in (0, 1]."""
+    if entry is None:
+        return None
+
+    def bad(what: str) -> ScenarioError:
+        return ScenarioError(f"{source}: device {name!r}: {key} {what}", field="hardware.device_file")
+
+    if not isinstance(entry, dict):
+        raise bad("is a mapping of source, dtypes and points")
+    unknown = sorted(set(entry) - _CURVE_KEYS)
+    if unknown:
+        raise bad(f"has an unknown key {unknown[0]!r}; the keys are {', '.join(sorted(_CURVE_KEYS))}")
+    where = entry.get("source")
+    if not isinstance(where, str) or not where.strip():
+        raise bad("needs a source: where its measurements come from")
+    dtypes = entry.get("dtypes", ["bf16", "fp16"])
+    if not isinstance(dtypes, list) or not dtypes or any(d not in ("bf16", "fp16", "fp32") for d in dtypes):
+        raise bad(f"dtypes is {dtypes!r}; it must be a list of bf16, fp16, fp32")
+    points = entry.get("points")
+    if not isinstance(points, list) or len(points) < 2:
+        raise bad("points must be a list of at least two [size, fraction of peak] pairs")
+    pairs = []
+    for p in points:
+        ok = (isinstance(p, list) and len(p) == 2
+              and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in p)
+              and p[0] > 0 and 0 < p[1] <= 1)
+        if not ok:
+            raise bad(f"point {p!r} must be [size > 0, fraction of peak > 0 and <= 1]")
+        pairs.append((float(p[0]), float(p[1])))
+    if any(b[0] <= a[0] for a, b in zip(pairs, pairs[1:])):
+        raise bad("points must have strictly increasing sizes")
+    return Curve(points=tuple(pairs), source=where.strip(), dtypes=tuple(dtypes))
 
 
 def _check_ranges(name: str, entry: dict[str, Any], source: str) -> None:
@@ -92,6 +174,8 @@ def _device(name: str, entry: Any, source: str) -> Device:
             intra_node_latency_us=float(entry["intra_node"]["latency_us"]),
             inter_node_gb_s=float(entry["inter_node"]["bandwidth_gb_s"]),
             inter_node_latency_us=float(entry["inter_node"]["latency_us"]),
+            gemm=_curve(name, "gemm", entry.get("gemm"), source),
+            attention=_curve(name, "attention", entry.get("attention"), source),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ScenarioError(f"{source}: device {name!r} lacks or has a bad {exc}; see ppsim/data/devices.yaml for the format",

@@ -114,6 +114,10 @@ class HardwareSpec(_Strict):
     device: str = "a100-80g"
     device_file: str | None = None  #: a YAML of the catalogue's format, relative to the scenario file
     efficiency: float | None = Field(default=None, gt=0, le=1, description="fraction of peak reached")
+    #: price each matmul by the device's measured curves (devices.yaml ``gemm``: by the GEMM's FLOPs;
+    #: ``attention``: the unfused attention matmuls by head dimension) instead of the flat efficiency;
+    #: ignored where the device has no curve or ``efficiency`` is set
+    gemm_curves: bool = False
     link: LinkSpec | None = None  #: between consecutive stages; default: the device's inter-node NIC
     dp_link: LinkSpec | None = None  #: for the gradient all-reduce; default: the device's intra-node link
     tp_link: LinkSpec | None = None  #: for tensor parallelism's all-reduces; default: the device's intra-node link

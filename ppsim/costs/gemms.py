@@ -1,0 +1,92 @@
+"""The matmuls of a layer, one pass at a time, with their shapes: what a per-GEMM efficiency curve prices.
+
+A GEMM multiplies an (m x n) by an (n x k) matrix: 2mnk FLOPs. Per transformer block and micro-batch
+(T = b x s tokens, width h, MLP width f, a heads of d = h / a, kv heads g = kv / a of them, per device
+of a t-way tensor-parallel group, as Megatron-LM splits them):
+
+- forward: QKV (T x h) x (h x (1 + 2g)h/t); attention output (T x h/t) x (h/t x h); the MLP's
+  up projection(s) (T x h) x (h x f/t), two of them for SwiGLU; its down projection (T x f/t) x (f/t x h);
+  and per head (b x a / t of them) the scores (s x d) x (d x s) and the context (s x s) x (s x d);
+- input grad: each dense GEMM's data gradient (T x out) x (out x in), the same FLOPs; the attention
+  matmuls twice (the gradient of both operands of each);
+- weight grad: each dense GEMM's weight gradient (in x T) x (T x out);
+- what the backward runs again (recomputation, FlashAttention's scores) goes with the input grad.
+- the LM head: (T x h) x (h x V/t), its data and weight gradients likewise.
+
+The FLOPs of each pass's list equal the layer's FLOPs for that pass (:mod:`ppsim.costs.layers`;
+tested). The analytic cost model prices each GEMM at the device's curve (``Device.gemm_efficiency``
+by its FLOPs, ``Device.attention_efficiency`` by its head dimension).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """``count`` GEMMs of (m x n) x (n x k); ``head_dim`` > 0 marks the attention's score and context
+    matmuls (one per head), priced by the device's attention curve (or FlashAttention's kernel)."""
+
+    m: float
+    n: float
+    k: float
+    count: float = 1.0
+    head_dim: float = 0.0
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.count
+
+    def times(self, count: float) -> Gemm:
+        return replace(self, count=self.count * count)
+
+
+@dataclass(frozen=True)
+class PassGemms:
+    """The GEMMs of one layer (or stage) per micro-batch, pass by pass."""
+
+    forward: tuple[Gemm, ...] = ()
+    input_grad: tuple[Gemm, ...] = ()
+    weight_grad: tuple[Gemm, ...] = ()
+
+    def times(self, count: float) -> PassGemms:
+        return PassGemms(*(tuple(g.times(count) for g in part) for part in (self.forward, self.input_grad,
+                                                                             self.weight_grad)))
+
+    def __add__(self, other: PassGemms) -> PassGemms:
+        return PassGemms(self.forward + other.forward, self.input_grad + other.input_grad,
+                         self.weight_grad + other.weight_grad)
+
+
+def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_heads: int, ffn_hidden: int, *,
+                swiglu: bool = False, tensor_parallel: int = 1, recompute: str = "none",
+                flash_attention: bool = False) -> PassGemms:
+    """A transformer block's GEMMs (see the module docstring)."""
+    s, b, h, a, f, t = seq_len, micro_batch, hidden, heads, ffn_hidden, tensor_parallel
+    tokens = b * s
+    g = kv_heads / a
+    d = h / a
+    # (in, out) of each dense weight, per tensor rank
+    weights = [(h, (1 + 2 * g) * h / t), (h / t, h)] + [(h, f / t)] * (2 if swiglu else 1) + [(f / t, h)]
+    dense = tuple(Gemm(tokens, i, o) for i, o in weights)
+    per_head = b * a / t
+    scores = Gemm(s, d, s, per_head, head_dim=d)
+    context = Gemm(s, s, d, per_head, head_dim=d)
+    attention = (scores, context)
+    if flash_attention:  # the backward recomputes the scores; full recompute runs the forward again
+        again = (dense + attention if recompute == "full" else ()) + (scores,)
+    else:
+        again = {"none": (), "selective": attention, "full": dense + attention}[recompute]
+    return PassGemms(
+        forward=dense + attention,
+        input_grad=tuple(Gemm(tokens, o, i) for i, o in weights) + tuple(x.times(2) for x in attention) + again,
+        weight_grad=tuple(Gemm(i, tokens, o) for i, o in weights),
+    )
+
+
+def head_gemms(seq_len: int, micro_batch: int, hidden: int, vocab: int, tensor_parallel: int = 1) -> PassGemms:
+    """The LM head's logits GEMM, its data and weight gradients."""
+    tokens, v = seq_len * micro_batch, vocab / tensor_parallel
+    return PassGemms(forward=(Gemm(tokens, hidden, v),), input_grad=(Gemm(tokens, v, hidden),),
+                     weight_grad=(Gemm(hidden, tokens, v),))
