@@ -53,7 +53,8 @@ def replace_option(what: str) -> bool:
 @contextmanager
 def exits(out: Path | None = None, *, writing: bool = True) -> Iterator[None]:
     """Inside, bad input and a failed run print one line and exit 1; a signal that stopped the run
-    exits 1 (130 for Ctrl-C, also before the ranks start) saying where the partial run is; a fault of
+    exits 128 + its number (130 for Ctrl-C, also before the ranks start; 143 for SIGTERM) saying where
+    the partial run is; a fault of
     the filesystem is one line naming the file."""
     from ppexec.signals import Interrupted
 
@@ -197,7 +198,22 @@ def profile_cmd(
                                        on_progress=watch)
         outputs.write_text(target, measured.to_yaml())
     _print_profile(measured)
+    _warn_if_drifted(measured)
     err.print(f"wrote {target}: use it with `ppsim run {scenario} --profile {target}`")
+
+
+def _warn_if_drifted(p: Profile) -> None:
+    """Say so when the machine's speed changed between the profiling runs: what changed lands in
+    the fitted block time and overheads."""
+    from ppexec.profile import DRIFT_WARNING, drift_between_runs
+
+    drift = drift_between_runs(p)
+    if drift is not None and drift > DRIFT_WARNING:
+        load = p.machine.get("load_average") or []
+        about = f" (1-minute load {load[0]} before, {load[-1]} after)" if len(load) == 2 and None not in load else ""
+        say("warning", f"the machine's speed changed by {drift:.0%} between the profiling runs (a block timed alone, "
+                       f"per run: {p.machine['profiling_block_alone_ms']} ms){about}; the fitted block time and "
+                       "overheads absorb it: profile again on a quiet machine")
 
 
 @app.command("validate")
@@ -231,6 +247,7 @@ def validate_cmd(
                 err.print(f"1/3 profiling this machine (2 ranks, {chosen} runtime) ...")
                 measured = measure_profile(s, timeout_s=timeout, runtime=chosen, on_progress=watch_profile)
                 (out / PROFILE_FILE).write_text(measured.to_yaml())
+                _warn_if_drifted(measured)
             err.print(f"2/3 predicting and running {warmup} warm-up and {steps} recorded steps ({chosen} runtime) ...")
             result = validate(s, measured, out / "run", steps=steps, warmup=warmup, timeout_s=timeout, runtime=chosen,
                               force=force, on_progress=watch_run)

@@ -8,8 +8,9 @@ the machine as training ranks do, both
    scenario's micro-batch size, sequence length and dtype (forward, backward, its weight-grad part,
    the optimizer step over the layer's parameters) — ``ppexec.measure.layer_times``;
 2. train the scenario's model cut into two stages with a GPipe plan through the same timed
-   DeepSpeed engine ``ppexec run`` uses, once with one block on the first stage and once with one
-   on the last; how a stage's forward, backward and optimizer step grow with its blocks is a
+   DeepSpeed engine ``ppexec run`` uses, with one block on the first stage (A) and with one on the
+   last (B), four runs in the order A B B A (a drift of the machine's speed cancels as far as it is
+   linear in time); how a stage's forward, backward and optimizer step grow with its blocks is a
    block's time inside the engine (a least-squares fit), what is left over beyond the embedding
    or the head is the framework's overhead for that stage position, and the gaps between actions
    are charged to the action that follows;
@@ -23,6 +24,7 @@ the first and last stage's overheads: they load no data and compute no loss.
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import socket
@@ -30,7 +32,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -148,6 +150,10 @@ class _StageSpans:
     clip_rest: float  #: from there to its end: the norm, its all-reduce (and any wait), the scaling
 
 
+    def scaled(self, factor: float) -> _StageSpans:
+        return _StageSpans(*(factor * getattr(self, f.name) for f in fields(self)))
+
+
 def _stage_spans(st: RankState, which: str = "median") -> _StageSpans:
     by_kind: dict[Kind, list[float]] = {Kind.F: [], Kind.B: [], Kind.OPT: [], Kind.CLIP: []}
     gaps: list[float] = []
@@ -198,12 +204,21 @@ def _transfer_overheads(states: list[RankState], one_way_ms: float, which: str =
     return max(0.0, _stat(sends, which)), max(0.0, _stat(recvs, which))
 
 
-def profiling_partitions(layers: int) -> list[list[int]]:
-    """The two-stage partitions the profile trains: the two most uneven ones, so that the time per
-    block inside the engine can be fitted from how a stage's actions grow with its blocks."""
+#: profiling runs: the two partitions in the order A B B A, so that a drift of the machine's speed
+#: that is linear in time cancels in the fit, and each partition is measured twice. Measured paired
+#: (bench/profile_drift.py, the small model, torch, a quiet machine): fitting four runs instead of
+#: two brought the median |step-time error| from 5.3 % to 2.3 % and halved the overheads' spread
+PROFILE_RUNS = 4
+
+
+def profiling_partitions(layers: int, runs: int = PROFILE_RUNS) -> list[list[int]]:
+    """The two-stage partitions the profile trains, one per run: the two most uneven ones, so that
+    the time per block inside the engine can be fitted from how a stage's actions grow with its
+    blocks, in the order A B B A (repeated); with fewer than three layers the one partition there is."""
     if layers < 3:
         return [[1, layers - 1]]
-    return [[1, layers - 1], [layers - 1, 1]]
+    a, b = [1, layers - 1], [layers - 1, 1]
+    return [list((a, b, b, a)[k % 4]) for k in range(runs)]
 
 
 def fit_blocks(points: dict[int, list[tuple[int, float]]], fallback: float) -> tuple[float, dict[int, float]]:
@@ -221,16 +236,59 @@ def fit_blocks(points: dict[int, list[tuple[int, float]]], fallback: float) -> t
     return slope, consts
 
 
+#: how :func:`assemble` puts each profiling run's engine spans on one speed before the fit:
+#: ``none`` (the default) fits the spans as measured, ``run`` scales a run's spans by the reference
+#: block time over that run's own (both ranks' median), ``rank`` each rank's spans by its own
+NORMALIZATIONS = ("none", "run", "rank")
+
+
+def _alone_block_ms(st: RankState) -> float | None:
+    """A rank's block forward + backward timed alone in plain torch (median ms) right before its
+    engine steps, or None where it did not time the layers."""
+    layers = st.measurements.get("layers")
+    if not layers or "block" not in layers:
+        return None
+    return float(layers["block"]["forward_ms"]) + float(layers["block"]["backward_ms"])
+
+
+def _block_alone(runs: list[tuple[list[int], list[RankState]]]) -> list[dict[int, float | None]]:
+    return [{st.ready.pipe_rank: _alone_block_ms(st) for st in sts if st.ready} for _, sts in runs]
+
+
+def speed_factors(runs: list[tuple[list[int], list[RankState]]], normalize: str = "run") -> list[dict[int, float]]:
+    """Per profiling run, per stage: the factor that puts that stage's engine spans at the profile's
+    reference speed. Every rank times a block alone right before its engine steps, in the same
+    minute; the reference is the median of those times over every rank of every run (what the
+    profile's layers-alone timings are the median of). A run that found the machine uniformly
+    slower gets a factor below 1 (``run``: one factor per run, from its ranks' median; ``rank``: a
+    factor per rank, from its own time); ``none`` leaves every factor at 1."""
+    if normalize not in NORMALIZATIONS:
+        raise ValueError(f"normalize is one of {NORMALIZATIONS}, not {normalize!r}")
+    alone = _block_alone(runs)
+    timed = [v for per_stage in alone for v in per_stage.values() if v]
+    if normalize == "none" or not timed:
+        return [dict.fromkeys(per_stage, 1.0) for per_stage in alone]
+    ref = statistics.median(timed)
+    out = []
+    for per_stage in alone:
+        mine = [v for v in per_stage.values() if v]
+        run_factor = ref / statistics.median(mine) if mine else 1.0
+        out.append({stage: ref / v if normalize == "rank" and v else run_factor for stage, v in per_stage.items()})
+    return out
+
+
 def median_samples(measured: list[list[list[float]]], column: int) -> list[tuple[int, float]]:
     """Per size, the median over every rank's measurement of one column: (bytes, ms). Each rank
     measured the same sizes, one row per size: bytes, then the timed columns."""
     return [(int(rows[0][0]), statistics.median(float(r[column]) for r in rows)) for rows in zip(*measured)]
 
 
-def _timings(s: Scenario, runs: list[tuple[list[int], list[RankState]]], which: str) -> dict[str, Any]:
+def _timings(s: Scenario, runs: list[tuple[list[int], list[RankState]]], which: str,
+             normalize: str = "none") -> dict[str, Any]:
     """The layers, overheads, link and clipping from one statistic of every set of repetitions:
     ``median`` for the profile's own timings, ``low`` / ``high`` for its lower / upper quartile.
-    What combines ranks, runs and stages (medians over them, the fits) is the same for all three."""
+    What combines ranks, runs and stages (medians over them, the fits, the runs' speed factors
+    from :func:`speed_factors` with ``normalize``) is the same for all three."""
     states = [st for _, sts in runs for st in sts]
     layer_runs = [st.measurements["layers"] for st in states if "layers" in st.measurements]
 
@@ -245,9 +303,12 @@ def _timings(s: Scenario, runs: list[tuple[list[int], list[RankState]]], which: 
         for name in ("embedding", "block", "head")
     }
     per_run = []
-    for partition, sts in runs:
+    # each run's spans at the reference speed: the machine's drift between the runs (tens of per
+    # cent over minutes on a shared machine) would otherwise land in the slope and the intercepts
+    for (partition, sts), factors in zip(runs, speed_factors(runs, normalize)):
         by_stage = {st.ready.pipe_rank: st for st in sts if st.ready}
-        per_run.append((partition, {stage: _stage_spans(by_stage[stage], which) for stage in (0, 1)}))
+        per_run.append((partition, {stage: _stage_spans(by_stage[stage], which).scaled(factors[stage])
+                                    for stage in (0, 1)}))
     fitted: dict[str, tuple[float, dict[int, float]]] = {}
     for field, fallback in (("forward", alone["block"].forward_ms), ("backward", alone["block"].backward_ms),
                             ("optimizer", alone["block"].optimizer_ms)):
@@ -341,7 +402,7 @@ def _around(median: dict[str, Any], low: dict[str, Any], high: dict[str, Any]) -
     return QuartileTimes.model_validate(out["low"]), QuartileTimes.model_validate(out["high"])
 
 
-def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Profile:
+def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]], normalize: str = "none") -> Profile:
     """Build the profile from what the profiling ranks recorded in each run (partition, states).
 
     Per block, the forward, backward and optimizer times are fitted from the engine's own spans
@@ -349,10 +410,19 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
     the embedding (first) or head (last) as timed alone, is the stage position's overhead. The
     weight-grad share of a block's backward comes from timing it alone. The same, from the lower
     and the upper quartile of every set of repetitions instead of its median, gives the profile's
-    ``quartiles``: the spread of what it measured."""
+    ``quartiles``: the spread of what it measured.
+
+    The runs are seconds to minutes apart, and a shared machine's speed drifts between them:
+    ``normalize`` (``run`` or ``rank``, see :func:`speed_factors`) puts each run's engine spans at
+    one reference speed by the block its ranks timed alone just before their steps; the default,
+    ``none``, fits them as measured. Measured paired on this machine (bench/profile_drift.py), the
+    normalization did not predict better: quiet, the runs hardly drift (factors 0.93-1.05); loaded,
+    what inflates the overheads is the ranks' contention with other work, which a reference timed
+    seconds earlier does not follow. ``machine.profiling_block_alone_ms`` records each run's block
+    (forward + backward, per stage) timed alone: the drift between the runs."""
     states = [st for _, sts in runs for st in sts]
-    median = _timings(s, runs, "median")
-    low, high = _around(median, _timings(s, runs, "low"), _timings(s, runs, "high"))
+    median = _timings(s, runs, "median", normalize)
+    low, high = _around(median, _timings(s, runs, "low", normalize), _timings(s, runs, "high", normalize))
     recompute_runs = [st.measurements["recompute"] for st in states if "recompute" in st.measurements]
     recompute = {mode: RecomputeTimes(**{k: statistics.median(run[mode][k] for run in recompute_runs)
                                          for k in ("forward_ms", "backward_ms")})
@@ -377,6 +447,10 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
             "runtime": first_run[0].ready.runtime if first_run and first_run[0].ready else "deepspeed",
             "ranks": len(runs[0][1]),
             "profiling_partitions": [part for part, _ in runs],
+            # each run's block (F + B, per stage) timed alone: how far the machine drifted between the runs
+            "profiling_block_alone_ms": [[round(v, 3) if v else None for _, v in sorted(a.items())]
+                                         for a in _block_alone(runs)],
+            "profiling_normalize": normalize,
             "torch": torch.__version__,
             "deepspeed": deepspeed.__version__,
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -389,6 +463,28 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]]) -> Prof
     )
 
 
+def _load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:  # pragma: no cover - not on this platform
+        return None
+
+
+#: the spread of the profiling runs' block timed alone above which the profile is flagged
+DRIFT_WARNING = 0.10
+
+
+def drift_between_runs(p: Profile) -> float | None:
+    """How far apart the profiling runs found the machine's speed: the slowest run's block timed
+    alone (forward + backward, the median of its stages) over the fastest's, less one; None where
+    the profile does not record it (older profiles, one run)."""
+    per_run = p.machine.get("profiling_block_alone_ms") or []
+    speeds = [statistics.median(v for v in run if v) for run in per_run if any(run)]
+    if len(speeds) < 2 or min(speeds) <= 0:
+        return None
+    return max(speeds) / min(speeds) - 1.0
+
+
 def profile_runs(s: Scenario) -> int:
     """How many profiling runs :func:`measure_profile` starts (one per profiling partition), each
     of ``PROFILE_WARMUP`` + ``PROFILE_STEPS`` steps."""
@@ -397,11 +493,13 @@ def profile_runs(s: Scenario) -> int:
 
 
 def measure_profile(s: Scenario, timeout_s: float = 120.0, keep: Path | None = None, runtime: str = "deepspeed",
-                    force: bool = False, on_progress: Callable[[int, list[RankState]], None] | None = None) -> Profile:
+                    force: bool = False, on_progress: Callable[[int, list[RankState]], None] | None = None,
+                    runs: int = PROFILE_RUNS) -> Profile:
     """Run the profiling ranks locally (once per profiling partition) in ``runtime`` and return the
     profile (its overheads are that runtime's). The run folders are temporary unless ``keep``
     names a folder for them (earlier runs there are replaced only with ``force``). ``on_progress``
-    gets the run's index and its ranks' states while it runs."""
+    gets the run's index and its ranks' states while it runs; ``runs``: how many profiling runs
+    (:func:`profiling_partitions`)."""
     from ppexec.heartbeat import hang_limit_s
     from ppexec.launch import run_local
     from ppexec.run import RunOptions, check_environment, check_fits, deadline_s, prepare_run
@@ -411,8 +509,9 @@ def measure_profile(s: Scenario, timeout_s: float = 120.0, keep: Path | None = N
     base = profiling_scenario(s)
     layers = base.model.layers if base.model else 0
     top = keep or Path(tempfile.mkdtemp(prefix="ppexec-profile-"))
-    runs: list[tuple[list[int], list[RankState]]] = []
-    for k, partition in enumerate(profiling_partitions(layers)):
+    measured: list[tuple[list[int], list[RankState]]] = []
+    load_before = _load_average()
+    for k, partition in enumerate(profiling_partitions(layers, runs)):
         folder = top / f"run-{k}"
         opts = RunOptions(out=folder, steps=PROFILE_STEPS, warmup=PROFILE_WARMUP, timeout_s=timeout_s, mode="profile",
                           runtime=runtime, force=force)
@@ -420,12 +519,13 @@ def measure_profile(s: Scenario, timeout_s: float = 120.0, keep: Path | None = N
         check_fits(prepared.scenario, world)
         try:
             watch = None if on_progress is None else partial(on_progress, k)
-            runs.append((partition, run_local(folder, world, deadline_s(opts) + 60, watch, hang_limit_s(timeout_s))))
+            measured.append((partition, run_local(folder, world, deadline_s(opts) + 60, watch, hang_limit_s(timeout_s))))
         except Interrupted:
             raise  # its message names the folder already
         except PpsimError as exc:
             raise PpsimError(f"{exc} (the profiling run's logs are in {folder})") from None
-    profile = assemble(base, runs)
+    profile = assemble(base, measured)
+    profile.machine["load_average"] = [load_before, _load_average()]  # the machine's 1-minute load, before and after
     if keep is None:
         shutil.rmtree(top, ignore_errors=True)
     return profile

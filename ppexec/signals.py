@@ -19,7 +19,9 @@ HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class Interrupted(PpsimError):
-    """The launcher was told to stop; ``exit_code`` is 130 for Ctrl-C (the shell's convention), else 1."""
+    """The launcher was told to stop; ``exit_code`` is 128 + the signal's number, the shell's
+    convention (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP), so a job scheduler or a script
+    tells a stopped run from a failed one (1)."""
 
     def __init__(self, signum: int, run_dir: Path) -> None:
         name = signal.Signals(signum).name
@@ -27,7 +29,7 @@ class Interrupted(PpsimError):
         super().__init__(f"the run was stopped by {how}; every rank was stopped; the partial run is in {run_dir} "
                          "(events in ranks/, logs in logs/)")
         self.signum = signum
-        self.exit_code = 130 if signum == signal.SIGINT else 1
+        self.exit_code = 128 + int(signum)
 
 
 class StopSignals:

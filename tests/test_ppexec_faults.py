@@ -265,7 +265,8 @@ def test_a_stopped_rank_is_named_within_the_timeout_and_every_process_ends(tmp_p
 @pytest.mark.slow  # starts ranks (about 8 s each)
 @pytest.mark.parametrize("sig, code, says", [
     (signal.SIGINT, 130, "stopped by signal SIGINT (Ctrl-C)"),
-    (signal.SIGTERM, 1, "stopped by signal SIGTERM"),
+    (signal.SIGTERM, 143, "stopped by signal SIGTERM"),
+    (signal.SIGHUP, 129, "stopped by signal SIGHUP"),
 ])
 def test_a_signal_to_the_launcher_stops_every_rank_and_says_where_the_run_is(
         tmp_path: Path, sig: int, code: int, says: str) -> None:

@@ -41,7 +41,8 @@ def test_profile_measures_what_ppsim_needs(profile_file: Path) -> None:
     assert p.block.forward_ms > 0 and p.block.backward_ms > p.block.forward_ms
     assert 0 < p.block.weight_grad_ms < p.block.backward_ms
     assert p.embedding.params > 0 and p.head.params > 0
-    assert p.machine["profiling_partitions"] == [[1, 3], [3, 1]]
+    assert p.machine["profiling_partitions"] == [[1, 3], [3, 1], [3, 1], [1, 3]]  # A B B A: linear drift cancels
+    assert len(p.machine["profiling_block_alone_ms"]) == 4 and len(p.machine["load_average"]) == 2
     assert p.link.latency_us >= 0 and p.link.bandwidth_gb_s > 0 and len(p.link.samples) == 5
     assert p.clip_allreduce_us > 0
 
