@@ -37,6 +37,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from accuracy import MODELS, SCHEDULES, scenario  # noqa: E402
 
 WAYS = ("none", "run", "rank")
+#: and pooled with the next profile's runs (+); "ab": a four-run profile's first two runs alone (A B),
+#: against its A B B A ("none"): the same raw data fitted from two runs and from four
+ALL_WAYS = WAYS + tuple(w + "+" for w in WAYS) + ("ab",)
 
 
 def load() -> float:
@@ -125,11 +128,11 @@ def analyze(args: argparse.Namespace) -> None:
         other = k + 1 if k + 1 in raw else k - 1
         pooled = raw[k] + raw[other] if other in raw else None
         profiles[k] = {}
-        for way in WAYS + tuple(w + "+" for w in WAYS):
-            runs = raw[k] if not way.endswith("+") else pooled
-            if runs is None:
+        for way in ALL_WAYS:
+            runs = pooled if way.endswith("+") else raw[k][:2] if way == "ab" else raw[k]
+            if runs is None or (way == "ab" and len(raw[k]) < 4):
                 continue
-            normalize = way.rstrip("+")
+            normalize = "none" if way == "ab" else way.rstrip("+")
             p = assemble(base, runs, normalize=normalize)
             profiles[k][way] = p
             alone = [statistics.median(st.measurements["layers"]["block"]["forward_ms"]
@@ -140,7 +143,7 @@ def analyze(args: argparse.Namespace) -> None:
             print(f"{k:>7} {loads[k]:5.2f}  {way:6} {'/'.join(f'{a:.1f}' for a in alone):>23} "
                   f"{'/'.join(f'{x:.2f}' for x in f):>15} {p.block.forward_ms:7.2f} {p.block.backward_ms:6.2f} |"
                   f" {o1.forward_ms:7.2f} {o1.backward_ms:6.2f} | {o2.forward_ms:7.2f} {o2.backward_ms:6.2f}")
-    ways = [w for w in WAYS + tuple(w + "+" for w in WAYS) if all(w in profiles[k] for k in ks)]
+    ways = [w for w in ALL_WAYS if all(w in profiles[k] for k in ks)]
     print("\nspread over the profiles (median [min, max]):")
     for way in ways:
         ps = [profiles[k][way] for k in ks]
