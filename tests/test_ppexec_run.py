@@ -467,7 +467,7 @@ def test_the_launcher_stops_every_rank_on_sigterm(tmp_path: Path) -> None:
     time.sleep(3)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 1 and "stopped by signal SIGTERM" in stderr, stderr[-2000:]
+    assert proc.returncode == 128 + signal.SIGTERM and "stopped by signal SIGTERM" in stderr, stderr[-2000:]
     assert _no_workers_left(out)
 
 
@@ -481,20 +481,20 @@ def test_profile_and_validate_bars_say_the_phase_and_the_time_left(monkeypatch: 
     from ppexec.profile import profile_runs
 
     s = load(TINY)
-    assert profile_runs(s) == 2  # two uneven partitions of its 4 layers
+    assert profile_runs(s) == 4  # the two uneven partitions of its 4 layers, A B B A
     screen = io.StringIO()
     monkeypatch.setattr(common, "err", Console(file=screen, force_terminal=True, width=200))
     with validate_progress(s, True, steps=3, warmup=1) as (on_profile, on_run):
         on_profile(0, _states(2, 2, 0))
         time.sleep(0.15)  # the bar redraws 10 times a second
-        on_profile(1, _states(2, 2, 4))
+        on_profile(3, _states(2, 2, 4))
         time.sleep(0.15)
         on_run(_states(2, 2, 3, done=True))
     drawn = screen.getvalue()
-    for words in ("1/3 profiling run 1/2: warm-up (2 steps, not recorded)", "1/3 profiling run 2/2: step 5/10",
+    for words in ("1/3 profiling run 1/4: warm-up (2 steps, not recorded)", "1/3 profiling run 4/4: step 5/10",
                   "2/3 the run: done", "elapsed", "left"):
         assert words in drawn, words
     screen.truncate(0)
     with profile_progress(s) as on_progress:
         on_progress(1, _states(2, 1, 0))
-    assert "profiling run 2/2: starting the ranks" in screen.getvalue()
+    assert "profiling run 2/4: starting the ranks" in screen.getvalue()
