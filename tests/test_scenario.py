@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -279,3 +280,17 @@ def test_huge_counts_overrides_and_sweeps_are_refused_by_the_cli_within_a_second
         assert res.exit_code == 1 and "Traceback" not in res.output, res.output
         assert ("at most 5 x 10^6" in res.output or "less than or equal to 10000" in res.output), res.output
         assert time.perf_counter() - t0 < 1.5
+
+
+@pytest.mark.parametrize("key, value", [("link", 2.2250738585072e-309), ("efficiency", 5e-324)])
+def test_a_rate_too_small_to_give_a_finite_time_is_refused_naming_its_key(key: str, value: float) -> None:
+    """A subnormal bandwidth or efficiency passed "> 0" and made every transfer (or pass) infinite;
+    the least value is now far below any machine's and above what overflows."""
+    data = dict(BASE, hardware={"device": "a100-80g", **({"link": {"bandwidth_gb_s": value}} if key == "link"
+                                                         else {"efficiency": value})})
+    field = "hardware.link.bandwidth_gb_s" if key == "link" else "hardware.efficiency"
+    with pytest.raises(ScenarioError, match=field.replace(".", r"\.")):
+        parse_scenario(data)
+    data["hardware"] = {"device": "a100-80g", **({"link": {"bandwidth_gb_s": 1e-6}} if key == "link"
+                                                  else {"efficiency": 1e-6})}
+    assert math.isfinite(summarize(predict(parse_scenario(data)).trace).step_time_ms)

@@ -82,10 +82,12 @@ class Device:
         return self.attention(head_dim)
 
 
-#: the keys of a device entry, each with its valid range: (lowest, highest, whether the lowest is allowed)
+#: the keys of a device entry, each with its valid range: (lowest, highest, whether the lowest is
+#: allowed); the rates that divide a size have a least value far below any machine's (a kFLOP/s, a
+#: kB/s), so that a time computed from them stays a number (2e-309 GB/s would make a transfer infinite)
 _RANGES: dict[str, tuple[float, float, bool]] = {
-    "peak_tflops": (0.0, 1e6, False), "memory_gb": (0.0, 1e5, False), "hbm_gb_s": (0.0, 1e6, False),
-    "efficiency": (0.0, 1.0, False), "bandwidth_gb_s": (0.0, 1e6, False), "latency_us": (0.0, 1e7, True),
+    "peak_tflops": (1e-9, 1e6, True), "memory_gb": (0.0, 1e5, False), "hbm_gb_s": (1e-6, 1e6, True),
+    "efficiency": (1e-6, 1.0, True), "bandwidth_gb_s": (1e-6, 1e6, True), "latency_us": (0.0, 1e7, True),
 }
 _KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "intra_node", "inter_node", "gemm",
          "attention"}

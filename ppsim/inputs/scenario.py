@@ -106,14 +106,14 @@ class PipelineSpec(_Strict):
 
 
 class LinkSpec(_Strict):
-    bandwidth_gb_s: float = Field(gt=0, le=1e6, description="GB/s (1e9 bytes/s) per direction")
+    bandwidth_gb_s: float = Field(ge=1e-6, le=1e6, description="GB/s (1e9 bytes/s) per direction, at least 1e-6 (1 kB/s)")
     latency_us: float = Field(default=0.0, ge=0, le=1e6, description="microseconds, at most a second")
 
 
 class HardwareSpec(_Strict):
     device: str = "a100-80g"
     device_file: str | None = None  #: a YAML of the catalogue's format, relative to the scenario file
-    efficiency: float | None = Field(default=None, gt=0, le=1, description="fraction of peak reached")
+    efficiency: float | None = Field(default=None, ge=1e-6, le=1, description="fraction of peak reached")
     #: price each matmul by the device's measured curves (devices.yaml ``gemm``: by the GEMM's FLOPs;
     #: ``attention``: the unfused attention matmuls by head dimension) instead of the flat efficiency;
     #: ignored where the device has no curve or ``efficiency`` is set
@@ -223,7 +223,7 @@ def valid_range(cls: type[BaseModel], key: str) -> str | None:
         low = bound["ge"] if "ge" in bound else bound["gt"] + 1
         return f"integer {low:,} - {upper}" if upper else f"integer ≥ {low:,}"
     low, strict = (bound["gt"], True) if "gt" in bound else (bound["ge"], False)
-    low_text = f"{low:g}"
+    low_text = f"{low:g}" if low == 0 or low >= 1e-4 else f"{low:.12f}".rstrip("0")  # 0.000001, not 1e-06
     if upper is None:
         return f"number {'>' if strict else '≥'} {low_text}"
     return f"number, {low_text} < x ≤ {upper}" if strict else f"number {low_text} - {upper}"
