@@ -141,7 +141,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None, help="write the cases and the summary here")
     args = ap.parse_args()
-    from ppexec.profile import measure_profile
+    from ppexec.profile import DRIFT_WARNING, drift_between_runs, measure_profile
     from ppsim.plan.schedules import get as get_schedule
 
     models = args.models.split(",")
@@ -164,9 +164,15 @@ def main() -> int:
             for model in models:
                 t0 = time.perf_counter()
                 profile = measure_profile(scenario(model, "1f1b", 4, "balanced"), runtime=runtime)
+                drift = drift_between_runs(profile)
+                o1, o2 = profile.overheads["first"], profile.overheads["last"]
                 print(f"# {runtime} {model}: profiled in {time.perf_counter() - t0:.0f} s: block F "
-                      f"{profile.block.forward_ms:.2f} ms, B {profile.block.backward_ms:.2f} ms; link "
-                      f"{profile.link.latency_us:.0f} us + {profile.link.bandwidth_gb_s:.2f} GB/s", flush=True)
+                      f"{profile.block.forward_ms:.2f} ms, B {profile.block.backward_ms:.2f} ms; overheads first "
+                      f"F {o1.forward_ms:.2f} B {o1.backward_ms:.2f}, last F {o2.forward_ms:.2f} B {o2.backward_ms:.2f} ms; "
+                      f"link {profile.link.latency_us:.0f} us + {profile.link.bandwidth_gb_s:.2f} GB/s; the machine's "
+                      f"speed between its runs {'unknown' if drift is None else f'{100 * drift:.0f} % apart'}"
+                      f"{' (over 10 %: the fit absorbed it)' if drift is not None and drift > DRIFT_WARNING else ''}",
+                      flush=True)
                 first: Case | None = None
                 for schedule in [x for x in schedules if x in SCHEDULES[runtime]]:
                     # 4 blocks over 2 ranks x 2 chunks leave one partition only: balanced
