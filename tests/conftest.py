@@ -7,6 +7,7 @@ from functools import cache
 from pathlib import Path
 
 import typer
+from hypothesis import settings
 from typer.testing import CliRunner, Result
 
 from ppsim.costs import CostTable, Link, StageCost
@@ -14,6 +15,11 @@ from ppsim.inputs.scenario import Scenario, load
 from ppsim.plan import lower, schedules
 from ppsim.sim import compute_ms, simulate
 from ppsim.trace import Trace
+
+#: no per-example deadline: these are not timing tests, and on a shared two-core machine running the
+#: suite on both cores one example may take several times its usual 200 ms (a flaky failure)
+settings.register_profile("ppsim", deadline=None)
+settings.load_profile("ppsim")
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
