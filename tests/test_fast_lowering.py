@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 
 from ppsim.errors import PlanError, ScheduleError
 from ppsim.plan import COMPUTE_KINDS, Action, Kind, lower, schedules, validate, validate_structure
-from ppsim.plan.action import Overlap
-from ppsim.plan.action import message_kinds
+from ppsim.plan.action import Overlap, message_kinds
 from ppsim.plan.deps import dependencies, grad_producers
 from ppsim.plan.lower import in_receive_order
 from ppsim.plan.validate import structure_holds
