@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
+from functools import partial
 from typing import NamedTuple
 
 from ppsim.errors import PlanError
@@ -116,6 +117,11 @@ class Action(NamedTuple):
 
 
 _OVERLAP_RE = re.compile(r"^\(([^;()]+);([^;()]+)\)OVERLAP_F_B$")
+
+
+#: ``new_action((stage, kind, microbatch))``: an Action from a tuple without NamedTuple's Python-level
+#: ``__new__`` (for the passes that make hundreds of thousands of them)
+new_action = partial(tuple.__new__, Action)
 
 
 class Overlap(NamedTuple):

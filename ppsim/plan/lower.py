@@ -16,7 +16,6 @@ sends for them (``comm: async``).
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 from ppsim.errors import PlanError
@@ -30,6 +29,7 @@ from ppsim.plan.action import (
     Action,
     Kind,
     matching,
+    new_action,
     peer_stage,
 )
 from ppsim.plan.deps import Duration, default_duration, dependencies, grad_producers, ideal_times
@@ -38,7 +38,6 @@ from ppsim.plan.plan import Plan
 from ppsim.plan.posted import posted_order
 from ppsim.plan.validate import structure_holds, validate_structure
 
-_action = partial(tuple.__new__, Action)  #: Action((s, k, mb)) without the Python-level __new__
 _TRAINING_KINDS = BACKWARD_KINDS | {Kind.OVERLAP_F_B}
 
 
@@ -58,7 +57,7 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
     grads = grad_producers(plan)
     where = plan.stage_to_rank
     n_stages = plan.num_stages
-    act = _action
+    act = new_action
     SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
     OVERLAP = Kind.OVERLAP_F_B
     starts, _ = ideal_times(plan, duration)

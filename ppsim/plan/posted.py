@@ -7,19 +7,17 @@ does, without times): a plan whose dependencies form a cycle is refused on the w
 two ranks would receive each other's messages in another order than they were sent,
 :func:`~ppsim.plan.lower.in_receive_order` moves the sends.
 
-Every compute piece (stage, kind, micro-batch) is a flag in a bytearray: block F, B, I or W, then
-``stage * microbatches + microbatch``. A search lowers thousands of plans and the TUI one per key,
+What has been done is a bytearray of flags in three blocks (a forward done, an input grad I done,
+a stage's input grad made by its B or its I), each indexed ``stage * microbatches + microbatch``:
+a weight grad W waits for its I, a backward for its forward and the next stage's input grad, and a
+message is known by the flag of what it carries. A search lowers thousands of plans and the TUI one per key,
 so this pass avoids hashing actions: it is the larger part of planning a long step.
 """
 
 from __future__ import annotations
 
-from functools import partial
-
-from ppsim.plan.action import Action, Kind
+from ppsim.plan.action import Action, Kind, new_action
 from ppsim.plan.plan import Plan
-
-_action = partial(tuple.__new__, Action)  #: Action((s, k, mb)) without the Python-level __new__
 
 
 def posted_order(plan: Plan) -> tuple[list[list[Action]], bool] | None:
@@ -31,7 +29,7 @@ def posted_order(plan: Plan) -> tuple[list[list[Action]], bool] | None:
     made_i, made_grad = size, 2 * size  # the blocks of flags after the forwards'
     F, B, I, W, OVERLAP = Kind.F, Kind.B, Kind.I, Kind.W, Kind.OVERLAP_F_B
     SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
-    act = _action
+    act = new_action
     # per directed pair of ranks, the flags of its messages in send order and in receive order;
     # forward[s] / backward[s]: the pair that stage s's activations / input grads cross (None: same rank)
     pairs: dict[tuple[int, int], tuple[list[int], list[int]]] = {}

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 from ppsim.errors import PlanError
 from ppsim.plan.action import (
@@ -27,13 +26,13 @@ from ppsim.plan.action import (
     Kind,
     matching,
     message_kinds,
+    new_action,
     peer_stage,
 )
 from ppsim.plan.deps import dependencies, grad_producers, ideal_times
 from ppsim.plan.grid import render_grid
 from ppsim.plan.plan import Plan
 
-_action = partial(tuple.__new__, Action)
 Positions = dict[Action, tuple[int, int]]  #: where every action sits: (rank, index)
 
 
@@ -145,12 +144,12 @@ def _check_complete(plan: Plan, seen: Positions, check_order: bool) -> None:
         r = where[s]
         end = {r: len(acts[r]) - 1}
         for mb in range(plan.num_microbatches):
-            f = _action((s, F, mb))
+            f = new_action((s, F, mb))
             if f not in seen:
                 raise fail(f"stage {s} never runs the forward of micro-batch {mb} ({f})", acts, end)
             if not training:
                 continue
-            b, i_, w = _action((s, B, mb)), _action((s, I, mb)), _action((s, W, mb))
+            b, i_, w = new_action((s, B, mb)), new_action((s, I, mb)), new_action((s, W, mb))
             has_b, has_i, has_w = b in seen, i_ in seen, w in seen
             if has_b and (has_i or has_w):
                 raise fail(f"micro-batch {mb} on stage {s} has both a full backward and a split one", acts,

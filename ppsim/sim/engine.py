@@ -70,10 +70,6 @@ class _Arrival(simpy.Event):
         self.env.schedule(self, NORMAL, max(0.0, delay))
 
 
-def _succeed_after(event: _Arrival, delay: float) -> None:
-    event.succeed_after(delay)
-
-
 class _Message:
     """One transfer, keyed by its send: (sending stage, 0 for activations / 1 for grads, micro-batch)."""
 
@@ -198,14 +194,10 @@ class _Simulation:
         self.semantics = semantics
         stages = costs.stages
         # duration and activation-memory change of every (stage, kind) that computes
-        self.compute: dict[tuple[int, Kind], tuple[float, int, int]] = {
-            (st, k): (getattr(stages[st], DURATION_FIELD[k]), alloc, free)
-            for (st, k), (alloc, free) in memory_deltas(plan, costs).items()
-        }
-        #: the same per stage, by kind (looked up in the rank's loop without building a key)
-        self.compute_of_stage: list[dict[Kind, tuple[float, int, int]]] = [{} for _ in stages]
-        for (st, k), op in self.compute.items():
-            self.compute_of_stage[st][k] = op
+        # per stage, by kind (looked up in the rank's loop without building a key)
+        self.compute: list[dict[Kind, tuple[float, int, int]]] = [{} for _ in stages]
+        for (st, k), (alloc, free) in memory_deltas(plan, costs).items():
+            self.compute[st][k] = (getattr(stages[st], DURATION_FIELD[k]), alloc, free)
         self.duration = compute_ms(costs)
         self.where = plan.stage_to_rank
         # SimPy orders flows in time on a fabric; on static links the waits depend only on data, so the
@@ -216,7 +208,7 @@ class _Simulation:
             raise ValueError("the immediate kernel has no clock: a fabric's flows need kernel='simpy'")
         if kernel == "simpy" or costs.fabric is not None:
             self.env: Any = simpy.Environment()
-            self.fire_at: Callable[[Any, float], None] = _succeed_after
+            self.fire_at: Callable[[Any, float], None] = _Arrival.succeed_after
             self.new_event: Callable[[], Any] = partial(_Arrival, self.env)
         else:
             self.env = ImmediateKernel()
@@ -290,8 +282,8 @@ class _Simulation:
     def _overlapped(self, st: _Rank, a: Overlap, i: int) -> None:
         """A forward and a backward overlapped: the forward's activations allocated, the backward's freed."""
         f, b = a.parts
-        self._run_compute(st, a, b.kind, b.stage, self.duration(a), self.compute[(f.stage, f.kind)][1],
-                          self.compute[(b.stage, b.kind)][2], i)
+        self._run_compute(st, a, b.kind, b.stage, self.duration(a), self.compute[f.stage][f.kind][1],
+                          self.compute[b.stage][b.kind][2], i)
 
     def _reduce_grad(self, st: _Rank, a: Action) -> None:
         c = self.costs.stages[a.stage]
@@ -508,7 +500,7 @@ class _Simulation:
     # --- the ranks and the run --------------------------------------------------------------------------
 
     def _rank_process(self, st: _Rank) -> Generator[simpy.Event, Any, None]:
-        compute, handlers, run_compute = self.compute_of_stage, self.handlers, self._run_compute
+        compute, handlers, run_compute = self.compute, self.handlers, self._run_compute
         overlap = Kind.OVERLAP_F_B
         SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
         # the fast paths inline: local work on the rank's own clock (what _run_compute does, less the
