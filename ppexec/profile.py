@@ -149,7 +149,6 @@ class _StageSpans:
     clip_own: float  #: CLIP from its start to the moment the engine starts clipping
     clip_rest: float  #: from there to its end: the norm, its all-reduce (and any wait), the scaling
 
-
     def scaled(self, factor: float) -> _StageSpans:
         return _StageSpans(*(factor * getattr(self, f.name) for f in fields(self)))
 
