@@ -105,10 +105,8 @@ def _bounded(ex: Executor, cands: list[Candidate], progress: Progress | None) ->
     its memory peaks counted once while it is remembered (a worker remembers a few)."""
     by_plan = sorted(range(len(cands)), key=lambda i: _plan_of(cands[i]))
     bounded = ex.map(bound, [cands[i] for i in by_plan], progress)
-    out: list[Evaluation] = [bounded[0]] * len(cands) if cands else []
-    for i, e in zip(by_plan, bounded, strict=True):
-        out[i] = e
-    return out
+    at = {i: k for k, i in enumerate(by_plan)}  # where each candidate went
+    return [bounded[at[i]] for i in range(len(cands))]
 
 
 def _plan_of(c: Candidate) -> tuple[str, int, int, int]:
