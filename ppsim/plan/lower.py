@@ -135,13 +135,16 @@ def in_receive_order(ranks: list[list[Action]], where: tuple[int, ...]) -> list[
     return out
 
 
-def add_step_end(plan: Plan, data_parallel: int = 1, clip: bool = False) -> Plan:
+def add_step_end(plan: Plan, data_parallel: int = 1, clip: bool = False, *, training: bool | None = None) -> Plan:
     """Append, on every rank, the gradient all-reduce across data-parallel replicas (when there are
     several), with ``clip`` the gradient-norm all-reduce over the pipeline (once per rank, on its
-    last virtual stage), and the optimizer step of each of its stages. Forward-only plans get none."""
-    if plan.kinds().isdisjoint(_TRAINING_KINDS):
+    last virtual stage), and the optimizer step of each of its stages. Forward-only plans get none
+    (``training``: whether the plan has backward passes, when the caller knows; else looked up)."""
+    if training is None:
+        training = not plan.kinds().isdisjoint(_TRAINING_KINDS)
+    if not training:
         return plan.with_actions(plan.actions, lowered=True)
-    out = []
+    out: list[tuple[Action, ...]] = []
     for r, ra in enumerate(plan.actions):
         stages = sorted(plan.stages_of_rank(r), reverse=True)
         tail: list[Action] = []
@@ -150,7 +153,7 @@ def add_step_end(plan: Plan, data_parallel: int = 1, clip: bool = False) -> Plan
         if clip:
             tail.append(Action(stages[0], Kind.CLIP))
         tail += [Action(s, Kind.OPT) for s in stages]
-        out.append(list(ra) + tail)
+        out.append(tuple(ra) + tuple(tail))
     return plan.with_actions(out, lowered=True)
 
 
@@ -190,6 +193,6 @@ def _lowered(plan: Plan, data_parallel: int, duration: Duration, rendezvous: boo
     except PlanError:
         validate_structure(plan)  # a misordered pair is a clearer message than the deadlock
         raise
-    lowered = add_step_end(with_comms, data_parallel, clip)
+    lowered = add_step_end(with_comms, data_parallel, clip, training=not plan.kinds().isdisjoint(_TRAINING_KINDS))
     lowered.meta["sends"] = "rendezvous" if rendezvous else "posted"  # how its messages were ordered
     return lowered

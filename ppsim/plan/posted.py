@@ -51,7 +51,62 @@ def posted_order(plan: Plan) -> tuple[list[list[Action]], bool] | None:
         i, n = pos[r], len(ra)
         while i < n:
             a = ra[i]
-            parts = a.parts if a[1] is OVERLAP else (a,)
+            s, k, mb = a
+            # plain actions (all but overlapped pairs) each by its kind: what the loops below do for parts
+            if k is F:
+                at = s * m + mb
+                if s:
+                    if not done[at - m]:
+                        waiting.setdefault(at - m, []).append(r)
+                        break
+                    if (link := forward[s - 1]) is not None:
+                        add(act((s, RECV_F, mb)))
+                        link[1].append(at - m)
+                add(a)
+                if (link := forward[s]) is not None:
+                    add(act((s, SEND_F, mb)))
+                    link[0].append(at)
+                done[at] = 1
+                if waiting and (woken := waiting.pop(at, None)):
+                    work.extend(woken)
+                i += 1
+                continue
+            if k is B or k is I:
+                at = s * m + mb
+                if not done[at]:
+                    waiting.setdefault(at, []).append(r)
+                    break
+                if s < last:
+                    grad = made_grad + at + m
+                    if not done[grad]:
+                        waiting.setdefault(grad, []).append(r)
+                        break
+                    if (link := backward[s + 1]) is not None:
+                        add(act((s, RECV_B, mb)))
+                        link[1].append(grad)
+                add(a)
+                at += made_grad
+                if (link := backward[s]) is not None:
+                    add(act((s, SEND_B, mb)))
+                    link[0].append(at)
+                done[at] = 1
+                if waiting and (woken := waiting.pop(at, None)):
+                    work.extend(woken)
+                if k is I:
+                    at += made_i - made_grad
+                    done[at] = 1
+                    if waiting and (woken := waiting.pop(at, None)):
+                        work.extend(woken)
+                i += 1
+                continue
+            if k is W:
+                if not done[at := made_i + s * m + mb]:
+                    waiting.setdefault(at, []).append(r)
+                    break
+                add(a)
+                i += 1
+                continue
+            parts = a.parts if k is OVERLAP else (a,)
             blocked = -1
             for s, k, mb in parts:  # inputs: previous stage's forward; own forward and next stage's grad; own I
                 if k is F:

@@ -82,7 +82,8 @@ def structure_holds(plan: Plan) -> bool:
     codes, OVERLAP = _PIECE_CODES, Kind.OVERLAP_F_B
     for r, ra in enumerate(acts):
         for x in ra:
-            for s, k, mb in (x.parts if x[1] is OVERLAP else (x,)):
+            s, k, mb = x
+            if k is not OVERLAP:  # a plain action (what the loop below does for one part)
                 c = codes.get(k)
                 if c is None or mb is None or not (0 <= s < n and 0 <= mb < m) or where[s] != r:
                     return False
@@ -90,7 +91,16 @@ def structure_holds(plan: Plan) -> bool:
                 if seen[at]:
                     return False
                 seen[at] = 1
-            if x[1] is OVERLAP and x[0][0] == x[2][0] and x[0][2] == x[2][2]:
+                continue
+            for s, k, mb in x.parts:
+                c = codes.get(k)
+                if c is None or mb is None or not (0 <= s < n and 0 <= mb < m) or where[s] != r:
+                    return False
+                at = c * size + s * m + mb
+                if seen[at]:
+                    return False
+                seen[at] = 1
+            if x[0][0] == x[2][0] and x[0][2] == x[2][2]:
                 return False  # a micro-batch's backward overlapped with its own forward
     # as big integers of one byte per flag, the blocks add without carries
     ones = int.from_bytes(b"\x01" * size, "little")
