@@ -1,6 +1,7 @@
-"""The clock-free kernel (ppsim.sim.immediate) and SimPy give the same trace wherever both apply:
-every schedule, every send semantics, with and without overlapped gradient reduction, clipping,
-data parallelism and memory, and every scenario under scenarios/."""
+"""The clock-free kernel (ppsim.sim.immediate), the lean clocked kernel (ppsim.sim.clocked) and
+SimPy give the same trace wherever they apply: every schedule, every send semantics, with and
+without overlapped gradient reduction, clipping, data parallelism and memory, and every scenario
+under scenarios/ (a network model's flows on the two kernels with a clock)."""
 
 from __future__ import annotations
 
@@ -45,12 +46,19 @@ def _costs(n: int, *, overlap: bool, clip: float, seed: int) -> CostTable:
 
 
 def _both(plan: Plan, costs: CostTable, comm: str) -> tuple[Trace | PlanError, Trace | PlanError]:
-    out = []
-    for kernel in ("simpy", "immediate"):
+    """(SimPy's run, the clock-free kernel's); the clocked kernel's must equal SimPy's, span for span."""
+    out: list[Trace | PlanError] = []
+    for kernel in ("simpy", "immediate", "clocked"):
         try:
             out.append(simulate(plan, costs, comm, kernel=kernel))
         except PlanError as exc:
             out.append(exc)
+    simpy_run, clocked_run = out[0], out[2]
+    if isinstance(simpy_run, PlanError):
+        assert isinstance(clocked_run, PlanError) and str(clocked_run) == str(simpy_run)
+    else:
+        assert isinstance(clocked_run, Trace)
+        assert clocked_run.spans == simpy_run.spans and clocked_run.counters == simpy_run.counters
     return out[0], out[1]
 
 
@@ -115,3 +123,21 @@ def test_a_fabric_needs_the_clock() -> None:
     assert b.workload.costs.fabric is not None
     with pytest.raises(ValueError, match="fabric"):
         simulate(lower_built(b), b.workload.costs, s.pipeline.comm, kernel="immediate")
+
+
+CLUSTERS = [p for p in sorted(SCENARIOS.glob("*.yaml")) if load(p).cluster is not None]
+
+
+@pytest.mark.parametrize("path", CLUSTERS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("comm", ["async", "eager", "rendezvous"])
+def test_the_clocked_kernel_runs_a_fabric_as_simpy_does(path, comm: str) -> None:
+    """Flows starting and ending in the same order give the same spans in the same order."""
+    s = load(path).with_overrides(comm=comm)
+    b = build(s)
+    assert b.workload.costs.fabric is not None
+    plan = lower_built(b)
+    simpy_run = simulate(plan, b.workload.costs, comm, kernel="simpy")
+    clocked_run = simulate(plan, b.workload.costs, comm)  # auto: the clocked kernel
+    assert clocked_run.spans == simpy_run.spans
+    assert clocked_run.counters == simpy_run.counters
+    assert clocked_run.meta == simpy_run.meta

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Hashable
 from enum import Enum
 from functools import partial
 from typing import Any, NamedTuple
@@ -46,12 +46,13 @@ from ppsim.errors import PlanError
 from ppsim.gc_pause import gc_paused
 from ppsim.plan import Action, Kind, Overlap, Plan, render_grid
 from ppsim.sim.allocation import memory_deltas, static_memory_bytes
+from ppsim.sim.clocked import ClockedKernel
 from ppsim.sim.durations import DURATION_FIELD, compute_ms
 from ppsim.sim.immediate import ImmediateKernel
 from ppsim.sim.network import Flow, Network
 from ppsim.trace import Counter, Span, Trace, plan_meta
 
-KERNELS = ("auto", "simpy", "immediate")  #: what runs the ranks' processes (see :func:`simulate`)
+KERNELS = ("auto", "simpy", "clocked", "immediate")  #: what runs the ranks' processes (see :func:`simulate`)
 
 
 class CommSemantics(str, Enum):
@@ -112,21 +113,36 @@ class _Fabric:
     def __init__(self, env: simpy.Environment, capacity: Any) -> None:
         self.env = env
         self.net = Network(capacity)
-        self.booked = math.inf  #: the earliest wake-up booked and not yet come
-        self.queues: dict[tuple[int, int], deque[Flow]] = {}
+        #: the earliest wake-up booked and not yet come; it is no later than any active flow's finish,
+        #: so a start books one only for a flow it makes finish earlier
+        self.booked = math.inf
+        self.queues: dict[Hashable, deque[Flow]] = {}
 
     def start(self, flow: Flow) -> None:
-        self.net.start(self.env.now, flow)
-        self._wake()
+        now = self.env.now
+        earliest = self.net.start(now, flow)  # no other finish changed: the booked wake-up still comes in time
+        at = earliest if earliest > now else now
+        if at < self.booked:
+            self._book(at)
 
-    def send(self, pair: tuple[int, int], flow: Flow) -> None:
+    def send(self, pair: Hashable, flow: Flow) -> None:
         """Start ``flow`` now, or after the flows of ``pair`` queued before it."""
         queue = self.queues.setdefault(pair, deque())
         queue.append(flow)
         if len(queue) == 1:
             self.start(flow)
 
-    def sent(self, pair: tuple[int, int]) -> None:
+    def send_at(self, when: float, pair: Hashable, flow: Flow) -> None:
+        """:meth:`send` once SimPy's clock reaches ``when`` (flows start in time order)."""
+        if when <= self.env.now:
+            self.send(pair, flow)
+        else:
+            self.env.timeout(when - self.env.now).callbacks.append(partial(self._send_now, pair, flow))
+
+    def _send_now(self, pair: Hashable, flow: Flow, _event: simpy.Event) -> None:
+        self.send(pair, flow)
+
+    def sent(self, pair: Hashable) -> None:
         """The flow at the head of ``pair``'s queue has sent its last byte: the next one starts."""
         queue = self.queues[pair]
         queue.popleft()
@@ -137,17 +153,20 @@ class _Fabric:
         """Book a wake-up at the next finish, unless one at or before it is booked already (that one
         finds nothing finished, if rates changed since, and books the next)."""
         at = max(self.env.now, self.net.next_finish())
-        if at >= self.booked:
-            return
+        if at < self.booked:
+            self._book(at)
+
+    def _book(self, at: float) -> None:
         self.booked = at
         self.env.timeout(at - self.env.now).callbacks.append(partial(self._on_wake, at))
 
     def _on_wake(self, at: float, _event: simpy.Event) -> None:
         if at != self.booked:
             return  # an earlier wake-up was booked after this one, and has come
-        self.booked = math.inf
+        self.booked = -math.inf  # the flows that start as these finish book nothing: the wake-up below
         for arrival, flow in self.net.finish_until(self.env.now):
             flow.on_done(arrival)  # type: ignore[misc]
+        self.booked = math.inf
         self._wake()
 
 
@@ -200,18 +219,19 @@ class _Simulation:
             self.compute[st][k] = (getattr(stages[st], DURATION_FIELD[k]), alloc, free)
         self.duration = compute_ms(costs)
         self.where = plan.stage_to_rank
-        # SimPy orders flows in time on a fabric; on static links the waits depend only on data, so the
-        # clock-free kernel runs the same handlers to the same trace, faster (tests compare the two)
+        # a fabric's flows need a clock: SimPy's, or the lean clocked kernel (the same order of events,
+        # faster); on static links the waits depend only on data, so the clock-free kernel runs the
+        # same handlers to the same trace, faster still (tests compare the kernels)
         if kernel not in KERNELS:
             raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, not {kernel!r}")
         if kernel == "immediate" and costs.fabric is not None:
-            raise ValueError("the immediate kernel has no clock: a fabric's flows need kernel='simpy'")
-        if kernel == "simpy" or costs.fabric is not None:
+            raise ValueError("the immediate kernel has no clock: a fabric's flows need kernel='clocked' or 'simpy'")
+        if kernel == "simpy":
             self.env: Any = simpy.Environment()
             self.fire_at: Callable[[Any, float], None] = _Arrival.succeed_after
             self.new_event: Callable[[], Any] = partial(_Arrival, self.env)
         else:
-            self.env = ImmediateKernel()
+            self.env = ClockedKernel() if kernel == "clocked" or costs.fabric is not None else ImmediateKernel()
             self.fire_at = self.env.fire_at
             self.new_event = self.env.event
         self.kernel = type(self.env).__name__
@@ -250,8 +270,8 @@ class _Simulation:
         self.handlers: dict[Kind, Callable[[_Rank, Any], _Wait | None]] = {
             Kind.REDUCE_GRAD: self._reduce_grad_on_fabric if self.fabric is not None else self._reduce_grad,
             Kind.CLIP: self._clip,
-            Kind.SEND_F: self._send, Kind.SEND_B: self._send,
-            Kind.RECV_F: self._receive, Kind.RECV_B: self._receive,
+            Kind.SEND_F: self._rendezvous, Kind.SEND_B: self._rendezvous,
+            Kind.RECV_F: self._rendezvous, Kind.RECV_B: self._rendezvous,
         }
 
     # --- one place that emits spans and memory points -------------------------------------------------
@@ -397,52 +417,14 @@ class _Simulation:
             return (s - 1, 0, mb), where[s - 1], False
         return (s + 1, 1, mb), where[s + 1], False
 
-    def _send(self, st: _Rank, a: Action) -> _Wait | None:
-        key, peer, _ = self._peer(a)
-        msg = self._message(key)
+    def _rendezvous(self, st: _Rank, a: Action) -> _Wait | None:
+        """A send or receive that blocks until the peer has posted its side (posted sends and their
+        receives run inline in the rank's loop)."""
+        key, peer, sending = self._peer(a)
         begin = st.t
-        boundary = key[0] - key[1]
-        st.t += self.send_overhead_ms[boundary]
-        r = st.index
-        if self.rendezvous:
-            return self._meet(st, a, key, msg, r, peer, begin, sending=True)
-        if self.fabric is not None:  # the flow starts at the rank's time; the rank goes on (or waits, eager)
-            self._call_at(st.t, lambda: self._flow(r, peer, key, msg))
-            return self._after_send(st, a, msg, begin, peer)
-        end = msg.end = self._transfer(r, peer, key, st.t)
-        if msg.recv_posted is not None:  # the receiver is already waiting
-            self.fire_at(msg.done, end - self.env.now)
-        self.emit(r, "send", a, begin, end, self.nbytes, peer)
-        if self.blocking_send:
-            st.t = end  # eager: the rank waits for the transfer; async goes on after its send overhead
-        return None
-
-    def _after_send(self, st: _Rank, a: Action, msg: _Message, begin: float, peer: int) -> _Wait | None:
-        """On the fabric: an async send goes on (its span is written when it arrives); an eager one waits."""
-        if not self.blocking_send:
-            msg.done.callbacks.append(lambda _e: self.emit(st.index, "send", a, begin, msg.end, self.nbytes, peer))  # type: ignore[arg-type]
-            return None
-
-        def arrived() -> None:
-            self.emit(st.index, "send", a, begin, msg.end, self.nbytes, peer)  # type: ignore[arg-type]
-            st.t = msg.end  # type: ignore[assignment]
-
-        return _Wait(msg.done, arrived)
-
-    def _receive(self, st: _Rank, a: Action) -> _Wait | None:
-        key, peer, _ = self._peer(a)
-        msg = self._message(key)
-        begin = st.t
-        if self.rendezvous:
-            return self._meet(st, a, key, msg, st.index, peer, begin, sending=False)
-
-        def arrived() -> None:
-            self._received(st, a, key, msg, begin, peer)
-
-        if msg.end is None:
-            msg.recv_posted = st.t
-            return _Wait(msg.done, arrived)
-        return arrived()
+        if sending:  # the sender spends its overhead before the data moves
+            st.t += self.send_overhead_ms[key[0] - key[1]]
+        return self._meet(st, a, key, self._message(key), st.index, peer, begin, sending=sending)
 
     def _received(self, st: _Rank, a: Action, key: tuple[int, int, Any], msg: _Message, begin: float, peer: int) -> None:
         end = max(st.t, msg.end) + self.recv_overhead_ms[key[0] - key[1]]  # type: ignore[type-var]
@@ -477,19 +459,23 @@ class _Simulation:
         self.fire_at(msg.done, msg.end - self.env.now)
         return done()  # the second side knows the end: its clock jumps there
 
-    def _call_at(self, when: float, call: Callable[[], object]) -> None:
-        """Call ``call`` when SimPy's clock reaches the rank's ``when`` (flows start in time order),
-        without holding the rank there."""
-        if when <= self.env.now:
-            call()
-        else:
-            self.env.timeout(when - self.env.now).callbacks.append(lambda _event: call())
-
     def _at(self, when: float, then: Callable[[], _Wait | None]) -> _Wait | None:
         """Bring SimPy's clock to the rank's ``when`` (flows start in time order), then ``then``."""
         if when <= self.env.now:
             return then()
         return _Wait(self.env.timeout(when - self.env.now), then)
+
+    def _arrived(self, key: int, pair: int, span: tuple[int, Action, float, int] | None, arrival: float) -> None:
+        """A posted send's flow has delivered message ``key`` (at ``arrival``): the pair's next flow
+        starts, an async send's span is written, and whoever waits for the message goes on."""
+        self.fabric.sent(pair)  # type: ignore[union-attr]
+        self.arrivals[key] = arrival
+        if span is not None:
+            r, a, begin, peer = span
+            self.spans.append(self.make_span((r, "send", a, begin, arrival, self.nbytes, peer)))
+        waiting = self.awaited.pop(key, None)
+        if waiting is not None:
+            self.fire_at(waiting, arrival - self.env.now)
 
     def _message(self, key: tuple[int, int, Any]) -> _Message:
         msg = self.messages.get(key)
@@ -502,82 +488,107 @@ class _Simulation:
     def _rank_process(self, st: _Rank) -> Generator[simpy.Event, Any, None]:
         compute, handlers, run_compute = self.compute, self.handlers, self._run_compute
         overlap = Kind.OVERLAP_F_B
-        SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
+        # the kinds of the posted sends and receives; none under rendezvous, which takes the handlers
+        posted_kinds = (Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B)
+        SEND_F, SEND_B, RECV_F, RECV_B = posted_kinds if not self.rendezvous else (None,) * 4
         # the fast paths inline: local work on the rank's own clock (what _run_compute does, less the
-        # bookkeeping of overlapped gradient reductions, which takes the slow path), and on static
-        # links the posted (async, eager) sends and their receives (what _send and _receive do there)
+        # bookkeeping of overlapped gradient reductions, which takes the slow path), and the posted
+        # (async, eager) sends and their receives: on static links a FIFO per rank pair, on a fabric a flow
         plain = not self.costs.overlap_grad_reduce
-        inline_p2p = self.fabric is None and not self.rendezvous
+        fabric = self.fabric
+        forward_routes, backward_routes = (self.costs.fabric.forward, self.costs.fabric.backward) if fabric else ((), ())
         eager = self.blocking_send
         where, arrivals, awaited = self.where, self.arrivals, self.awaited
         pair_free, pair_down, pair_up, m2 = self.pair_free, self.pair_down, self.pair_up, 2 * self.plan.num_microbatches
         wire, latency, send_overhead, recv_overhead = self.wire_ms, self.latency_ms, self.send_overhead_ms, self.recv_overhead_ms
         nbytes, env, fire_at, new_event = self.nbytes, self.env, self.fire_at, self.new_event
         r, points, append, make_span = st.index, st.points, self.spans.append, self.make_span
+        # the rank's clock and held bytes live in locals (st.t, st.held) and go back to ``st`` around
+        # what reads or changes them there: the handlers, and the waits
+        t, held = st.t, st.held
         for i, a in enumerate(self.plan.actions[st.index]):
             s, k, mb = a
-            if inline_p2p and (k is SEND_F or k is SEND_B):
+            if k is SEND_F or k is SEND_B:
                 if k is SEND_F:
                     key, b, peer, pair = s * m2 + mb, s, where[s + 1], pair_down[s]
                 else:
                     key, b, peer, pair = s * m2 + (m2 >> 1) + mb, s - 1, where[s - 1], pair_up[s]
-                begin = st.t
-                t = posted = begin + send_overhead[b]
-                busy = pair_free[pair]
-                if busy > t:
-                    t = busy
-                pair_free[pair] = t = t + wire[b]
-                arrivals[key] = end = t + latency[b]
-                waiting = awaited.pop(key, None)
-                if waiting is not None:
-                    fire_at(waiting, end - env.now)
+                begin = t
+                posted = t + send_overhead[b]
+                if fabric is None:  # the pair's link is a FIFO: the arrival is known now
+                    busy = pair_free[pair]
+                    pair_free[pair] = on_wire = (busy if busy > posted else posted) + wire[b]
+                    arrivals[key] = end = on_wire + latency[b]
+                    if awaited and (waiting := awaited.pop(key, None)) is not None:
+                        fire_at(waiting, end - env.now)
+                    append(make_span((r, "send", a, begin, end, nbytes, peer)))
+                    t = end if eager else posted
+                    continue
+                # on a fabric, a flow from the rank's time on; it records its arrival when done
+                route = forward_routes[b] if k is SEND_F else backward_routes[b]
+                flow = Flow(route.load, nbytes, latency[b],
+                            on_done=partial(self._arrived, key, pair, None if eager else (r, a, begin, peer)))
+                fabric.send_at(posted, pair, flow)
+                if not eager:
+                    t = posted
+                    continue
+                end = arrivals[key]
+                if end is None:
+                    waiting = awaited.get(key)
+                    if waiting is None:
+                        waiting = awaited[key] = new_event()
+                    st.position, st.t = i, t
+                    yield waiting
+                    end = arrivals[key]
                 append(make_span((r, "send", a, begin, end, nbytes, peer)))
-                st.t = end if eager else posted
+                t = end
                 continue
-            if inline_p2p and (k is RECV_F or k is RECV_B):
+            if k is RECV_F or k is RECV_B:
                 if k is RECV_F:
                     key, b, peer = (s - 1) * m2 + mb, s - 1, where[s - 1]
                 else:
                     key, b, peer = (s + 1) * m2 + (m2 >> 1) + mb, s, where[s + 1]
-                begin = st.t
                 end = arrivals[key]  # type: ignore[assignment]
                 if end is None:
-                    waiting = awaited[key] = new_event()
-                    st.position = i
+                    waiting = awaited.get(key)
+                    if waiting is None:
+                        waiting = awaited[key] = new_event()
+                    st.position, st.t = i, t
                     yield waiting
                     end = arrivals[key]
-                if begin > end:
-                    end = begin
-                st.t = end = end + recv_overhead[b]
-                append(make_span((r, "recv", a, begin, end, nbytes, peer)))
+                end = (t if t > end else end) + recv_overhead[b]
+                append(make_span((r, "recv", a, t, end, nbytes, peer)))
+                t = end
                 continue
+            if plain and k is not overlap:
+                op = compute[s].get(k)
+                if op is not None:  # plain compute
+                    dur, alloc, free = op
+                    if alloc:
+                        held += alloc
+                        points.append((t, held))
+                    append(make_span((r, "compute", a, t, t + dur, None, None)))
+                    t += dur
+                    if free:
+                        held += free
+                        points.append((t, held))
+                    continue
+            st.t, st.held = t, held  # the slow paths read and change the rank's state
             if k is overlap:
                 self._overlapped(st, a, i)  # type: ignore[arg-type]
-                continue
-            op = compute[s].get(k)
-            if op is not None:
-                if plain:
-                    dur, alloc, free = op
-                    t = st.t
-                    if alloc:
-                        st.held += alloc
-                        points.append((t, st.held))
-                    append(make_span((r, "compute", a, t, t + dur, None, None)))
-                    st.t = t = t + dur
-                    if free:
-                        st.held += free
-                        points.append((t, st.held))
-                else:
-                    run_compute(st, a, k, s, op[0], op[1], op[2], i)
-                continue
-            handler = handlers.get(k)
-            if handler is None:  # pragma: no cover - every kind is handled
-                raise PlanError(f"the simulator cannot run action {a}")
-            wait = handler(st, a)
-            while wait is not None:
-                st.position = i
-                yield wait.event
-                wait = wait.then()
+            elif (op := compute[s].get(k)) is not None:
+                run_compute(st, a, k, s, op[0], op[1], op[2], i)
+            else:
+                handler = handlers.get(k)
+                if handler is None:  # pragma: no cover - every kind is handled
+                    raise PlanError(f"the simulator cannot run action {a}")
+                wait = handler(st, a)
+                while wait is not None:
+                    st.position = i
+                    yield wait.event
+                    wait = wait.then()
+            t, held = st.t, st.held
+        st.t, st.held = t, held
         st.finished = True
 
     def run(self) -> Trace:
@@ -630,7 +641,8 @@ def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSeman
     Deterministic: the same plan and costs give the same trace. Raises PlanError (with the grid and
     each rank's stuck action marked) if the plan deadlocks under the chosen semantics. ``kernel``:
     ``auto`` runs static links on the clock-free kernel (:mod:`ppsim.sim.immediate`) and a fabric on
-    SimPy; ``simpy`` forces SimPy (the same trace, slower: for comparison).
+    the lean clocked kernel (:mod:`ppsim.sim.clocked`); ``clocked`` forces that one, ``simpy``
+    SimPy itself (the same trace, slower: for comparison).
     """
     if not plan.lowered:
         raise PlanError("simulate() needs a lowered plan: call ppsim.plan.lower(plan) first")

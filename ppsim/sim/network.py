@@ -18,29 +18,31 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 LinkId = Hashable
 EPSILON_BYTES = 1e-6  #: a flow with less left than this has finished (float rounding)
 
 
-@dataclass(eq=False)
 class Flow:
-    """One transfer in the network."""
+    """One transfer in the network (compared by identity)."""
 
-    route: dict[LinkId, float]  #: load per directed link it crosses (only links of finite capacity)
-    nbytes: float
-    latency_ms: float = 0.0
-    on_done: Callable[[float], None] | None = None  #: called with the arrival time
-    left: float = field(init=False)  #: bytes still to send, as of ``since``
-    rate: float = field(init=False, default=0.0)  #: bytes per ms, as last shared out
-    started_ms: float = field(init=False, default=0.0)
-    since: float = field(init=False, default=0.0)  #: when ``left`` was last brought up to date
-    finish: float = field(init=False, default=math.inf)  #: when its last byte leaves at today's rate
-    order: int = field(init=False, default=0)  #: start order: ties are settled by it
+    __slots__ = ("route", "nbytes", "latency_ms", "on_done", "left", "rate", "started_ms", "since", "finish", "order")
 
-    def __post_init__(self) -> None:
-        self.left = float(self.nbytes)
+    def __init__(self, route: dict[LinkId, float], nbytes: float, latency_ms: float = 0.0,
+                 on_done: Callable[[float], None] | None = None) -> None:
+        self.route = route  #: load per directed link it crosses (only links of finite capacity)
+        self.nbytes = nbytes
+        self.latency_ms = latency_ms
+        self.on_done = on_done  #: called with the arrival time
+        self.left = float(nbytes)  #: bytes still to send, as of ``since``
+        self.rate = 0.0  #: bytes per ms, as last shared out
+        self.started_ms = 0.0
+        self.since = 0.0  #: when ``left`` was last brought up to date
+        self.finish = math.inf  #: when its last byte leaves at today's rate
+        self.order = 0  #: start order: ties are settled by it
+
+    def __repr__(self) -> str:
+        return f"Flow({self.nbytes} bytes over {list(self.route)}, {self.left} left at {self.rate}/ms)"
 
     def settle(self, now: float) -> None:
         """Bring ``left`` up to ``now`` at the current rate."""
@@ -132,88 +134,109 @@ class Network:
                             todo.append(link)
         return sorted(flows, key=lambda f: f.order)
 
-    def _share(self, flows: list[Flow]) -> None:
-        """Share out again the rates of ``flows`` (a whole component) from now on."""
+    def _share(self, flows: list[Flow]) -> float:
+        """Share out again the rates of ``flows`` (a whole component) from now on; return the
+        earliest of their new finishes."""
         if not flows:
-            return
+            return math.inf
         now = self.now
         for f in flows:
             f.settle(now)
-        if len(flows) == 1 and flows[0].route:  # alone on its links (most messages): its slowest link's pace
+        if len(flows) == 1 and flows[0].route:  # alone on its links: its slowest link's pace
             flows[0].rate = min(self.capacity[link] / w for link, w in flows[0].route.items())
         else:
             max_min_rates(flows, self.capacity)
-        for f in flows:
-            f.finish = now if _finished(f) else now + f.left / f.rate if f.rate > 0 else math.inf
-            heapq.heappush(self._heap, (f.finish, f.order, f))
+        return min(self._project(f, now) for f in flows)
 
-    def start(self, now: float, flow: Flow) -> Flow:
-        """Add ``flow`` at ``now``; the rates of the flows it shares links with are shared out again."""
-        self._advance(now)
+    def _project(self, f: Flow, now: float) -> float:
+        """Project ``f``'s finish at its rate from ``now``, enter it in the heap and return it."""
+        f.finish = finish = now if _finished(f) else now + f.left / f.rate if f.rate > 0 else math.inf
+        heapq.heappush(self._heap, (finish, f.order, f))
+        return finish
+
+    def start(self, now: float, flow: Flow) -> float:
+        """Add ``flow`` at ``now``; the rates of the flows it shares links with are shared out again.
+        Returns the earliest finish among the flows whose rates it set (no other finish changed)."""
+        if now != self.now:
+            self._advance(now)
         given = flow.route
         known = self._routes.get(id(given))
         if known is None or known[0] is not given:  # (holding the given route keeps its id from being reused)
             # links of no capacity limit (or unknown to the network: a PCIe hop) constrain nothing
-            known = self._routes[id(given)] = (given, {link: w for link, w in given.items()
-                                                       if w > 0 and math.isfinite(self.capacity.get(link, math.inf))})
+            links = {link: w for link, w in given.items() if w > 0 and math.isfinite(self.capacity.get(link, math.inf))}
+            # alone on its links, a flow goes at its slowest link's pace (unconstrained: infinitely fast)
+            pace = min((self.capacity[link] / w for link, w in links.items()), default=math.inf)
+            known = self._routes[id(given)] = (given, links, pace)
         flow.route = route = known[1]  # shared by the flows of one route: read, never changed
-        flow.started_ms = flow.since = self.now
+        flow.started_ms = flow.since = now = self.now
         flow.order = self._started
         self._started += 1
         self.active[flow] = None
         alone = True
+        all_users = self.users
         for link in route:
-            users = self.users.get(link)
+            users = all_users.get(link)
             if users is None:
-                users = self.users[link] = {}
+                users = all_users[link] = {}
             elif users:
                 alone = False
             users[flow] = None
-        self._share([flow] if alone else self._component(route))
-        return flow
+        if alone:  # most messages: nobody else's rate changes
+            flow.rate = known[2]
+            return self._project(flow, now)
+        return self._share(self._component(route))
 
     def _head(self) -> tuple[float, int, Flow] | None:
-        """The heap's earliest entry that is still current (its flow active, its finish unchanged)."""
+        """The heap's earliest entry that is still current (its finish unchanged since it was
+        pushed; a finished flow's finish is -inf)."""
         heap = self._heap
         while heap:
-            finish, _, f = heap[0]
-            if f in self.active and f.finish == finish:
-                return heap[0]
+            head = heap[0]
+            if head[2].finish == head[0]:
+                return head
             heapq.heappop(heap)
         return None
 
     def next_finish(self) -> float:
         """When the next active flow sends its last byte at today's rates (inf: none active)."""
         head = self._head()
-        return math.inf if head is None else max(self.now, head[0])
+        if head is None:
+            return math.inf
+        return head[0] if head[0] > self.now else self.now
 
     def finish_until(self, now: float) -> list[tuple[float, Flow]]:
         """Advance to ``now`` (no later than :meth:`next_finish`) and remove the flows that have sent
         everything: (arrival time, flow) each, in start order; the rates of the flows they shared
         links with are shared out again."""
-        self._advance(now)
-        done: dict[Flow, None] = {}
+        if now != self.now:
+            self._advance(now)
+        now = self.now
+        done: list[Flow] = []
+        heap = self._heap
         while (head := self._head()) is not None:
             f = head[2]
-            f.settle(self.now)
-            if head[0] > self.now and not _finished(f):
+            f.settle(now)
+            if head[0] > now and not _finished(f):
                 break
-            heapq.heappop(self._heap)
+            heapq.heappop(heap)
             f.finish = -math.inf  # its other entries in the heap (pushed by earlier sharings) are stale now
-            done[f] = None
+            done.append(f)
         if not done:
             return []
         links: set[LinkId] = set()
+        all_users = self.users
         for f in done:
             del self.active[f]
             for link in f.route:
-                users = self.users[link]
+                users = all_users[link]
                 del users[f]
                 if users:  # a link nobody else uses frees nobody
                     links.add(link)
         if links:
             self._share(self._component(links))
-        return [(self.now + f.latency_ms, f) for f in sorted(done, key=lambda f: f.order)]
+        if len(done) > 1:
+            done.sort(key=lambda f: f.order)
+        return [(now + f.latency_ms, f) for f in done]
 
 
 def run_flows(capacity: Mapping[LinkId, float], flows: Sequence[tuple[float, Flow]]) -> list[float]:
