@@ -157,8 +157,10 @@ class Network:
     def start(self, now: float, flow: Flow) -> float:
         """Add ``flow`` at ``now``; the rates of the flows it shares links with are shared out again.
         Returns the earliest finish among the flows whose rates it set (no other finish changed)."""
-        if now != self.now:
-            self._advance(now)
+        if now > self.now:
+            self.now = now
+        elif now < self.now:
+            self._advance(now)  # raises if it goes back by more than rounding
         given = flow.route
         known = self._routes.get(id(given))
         if known is None or known[0] is not given:  # (holding the given route keeps its id from being reused)
@@ -208,18 +210,27 @@ class Network:
         """Advance to ``now`` (no later than :meth:`next_finish`) and remove the flows that have sent
         everything: (arrival time, flow) each, in start order; the rates of the flows they shared
         links with are shared out again."""
-        if now != self.now:
-            self._advance(now)
+        if now > self.now:
+            self.now = now
+        elif now < self.now:
+            self._advance(now)  # raises if it goes back by more than rounding
         now = self.now
         done: list[Flow] = []
-        heap = self._heap
-        while (head := self._head()) is not None:
-            f = head[2]
-            f.settle(now)
-            if head[0] > now and not _finished(f):
-                break
+        heap, inf = self._heap, math.inf
+        while heap:  # what _head, Flow.settle and _finished do, inline: once per flow that ends
+            finish, _, f = heap[0]
+            if f.finish != finish:  # stale
+                heapq.heappop(heap)
+                continue
+            if now > f.since:
+                f.left -= f.rate * (now - f.since)
+                f.since = now
+            if finish > now:
+                left, rate = f.left, f.rate
+                if not (rate == inf or left <= EPSILON_BYTES or left <= f.nbytes * 1e-12 or left <= rate * 1e-9):
+                    break
             heapq.heappop(heap)
-            f.finish = -math.inf  # its other entries in the heap (pushed by earlier sharings) are stale now
+            f.finish = -inf  # its other entries in the heap (pushed by earlier sharings) are stale now
             done.append(f)
         if not done:
             return []
