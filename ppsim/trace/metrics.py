@@ -125,23 +125,30 @@ def step_time_ms(trace: Trace) -> float:
 
 def peak_activations(spans: list[Span], chunks: int) -> float:
     """Most micro-batches of activations held at once on one rank (see module docstring)."""
-    split = {(s.action.stage, s.action.microbatch) for s in spans if s.action.kind is Kind.W}
+    F, B, I, W, OVERLAP = Kind.F, Kind.B, Kind.I, Kind.W, Kind.OVERLAP_F_B
+    split = {(s.action[0], s.action[2]) for s in spans if s.action[1] is W}
     events: list[tuple[float, int, float]] = []
+    add = events.append
     weight = 1.0 / chunks
+    frees = False
     for s in spans:
-        for a in s.action.parts:  # an overlapped action: its forward at its start, its backward at its end
-            k = a.kind
-            if k is Kind.F:
-                events.append((s.start, 1, weight))
-            if (k is Kind.B) or (k is Kind.W) or (k is Kind.I and (a.stage, a.microbatch) not in split):
-                events.append((s.end, 0, -weight))
+        action = s.action
+        # an overlapped action: its forward at its start, its backward at its end
+        for stage, k, mb in (action.parts if action[1] is OVERLAP else (action,)):
+            if k is F:
+                add((s.start, 1, weight))
+            elif k is B or k is W or (k is I and (stage, mb) not in split):
+                add((s.end, 0, -weight))
+                frees = True
     # an inference plan frees nothing: a forward holds its activations only while it runs
-    if not any(e[2] < 0 for e in events):
-        events += [(s.end, 0, -weight) for s in spans if s.action.kind is Kind.F]
+    if not frees:
+        events += [(s.end, 0, -weight) for s in spans if s.action[1] is F]
     held = peak = 0.0
-    for _, _, delta in sorted(events):
+    events.sort()
+    for _, _, delta in events:
         held += delta
-        peak = max(peak, held)
+        if held > peak:
+            peak = held
     return round(peak, 9)
 
 
@@ -165,22 +172,29 @@ def memory_peak(trace: Trace, rank: int, compute: list[Span]) -> tuple[float, st
     return peak, str(at.action) if at else None
 
 
-def rank_metrics(trace: Trace) -> list[RankMetrics]:
-    """Busy time, bubble, activations held, waiting and memory of every rank."""
-    step = step_time_ms(trace)
+def rank_metrics(trace: Trace, step: float | None = None) -> list[RankMetrics]:
+    """Busy time, bubble, activations held, waiting and memory of every rank (``step``: the trace's
+    step time, when the caller has it)."""
+    if step is None:
+        step = step_time_ms(trace)
     chunks = int(trace.meta.get("chunks", 1))
     static = trace.meta.get("memory_static_bytes")
     out = []
-    by_rank: list[list[Span]] = [[] for _ in range(trace.num_ranks)]
+    n = trace.num_ranks
+    by_rank: list[list[tuple[float, float]]] = [[] for _ in range(n)]  #: every span's [start, end)
+    computes: list[list[Span]] = [[] for _ in range(n)]
     for s in trace.spans:
-        by_rank[s.rank].append(s)
-    for r, spans in enumerate(by_rank):
-        compute = [s for s in spans if s.lane == "compute"]
+        by_rank[s.rank].append((s.start, s.end))
+        if s.lane == "compute":
+            computes[s.rank].append(s)
+    for r, (intervals, compute) in enumerate(zip(by_rank, computes, strict=True)):
         busy = union_length([(s.start, s.end) for s in compute])
-        by_kind: dict[str, float] = {}
+        kinds: dict[Kind, float] = {}
         for s in compute:
-            by_kind[s.action.kind.value] = by_kind.get(s.action.kind.value, 0.0) + s.duration
-        waiting = union_length([(s.start, s.end) for s in spans]) - busy
+            k = s.action[1]
+            kinds[k] = kinds.get(k, 0.0) + (s.end - s.start)
+        by_kind = {k.value: ms for k, ms in kinds.items()}
+        waiting = union_length(intervals) - busy
         peak = memory_peak(trace, r, compute)
         out.append(
             RankMetrics(
@@ -224,8 +238,11 @@ def headline(trace: Trace) -> Headline:
             hi = s.end
         if s.lane == "compute":
             compute[s.rank].append((s.start, s.end))
-    step = hi - lo if trace.spans else 0.0
-    busy = tuple(union_length(c) for c in compute)
+    return _headline(meta, hi - lo if trace.spans else 0.0, tuple(union_length(c) for c in compute))
+
+
+def _headline(meta: dict[str, Any], step: float, busy: tuple[float, ...]) -> Headline:
+    """The headline figures from the step time and each rank's busy time."""
     p = len(busy)
     bubble = (1.0 - sum(busy) / (p * step)) if step > 0 and p else 0.0
     samples = meta.get("samples_per_step")
@@ -243,8 +260,9 @@ def headline(trace: Trace) -> Headline:
 def summarize(trace: Trace) -> Summary:
     """All headline figures of a trace."""
     meta = trace.meta
-    per_rank = rank_metrics(trace)
-    head = headline(trace)
+    step_ms = step_time_ms(trace)
+    per_rank = rank_metrics(trace, step_ms)
+    head = _headline(meta, step_ms, tuple(r.busy_ms for r in per_rank))
     step, bubble = head.step_time_ms, head.bubble_fraction
     sps, tps, mfu = head.throughput_samples_per_s, head.tokens_per_s, head.mfu
     p = len(per_rank)
