@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover - networkx is imported when a cluster is f
 
 Placement = Literal["megatron", "pipeline-inner"]
 SPINE = "network"
+Hop = tuple[str, str]  #: a directed link: (from, to) nodes of the cluster graph
 
 
 @dataclass(frozen=True)
@@ -120,18 +121,47 @@ def check_fits(cluster: Cluster, p: int, d: int, t: int) -> None:
             "parallelism stays inside a node", field="tensor_parallel")
 
 
+class _Router:
+    """The names of a cluster's devices, fabrics and NICs, made once: routing a large cluster's
+    thousands of flows then builds no string."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        per, nics = cluster.devices_per_node, cluster.nics_per_node
+        self.per_node = per
+        self.device = [cluster.device_name(d) for d in range(cluster.devices)]
+        self.fabric = [f"node{n}/fabric" for n in range(cluster.nodes)]
+        self.nic = [f"node{d // per}/nic{(d % per) * nics // per}" for d in range(cluster.devices)]
+
+    def path(self, a: int, b: int) -> list[str]:
+        if a == b:
+            return [self.device[a]]
+        na, nb = a // self.per_node, b // self.per_node
+        if na == nb:
+            return [self.device[a], self.fabric[na], self.device[b]]
+        return [self.device[a], self.nic[a], SPINE, self.nic[b], self.device[b]]
+
+    def hops(self, a: int, b: int) -> tuple[Hop, ...]:
+        """The directed links of the path from a to b, in order."""
+        if a == b:
+            return ()
+        na, nb = a // self.per_node, b // self.per_node
+        da, db = self.device[a], self.device[b]
+        if na == nb:
+            f = self.fabric[na]
+            return ((da, f), (f, db))
+        ka, kb = self.nic[a], self.nic[b]
+        return ((da, ka), (ka, SPINE), (SPINE, kb), (kb, db))
+
+
+@cache
+def _router(cluster: Cluster) -> _Router:
+    return _Router(cluster)
+
+
 def route(cluster: Cluster, a: int, b: int) -> list[str]:
     """The path from device a to device b: through the node's fabric inside a node, else out of
     a's NIC, over the network and into b's NIC (the graph's shortest path, without a search)."""
-    if a == b:
-        return [cluster.device_name(a)]
-    na, ja = divmod(a, cluster.devices_per_node)
-    nb, jb = divmod(b, cluster.devices_per_node)
-    if na == nb:
-        return [cluster.device_name(a), f"node{na}/fabric", cluster.device_name(b)]
-    nic = cluster.nics_per_node
-    return [cluster.device_name(a), f"node{na}/nic{ja * nic // cluster.devices_per_node}", SPINE,
-            f"node{nb}/nic{jb * nic // cluster.devices_per_node}", cluster.device_name(b)]
+    return _router(cluster).path(a, b)
 
 
 def route_links(cluster: Cluster, flows: list[tuple[int, int]]) -> list[LinkSpeed]:
@@ -140,8 +170,8 @@ def route_links(cluster: Cluster, flows: list[tuple[int, int]]) -> list[LinkSpee
     bandwidth in each direction being divided among the flows that cross it in that direction
     (links are full duplex: in a ring, a device's outgoing and incoming flows do not share)."""
     links = _directed(cluster)
-    paths = [route(cluster, a, b) for a, b in flows]
-    routes = [list(zip(path, path[1:])) for path in paths]  # directed hops
+    hops = _router(cluster).hops
+    routes = [hops(a, b) for a, b in flows]  # directed hops
     load = Counter(edge for edges in routes for edge in set(edges))
     out = []
     for edges in routes:
@@ -212,22 +242,21 @@ def group_link(cluster: Cluster, devices_by_group: list[list[int]]) -> LinkSpeed
     return LinkSpeed(bandwidth, latency_us)
 
 
-Hop = tuple[str, str]  #: a directed link: (from, to) nodes of the cluster graph
-
-
 def flow_load(cluster: Cluster, flows: list[tuple[int, int, float]]) -> tuple[Counter[Hop], float]:
     """(load on each directed link: the sum of the shares of the flows crossing it, the slowest
     route's latency in us) of ``flows`` (sender, receiver, share) running at once."""
     links = _directed(cluster)
-    load: Counter[Hop] = Counter()
+    route_hops = _router(cluster).hops
+    load: dict[Hop, float] = {}
     latency_us = 0.0
     for a, b, share in flows:
-        path = route(cluster, a, b)
-        hops = list(zip(path, path[1:]))
+        hops = route_hops(a, b)
         for hop in hops:
-            load[hop] += share
-        latency_us = max(latency_us, sum(links[hop].latency_us for hop in hops))
-    return load, latency_us
+            load[hop] = load.get(hop, 0) + share
+        route_us = sum(links[hop].latency_us for hop in hops)
+        if route_us > latency_us:
+            latency_us = route_us
+    return Counter(load), latency_us
 
 
 @cache
