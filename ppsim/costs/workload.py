@@ -6,6 +6,7 @@ builders — explicit milliseconds (:mod:`~ppsim.costs.explicit`), a measured pr
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from ppsim.costs.analytic import analytic_costs
 from ppsim.costs.explicit import explicit_costs
@@ -13,12 +14,13 @@ from ppsim.costs.layers import LayerCost, gpt_layers
 from ppsim.costs.layout import Layout, lay_out
 from ppsim.costs.links import scenario_links
 from ppsim.costs.partition import blocks_per_stage
-from ppsim.costs.profiled import balancing_loads, profiled_costs
 from ppsim.costs.table import CostTable
 from ppsim.errors import ScenarioError
 from ppsim.inputs.hardware import get_device
-from ppsim.inputs.profile import Profile
 from ppsim.inputs.scenario import Scenario
+
+if TYPE_CHECKING:  # pragma: no cover - a profile's reader is imported where a profile is used
+    from ppsim.inputs.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -54,13 +56,19 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
     blocks = None
     if layers is not None:
         emb, block, head = layers
-        loads = balancing_loads(profile) if profile is not None else (block.total_flops, emb.total_flops,
-                                                                     head.total_flops)
+        if profile is not None:
+            from ppsim.costs.profiled import balancing_loads
+
+            loads = balancing_loads(profile)
+        else:
+            loads = (block.total_flops, emb.total_flops, head.total_flops)
         blocks = blocks_per_stage(s, stage_to_rank, *loads)
     layout = lay_out(s, blocks, layers, stage_to_rank)
     if s.costs is not None:
         costs = explicit_costs(s, s.costs, layout, stage_to_rank)
     elif profile is not None and layers is not None:
+        from ppsim.costs.profiled import profiled_costs
+
         costs = profiled_costs(s, layout, profile, layers[1], split_backward)
     elif s.model is not None:
         costs = analytic_costs(s, s.model, layout, device, scenario_links(s, device, stage_to_rank))

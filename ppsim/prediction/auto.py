@@ -18,11 +18,11 @@ one stage per rank a bound no such plan can beat.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ppsim.costs import CostTable, Workload
 from ppsim.errors import PpsimError
 from ppsim.inputs.hardware import get_device
-from ppsim.inputs.profile import Profile
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan import COMPUTE_KINDS, Plan, schedules
 from ppsim.plan.held import peak_held
@@ -31,6 +31,9 @@ from ppsim.plan.schedules.list_scheduler import Timing
 from ppsim.prediction.path import Built, lower_built, scenario_workload
 from ppsim.sim import peak_memory_bytes, simulate
 from ppsim.trace.metrics import step_bounds
+
+if TYPE_CHECKING:  # pragma: no cover - a profile's reader is imported where a profile is read
+    from ppsim.inputs.profile import Profile
 
 #: how many of the list scheduler's best orders the simulator runs (besides every hand-written one)
 SHORTLIST = 6

@@ -10,15 +10,17 @@ takes the plan and its costs together from one Built.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ppsim.costs import Workload, build_workload
 from ppsim.inputs.hardware import get_device
-from ppsim.inputs.profile import Profile
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan import Plan, lower, schedules
 from ppsim.sim import compute_ms, simulate
 from ppsim.trace import Trace
+
+if TYPE_CHECKING:  # pragma: no cover - a profile's reader is imported where a profile is read
+    from ppsim.inputs.profile import Profile
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,15 @@ layers, ...) is kept with its error instead of stopping the others, so the calle
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ppsim.errors import PpsimError
-from ppsim.inputs.profile import Profile
 from ppsim.inputs.scenario import Scenario
 from ppsim.trace import Trace
 from ppsim.trace.metrics import Summary, summarize
+
+if TYPE_CHECKING:  # pragma: no cover - a profile's reader is imported where a profile is read
+    from ppsim.inputs.profile import Profile
 
 
 @dataclass(frozen=True)
