@@ -9,7 +9,8 @@ when the event it yields is processed, at once if it was already. So it gives th
 SimPy (the tests compare the two on every cluster scenario).
 
 It offers the part of SimPy's interface the engine uses: ``now``, ``event()``, ``timeout()``,
-``process()``, ``run()``, and ``fire_at`` (an event processed ``delay`` from now).
+``process()``, ``run()``, ``fire_at`` (an event processed ``delay`` from now) and ``call_later`` (a
+function called ``delay`` from now, in the same order, without an event).
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ class ClockedKernel:
         heappush(self._queue, (self.now + delay, NORMAL, next(self._order), event))
         return event
 
+    def call_later(self, delay: float, call: Callable[[], object]) -> None:
+        """Call ``call`` ``delay`` from now, in the order of the events (as a timeout's callback would
+        be, without the event)."""
+        heappush(self._queue, (self.now + delay, NORMAL, next(self._order), call))  # type: ignore[arg-type]
+
     def process(self, generator: Process) -> None:
         """Start ``generator`` now, before the other events of this instant."""
         start = Event(self)
@@ -88,6 +94,9 @@ class ClockedKernel:
         queue = self._queue
         while queue:
             self.now, _, _, event = heappop(queue)
+            if event.__class__ is not Event:  # a call booked by call_later
+                event()  # type: ignore[operator]
+                continue
             callbacks, event.callbacks = event.callbacks, None
             for callback in callbacks:  # type: ignore[union-attr]
                 callback(event)

@@ -110,8 +110,11 @@ class _Wait(NamedTuple):
 class _Fabric:
     """The network model on SimPy's clock: starts flows now, wakes at the next one to finish."""
 
-    def __init__(self, env: simpy.Environment, capacity: Any) -> None:
+    def __init__(self, env: Any, capacity: Any) -> None:
         self.env = env
+        #: call a function some time from now: the clocked kernel's own way, else a SimPy timeout's callback
+        self.call_later: Callable[[float, Callable[[], object]], None] = getattr(env, "call_later", None) or partial(
+            _call_later, env)
         self.net = Network(capacity)
         #: the earliest wake-up booked and not yet come; it is no later than any active flow's finish,
         #: so a start books one only for a flow it makes finish earlier
@@ -137,10 +140,7 @@ class _Fabric:
         if when <= self.env.now:
             self.send(pair, flow)
         else:
-            self.env.timeout(when - self.env.now).callbacks.append(partial(self._send_now, pair, flow))
-
-    def _send_now(self, pair: Hashable, flow: Flow, _event: simpy.Event) -> None:
-        self.send(pair, flow)
+            self.call_later(when - self.env.now, partial(self.send, pair, flow))
 
     def sent(self, pair: Hashable) -> None:
         """The flow at the head of ``pair``'s queue has sent its last byte: the next one starts."""
@@ -158,9 +158,9 @@ class _Fabric:
 
     def _book(self, at: float) -> None:
         self.booked = at
-        self.env.timeout(at - self.env.now).callbacks.append(partial(self._on_wake, at))
+        self.call_later(at - self.env.now, partial(self._on_wake, at))
 
-    def _on_wake(self, at: float, _event: simpy.Event) -> None:
+    def _on_wake(self, at: float) -> None:
         if at != self.booked:
             return  # an earlier wake-up was booked after this one, and has come
         self.booked = -math.inf  # the flows that start as these finish book nothing: the wake-up below
@@ -168,6 +168,11 @@ class _Fabric:
             flow.on_done(arrival)  # type: ignore[misc]
         self.booked = math.inf
         self._wake()
+
+
+def _call_later(env: simpy.Environment, delay: float, call: Callable[[], object]) -> None:
+    """Call ``call`` ``delay`` from now on SimPy's clock: a timeout's callback."""
+    env.timeout(delay).callbacks.append(lambda _event: call())
 
 
 class _Feeder:
