@@ -86,7 +86,8 @@ class _Message:
 class _Rank:
     """A rank's state as it runs its actions."""
 
-    __slots__ = ("index", "t", "held", "points", "last_backward", "collective_free", "feeders", "position", "finished")
+    __slots__ = ("index", "t", "held", "points", "last_backward", "collective_free", "feeders", "position", "finished",
+                 "process")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -98,6 +99,7 @@ class _Rank:
         self.feeders: dict[int, _Feeder] = {}  #: per stage: its gradient reduction's flows, once started
         self.position = 0
         self.finished = False
+        self.process: Generator[Any, Any, None] | None = None  #: its process in the kernel
 
 
 class _Wait(NamedTuple):
@@ -507,6 +509,9 @@ class _Simulation:
         pair_free, pair_down, pair_up, m2 = self.pair_free, self.pair_down, self.pair_up, 2 * self.plan.num_microbatches
         wire, latency, send_overhead, recv_overhead = self.wire_ms, self.latency_ms, self.send_overhead_ms, self.recv_overhead_ms
         nbytes, env, fire_at, new_event = self.nbytes, self.env, self.fire_at, self.new_event
+        # the clock-free kernel parks a receive on its message (no event): the send resumes it
+        parks = isinstance(env, ImmediateKernel)
+        resume = env.resume if parks else None
         r, points, append, make_span = st.index, st.points, self.spans.append, self.make_span
         # the rank's clock and held bytes live in locals (st.t, st.held) and go back to ``st`` around
         # what reads or changes them there: the handlers, and the waits
@@ -525,7 +530,10 @@ class _Simulation:
                     pair_free[pair] = on_wire = (busy if busy > posted else posted) + wire[b]
                     arrivals[key] = end = on_wire + latency[b]
                     if awaited and (waiting := awaited.pop(key, None)) is not None:
-                        fire_at(waiting, end - env.now)
+                        if parks:
+                            resume(waiting)  # a receiver parked on it
+                        else:
+                            fire_at(waiting, end - env.now)
                     append(make_span((r, "send", a, begin, end, nbytes, peer)))
                     t = end if eager else posted
                     continue
@@ -554,7 +562,12 @@ class _Simulation:
                 else:
                     key, b, peer = (s + 1) * m2 + (m2 >> 1) + mb, s, where[s + 1]
                 end = arrivals[key]  # type: ignore[assignment]
-                if end is None:
+                if end is None and parks:  # parked until the send, which hands the rank back to the kernel
+                    awaited[key] = st.process
+                    st.position, st.t = i, t
+                    yield None
+                    end = arrivals[key]
+                elif end is None:
                     waiting = awaited.get(key)
                     if waiting is None:
                         waiting = awaited[key] = new_event()
@@ -599,7 +612,8 @@ class _Simulation:
     def run(self) -> Trace:
         with gc_paused():
             for st in self.ranks:
-                self.env.process(self._rank_process(st))
+                st.process = self._rank_process(st)
+                self.env.process(st.process)
             self.env.run()
         stuck = {st.index: st.position for st in self.ranks if not st.finished}
         if stuck:

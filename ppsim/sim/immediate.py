@@ -8,7 +8,9 @@ as what it waits on has happened. No event queue is kept and no time is ordered,
 makes this kernel several times cheaper than SimPy's for the same handlers (and the same trace).
 
 It offers the part of SimPy's interface the engine's static path uses: ``event()``, ``fire_at``,
-``process``, ``run`` and ``now``.
+``process``, ``run`` and ``now``; and one of its own for the commonest wait, a receive whose message
+is not sent yet: a process that yields None is parked, and whoever sends the message hands it to
+``resume`` (no event is made for it).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class ImmediateKernel:
     now = 0.0  #: there is no clock: delays are recorded by the engine, not waited out
 
     def __init__(self) -> None:
-        self.ready: deque[Generator[Flag, Any, None]] = deque()
+        self.ready: deque[Generator[Flag | None, Any, None]] = deque()
 
     @staticmethod
     def event() -> Flag:
@@ -52,7 +54,11 @@ class ImmediateKernel:
         for callback in event.callbacks:
             callback(event)
 
-    def process(self, generator: Generator[Flag, Any, None]) -> None:
+    def process(self, generator: Generator[Flag | None, Any, None]) -> None:
+        self.ready.append(generator)
+
+    def resume(self, generator: Generator[Flag | None, Any, None]) -> None:
+        """Let a parked process (one that yielded None) go on."""
         self.ready.append(generator)
 
     def run(self) -> None:
@@ -62,8 +68,9 @@ class ImmediateKernel:
             process = ready.popleft()
             try:
                 flag = next(process)
-                while flag.triggered:
+                while flag is not None and flag.triggered:
                     flag = next(process)
             except StopIteration:
                 continue
-            flag.waiters.append(process)
+            if flag is not None:  # else parked: it is handed to resume() when what it waits for is done
+                flag.waiters.append(process)
