@@ -3,7 +3,7 @@ Megatron's interleaved 1F1B with several chunks (virtual stages) per rank."""
 
 from __future__ import annotations
 
-from ppsim.plan.action import Action, Kind
+from ppsim.plan.action import Action, Kind, new_action
 from ppsim.plan.plan import Plan
 from ppsim.plan.schedules.base import make_plan
 
@@ -15,14 +15,15 @@ def one_f_one_b(num_ranks: int, num_microbatches: int, chunks: int = 1) -> Plan:
     min(p - s, m) micro-batches of activations.
     """
     p, m = num_ranks, num_microbatches
+    F, B, act = Kind.F, Kind.B, new_action  # (an Action from a tuple: a long plan makes tens of thousands)
     orders: list[list[Action]] = []
     for s in range(p):
         warmup = min(p - s - 1, m)
-        order = [Action(s, Kind.F, i) for i in range(warmup)]
+        order = [act((s, F, i)) for i in range(warmup)]
         for i in range(m - warmup):
-            order.append(Action(s, Kind.F, warmup + i))
-            order.append(Action(s, Kind.B, i))
-        order.extend(Action(s, Kind.B, i) for i in range(m - warmup, m))
+            order.append(act((s, F, warmup + i)))
+            order.append(act((s, B, i)))
+        order.extend(act((s, B, i)) for i in range(m - warmup, m))
         orders.append(order)
     return make_plan("1f1b", p, m, chunks, orders)
 
@@ -38,7 +39,7 @@ def _virtual(k: int, p: int, v: int, backward: bool) -> tuple[int, int]:
 def _nth(k: int, p: int, v: int, rank: int, kind: Kind) -> Action:
     """Rank ``rank``'s k-th forward (or backward) in Megatron's interleaved order."""
     chunk, microbatch = _virtual(k, p, v, backward=kind is Kind.B)
-    return Action(chunk * p + rank, kind, microbatch)
+    return new_action((chunk * p + rank, kind, microbatch))
 
 
 def interleaved_1f1b(num_ranks: int, num_microbatches: int, chunks: int = 2) -> Plan:
