@@ -512,11 +512,16 @@ class _Simulation:
         # the clock-free kernel parks a receive on its message (no event): the send resumes it
         parks = isinstance(env, ImmediateKernel)
         resume = env.resume if parks else None
-        r, points, append, make_span = st.index, st.points, self.spans.append, self.make_span
+        r, points, append, tnew = st.index, st.points, self.spans.append, tuple.__new__  # tnew(Span, (...)): a Span
         # the rank's clock and held bytes live in locals (st.t, st.held) and go back to ``st`` around
         # what reads or changes them there: the handlers, and the waits
         t, held = st.t, st.held
-        for i, a in enumerate(self.plan.actions[st.index]):
+        # the position of the current action is asked only where a rank waits or a slow path needs
+        # it: it is found from what is left of the iterator then, not counted action by action
+        actions = self.plan.actions[st.index]
+        last = len(actions) - 1
+        it = iter(actions)
+        for a in it:
             s, k, mb = a
             if k is SEND_F or k is SEND_B:
                 if k is SEND_F:
@@ -534,7 +539,7 @@ class _Simulation:
                             resume(waiting)  # a receiver parked on it
                         else:
                             fire_at(waiting, end - env.now)
-                    append(make_span((r, "send", a, begin, end, nbytes, peer)))
+                    append(tnew(Span, (r, "send", a, begin, end, nbytes, peer)))
                     t = end if eager else posted
                     continue
                 # on a fabric, a flow from the rank's time on; it records its arrival when done
@@ -550,10 +555,10 @@ class _Simulation:
                     waiting = awaited.get(key)
                     if waiting is None:
                         waiting = awaited[key] = new_event()
-                    st.position, st.t = i, t
+                    st.position, st.t = last - it.__length_hint__(), t
                     yield waiting
                     end = arrivals[key]
-                append(make_span((r, "send", a, begin, end, nbytes, peer)))
+                append(tnew(Span, (r, "send", a, begin, end, nbytes, peer)))
                 t = end
                 continue
             if k is RECV_F or k is RECV_B:
@@ -564,18 +569,18 @@ class _Simulation:
                 end = arrivals[key]  # type: ignore[assignment]
                 if end is None and parks:  # parked until the send, which hands the rank back to the kernel
                     awaited[key] = st.process
-                    st.position, st.t = i, t
+                    st.position, st.t = last - it.__length_hint__(), t
                     yield None
                     end = arrivals[key]
                 elif end is None:
                     waiting = awaited.get(key)
                     if waiting is None:
                         waiting = awaited[key] = new_event()
-                    st.position, st.t = i, t
+                    st.position, st.t = last - it.__length_hint__(), t
                     yield waiting
                     end = arrivals[key]
                 end = (t if t > end else end) + recv_overhead[b]
-                append(make_span((r, "recv", a, t, end, nbytes, peer)))
+                append(tnew(Span, (r, "recv", a, t, end, nbytes, peer)))
                 t = end
                 continue
             if plain and k is not overlap:
@@ -585,13 +590,14 @@ class _Simulation:
                     if alloc:
                         held += alloc
                         points.append((t, held))
-                    append(make_span((r, "compute", a, t, t + dur, None, None)))
+                    append(tnew(Span, (r, "compute", a, t, t + dur, None, None)))
                     t += dur
                     if free:
                         held += free
                         points.append((t, held))
                     continue
             st.t, st.held = t, held  # the slow paths read and change the rank's state
+            i = last - it.__length_hint__()
             if k is overlap:
                 self._overlapped(st, a, i)  # type: ignore[arg-type]
             elif (op := compute[s].get(k)) is not None:
