@@ -263,16 +263,28 @@ class _Simulation:
         # per rank and stage, the position of its last backward piece: where its reduction's buckets start
         self.last_backward_at = ([_last_backward(actions) for actions in plan.actions]
                                  if self.fabric is not None and costs.overlap_grad_reduce else [])
-        # posted sends on static links run inline in the rank's loop, their messages numbered
+        # posted sends run inline in the rank's loop, their messages numbered
         # (2 x stage + 0 for activations, 1 for grads) x micro-batches + micro-batch: each one's
         # arrival, and the receives waiting for one; each directed pair of ranks a link, numbered
         m, n = plan.num_microbatches, plan.num_stages
         self.arrivals: list[float | None] = [None] * (2 * n * m)
         self.awaited: dict[int, Any] = {}
         pairs: dict[tuple[int, int], int] = {}
-        self.pair_down = [pairs.setdefault((self.where[x], self.where[x + 1]), len(pairs)) for x in range(n - 1)] + [-1]
-        self.pair_up = [-1] + [pairs.setdefault((self.where[x], self.where[x - 1]), len(pairs)) for x in range(1, n)]
+        pair_down = [pairs.setdefault((self.where[x], self.where[x + 1]), len(pairs)) for x in range(n - 1)]
+        pair_up = [-1] + [pairs.setdefault((self.where[x], self.where[x - 1]), len(pairs)) for x in range(1, n)]
         self.pair_free = [0.0] * len(pairs)  #: when each pair's link is free again
+        # per stage, what its posted sends and receives look up: (first message number, boundary,
+        # peer rank, pair, send overhead, time on the wire, latency) for a send of activations (f) or
+        # of grads (b); (first message number, peer rank, receive overhead) for a receive
+        where, wire, latency = self.where, self.wire_ms, self.latency_ms
+        send, recv = self.send_overhead_ms, self.recv_overhead_ms
+        self.posted_sends = (
+            [(x * 2 * m, x, where[x + 1], pair_down[x], send[x], wire[x], latency[x]) for x in range(n - 1)] + [None],
+            [None] + [(x * 2 * m + m, x - 1, where[x - 1], pair_up[x], send[x - 1], wire[x - 1], latency[x - 1])
+                      for x in range(1, n)],
+            [None] + [((x - 1) * 2 * m, where[x - 1], recv[x - 1]) for x in range(1, n)],
+            [((x + 1) * 2 * m + m, where[x + 1], recv[x]) for x in range(n - 1)] + [None],
+        )
         # overlapped pairs and plain compute run in the rank's loop itself (local work, no waiting)
         self.handlers: dict[Kind, Callable[[_Rank, Any], _Wait | None]] = {
             Kind.REDUCE_GRAD: self._reduce_grad_on_fabric if self.fabric is not None else self._reduce_grad,
@@ -505,9 +517,8 @@ class _Simulation:
         fabric = self.fabric
         forward_routes, backward_routes = (self.costs.fabric.forward, self.costs.fabric.backward) if fabric else ((), ())
         eager = self.blocking_send
-        where, arrivals, awaited = self.where, self.arrivals, self.awaited
-        pair_free, pair_down, pair_up, m2 = self.pair_free, self.pair_down, self.pair_up, 2 * self.plan.num_microbatches
-        wire, latency, send_overhead, recv_overhead = self.wire_ms, self.latency_ms, self.send_overhead_ms, self.recv_overhead_ms
+        arrivals, awaited, pair_free = self.arrivals, self.awaited, self.pair_free
+        send_f, send_b, recv_f, recv_b = self.posted_sends
         nbytes, env, fire_at, new_event = self.nbytes, self.env, self.fire_at, self.new_event
         # the clock-free kernel parks a receive on its message (no event): the send resumes it
         parks = isinstance(env, ImmediateKernel)
@@ -524,16 +535,14 @@ class _Simulation:
         for a in it:
             s, k, mb = a
             if k is SEND_F or k is SEND_B:
-                if k is SEND_F:
-                    key, b, peer, pair = s * m2 + mb, s, where[s + 1], pair_down[s]
-                else:
-                    key, b, peer, pair = s * m2 + (m2 >> 1) + mb, s - 1, where[s - 1], pair_up[s]
+                first, b, peer, pair, overhead_ms, wire_ms, latency_ms = (send_f if k is SEND_F else send_b)[s]
+                key = first + mb
                 begin = t
-                posted = t + send_overhead[b]
+                posted = t + overhead_ms
                 if fabric is None:  # the pair's link is a FIFO: the arrival is known now
                     busy = pair_free[pair]
-                    pair_free[pair] = on_wire = (busy if busy > posted else posted) + wire[b]
-                    arrivals[key] = end = on_wire + latency[b]
+                    pair_free[pair] = on_wire = (busy if busy > posted else posted) + wire_ms
+                    arrivals[key] = end = on_wire + latency_ms
                     if awaited and (waiting := awaited.pop(key, None)) is not None:
                         if parks:
                             resume(waiting)  # a receiver parked on it
@@ -544,7 +553,7 @@ class _Simulation:
                     continue
                 # on a fabric, a flow from the rank's time on; it records its arrival when done
                 route = forward_routes[b] if k is SEND_F else backward_routes[b]
-                flow = Flow(route.load, nbytes, latency[b],
+                flow = Flow(route.load, nbytes, latency_ms,
                             on_done=partial(self._arrived, key, pair, None if eager else (r, a, begin, peer)))
                 fabric.send_at(posted, pair, flow)
                 if not eager:
@@ -562,10 +571,8 @@ class _Simulation:
                 t = end
                 continue
             if k is RECV_F or k is RECV_B:
-                if k is RECV_F:
-                    key, b, peer = (s - 1) * m2 + mb, s - 1, where[s - 1]
-                else:
-                    key, b, peer = (s + 1) * m2 + (m2 >> 1) + mb, s, where[s + 1]
+                first, peer, overhead_ms = (recv_f if k is RECV_F else recv_b)[s]
+                key = first + mb
                 end = arrivals[key]  # type: ignore[assignment]
                 if end is None and parks:  # parked until the send, which hands the rank back to the kernel
                     awaited[key] = st.process
@@ -579,7 +586,7 @@ class _Simulation:
                     st.position, st.t = last - it.__length_hint__(), t
                     yield waiting
                     end = arrivals[key]
-                end = (t if t > end else end) + recv_overhead[b]
+                end = (t if t > end else end) + overhead_ms
                 append(tnew(Span, (r, "recv", a, t, end, nbytes, peer)))
                 t = end
                 continue
