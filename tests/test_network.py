@@ -110,7 +110,9 @@ def test_a_gradient_all_reduce_on_the_nic_of_a_message_slows_both_as_computed_by
 
 def test_without_overlap_the_network_model_gives_the_static_trace() -> None:
     """A plan with no data parallelism: every message crosses its links alone or in order, so the
-    flows and the static split give the same trace, span for span."""
+    flows and the static split give the same trace, span for span. (No gradient clipping: its norm's
+    ring all-reduce runs on NCCL's channels through both NICs of a node on the fabric, at one
+    boundary's link in the static model, 1e-7 ms apart here: the next test prices it.)"""
     from conftest import gpt
     from ppsim.inputs.scenario import parse_scenario
     from ppsim.prediction import predict
@@ -119,6 +121,7 @@ def test_without_overlap_the_network_model_gives_the_static_trace() -> None:
     data["pipeline"].update(stages=4, microbatches=8, partition="uniform", schedule="1f1b")
     data["data_parallel"] = 1
     data["training"].pop("global_batch", None)
+    data["training"]["grad_clip"] = 0
     data["hardware"] = {"device": "a100-80g"}
     data["cluster"] = {"nodes": 2, "devices_per_node": 2}
     spans = {}
@@ -128,6 +131,28 @@ def test_without_overlap_the_network_model_gives_the_static_trace() -> None:
         assert trace.meta["network"] == network
         spans[network] = sorted((s.rank, s.lane, str(s.action), round(s.start, 9), round(s.end, 9)) for s in trace.spans)
     assert spans["static"] == spans["flows"]
+
+
+def test_the_gradient_norm_all_reduce_is_a_flow_on_the_pipelines_ring() -> None:
+    """Stage 0 (F 1, B 2, its norm 0.5 ms) and stage 1 (F 1, B 2, its norm 2 ms), one micro-batch,
+    free messages: rank 0's backward ends at 6 and its norm at 6.5; rank 1's backward at 4 and its
+    norm at 6. From 6.5 the norm's ring moves 30 bytes at 10 bytes/ms (3 ms) and pays 2 steps of
+    0.5 ms: both ranks leave CLIP at 10.5, where a fixed clip_allreduce_ms of 1 would give 7.5."""
+    from ppsim.costs.table import CostTable, Fabric, FabricCollective, Link, Route, StageCost
+    from ppsim.plan import lower, schedules
+    from ppsim.sim import compute_ms, simulate
+
+    stages = (StageCost(forward_ms=1, backward_ms=2, clip_ms=0.5), StageCost(forward_ms=1, backward_ms=2, clip_ms=2))
+    ring = Route({"nic": 1.0}, 0.5)
+    ends = {}
+    for fabric in (None, Fabric({"nic": 10.0}, (Route({}, 0.0),), (Route({}, 0.0),), (None, None),
+                                FabricCollective(ring, 30, 2, 1))):
+        table = CostTable(stages=stages, message_bytes=0, links=(Link(latency_ms=0.0),), clip_allreduce_ms=1.0, fabric=fabric)
+        plan = lower(schedules.build("gpipe", 2, 1), 1, compute_ms(table), rendezvous=False, clip=True)
+        trace = simulate(plan, table, "async")
+        ends[fabric is not None] = {s.rank: (s.start, s.end) for s in trace.spans if s.action.kind.value == "CLIP"}
+    assert ends[False] == {0: pytest.approx((6, 7.5)), 1: pytest.approx((4, 7.5))}
+    assert ends[True] == {0: pytest.approx((6, 10.5)), 1: pytest.approx((4, 10.5))}
 
 
 def _reference_arrivals(capacity: dict[str, float], flows: list[tuple[float, Flow]]) -> list[float]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ppsim.costs.collectives import grad_allreduce, ring_allreduce_ms, traffic
+from ppsim.costs.collectives import GRAD_NORM_BYTES, grad_allreduce, ring_allreduce_ms, traffic
 from ppsim.costs.gemms import Gemm
 from ppsim.costs.layout import Layout, StageShape
 from ppsim.costs.links import Links
@@ -83,11 +83,14 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
     if links.fabric is not None:
         kind = ("reduce_scatter" if training.zero_stage >= 1 and training.zero_reduce == "reduce_scatter"
                 else "tree" if training.allreduce == "tree" else "ring")
+        p = s.pipeline.stages
         fabric = links.fabric.fabric(tuple(
             (*traffic(kind, c.grad_bytes / c.allreduce_buckets, d), c.allreduce_buckets) if d > 1 and c.grad_bytes else None
-            for c in stages))
+            for c in stages), traffic("ring", GRAD_NORM_BYTES, p) if p > 1 else None)
+    # the gradient norm's ring all-reduce over the pipeline, at the pace of its slowest boundary
+    slowest = max(boundaries, key=lambda x: x.latency_ms)
     return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=boundaries,
-                     clip_allreduce_ms=2 * (s.pipeline.stages - 1) * max(x.latency_ms for x in boundaries),
+                     clip_allreduce_ms=ring_allreduce_ms(GRAD_NORM_BYTES, s.pipeline.stages, slowest),
                      overlap_grad_reduce=training.overlap_grad_reduce, fabric=fabric)
 
 

@@ -16,6 +16,7 @@ from typing import Literal
 from ppsim.costs.table import Link
 
 Collective = Literal["ring", "tree", "reduce_scatter", "allgather"]
+GRAD_NORM_BYTES = 4  #: what gradient clipping all-reduces over the pipeline: the squared norm, one fp32
 
 
 def traffic(kind: Collective, nbytes: float, ranks: int) -> tuple[float, int]:

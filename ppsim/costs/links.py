@@ -31,12 +31,16 @@ class FabricRoutes:
     forward: tuple[Route, ...]
     backward: tuple[Route, ...]
     reduce: tuple[Route, ...]  #: per virtual stage
+    pipeline: Route  #: the ring over the pipeline's ranks (the gradient norm's all-reduce)
 
-    def fabric(self, reductions: tuple[tuple[float, int, int] | None, ...]) -> Fabric:
+    def fabric(self, reductions: tuple[tuple[float, int, int] | None, ...],
+               clip: tuple[float, int] | None = None) -> Fabric:
         """The costs' fabric, each virtual stage's reduction (bytes per bucket each device sends,
-        latency steps per bucket, buckets) on its route (None: no reduction)."""
+        latency steps per bucket, buckets) on its route (None: no reduction), and the gradient
+        norm's all-reduce (bytes each device sends, latency steps) on the pipeline's ring."""
         return Fabric(self.capacity, self.forward, self.backward, tuple(
-            None if x is None else FabricCollective(self.reduce[k], *x) for k, x in enumerate(reductions)))
+            None if x is None else FabricCollective(self.reduce[k], *x) for k, x in enumerate(reductions)),
+            None if clip is None else FabricCollective(self.pipeline, *clip, buckets=1))
 
 
 def _route(load: cl.RouteLoad) -> Route:
@@ -91,7 +95,7 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank
         embedding = as_link(cl.route_links(cluster, flows)[0])
     fabric = None
     if spec.network == "flows":
-        forward, backward, reduce = cl.plan_routes(cluster, stage_to_rank, p, d, t, spec.placement)
+        forward, backward, reduce, pipeline = cl.plan_routes(cluster, stage_to_rank, p, d, t, spec.placement)
         fabric = FabricRoutes(cl.capacities(cluster), tuple(map(_route, forward)), tuple(map(_route, backward)),
-                              tuple(map(_route, reduce)))
+                              tuple(map(_route, reduce)), _route(pipeline))
     return Links(tuple(as_link(b) for b in boundaries), as_link(dp), as_link(tp), embedding, fabric)

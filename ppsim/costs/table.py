@@ -103,6 +103,9 @@ class Fabric:
     forward: tuple[Route, ...]  #: per stage boundary s, the message s -> s + 1
     backward: tuple[Route, ...]  #: s + 1 -> s
     reduce: tuple[FabricCollective | None, ...] = ()  #: per virtual stage (None: no reduction)
+    #: gradient clipping's all-reduce of the gradient norm over the pipeline's ranks (None: the
+    #: CostTable's ``clip_allreduce_ms``, a fixed time)
+    clip: FabricCollective | None = None
 
 
 @dataclass(frozen=True)

@@ -271,11 +271,13 @@ RouteLoad = tuple[tuple[tuple[Hop, float], ...], float]  #: ((link, load), ...),
 
 @lru_cache(maxsize=64)
 def plan_routes(cluster: Cluster, stage_to_rank: tuple[int, ...], p: int, d: int, t: int, placement: Placement
-                ) -> tuple[tuple[RouteLoad, ...], tuple[RouteLoad, ...], tuple[RouteLoad, ...]]:
+                ) -> tuple[tuple[RouteLoad, ...], tuple[RouteLoad, ...], tuple[RouteLoad, ...], RouteLoad]:
     """The routes of a plan's flows on the cluster (for the simulator's network model): per stage
     boundary the message forward and backward, with every replica's and tensor rank's copy counted
     on the links the simulated one (replica 0, tensor rank 0) crosses; per virtual stage its
-    data-parallel rings' load on every link (per byte of a device's ring traffic)."""
+    data-parallel rings' load on every link (per byte of a device's ring traffic); and the ring over
+    the pipeline's ranks that all-reduces the gradient norm (gradient clipping), every replica's and
+    tensor rank's at once, on the links the simulated one crosses (per byte of a device's traffic)."""
     def message(a: int, b: int) -> RouteLoad:
         if a == b:
             return (), 0.0
@@ -307,9 +309,17 @@ def plan_routes(cluster: Cluster, stage_to_rank: tuple[int, ...], p: int, d: int
         kept = {hop: n for hop, n in load.items() if hop == pace or hop[0].startswith(node) or hop[1].startswith(node)}
         return tuple(kept.items()), latency_us
 
+    def pipeline_ring() -> RouteLoad:
+        rings = [[device_of(rank, r, k, p, d, t, placement) for rank in range(p)] for r in range(d) for k in range(t)]
+        if p < 2:
+            return (), 0.0
+        load, _ = flow_load(cluster, [f for ring in rings for f in ring_flows(cluster, ring)])
+        mine, latency_us = flow_load(cluster, ring_flows(cluster, rings[0]))
+        return tuple((hop, load[hop]) for hop in mine), latency_us
+
     pairs = [(stage_to_rank[s], stage_to_rank[s + 1]) for s in range(len(stage_to_rank) - 1)]
     return (tuple(message(a, b) for a, b in pairs), tuple(message(b, a) for a, b in pairs),
-            tuple(reduction(rank) for rank in stage_to_rank))
+            tuple(reduction(rank) for rank in stage_to_rank), pipeline_ring())
 
 
 def data_parallel_link(cluster: Cluster, p: int, d: int, t: int, placement: Placement) -> LinkSpeed:

@@ -23,8 +23,9 @@ Model
   exposed. With a fabric each bucket is a flow on the stage's rings, sharing the links with the
   messages. ``CLIP`` (gradient clipping) does the rank's own part (its local gradient norm), then
   waits on the collective lane until every rank of the pipeline has got there and the norm is
-  all-reduced (``CostTable.clip_allreduce_ms``): the slowest stage holds up the optimizer step of
-  all the others; ``OPT`` (optimizer step) occupies the compute lane.
+  all-reduced (``CostTable.clip_allreduce_ms``; with a fabric, a flow on the pipeline's ring): the
+  slowest stage holds up the optimizer step of all the others; ``OPT`` (optimizer step) occupies
+  the compute lane.
 
 The engine knows no schedule: it only executes actions.
 """
@@ -393,11 +394,25 @@ class _Simulation:
             st.t = self.sync_end[0]
             self.emit(st.index, "collective", a, start, st.t, 4)
 
-        if len(self.sync_arrivals) == self.n_syncing:  # the last to arrive completes the all-reduce
-            self.sync_end.append(max(self.sync_arrivals) + self.costs.clip_allreduce_ms)
-            self.fire_at(self.sync_done, self.sync_end[0] - self.env.now)
-            return finish()
+        if len(self.sync_arrivals) == self.n_syncing:  # the last to arrive starts the all-reduce
+            at = max(self.sync_arrivals)
+            clip = self.costs.fabric.clip if self.fabric is not None else None  # type: ignore[union-attr]
+            if clip is None:  # a fixed time
+                self.sync_end.append(at + self.costs.clip_allreduce_ms)
+                self.fire_at(self.sync_done, self.sync_end[0] - self.env.now)
+                return finish()
+            # a flow on the pipeline's ring, from when the last rank got there
+            self.fabric.call_later(max(0.0, at - self.env.now), partial(self._clip_flow, clip))  # type: ignore[union-attr]
         return _Wait(self.sync_done, finish)
+
+    def _clip_flow(self, clip: FabricCollective) -> None:
+        """Start the gradient norm's all-reduce on the fabric; its arrival ends every rank's CLIP."""
+        def arrived(arrival: float) -> None:
+            self.sync_end.append(arrival)
+            self.fire_at(self.sync_done, arrival - self.env.now)
+
+        self.fabric.start(Flow(clip.route.load, clip.volume_bytes, clip.steps * clip.route.latency_ms,  # type: ignore[union-attr]
+                               on_done=arrived))
 
     def _transfer(self, src: int, dst: int, key: tuple[int, int, Any], start: float) -> float:
         """Book the link src -> dst for message ``key`` from ``start``; return the arrival time."""
