@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 
 from ppsim.errors import PlanError
 from ppsim.plan.action import (
@@ -81,27 +82,18 @@ def structure_holds(plan: Plan) -> bool:
     seen = bytearray(4 * size)  # blocks F, B, I, W; flag (stage * m + mb) in each
     codes, OVERLAP = _PIECE_CODES, Kind.OVERLAP_F_B
     for r, ra in enumerate(acts):
-        for x in ra:
-            s, k, mb = x
-            if k is not OVERLAP:  # a plain action (what the loop below does for one part)
-                c = codes.get(k)
-                if c is None or mb is None or not (0 <= s < n and 0 <= mb < m) or where[s] != r:
-                    return False
-                at = c * size + s * m + mb
-                if seen[at]:
-                    return False
-                seen[at] = 1
-                continue
-            for s, k, mb in x.parts:
-                c = codes.get(k)
-                if c is None or mb is None or not (0 <= s < n and 0 <= mb < m) or where[s] != r:
-                    return False
-                at = c * size + s * m + mb
-                if seen[at]:
-                    return False
-                seen[at] = 1
-            if x[0][0] == x[2][0] and x[0][2] == x[2][2]:
-                return False  # a micro-batch's backward overlapped with its own forward
+        overlaps = OVERLAP in plan.kinds(r)
+        # the pieces: a rank without overlapped pairs is its actions themselves (no parts to unfold)
+        for s, k, mb in chain.from_iterable(x.parts for x in ra) if overlaps else ra:
+            c = codes.get(k)
+            if c is None or mb is None or not (0 <= s < n and 0 <= mb < m) or where[s] != r:
+                return False
+            at = c * size + s * m + mb
+            if seen[at]:
+                return False
+            seen[at] = 1
+        if overlaps and any(x[1] is OVERLAP and x[0][0] == x[2][0] and x[0][2] == x[2][2] for x in ra):
+            return False  # a micro-batch's backward overlapped with its own forward
     # as big integers of one byte per flag, the blocks add without carries
     ones = int.from_bytes(b"\x01" * size, "little")
     f, b, i, w = (int.from_bytes(seen[c * size:(c + 1) * size], "little") for c in range(4))

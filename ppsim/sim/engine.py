@@ -499,6 +499,13 @@ class _Simulation:
             return then()
         return _Wait(self.env.timeout(when - self.env.now), then)
 
+    def _arrival(self, key: int) -> Generator[Any, Any, None]:
+        """Wait for message ``key`` to arrive (one event per message, for its receiver and an eager sender)."""
+        waiting = self.awaited.get(key)
+        if waiting is None:
+            waiting = self.awaited[key] = self.new_event()
+        yield waiting
+
     def _arrived(self, key: int, pair: int, span: tuple[int, Action, float, int] | None, arrival: float) -> None:
         """A posted send's flow has delivered message ``key`` (at ``arrival``): the pair's next flow
         starts, an async send's span is written, and whoever waits for the message goes on."""
@@ -534,7 +541,7 @@ class _Simulation:
         eager = self.blocking_send
         arrivals, awaited, pair_free = self.arrivals, self.awaited, self.pair_free
         send_f, send_b, recv_f, recv_b = self.posted_sends
-        nbytes, env, fire_at, new_event = self.nbytes, self.env, self.fire_at, self.new_event
+        nbytes, env, fire_at = self.nbytes, self.env, self.fire_at
         # the clock-free kernel parks a receive on its message (no event): the send resumes it
         parks = isinstance(env, ImmediateKernel)
         resume = env.resume if parks else None
@@ -576,11 +583,8 @@ class _Simulation:
                     continue
                 end = arrivals[key]
                 if end is None:
-                    waiting = awaited.get(key)
-                    if waiting is None:
-                        waiting = awaited[key] = new_event()
                     st.position, st.t = last - it.__length_hint__(), t
-                    yield waiting
+                    yield from self._arrival(key)
                     end = arrivals[key]
                 append(tnew(Span, (r, "send", a, begin, end, nbytes, peer)))
                 t = end
@@ -595,11 +599,8 @@ class _Simulation:
                     yield None
                     end = arrivals[key]
                 elif end is None:
-                    waiting = awaited.get(key)
-                    if waiting is None:
-                        waiting = awaited[key] = new_event()
                     st.position, st.t = last - it.__length_hint__(), t
-                    yield waiting
+                    yield from self._arrival(key)
                     end = arrivals[key]
                 end = (t if t > end else end) + overhead_ms
                 append(tnew(Span, (r, "recv", a, t, end, nbytes, peer)))
