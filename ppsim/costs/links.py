@@ -92,7 +92,7 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank
     if first != last:  # every replica's and tensor rank's pair at once
         flows = [(cl.device_of(first, r, k, p, d, t, spec.placement), cl.device_of(last, r, k, p, d, t, spec.placement))
                  for r in range(d) for k in range(t)]
-        embedding = as_link(cl.route_links(cluster, flows)[0])
+        embedding = as_link(cl.route_link(cluster, flows))
     fabric = None
     if spec.network == "flows":
         forward, backward, reduce, pipeline = cl.plan_routes(cluster, stage_to_rank, p, d, t, spec.placement)

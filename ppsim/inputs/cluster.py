@@ -131,6 +131,11 @@ class _Router:
         self.device = [cluster.device_name(d) for d in range(cluster.devices)]
         self.fabric = [f"node{n}/fabric" for n in range(cluster.nodes)]
         self.nic = [f"node{d // per}/nic{(d % per) * nics // per}" for d in range(cluster.devices)]
+        # a route's latency: the sum along its hops, the same for every route inside a node and for
+        # every route between two nodes (summed here as flow_load would, hop by hop)
+        links = _directed(cluster)
+        self.intra_us = sum(links[hop].latency_us for hop in self.hops(0, 1)) if per > 1 else 0.0
+        self.inter_us = sum(links[hop].latency_us for hop in self.hops(0, per)) if cluster.nodes > 1 else 0.0
 
     def path(self, a: int, b: int) -> list[str]:
         if a == b:
@@ -139,6 +144,12 @@ class _Router:
         if na == nb:
             return [self.device[a], self.fabric[na], self.device[b]]
         return [self.device[a], self.nic[a], SPINE, self.nic[b], self.device[b]]
+
+    def latency_us(self, a: int, b: int) -> float:
+        """The latency of the route from a to b (the sum of its hops')."""
+        if a == b:
+            return 0
+        return self.intra_us if a // self.per_node == b // self.per_node else self.inter_us
 
     def hops(self, a: int, b: int) -> tuple[Hop, ...]:
         """The directed links of the path from a to b, in order."""
@@ -169,19 +180,27 @@ def route_links(cluster: Cluster, flows: list[tuple[int, int]]) -> list[LinkSpee
     up along its route; its bandwidth is the smallest share of a link on the route, a link's
     bandwidth in each direction being divided among the flows that cross it in that direction
     (links are full duplex: in a ring, a device's outgoing and incoming flows do not share)."""
-    links = _directed(cluster)
-    hops = _router(cluster).hops
-    routes = [hops(a, b) for a, b in flows]  # directed hops
+    router = _router(cluster)
+    routes = [router.hops(a, b) for a, b in flows]  # directed hops
     load = Counter(edge for edges in routes for edge in set(edges))
-    out = []
-    for edges in routes:
-        if not edges:
-            out.append(FREE)
-            continue
-        latency_us = sum(links[e].latency_us for e in edges)
-        share = min(links[e].bandwidth_gb_s / load[e] for e in edges)
-        out.append(LinkSpeed(share, latency_us))
-    return out
+    return [_shared_link(cluster, edges, load, router.latency_us(a, b)) for (a, b), edges in zip(flows, routes, strict=True)]
+
+
+def route_link(cluster: Cluster, flows: list[tuple[int, int]]) -> LinkSpeed:
+    """The effective link of the first of ``flows`` (device pairs that transfer at the same time):
+    :func:`route_links`' first, without working out the others'."""
+    router = _router(cluster)
+    routes = [router.hops(a, b) for a, b in flows]
+    load = Counter(edge for edges in routes for edge in set(edges))
+    return _shared_link(cluster, routes[0], load, router.latency_us(*flows[0]))
+
+
+def _shared_link(cluster: Cluster, edges: tuple[Hop, ...], load: Counter[Hop], latency_us: float) -> LinkSpeed:
+    """A route's link: the smallest share of a link on it (each loaded ``load`` times over)."""
+    if not edges:
+        return FREE
+    links = _directed(cluster)
+    return LinkSpeed(min(links[e].bandwidth_gb_s / load[e] for e in edges), latency_us)
 
 
 def stage_links(cluster: Cluster, stage_to_rank: tuple[int, ...], p: int, d: int, t: int, placement: Placement
@@ -197,7 +216,7 @@ def stage_links(cluster: Cluster, stage_to_rank: tuple[int, ...], p: int, d: int
         if (a, b) not in by_ranks:
             flows = [(device_of(a, r, k, p, d, t, placement), device_of(b, r, k, p, d, t, placement))
                      for r in range(d) for k in range(t)]
-            by_ranks[(a, b)] = route_links(cluster, flows)[0]
+            by_ranks[(a, b)] = route_link(cluster, flows)
         out.append(by_ranks[(a, b)])
     return out
 
@@ -245,17 +264,14 @@ def group_link(cluster: Cluster, devices_by_group: list[list[int]]) -> LinkSpeed
 def flow_load(cluster: Cluster, flows: list[tuple[int, int, float]]) -> tuple[Counter[Hop], float]:
     """(load on each directed link: the sum of the shares of the flows crossing it, the slowest
     route's latency in us) of ``flows`` (sender, receiver, share) running at once."""
-    links = _directed(cluster)
-    route_hops = _router(cluster).hops
+    router = _router(cluster)
+    route_hops, route_us = router.hops, router.latency_us
     load: dict[Hop, float] = {}
     latency_us = 0.0
     for a, b, share in flows:
-        hops = route_hops(a, b)
-        for hop in hops:
+        for hop in route_hops(a, b):
             load[hop] = load.get(hop, 0) + share
-        route_us = sum(links[hop].latency_us for hop in hops)
-        if route_us > latency_us:
-            latency_us = route_us
+        latency_us = max(latency_us, route_us(a, b))
     return Counter(load), latency_us
 
 
