@@ -61,7 +61,7 @@ def ppsim_case(name: str, p: int, m: int, v: int, repeats: int) -> tuple[float, 
     costs = costs_for(p * v, v)
 
     def built() -> object:
-        return schedules.get(name).build_order(p, m, v)  # not the remembered plan: build it every time
+        return schedules.get(name).build(p, m, v, remembered=False)  # not the remembered plan: built every time
 
     def lowered() -> object:
         return lower(built(), 1, compute_ms(costs), rendezvous=False)  # type: ignore[arg-type]

@@ -162,3 +162,13 @@ def test_lowered_plans_run_under_every_semantics(case: tuple[str, int, int, int]
     busy = (m * (1.0 + (2.0 if schedules.get(name).training else 0.0)))
     for stage in s.per_rank:
         assert stage.busy_ms == pytest.approx(busy, rel=1e-9)
+
+
+def test_a_built_plan_is_remembered_and_can_be_built_anew() -> None:
+    """The same (p, m, v) shares its actions with the plan built before (each call its own meta);
+    remembered=False builds the same actions again."""
+    info = schedules.get("1f1b")
+    first, again = info.build(4, 8), info.build(4, 8)
+    fresh = info.build(4, 8, remembered=False)
+    assert again.actions is first.actions and again.meta is not first.meta
+    assert fresh.actions == first.actions and fresh.actions is not first.actions

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from ppsim.errors import ScheduleError
+from ppsim.gc_pause import gc_paused
 from ppsim.plan.action import Action
 from ppsim.plan.plan import Plan, loop_placement, v_placement
 
@@ -115,20 +116,25 @@ class ScheduleInfo:
             raise ScheduleError(f"schedule {self.name!r} needs micro-batches: {self.microbatches.text}, with "
                                 f"p = {p} ranks; got {m}, use {use}", field="pipeline.microbatches")
 
-    def build(self, p: int, m: int, v: int | None = None) -> Plan:
+    def build(self, p: int, m: int, v: int | None = None, *, remembered: bool = True) -> Plan:
         """The compute-only plan for p ranks, m micro-batches and v chunks (default: the schedule's).
 
         A registered schedule's orders depend on (p, m, v) alone, so the last few are remembered: a
         search builds the same plan for every recompute mode and ZeRO stage. Each call gets its own
-        Plan (its own ``meta``) around the shared, immutable actions."""
+        Plan (its own ``meta``) around the shared, immutable actions. ``remembered=False`` builds it
+        anew (what a plan not seen before costs: benchmarks)."""
         v = self.chunks.default if v is None else v
         self.check(p, m, v)
         if self.needs_costs or self.ranks is not None:  # searched on costs, or read from a file that may change
             return self.build_order(p, m, v)
+        if not remembered:
+            with gc_paused():
+                return self.build_order(p, m, v)
         key = (self.name, p, m, v)
         plan = _BUILT.get(key)
         if plan is None:
-            plan = _BUILT[key] = self.build_order(p, m, v)
+            with gc_paused():  # tens of thousands of Actions, no cycles: no collection over them
+                plan = _BUILT[key] = self.build_order(p, m, v)
             if len(_BUILT) > _KEPT:
                 _BUILT.pop(next(iter(_BUILT)))
         return replace(plan, meta=dict(plan.meta))
