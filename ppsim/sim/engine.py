@@ -613,8 +613,9 @@ class _Simulation:
                     if alloc:
                         held += alloc
                         points.append((t, held))
-                    append(tnew(Span, (r, "compute", a, t, t + dur, None, None)))
-                    t += dur
+                    end = t + dur
+                    append(tnew(Span, (r, "compute", a, t, end, None, None)))
+                    t = end
                     if free:
                         held += free
                         points.append((t, held))
