@@ -294,7 +294,7 @@ class _Simulation:
             Kind.RECV_F: self._rendezvous, Kind.RECV_B: self._rendezvous,
         }
 
-    # --- one place that emits spans and memory points -------------------------------------------------
+    # --- the slow paths' spans (the rank's loop appends its fast paths' spans itself) -----------------
 
     def emit(self, rank: int, lane: str, action: Action, start: float, end: float, nbytes: int | None = None,
              peer: int | None = None) -> None:
