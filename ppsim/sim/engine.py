@@ -661,16 +661,19 @@ class _Simulation:
             counters = [Counter(st.index, "activation_bytes", "bytes", tuple(st.points)) for st in self.ranks]
         static = static_memory_bytes(plan, costs)
         if static is not None:
-            counters += [
-                Counter(st.index, "memory_bytes", "bytes", tuple((t, v + static[st.index]["total"]) for t, v in st.points))
-                for st in self.ranks
-            ]
+            counters += [Counter(st.index, "memory_bytes", "bytes", _shifted(st.points, static[st.index]["total"]))
+                         for st in self.ranks]
         meta = plan_meta(plan, source="simulated", clock="simulated", comm=self.semantics.value, message_bytes=self.nbytes)
         meta["p2p_ms"] = [costs.p2p_ms(b) for b in range(plan.num_stages - 1)]
         meta["network"] = "flows" if costs.fabric is not None else "static"
         if static is not None:
             meta["memory_static_bytes"] = static
         return Trace(spans=self.spans, meta=meta, counters=counters)
+
+
+def _shifted(points: list[tuple[float, float]], by: float) -> tuple[tuple[float, float], ...]:
+    """``points`` with every value raised by ``by`` (the activations on top of the static memory)."""
+    return tuple([(t, v + by) for t, v in points])
 
 
 def _last_backward(actions: list[Action]) -> dict[int, int]:
