@@ -1,10 +1,12 @@
-"""The SimPy engine: executes a lowered Plan against a CostTable and returns a Trace.
+"""The engine: executes a lowered Plan against a CostTable and returns a Trace.
 
 Model
-- Every rank is a SimPy process that runs its actions strictly in plan order: it is the compute
-  resource of its device (one action at a time). One handler per kind of action; compute (F, B,
-  I, W, OPT) is the fast path: it runs on the rank's own clock, so long runs of local work cost
-  no SimPy event. A rank synchronises with SimPy's clock only when it interacts with another.
+- Every rank is a process (on SimPy's interface: SimPy itself, the lean clocked kernel or the
+  clock-free one, see :func:`simulate`) that runs its actions strictly in plan order: it is the
+  compute resource of its device (one action at a time). One handler per kind of action that is
+  not inline; compute (F, B, I, W, OPT) and posted sends and receives are the fast paths: they run
+  on the rank's own clock, so long runs of local work cost no event. A rank synchronises with the
+  kernel's clock only when it must wait for another.
 - Messages. A receive blocks its rank until the data has arrived. Around a transfer the sender
   spends the link's send overhead before the data moves and the receiver its receive overhead after
   it has arrived. What a send does is the communication semantics (``CommSemantics``):
@@ -111,7 +113,7 @@ class _Wait(NamedTuple):
 
 
 class _Fabric:
-    """The network model on SimPy's clock: starts flows now, wakes at the next one to finish."""
+    """The network model on the kernel's clock: starts flows now, wakes at the next one to finish."""
 
     def __init__(self, env: Any, capacity: Any) -> None:
         self.env = env
@@ -139,7 +141,7 @@ class _Fabric:
             self.start(flow)
 
     def send_at(self, when: float, pair: Hashable, flow: Flow) -> None:
-        """:meth:`send` once SimPy's clock reaches ``when`` (flows start in time order)."""
+        """:meth:`send` once the kernel's clock reaches ``when`` (flows start in time order)."""
         if when <= self.env.now:
             self.send(pair, flow)
         else:
@@ -494,7 +496,7 @@ class _Simulation:
         return done()  # the second side knows the end: its clock jumps there
 
     def _at(self, when: float, then: Callable[[], _Wait | None]) -> _Wait | None:
-        """Bring SimPy's clock to the rank's ``when`` (flows start in time order), then ``then``."""
+        """Bring the kernel's clock to the rank's ``when`` (flows start in time order), then ``then``."""
         if when <= self.env.now:
             return then()
         return _Wait(self.env.timeout(when - self.env.now), then)
