@@ -138,12 +138,8 @@ class _Router:
         self.inter_us = sum(links[hop].latency_us for hop in self.hops(0, per)) if cluster.nodes > 1 else 0.0
 
     def path(self, a: int, b: int) -> list[str]:
-        if a == b:
-            return [self.device[a]]
-        na, nb = a // self.per_node, b // self.per_node
-        if na == nb:
-            return [self.device[a], self.fabric[na], self.device[b]]
-        return [self.device[a], self.nic[a], SPINE, self.nic[b], self.device[b]]
+        """The nodes of the cluster graph from a to b, both ends included."""
+        return [self.device[a]] + [to for _, to in self.hops(a, b)]
 
     def latency_us(self, a: int, b: int) -> float:
         """The latency of the route from a to b (the sum of its hops')."""
@@ -180,27 +176,31 @@ def route_links(cluster: Cluster, flows: list[tuple[int, int]]) -> list[LinkSpee
     up along its route; its bandwidth is the smallest share of a link on the route, a link's
     bandwidth in each direction being divided among the flows that cross it in that direction
     (links are full duplex: in a ring, a device's outgoing and incoming flows do not share)."""
-    router = _router(cluster)
-    routes = [router.hops(a, b) for a, b in flows]  # directed hops
-    load = Counter(edge for edges in routes for edge in set(edges))
-    return [_shared_link(cluster, edges, load, router.latency_us(a, b)) for (a, b), edges in zip(flows, routes, strict=True)]
+    routes, load = _routes_and_load(cluster, flows)
+    return [_shared_link(cluster, a, b, edges, load) for (a, b), edges in zip(flows, routes, strict=True)]
 
 
 def route_link(cluster: Cluster, flows: list[tuple[int, int]]) -> LinkSpeed:
     """The effective link of the first of ``flows`` (device pairs that transfer at the same time):
     :func:`route_links`' first, without working out the others'."""
-    router = _router(cluster)
-    routes = [router.hops(a, b) for a, b in flows]
-    load = Counter(edge for edges in routes for edge in set(edges))
-    return _shared_link(cluster, routes[0], load, router.latency_us(*flows[0]))
+    routes, load = _routes_and_load(cluster, flows)
+    return _shared_link(cluster, *flows[0], routes[0], load)
 
 
-def _shared_link(cluster: Cluster, edges: tuple[Hop, ...], load: Counter[Hop], latency_us: float) -> LinkSpeed:
-    """A route's link: the smallest share of a link on it (each loaded ``load`` times over)."""
+def _routes_and_load(cluster: Cluster, flows: list[tuple[int, int]]) -> tuple[list[tuple[Hop, ...]], Counter[Hop]]:
+    """Each flow's directed hops, and how many flows cross each hop."""
+    hops = _router(cluster).hops
+    routes = [hops(a, b) for a, b in flows]
+    return routes, Counter(edge for edges in routes for edge in set(edges))
+
+
+def _shared_link(cluster: Cluster, a: int, b: int, edges: tuple[Hop, ...], load: Counter[Hop]) -> LinkSpeed:
+    """The route a -> b's link: its latency, and the smallest share of a link on it (each loaded
+    ``load`` times over)."""
     if not edges:
         return FREE
     links = _directed(cluster)
-    return LinkSpeed(min(links[e].bandwidth_gb_s / load[e] for e in edges), latency_us)
+    return LinkSpeed(min(links[e].bandwidth_gb_s / load[e] for e in edges), _router(cluster).latency_us(a, b))
 
 
 def stage_links(cluster: Cluster, stage_to_rank: tuple[int, ...], p: int, d: int, t: int, placement: Placement

@@ -183,16 +183,9 @@ class Network:
             elif users:
                 alone = False
             users[flow] = None
-        if alone:  # most messages: nobody else's rate changes (what _project does, inline)
-            flow.rate = rate = known[2]
-            left = flow.left
-            if rate == math.inf or left <= EPSILON_BYTES or left <= flow.nbytes * 1e-12 or left <= rate * 1e-9:
-                finish = now  # nothing to send, or no link to limit it
-            else:
-                finish = now + left / rate
-            flow.finish = finish
-            heapq.heappush(self._heap, (finish, flow.order, flow))
-            return finish
+        if alone:  # most messages: nobody else's rate changes
+            flow.rate = known[2]
+            return self._project(flow, now)
         return self._share(self._component(route))
 
     def _head(self) -> tuple[float, int, Flow] | None:
