@@ -81,12 +81,18 @@ def structure_holds(plan: Plan) -> bool:
     size = n * m
     seen = bytearray(4 * size)  # blocks F, B, I, W; flag (stage * m + mb) in each
     codes, OVERLAP = _PIECE_CODES, Kind.OVERLAP_F_B
+    others: set[tuple[int, Kind, int | None]] = set()  #: actions of other kinds (an OPT...): placed as the full check places them
     for r, ra in enumerate(acts):
         overlaps = OVERLAP in plan.kinds(r)
         # the pieces: a rank without overlapped pairs is its actions themselves (no parts to unfold)
         for s, k, mb in chain.from_iterable(x.parts for x in ra) if overlaps else ra:
             c = codes.get(k)
-            if c is None or mb is None or not (0 <= s < n and 0 <= mb < m) or where[s] != r:
+            if c is None:  # not a compute piece: on its stage's rank, in range, once (as _place checks)
+                if not 0 <= s < n or where[s] != r or (mb is not None and not 0 <= mb < m) or (s, k, mb) in others:
+                    return False
+                others.add((s, k, mb))
+                continue
+            if mb is None or not (0 <= s < n and 0 <= mb < m) or where[s] != r:
                 return False
             at = c * size + s * m + mb
             if seen[at]:
