@@ -276,6 +276,51 @@ def validate_cmd(
     err.print(f"wrote {out}/comparison.html, comparison.json, predicted.trace.json, run/")
 
 
+@app.command("device")
+def device_cmd(
+    out: Path = typer.Option(..., "--out", help="Device file to write (YAML, the catalogue's format), for a "
+                                                "scenario's hardware.device_file."),
+    like: str = typer.Option(..., "--like", help="Catalogue device whose datasheet figures (peaks, memory, "
+                                                 "efficiency) and links the entry keeps, e.g. h100-sxm."),
+    name: str | None = typer.Option(None, "--name", help="The entry's name (default: LIKE-measured)."),
+    dtype: Literal["bf16", "fp16"] = typer.Option("bf16", "--dtype", help="The dtype to time."),
+    device: str = typer.Option("cuda", "--device", help="The torch device to measure (cuda, cuda:1, ...)."),
+    samples: Path | None = typer.Option(None, "--samples", help="Also write every timed GEMM here (CSV)."),
+    quick: bool = typer.Option(False, "--quick", help="Tiny sweeps: a smoke test whose figures mean nothing."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an --out or --samples file ppsim did not write."),
+) -> None:
+    """Time this accelerator's GEMMs by shape, its attention matmuls and its memory bandwidth, and write
+    them as a device entry that ppsim's analytic model reads (about a minute on a GPU)."""
+    from ppsim import outputs
+    from ppsim.inputs.hardware import get_device
+
+    with exits():
+        targets = output_targets({"--out": out, "--samples": samples}, [], force)
+        base = get_device(like)
+        import torch
+
+        from ppexec.device_bench import measure_device
+
+        kind = torch.device(device).type
+        if kind == "cuda" and not torch.cuda.is_available():
+            raise PpsimError(f"--device {device}: torch sees no CUDA device here; run this on the GPU machine "
+                             "(or --device cpu for a smoke test)")
+        err.print(f"timing {device} in {dtype}: memory bandwidth, GEMMs by shape, attention matmuls ...")
+        measured = measure_device(base, dtype, device, quick=quick, on_progress=lambda m: err.print(f"  {m}"))
+        entry_name = name or f"{like}-measured"
+        outputs.write_text(targets["--out"], measured.device_file(entry_name))
+        if "--samples" in targets:
+            outputs.write_text(targets["--samples"], measured.samples_csv())
+    entry = measured.entry
+    err.print(f"memory bandwidth {entry['hbm_gb_s']} GB/s (datasheet {base.hbm_gb_s:g}); largest GEMMs at "
+              f"{entry['gemm']['points'][-1][1]:.0%} of the datasheet peak")
+    if measured.above_peak:
+        say("warning", f"{len(measured.above_peak)} GEMMs ran faster than {like}'s datasheet peak: their fractions "
+                       "are capped at 1; --like a device with this one's peak")
+    err.print(f"wrote {targets['--out']}: use it with hardware: {{device: {entry_name}, device_file: {out}, "
+              "gemm_curves: true}")
+
+
 #: what ``ppexec.profile.fit_link`` reports (1e12 bytes/ms) when a link's time does not grow with the bytes
 UNMEASURED_GB_S = 1e6
 

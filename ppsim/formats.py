@@ -16,6 +16,8 @@ HTML_MARKER = "<!-- ppsim -->"
 PNG_MARKER = b"tEXtSoftware\x00ppsim"
 #: the first line of every scenario file ``ppsim tune --write`` writes
 TUNED_SCENARIO_MARKER = "# written by ppsim tune"
+#: the first line of every device file (and its GEMM timings) ``ppexec device`` writes
+DEVICE_FILE_MARKER = "# written by ppexec device"
 
 
 def written_markers() -> tuple[bytes, ...]:
@@ -28,4 +30,5 @@ def written_markers() -> tuple[bytes, ...]:
         f"format: {PROFILE_FORMAT}".encode(),  # Profile.to_yaml
         PNG_MARKER,
         TUNED_SCENARIO_MARKER.encode(),
+        DEVICE_FILE_MARKER.encode(),
     )

@@ -30,8 +30,11 @@ def test_the_a100_curves_are_in_the_catalogue_with_their_source() -> None:
         assert "h_sweep.out" in d.attention.source
         assert d.gemm.dtypes == ("fp16", "bf16")
         assert d.efficiency == 0.6  # the flat fallback stays
-    for name in ("h100-sxm", "h200", "cpu"):  # no measured sweep: no curve
+    for name in ("h100-sxm", "cpu"):  # no measured sweep: no curve
         assert DEVICES[name].gemm is None and DEVICES[name].attention is None
+    h200 = DEVICES["h200"]  # measured here with `ppexec device` (tests/test_device_curves.py)
+    assert h200.gemm is not None and h200.attention is not None and h200.gemm.dtypes == ("bf16",)
+    assert "bench/measured/h200-2026-12-04.csv" in h200.gemm.source and h200.efficiency == 0.55
 
 
 @pytest.mark.parametrize("curve", [A100.gemm, A100.attention], ids=["gemm", "attention"])
