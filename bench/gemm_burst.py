@@ -6,25 +6,27 @@ sustained loop, inputs of small magnitude, and calls interleaved with memory-bou
 Each figure is a fraction of 989 TFLOP/s (the H100 / H200 SXM dense bf16 peak). Output of one run
 on an H200: bench/measured/h200-2026-12-04-burst.log; what it says: docs/calibration.md.
 """
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ppexec.device_bench import Stopwatch  # noqa: E402
+
+WATCH = Stopwatch("cuda")
 
 dev = "cuda"
 torch.manual_seed(0)
 
 
 def per_call(fn: Callable[[], object], n: int) -> float:
+    """Mean ms per call of ``fn`` over ``n`` calls back to back, after three warm-ups."""
     for _ in range(3):
         fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(n):
-        fn()
-    e.record()
-    e.synchronize()
-    return s.elapsed_time(e) / n
+    WATCH.sync()
+    return WATCH.loop_ms(fn, n) / n
 
 
 SHAPES = [(2048, 5120, 15360), (2048, 5120, 20480), (2048, 20480, 5120), (8192, 5120, 20480), (2048, 12288, 49152),

@@ -61,7 +61,8 @@ class Stopwatch:
         if self.cuda:
             torch.cuda.synchronize(self.device)
 
-    def _loop_ms(self, fn: Callable[[], Any], calls: int) -> float:
+    def loop_ms(self, fn: Callable[[], Any], calls: int) -> float:
+        """Milliseconds of ``calls`` calls of ``fn`` back to back."""
         if self.cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -80,9 +81,9 @@ class Stopwatch:
         for _ in range(warmup):
             fn()
         self.sync()
-        once = max(self._loop_ms(fn, 1), 1e-4)
+        once = max(self.loop_ms(fn, 1), 1e-4)
         calls = max(1, min(10_000, round(self.min_ms / once)))
-        return statistics.median(self._loop_ms(fn, calls) / calls for _ in range(self.repeats))
+        return statistics.median(self.loop_ms(fn, calls) / calls for _ in range(self.repeats))
 
 
 def time_matmuls(shapes: Iterable[MatmulShape], dtype: torch.dtype, watch: Stopwatch,
