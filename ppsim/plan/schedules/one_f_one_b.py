@@ -36,12 +36,6 @@ def _virtual(k: int, p: int, v: int, backward: bool) -> tuple[int, int]:
     return chunk, microbatch
 
 
-def _nth(k: int, p: int, v: int, rank: int, kind: Kind) -> Action:
-    """Rank ``rank``'s k-th forward (or backward) in Megatron's interleaved order."""
-    chunk, microbatch = _virtual(k, p, v, backward=kind is Kind.B)
-    return new_action((chunk * p + rank, kind, microbatch))
-
-
 def interleaved_1f1b(num_ranks: int, num_microbatches: int, chunks: int = 2) -> Plan:
     """Megatron's interleaved 1F1B: v chunks per rank, rank r warms up with (v-1)p + 2(p-1-r)
     forwards, micro-batches advance in groups of p per chunk. Needs m to be a multiple of p."""
@@ -50,14 +44,19 @@ def interleaved_1f1b(num_ranks: int, num_microbatches: int, chunks: int = 2) -> 
         plain = one_f_one_b(p, m, 1)
         return make_plan("interleaved-1f1b", p, m, 1, [list(a) for a in plain.actions])
     total = m * v
+    F, B, act = Kind.F, Kind.B, new_action
+    # the k-th forward's and backward's (chunk, micro-batch): the same on every rank
+    forwards = [_virtual(k, p, v, backward=False) for k in range(total)]
+    backwards = [_virtual(k, p, v, backward=True) for k in range(total)]
     orders: list[list[Action]] = []
     for r in range(p):
         warmup = min((v - 1) * p + 2 * (p - 1 - r), total)
-
-        order = [_nth(k, p, v, r, Kind.F) for k in range(warmup)]
+        fwd = [act((c * p + r, F, mb)) for c, mb in forwards]
+        bwd = [act((c * p + r, B, mb)) for c, mb in backwards]
+        order = fwd[:warmup]
         for i in range(total - warmup):
-            order.append(_nth(warmup + i, p, v, r, Kind.F))
-            order.append(_nth(i, p, v, r, Kind.B))
-        order.extend(_nth(k, p, v, r, Kind.B) for k in range(total - warmup, total))
+            order.append(fwd[warmup + i])
+            order.append(bwd[i])
+        order.extend(bwd[total - warmup:])
         orders.append(order)
     return make_plan("interleaved-1f1b", p, m, v, orders)
