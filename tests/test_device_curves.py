@@ -12,6 +12,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import ROOT, invoke
 from ppexec.device_curves import (
     PASS_LAYOUTS,
     attention_shapes,
@@ -23,7 +24,6 @@ from ppexec.device_curves import (
 )
 from ppsim.formats import DEVICE_FILE_MARKER
 from ppsim.inputs.hardware import DEVICES, get_device, read_devices
-from tests.conftest import ROOT, invoke
 
 H200_TIMINGS = ROOT / "bench" / "measured" / "h200-2026-12-04.csv"
 
@@ -148,11 +148,16 @@ def test_ppexec_device_on_a_machine_without_cuda_says_so(tmp_path: Path) -> None
 def test_a_measured_curve_prices_a_block_through_ppsims_own_path(tmp_path: Path) -> None:
     """The bench's prediction of one block (two blocks less one, one stage) is the block's GEMMs on
     the curve plus its elementwise bytes at HBM bandwidth, as ppsim.costs.analytic prices them."""
-    from bench.device_check import predicted_block_ms
+    import importlib.util
+
     from ppsim.costs.analytic import matmul_ms
     from ppsim.costs.layers import gpt_layers
     from ppsim.inputs.scenario import ModelSpec
 
+    spec = importlib.util.spec_from_file_location("device_check", ROOT / "bench" / "device_check.py")
+    bench = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(bench)  # type: ignore[union-attr]
+    predicted_block_ms = bench.predicted_block_ms
     model = {"hidden": 5120, "heads": 40, "seq_len": 2048, "vocab": 51200}
     fwd, bwd = predicted_block_ms(model, 1, "h200", None, curves=True)
     _, block, _ = gpt_layers(ModelSpec(**model, layers=1, dropout=False), 1, flash_attention=True)
