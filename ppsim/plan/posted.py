@@ -20,6 +20,15 @@ from ppsim.plan.action import Action, Kind, new_action
 from ppsim.plan.plan import Plan
 
 
+def _park(waiting: list[list[int] | None], flag: int, rank: int) -> None:
+    """Park ``rank`` until ``flag`` is set."""
+    parked = waiting[flag]
+    if parked is None:
+        waiting[flag] = [rank]
+    else:
+        parked.append(rank)
+
+
 def posted_order(plan: Plan) -> tuple[list[list[Action]], bool] | None:
     """(every rank's actions with its sends and receives, whether every pair of ranks receives in
     the order of sending), or None when the plan cannot finish (a cycle of dependencies)."""
@@ -40,7 +49,7 @@ def posted_order(plan: Plan) -> tuple[list[list[Action]], bool] | None:
     forward = [pair(where[s], where[s + 1]) for s in range(last)] + [None]
     backward = [None] + [pair(where[s], where[s - 1]) for s in range(1, n_stages)]
     done = bytearray(3 * size)  # blocks: forward done, input grad (I) done, input grad (B or I) made
-    waiting: dict[int, list[int]] = {}
+    waiting: list[list[int] | None] = [None] * (3 * size)  #: per flag, the ranks parked on it
     out: list[list[Action]] = [[] for _ in acts]
     pos = [0] * len(acts)
     work = list(range(len(acts)))
@@ -57,7 +66,7 @@ def posted_order(plan: Plan) -> tuple[list[list[Action]], bool] | None:
                 at = s * m + mb
                 if s:
                     if not done[at - m]:
-                        waiting.setdefault(at - m, []).append(r)
+                        _park(waiting, at - m, r)
                         break
                     if (link := forward[s - 1]) is not None:
                         add(act((s, RECV_F, mb)))
@@ -67,19 +76,20 @@ def posted_order(plan: Plan) -> tuple[list[list[Action]], bool] | None:
                     add(act((s, SEND_F, mb)))
                     link[0].append(at)
                 done[at] = 1
-                if waiting and (woken := waiting.pop(at, None)):
+                if (woken := waiting[at]) is not None:
+                    waiting[at] = None
                     work.extend(woken)
                 i += 1
                 continue
             if k is B or k is I:
                 at = s * m + mb
                 if not done[at]:
-                    waiting.setdefault(at, []).append(r)
+                    _park(waiting, at, r)
                     break
                 if s < last:
                     grad = made_grad + at + m
                     if not done[grad]:
-                        waiting.setdefault(grad, []).append(r)
+                        _park(waiting, grad, r)
                         break
                     if (link := backward[s + 1]) is not None:
                         add(act((s, RECV_B, mb)))
@@ -90,18 +100,20 @@ def posted_order(plan: Plan) -> tuple[list[list[Action]], bool] | None:
                     add(act((s, SEND_B, mb)))
                     link[0].append(at)
                 done[at] = 1
-                if waiting and (woken := waiting.pop(at, None)):
+                if (woken := waiting[at]) is not None:
+                    waiting[at] = None
                     work.extend(woken)
                 if k is I:
                     at += made_i - made_grad
                     done[at] = 1
-                    if waiting and (woken := waiting.pop(at, None)):
+                    if (woken := waiting[at]) is not None:
+                        waiting[at] = None
                         work.extend(woken)
                 i += 1
                 continue
             if k is W:
                 if not done[at := made_i + s * m + mb]:
-                    waiting.setdefault(at, []).append(r)
+                    _park(waiting, at, r)
                     break
                 add(a)
                 i += 1
@@ -125,7 +137,7 @@ def posted_order(plan: Plan) -> tuple[list[list[Action]], bool] | None:
                     blocked = at
                     break
             if blocked >= 0:  # the rank that makes it wakes this one
-                waiting.setdefault(blocked, []).append(r)
+                _park(waiting, blocked, r)
                 break
             for s, k, mb in parts:  # the receives, right before
                 if k is F:
@@ -152,10 +164,9 @@ def posted_order(plan: Plan) -> tuple[list[list[Action]], bool] | None:
                     continue  # a weight grad (or a step-level action) feeds nothing another waits on
                 for flag in made:
                     done[flag] = 1
-                    if waiting:
-                        woken = waiting.pop(flag, None)
-                        if woken:
-                            work.extend(woken)
+                    if (woken := waiting[flag]) is not None:
+                        waiting[flag] = None
+                        work.extend(woken)
             i += 1
         pos[r] = i
     if any(pos[r] < len(ra) for r, ra in enumerate(acts)):
