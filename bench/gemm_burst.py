@@ -16,8 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ppexec.device_bench import Stopwatch  # noqa: E402
 
 WATCH = Stopwatch("cuda")
-
-dev = "cuda"
+dev = WATCH.device
 torch.manual_seed(0)
 
 

@@ -29,6 +29,7 @@ from ppexec.device_curves import (
     harmonic_mean,
     layer_gemm_shapes,
     octave_curve,
+    significant,
     sweep_hiddens,
 )
 from ppexec.model import TORCH_DTYPES, Block
@@ -86,8 +87,7 @@ class Stopwatch:
         return statistics.median(self.loop_ms(fn, calls) / calls for _ in range(self.repeats))
 
 
-def time_matmuls(shapes: Iterable[MatmulShape], dtype: torch.dtype, watch: Stopwatch,
-                 on_each: Callable[[Timed], None] | None = None) -> list[Timed]:
+def time_matmuls(shapes: Iterable[MatmulShape], dtype: torch.dtype, watch: Stopwatch) -> list[Timed]:
     """Each shape's time as one ``torch.mm`` (``torch.bmm`` when batched) into a preallocated output."""
     out = []
     gen = torch.Generator(device=watch.device).manual_seed(0)
@@ -103,10 +103,7 @@ def time_matmuls(shapes: Iterable[MatmulShape], dtype: torch.dtype, watch: Stopw
             b = b.transpose(-1, -2)
         c = torch.empty(*lead, shape.m, shape.k, dtype=dtype, device=watch.device)
         op = torch.bmm if lead else torch.mm
-        timed = Timed(shape, watch.ms(lambda op=op, a=a, b=b, c=c: op(a, b, out=c)))
-        out.append(timed)
-        if on_each is not None:
-            on_each(timed)
+        out.append(Timed(shape, watch.ms(lambda op=op, a=a, b=b, c=c: op(a, b, out=c))))
         del a, b, c
     return out
 
@@ -137,7 +134,7 @@ def attention_curve(dtype: torch.dtype, peak_flops: float, watch: Stopwatch,
         for t in splits:
             scores, context = time_matmuls(attention_shapes(d, seq_len, split=t), dtype, watch)
             rates.append(harmonic_mean(scores.fraction(peak_flops), context.fraction(peak_flops)))
-        points.append((float(d), float(f"{min(statistics.median(rates), 1.0):.3g}")))
+        points.append((float(d), significant(min(statistics.median(rates), 1.0))))
     return points
 
 
@@ -256,4 +253,7 @@ def measure_device(base: Device, dtype: str = "bf16", device: str = "cuda", quic
     tell("attention matmuls ...")
     att = attention_curve(torch_dtype, peak, watch, HEAD_DIMS[::3] if quick else HEAD_DIMS,
                           (1,) if quick else SWEEP_SPLITS, 256 if quick else 2048)
-    return DeviceMeasurement(device_entry(base, gemm_curve(timed, peak), att, hbm, dtype, machine), timed, peak)
+    entry = device_entry(base, gemm_curve(timed, peak), att, hbm, dtype, machine)
+    if quick:  # its sources name the full sweep: say plainly that this one was not
+        entry["description"] += " (--quick: tiny sweeps, a smoke test whose figures mean nothing)"
+    return DeviceMeasurement(entry, timed, peak)

@@ -118,9 +118,14 @@ def octave_curve(samples: Iterable[tuple[float, float]], digits: int = 3) -> lis
         return []
     keys = list(octaves)
     medians = pool_adjacent_violators([octaves[k][0] for k in keys], [octaves[k][1] for k in keys])
-    points = [(float(f"{2.0 ** k:.3g}"), float(f"{min(m, 1.0):.{digits}g}")) for k, m in zip(keys, medians)]
-    points.append((float(f"{2.0 ** (keys[-1] + 1):.3g}"), points[-1][1]))
+    points = [(significant(2.0 ** k), significant(min(m, 1.0), digits)) for k, m in zip(keys, medians)]
+    points.append((significant(2.0 ** (keys[-1] + 1)), points[-1][1]))
     return points
+
+
+def significant(x: float, digits: int = 3) -> float:
+    """``x`` to ``digits`` significant digits (as a curve's points are written)."""
+    return float(f"{x:.{digits}g}")
 
 
 def harmonic_mean(a: float, b: float) -> float:

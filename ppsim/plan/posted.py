@@ -62,6 +62,8 @@ def posted_order(plan: Plan) -> tuple[list[list[Action]], bool] | None:
             a = ra[i]
             s, k, mb = a
             # plain actions (all but overlapped pairs) each by its kind: what the loops below do for parts
+            # (setting a flag and waking what waited on it is written out at each place on purpose: a
+            # call per flag would cost more than the walk's parking saves)
             if k is F:
                 at = s * m + mb
                 if s:
