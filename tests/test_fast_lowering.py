@@ -1,20 +1,25 @@
 """The lowering's fast paths against plain references: the structure check on a table of flags
 agrees with the full one (a dict of actions, the grid on failure) on every schedule's plan and the
 same plans broken at random; the one-pass placement of posted sends gives what placing each
-receive before its consumer and each send after its producer, as the rule says, gives."""
+receive before its consumer and each send after its producer, as the rule says, gives; the walk
+that refuses plans which cannot finish agrees with the ideal timeline's; and only the very plans a
+schedule built skip the checks."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppsim.errors import PlanError, ScheduleError
 from ppsim.plan import COMPUTE_KINDS, Action, Kind, lower, schedules, validate, validate_structure
 from ppsim.plan.action import Overlap, message_kinds
-from ppsim.plan.deps import dependencies, grad_producers
+from ppsim.plan.deps import dependencies, grad_producers, ideal_times
 from ppsim.plan.lower import in_receive_order
+from ppsim.plan.plan import Plan, built_by_a_schedule
+from ppsim.plan.posted import finishes
 from ppsim.plan.validate import structure_holds
 
 NAMES = sorted(n for n in schedules.SCHEDULES if n != "auto")  # auto builds from stage costs
@@ -98,3 +103,50 @@ def test_posted_sends_are_placed_as_the_rule_says(name: str, p: int, extra: int,
     validate(lowered, rendezvous=False)
     steps = [list(r[:len(r) - sum(1 for a in r if a.kind is Kind.OPT)]) for r in lowered.actions]
     assert steps == _posted_by_the_rule(plan)
+
+
+def _ideal_timeline_finishes(plan) -> bool:
+    try:
+        ideal_times(plan)
+    except PlanError:
+        return False
+    return True
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.sampled_from(NAMES), p=st.integers(1, 5), extra=st.integers(0, 6), chunks=st.sampled_from([None, 2, 3]),
+       data=st.data())
+def test_the_walk_finds_the_cycles_the_ideal_timeline_finds(name: str, p: int, extra: int, chunks: int | None,
+                                                            data: st.DataObject) -> None:
+    try:
+        plan = schedules.build(name, p, p * (chunks or 1) + extra, chunks)
+    except ScheduleError:
+        return
+    assert finishes(plan) and _ideal_timeline_finishes(plan)
+    rows = [list(r) for r in plan.actions]
+    rank = data.draw(st.integers(0, len(rows) - 1))
+    if len(rows[rank]) < 2:
+        return
+    i, j = sorted(data.draw(st.lists(st.integers(0, len(rows[rank]) - 1), min_size=2, max_size=2, unique=True)))
+    rows[rank][i], rows[rank][j] = rows[rank][j], rows[rank][i]  # often a cycle: a wait before what it waits on
+    swapped = replace(plan, actions=tuple(tuple(r) for r in rows))
+    assert finishes(swapped) == _ideal_timeline_finishes(swapped)
+
+
+def test_only_the_plans_a_schedule_built_are_taken_as_valid() -> None:
+    plan = schedules.build("1f1b", 4, 8)
+    assert built_by_a_schedule(plan) and built_by_a_schedule(schedules.get("1f1b").build(4, 8, remembered=False))
+    assert not built_by_a_schedule(Plan.from_json(plan.to_json()))  # read back: anyone may have edited it
+    assert not built_by_a_schedule(plan.with_actions(plan.actions))  # new actions, however alike
+    assert not built_by_a_schedule(replace(plan, stage_to_rank=tuple(reversed(plan.stage_to_rank))))
+
+
+def test_a_changed_copy_of_a_built_plan_is_walked_and_refused_when_it_cannot_finish() -> None:
+    plan = schedules.build("1f1b", 2, 2)
+    # rank 0 waits for micro-batch 0's grad before it sends micro-batch 1, rank 1 insists on 1 first
+    rows = [[Action.parse(t) for t in row.split()] for row in ("0F0 0B0 0F1 0B1", "1F1 1B1 1F0 1B0")]
+    cyclic = replace(plan, actions=tuple(tuple(r) for r in rows))
+    for rendezvous in (False, True):
+        with pytest.raises(PlanError, match="cannot finish") as exc:
+            lower(cyclic, rendezvous=rendezvous)
+        assert ">>1F1<<" in (exc.value.detail or "")

@@ -34,8 +34,8 @@ from ppsim.plan.action import (
 )
 from ppsim.plan.deps import Duration, default_duration, dependencies, grad_producers, ideal_times
 from ppsim.plan.memo import per_plan
-from ppsim.plan.plan import Plan
-from ppsim.plan.posted import posted_order
+from ppsim.plan.plan import Plan, built_by_a_schedule
+from ppsim.plan.posted import finishes, posted_order
 from ppsim.plan.validate import structure_holds, validate_structure
 
 _TRAINING_KINDS = BACKWARD_KINDS | {Kind.OVERLAP_F_B}
@@ -90,12 +90,12 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
 def _posted(plan: Plan) -> list[list[Action]]:
     """Posted sends: each receive right before its consumer, each send right after its producer
     (:func:`~ppsim.plan.posted.posted_order`), then the sends to each peer in the order it
-    receives them. A plan whose dependencies form a cycle is refused with the grid."""
-    placed = posted_order(plan)
-    if placed is None:
+    receives them. A plan whose dependencies form a cycle is refused with the grid (a plan a
+    registered schedule built has none: it is not walked again)."""
+    if not built_by_a_schedule(plan) and not finishes(plan):
         ideal_times(plan)  # raises the error with the grid of where every rank is stuck
         raise PlanError(f"plan {plan.schedule!r} cannot finish")  # pragma: no cover - ideal_times raised
-    ranks, in_order = placed
+    ranks, in_order = posted_order(plan)
     return ranks if in_order else in_receive_order(ranks, plan.stage_to_rank)
 
 
@@ -160,8 +160,9 @@ def add_step_end(plan: Plan, data_parallel: int = 1, clip: bool = False, *, trai
 @per_plan
 def _structure_checked(plan: Plan) -> bool:
     """The plan's placement, ranges, duplicates and completeness, checked once per plan (a search
-    lowers the same plan for every recompute mode and ZeRO stage); raises PlanError when broken."""
-    if not structure_holds(plan):
+    lowers the same plan for every recompute mode and ZeRO stage; a registered schedule's plan is
+    valid by construction); raises PlanError when broken."""
+    if not built_by_a_schedule(plan) and not structure_holds(plan):
         validate_structure(plan, check_order=False)  # raises, with the grid
     return True
 

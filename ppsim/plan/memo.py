@@ -22,7 +22,8 @@ KEPT = 16  #: plans remembered per fact (each holds its plan's actions alive)
 def per_plan(fact: Callable[..., T] | None = None, *, kept: int = KEPT) -> Any:
     """``fact(plan, *args)``, computed once for each plan's actions and placement (and each
     combination of the further, hashable, arguments), for the ``kept`` most recent; use as
-    ``@per_plan`` or ``@per_plan(kept=N)`` (fewer for facts as big as a plan)."""
+    ``@per_plan`` or ``@per_plan(kept=N)`` (fewer for facts as big as a plan). The cached function's
+    ``remember(plan, value, *args)`` records a fact known without computing it."""
     if fact is None:
         return lambda f: per_plan(f, kept=kept)
     known: OrderedDict[tuple[object, ...], tuple[object, T]] = OrderedDict()
@@ -34,10 +35,16 @@ def per_plan(fact: Callable[..., T] | None = None, *, kept: int = KEPT) -> Any:
         if hit is not None and hit[0] is plan.actions:
             known.move_to_end(key)
             return hit[1]
-        value = fact(plan, *args)
+        return remember(plan, fact(plan, *args), *args)
+
+    def remember(plan: Plan, value: T, *args: object) -> T:
+        """Take ``value`` as the fact of ``plan`` (what its maker knows without computing it)."""
+        key = (id(plan.actions), plan.stage_to_rank, args)
         known[key] = (plan.actions, value)  # holding the actions keeps their id from being reused
+        known.move_to_end(key)
         if len(known) > kept:
             known.popitem(last=False)
         return value
 
+    cached.remember = remember  # type: ignore[attr-defined]
     return cached

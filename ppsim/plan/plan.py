@@ -135,6 +135,16 @@ def _kinds_by_rank(plan: Plan) -> tuple[frozenset[Kind], ...]:
     return tuple(frozenset(map(_kind_of, row)) for row in plan.actions)
 
 
+@per_plan(kept=64)
+def built_by_a_schedule(plan: Plan) -> bool:
+    """Whether ``plan``'s actions and placement are exactly what a registered schedule built (it
+    says so through ``built_by_a_schedule.remember(plan, True)``). Such a plan is valid by
+    construction: placed, complete, ordered and free of cycles (tests/test_schedules.py validates
+    every schedule's plans over its sizes), so lowering it checks none of that again. Other plans
+    (read from a file, edited, any changed copy: new actions) are checked in full."""
+    return False
+
+
 def loop_placement(num_ranks: int, chunks: int) -> tuple[int, ...]:
     """Virtual stage ``c * ranks + r`` runs on rank ``r`` (Megatron's interleaved placement)."""
     return tuple(s % num_ranks for s in range(num_ranks * chunks))
