@@ -128,14 +128,18 @@ class _Fabric:
 
     def start(self, flow: Flow) -> None:
         now = self.env.now
-        earliest = self.net.start(now, flow)  # no other finish changed: the booked wake-up still comes in time
-        at = earliest if earliest > now else now
+        at = self.net.start(now, flow)  # no other finish changed: the booked wake-up still comes in time
+        if at < now:
+            at = now
         if at < self.booked:
-            self._book(at)
+            self.booked = at
+            self.call_later(at - now, partial(self._on_wake, at))
 
     def send(self, pair: Hashable, flow: Flow) -> None:
         """Start ``flow`` now, or after the flows of ``pair`` queued before it."""
-        queue = self.queues.setdefault(pair, deque())
+        queue = self.queues.get(pair)
+        if queue is None:
+            queue = self.queues[pair] = deque()
         queue.append(flow)
         if len(queue) == 1:
             self.start(flow)
@@ -154,25 +158,23 @@ class _Fabric:
         if queue:
             self.start(queue[0])
 
-    def _wake(self) -> None:
-        """Book a wake-up at the next finish, unless one at or before it is booked already (that one
-        finds nothing finished, if rates changed since, and books the next)."""
-        at = max(self.env.now, self.net.next_finish())
-        if at < self.booked:
-            self._book(at)
-
-    def _book(self, at: float) -> None:
-        self.booked = at
-        self.call_later(at - self.env.now, partial(self._on_wake, at))
-
     def _on_wake(self, at: float) -> None:
+        """Hand out the flows finished by now; then book a wake-up at the next finish, unless one at
+        or before it is booked already (that one finds nothing finished, if rates changed since, and
+        books the next)."""
         if at != self.booked:
             return  # an earlier wake-up was booked after this one, and has come
         self.booked = -math.inf  # the flows that start as these finish book nothing: the wake-up below
-        for arrival, flow in self.net.finish_until(self.env.now):
+        now = self.env.now
+        net = self.net
+        for arrival, flow in net.finish_until(now):
             flow.on_done(arrival)  # type: ignore[misc]
-        self.booked = math.inf
-        self._wake()
+        at = net.next_finish()
+        if at < now:
+            at = now
+        self.booked = at
+        if at < math.inf:
+            self.call_later(at - now, partial(self._on_wake, at))
 
 
 def _call_later(env: simpy.Environment, delay: float, call: Callable[[], object]) -> None:
@@ -501,17 +503,13 @@ class _Simulation:
             return then()
         return _Wait(self.env.timeout(when - self.env.now), then)
 
-    def _arrival(self, key: int) -> Generator[Any, Any, None]:
-        """Wait for message ``key`` to arrive (one event per message, for its receiver and an eager sender)."""
-        waiting = self.awaited.get(key)
-        if waiting is None:
-            waiting = self.awaited[key] = self.new_event()
-        yield waiting
-
     def _arrived(self, key: int, pair: int, span: tuple[int, Action, float, int] | None, arrival: float) -> None:
         """A posted send's flow has delivered message ``key`` (at ``arrival``): the pair's next flow
         starts, an async send's span is written, and whoever waits for the message goes on."""
-        self.fabric.sent(pair)  # type: ignore[union-attr]
+        queue = self.fabric.queues[pair]  # type: ignore[union-attr]
+        queue.popleft()  # the pair's next flow starts (what _Fabric.sent does, inline: once per message)
+        if queue:
+            self.fabric.start(queue[0])  # type: ignore[union-attr]
         self.arrivals[key] = arrival
         if span is not None:
             r, a, begin, peer = span
@@ -543,7 +541,7 @@ class _Simulation:
         eager = self.blocking_send
         arrivals, awaited, pair_free = self.arrivals, self.awaited, self.pair_free
         send_f, send_b, recv_f, recv_b = self.posted_sends
-        nbytes, env, fire_at = self.nbytes, self.env, self.fire_at
+        nbytes, env, fire_at, new_event = self.nbytes, self.env, self.fire_at, self.new_event
         # the clock-free kernel parks a receive on its message (no event): the send resumes it
         parks = isinstance(env, ImmediateKernel)
         resume = env.resume if parks else None
@@ -584,9 +582,11 @@ class _Simulation:
                     t = posted
                     continue
                 end = arrivals[key]
-                if end is None:
+                if end is None:  # wait for its arrival (one event per message, for an eager sender and the receiver)
                     st.position, st.t = last - it.__length_hint__(), t
-                    yield from self._arrival(key)
+                    if (waiting := awaited.get(key)) is None:
+                        waiting = awaited[key] = new_event()
+                    yield waiting
                     end = arrivals[key]
                 append(tnew(Span, (r, "send", a, begin, end, nbytes, peer)))
                 t = end
@@ -602,7 +602,9 @@ class _Simulation:
                     end = arrivals[key]
                 elif end is None:
                     st.position, st.t = last - it.__length_hint__(), t
-                    yield from self._arrival(key)
+                    if (waiting := awaited.get(key)) is None:
+                        waiting = awaited[key] = new_event()
+                    yield waiting
                     end = arrivals[key]
                 end = (t if t > end else end) + overhead_ms
                 append(tnew(Span, (r, "recv", a, t, end, nbytes, peer)))

@@ -183,9 +183,16 @@ class Network:
             elif users:
                 alone = False
             users[flow] = None
-        if alone:  # most messages: nobody else's rate changes
-            flow.rate = known[2]
-            return self._project(flow, now)
+        if alone:  # most messages: nobody else's rate changes (what _project does, inline)
+            flow.rate = rate = known[2]
+            left = flow.left
+            if rate == math.inf or left <= max(EPSILON_BYTES, flow.nbytes * 1e-12, rate * 1e-9):
+                finish = now
+            else:
+                finish = now + left / rate if rate > 0 else math.inf
+            flow.finish = finish
+            heapq.heappush(self._heap, (finish, flow.order, flow))
+            return finish
         return self._share(self._component(route))
 
     def _head(self) -> tuple[float, int, Flow] | None:
