@@ -186,7 +186,7 @@ class Network:
         if alone:  # most messages: nobody else's rate changes (what _project does, inline)
             flow.rate = rate = known[2]
             left = flow.left
-            if rate == math.inf or left <= max(EPSILON_BYTES, flow.nbytes * 1e-12, rate * 1e-9):
+            if rate == math.inf or left <= EPSILON_BYTES or left <= flow.nbytes * 1e-12 or left <= rate * 1e-9:
                 finish = now
             else:
                 finish = now + left / rate if rate > 0 else math.inf
