@@ -39,10 +39,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Hashable
 from enum import Enum
 from functools import partial
-from typing import Any, NamedTuple
-
-import simpy
-from simpy.core import NORMAL
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ppsim.costs.table import CostTable, FabricCollective, Route
 from ppsim.errors import PlanError
@@ -55,6 +52,9 @@ from ppsim.sim.immediate import ImmediateKernel
 from ppsim.sim.network import Flow, Network
 from ppsim.trace import Counter, Span, Trace, plan_meta
 
+if TYPE_CHECKING:  # pragma: no cover - SimPy itself is loaded only as the kernel asked for
+    import simpy
+
 KERNELS = ("auto", "simpy", "clocked", "immediate")  #: what runs the ranks' processes (see :func:`simulate`)
 
 
@@ -62,16 +62,6 @@ class CommSemantics(str, Enum):
     ASYNC = "async"
     EAGER = "eager"
     RENDEZVOUS = "rendezvous"
-
-
-class _Arrival(simpy.Event):
-    """An event that succeeds ``delay`` after it is told to: a message's arrival, known only once
-    its transfer is under way. It sets itself up as SimPy's own Timeout does, later than created."""
-
-    def succeed_after(self, delay: float) -> None:
-        self._ok = True
-        self._value = None
-        self.env.schedule(self, NORMAL, max(0.0, delay))
 
 
 class _Message:
@@ -117,9 +107,7 @@ class _Fabric:
 
     def __init__(self, env: Any, capacity: Any) -> None:
         self.env = env
-        #: call a function some time from now: the clocked kernel's own way, else a SimPy timeout's callback
-        self.call_later: Callable[[float, Callable[[], object]], None] = getattr(env, "call_later", None) or partial(
-            _call_later, env)
+        self.call_later: Callable[[float, Callable[[], object]], None] = env.call_later  #: call a function later
         self.net = Network(capacity)
         #: the earliest wake-up booked and not yet come; it is no later than any active flow's finish,
         #: so a start books one only for a flow it makes finish earlier
@@ -175,11 +163,6 @@ class _Fabric:
         self.booked = at
         if at < math.inf:
             self.call_later(at - now, partial(self._on_wake, at))
-
-
-def _call_later(env: simpy.Environment, delay: float, call: Callable[[], object]) -> None:
-    """Call ``call`` ``delay`` from now on SimPy's clock: a timeout's callback."""
-    env.timeout(delay).callbacks.append(lambda _event: call())
 
 
 class _Feeder:
@@ -239,13 +222,14 @@ class _Simulation:
         if kernel == "immediate" and costs.fabric is not None:
             raise ValueError("the immediate kernel has no clock: a fabric's flows need kernel='clocked' or 'simpy'")
         if kernel == "simpy":
-            self.env: Any = simpy.Environment()
-            self.fire_at: Callable[[Any, float], None] = _Arrival.succeed_after
-            self.new_event: Callable[[], Any] = partial(_Arrival, self.env)
+            from ppsim.sim.simpy_kernel import SimPyKernel  # the reference: loaded only when asked for
+
+            self.env: Any = SimPyKernel()
+            self.new_event: Callable[[], Any] = self.env.new_event
         else:
             self.env = ClockedKernel() if kernel == "clocked" or costs.fabric is not None else ImmediateKernel()
-            self.fire_at = self.env.fire_at
             self.new_event = self.env.event
+        self.fire_at: Callable[[Any, float], None] = self.env.fire_at
         self.kernel = type(self.env).__name__
         self.nbytes = costs.message_bytes
         boundaries = range(max(1, plan.num_stages - 1))
