@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any
 
 LinkId = Hashable
 EPSILON_BYTES = 1e-6  #: a flow with less left than this has finished (float rounding)
@@ -26,7 +27,8 @@ EPSILON_BYTES = 1e-6  #: a flow with less left than this has finished (float rou
 class Flow:
     """One transfer in the network (compared by identity)."""
 
-    __slots__ = ("route", "nbytes", "latency_ms", "on_done", "left", "rate", "started_ms", "since", "finish", "order")
+    __slots__ = ("route", "nbytes", "latency_ms", "on_done", "left", "rate", "started_ms", "since", "finish", "order",
+                 "users")
 
     def __init__(self, route: dict[LinkId, float], nbytes: float, latency_ms: float = 0.0,
                  on_done: Callable[[float], None] | None = None) -> None:
@@ -40,6 +42,7 @@ class Flow:
         self.since = 0.0  #: when ``left`` was last brought up to date
         self.finish = math.inf  #: when its last byte leaves at today's rate
         self.order = 0  #: start order: ties are settled by it
+        self.users: tuple[tuple[LinkId, dict[Flow, None]], ...] = ()  #: once started: (link, the network's flows on it)
 
     def __repr__(self) -> str:
         return f"Flow({self.nbytes} bytes over {list(self.route)}, {self.left} left at {self.rate}/ms)"
@@ -111,8 +114,9 @@ class Network:
         self.now = 0.0
         self._heap: list[tuple[float, int, Flow]] = []
         self._started = 0
-        #: a route as given (by identity) -> its links that constrain: routes repeat, flow after flow
-        self._routes: dict[int, tuple[Mapping[LinkId, float], dict[LinkId, float]]] = {}
+        #: a route as given (by identity) -> (it, its links that constrain, its pace alone, (link, its flows)
+        #: per link): routes repeat, flow after flow
+        self._routes: dict[int, tuple[Mapping[LinkId, float], dict[LinkId, float], float, tuple[Any, ...]]] = {}
 
     def _advance(self, now: float) -> None:
         if now < self.now - 1e-9:
@@ -168,19 +172,17 @@ class Network:
             links = {link: w for link, w in given.items() if w > 0 and math.isfinite(self.capacity.get(link, math.inf))}
             # alone on its links, a flow goes at its slowest link's pace (unconstrained: infinitely fast)
             pace = min((self.capacity[link] / w for link, w in links.items()), default=math.inf)
-            known = self._routes[id(given)] = (given, links, pace)
+            users = tuple((link, self.users.setdefault(link, {})) for link in links)  # each link's flows, found once
+            known = self._routes[id(given)] = (given, links, pace, users)
         flow.route = route = known[1]  # shared by the flows of one route: read, never changed
+        flow.users = known[3]
         flow.started_ms = flow.since = now = self.now
         flow.order = self._started
         self._started += 1
         self.active[flow] = None
         alone = True
-        all_users = self.users
-        for link in route:
-            users = all_users.get(link)
-            if users is None:
-                users = all_users[link] = {}
-            elif users:
+        for _, users in known[3]:
+            if users:
                 alone = False
             users[flow] = None
         if alone:  # most messages: nobody else's rate changes (what _project does, inline)
@@ -242,11 +244,9 @@ class Network:
         if not done:
             return []
         links: set[LinkId] = set()
-        all_users = self.users
         for f in done:
             del self.active[f]
-            for link in f.route:
-                users = all_users[link]
+            for link, users in f.users:
                 del users[f]
                 if users:  # a link nobody else uses frees nobody
                     links.add(link)
