@@ -8,11 +8,13 @@ from pathlib import Path
 
 import typer
 from hypothesis import settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 from ppsim.costs import CostTable, Link, StageCost
+from ppsim.errors import ScheduleError
 from ppsim.inputs.scenario import Scenario, load
-from ppsim.plan import lower, schedules
+from ppsim.plan import Plan, lower, schedules
 from ppsim.sim import compute_ms, simulate
 from ppsim.trace import Trace
 
@@ -25,6 +27,19 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 DATA = Path(__file__).resolve().parent / "data"
 GPT_YAML = SCENARIOS / "gpt.yaml"  #: GPT-3 13B on 64 A100s, 8 stages x 8 replicas, 1F1B
+
+
+@st.composite
+def built_plans(draw: st.DrawFn) -> Plan | None:
+    """A registered schedule's compute-only plan (auto, which builds from stage costs, aside) at
+    p = 1-5 ranks, its default chunks or 2 or 3, and p x chunks micro-batches or up to 6 more; None
+    for sizes the schedule refuses (a test returns on it)."""
+    name = draw(st.sampled_from(sorted(n for n in schedules.SCHEDULES if n != "auto")))
+    p, extra, chunks = draw(st.integers(1, 5)), draw(st.integers(0, 6)), draw(st.sampled_from([None, 2, 3]))
+    try:
+        return schedules.build(name, p, p * (chunks or 1) + extra, chunks)
+    except ScheduleError:
+        return None
 
 
 @cache

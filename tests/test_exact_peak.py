@@ -7,23 +7,17 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import built_plans
 from ppsim.costs import CostTable, Link, StageCost
-from ppsim.errors import ScheduleError
-from ppsim.plan import lower, schedules
+from ppsim.plan import Plan, lower
 from ppsim.plan.held import peak_held
 from ppsim.sim import simulate
 
-NAMES = sorted(n for n in schedules.SCHEDULES if n != "auto")  # auto builds from stage costs
-
 
 @settings(max_examples=120, deadline=None)
-@given(name=st.sampled_from(NAMES), p=st.integers(1, 5), extra=st.integers(0, 6), chunks=st.sampled_from([None, 2, 3]),
-       data=st.data())
-def test_the_exact_peak_is_the_simulated_one(name: str, p: int, extra: int, chunks: int | None,
-                                             data: st.DataObject) -> None:
-    try:
-        plan = schedules.build(name, p, p * (chunks or 1) + extra, chunks)
-    except ScheduleError:
+@given(plan=built_plans(), data=st.data())
+def test_the_exact_peak_is_the_simulated_one(plan: Plan | None, data: st.DataObject) -> None:
+    if plan is None:
         return
     sizes = data.draw(st.lists(st.integers(0, 1 << 20), min_size=plan.num_stages, max_size=plan.num_stages))
     stages = tuple(StageCost(forward_ms=1.0, backward_ms=2.0, weight_grad_ms=1.0, activation_bytes=b) for b in sizes)

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import built_plans
 from ppsim.errors import PlanError, ScheduleError
 from ppsim.plan import COMPUTE_KINDS, Action, Kind, lower, schedules, validate, validate_structure
 from ppsim.plan.action import Overlap, message_kinds
@@ -92,11 +93,9 @@ def _posted_by_the_rule(plan) -> list[list[Action]]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(name=st.sampled_from(NAMES), p=st.integers(1, 5), extra=st.integers(0, 6), chunks=st.sampled_from([None, 2, 3]))
-def test_posted_sends_are_placed_as_the_rule_says(name: str, p: int, extra: int, chunks: int | None) -> None:
-    try:
-        plan = schedules.build(name, p, p * (chunks or 1) + extra, chunks)
-    except ScheduleError:
+@given(plan=built_plans())
+def test_posted_sends_are_placed_as_the_rule_says(plan: Plan | None) -> None:
+    if plan is None:
         return
     assert all(a.kind in COMPUTE_KINDS for r in plan.actions for a in r)
     lowered = lower(plan, rendezvous=False)
@@ -114,13 +113,9 @@ def _ideal_timeline_finishes(plan) -> bool:
 
 
 @settings(max_examples=200, deadline=None)
-@given(name=st.sampled_from(NAMES), p=st.integers(1, 5), extra=st.integers(0, 6), chunks=st.sampled_from([None, 2, 3]),
-       data=st.data())
-def test_the_walk_finds_the_cycles_the_ideal_timeline_finds(name: str, p: int, extra: int, chunks: int | None,
-                                                            data: st.DataObject) -> None:
-    try:
-        plan = schedules.build(name, p, p * (chunks or 1) + extra, chunks)
-    except ScheduleError:
+@given(plan=built_plans(), data=st.data())
+def test_the_walk_finds_the_cycles_the_ideal_timeline_finds(plan: Plan | None, data: st.DataObject) -> None:
+    if plan is None:
         return
     assert finishes(plan) and _ideal_timeline_finishes(plan)
     rows = [list(r) for r in plan.actions]
