@@ -135,7 +135,7 @@ def _kinds_by_rank(plan: Plan) -> tuple[frozenset[Kind], ...]:
     return tuple(frozenset(map(_kind_of, row)) for row in plan.actions)
 
 
-@per_plan(kept=64)
+@per_plan
 def built_by_a_schedule(plan: Plan) -> bool:
     """Whether ``plan``'s actions and placement are exactly what a registered schedule built (it
     says so through ``built_by_a_schedule.remember(plan, True)``). Such a plan is valid by
