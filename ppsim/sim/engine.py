@@ -120,8 +120,7 @@ class _Fabric:
         if at < now:
             at = now
         if at < self.booked:
-            self.booked = at
-            self.call_later(at - now, partial(self._on_wake, at))
+            self._book(at, now)
 
     def send(self, pair: Hashable, flow: Flow) -> None:
         """Start ``flow`` now, or after the flows of ``pair`` queued before it."""
@@ -147,9 +146,8 @@ class _Fabric:
             self.start(queue[0])
 
     def _on_wake(self, at: float) -> None:
-        """Hand out the flows finished by now; then book a wake-up at the next finish, unless one at
-        or before it is booked already (that one finds nothing finished, if rates changed since, and
-        books the next)."""
+        """Hand out the flows finished by now, then book a wake-up at the next finish. A wake-up
+        booked before an earlier one (a start made some flow finish sooner) finds it stale and returns."""
         if at != self.booked:
             return  # an earlier wake-up was booked after this one, and has come
         self.booked = -math.inf  # the flows that start as these finish book nothing: the wake-up below
@@ -160,9 +158,14 @@ class _Fabric:
         at = net.next_finish()
         if at < now:
             at = now
-        self.booked = at
+        self.booked = math.inf
         if at < math.inf:
-            self.call_later(at - now, partial(self._on_wake, at))
+            self._book(at, now)
+
+    def _book(self, at: float, now: float) -> None:
+        """Wake up at ``at`` (no later than any active flow's finish)."""
+        self.booked = at
+        self.call_later(at - now, partial(self._on_wake, at))
 
 
 class _Feeder:
@@ -490,10 +493,7 @@ class _Simulation:
     def _arrived(self, key: int, pair: int, span: tuple[int, Action, float, int] | None, arrival: float) -> None:
         """A posted send's flow has delivered message ``key`` (at ``arrival``): the pair's next flow
         starts, an async send's span is written, and whoever waits for the message goes on."""
-        queue = self.fabric.queues[pair]  # type: ignore[union-attr]
-        queue.popleft()  # the pair's next flow starts (what _Fabric.sent does, inline: once per message)
-        if queue:
-            self.fabric.start(queue[0])  # type: ignore[union-attr]
+        self.fabric.sent(pair)  # type: ignore[union-attr]
         self.arrivals[key] = arrival
         if span is not None:
             r, a, begin, peer = span

@@ -189,7 +189,7 @@ class Network:
             flow.rate = rate = known[2]
             left = flow.left
             if rate == math.inf or left <= EPSILON_BYTES or left <= flow.nbytes * 1e-12 or left <= rate * 1e-9:
-                finish = now
+                finish = now  # nothing to send, or no link to limit it
             else:
                 finish = now + left / rate if rate > 0 else math.inf
             flow.finish = finish
