@@ -1,5 +1,6 @@
 # Two entry points that set everything up on a fresh machine:
-#   make run   - install into .venv (with the TUI) and run ppsim on scenarios/gpt.yaml with an HTML timeline
+#   make run   - install ppsim into .venv (its core dependencies only) and run it on scenarios/gpt.yaml,
+#                writing the HTML timeline and the Chrome trace
 #   make test  - install into .venv (with torch, DeepSpeed and test tools) and run the whole test suite
 # For the inner loop: make test-fast leaves out the end-to-end runs of DeepSpeed and torch (marked slow).
 PYTHON ?= python3
@@ -16,7 +17,7 @@ $(BIN)/activate:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/activate
-	$(BIN)/pip install --quiet -e '.[tui]'
+	$(BIN)/pip install --quiet -e .
 	touch $@
 
 # torch first and pinned (the CPU build on disk; an unpinned torch pulls a multi-GB CUDA build), then
@@ -24,7 +25,7 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/activate
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/activate
 	$(BIN)/pip install --quiet torch==$(TORCH_VERSION)
 	DS_BUILD_OPS=0 $(BIN)/pip install --quiet --no-build-isolation deepspeed==$(DEEPSPEED_VERSION)
-	$(BIN)/pip install --quiet -e '.[dev,ray,tui]'
+	$(BIN)/pip install --quiet -e '.[dev,ray]'
 	touch $@ $(VENV)/.installed-run
 
 run: $(VENV)/.installed-run

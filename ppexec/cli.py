@@ -25,6 +25,7 @@ from ppsim.cli.common import (
     say,
     scenario_with,
     usage_error,
+    version_option,
 )
 from ppsim.errors import PpsimError, file_error
 
@@ -83,7 +84,7 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root() -> None:
+def _root(version: bool = version_option("ppexec")) -> None:
     """ppexec: run the same plan ppsim simulates, with DeepSpeed or torch, and record it."""
 
 
@@ -257,10 +258,10 @@ def validate_cmd(
     if json_out:
         sys.stdout.write(json.dumps(comparison_doc(result), indent=2) + "\n")
         return
-    from rich.console import Console
     from rich.table import Table
 
     from ppsim.views.render.compare_table import comparison_renderable
+    from ppsim.views.render.console import stdout_console
 
     shown = comparison_renderable(c)
     spread = result.profile_spread
@@ -270,7 +271,7 @@ def validate_cmd(
         head.add_row("profile spread", about)
     else:  # pragma: no cover - the headline is a grid
         err.print(f"profile spread {about}")
-    Console().print(shown)
+    stdout_console().print(shown)
     err.print("bubble error per rank, median over the recorded steps: "
               + ", ".join(f"rank {k} {x:+.2f} pp" for k, x in enumerate(result.bubble_error_pp)))
     err.print(f"wrote {out}/comparison.html, comparison.json, predicted.trace.json, run/")
@@ -332,6 +333,8 @@ def _bandwidth(gb_s: float) -> str:
 def _print_profile(p: Profile) -> None:
     from rich.table import Table
 
+    from ppsim.views.render.console import stdout_console
+
     table = Table(title="measured per micro-batch (ms)", title_justify="left")
     for col in ("layer", "forward", "backward", "weight grad", "optimizer", "params"):
         table.add_column(col, justify="right" if col != "layer" else "left")
@@ -345,9 +348,7 @@ def _print_profile(p: Profile) -> None:
     for pos in ("first", "middle", "last"):
         o = p.overheads[pos]
         over.add_row(pos, f"{o.forward_ms:.3f}", f"{o.backward_ms:.3f}", f"{o.clip_ms:.3f}", f"{o.optimizer_ms:.3f}")
-    from rich.console import Console
-
-    console = Console()
+    console = stdout_console()
     console.print(table)
     console.print(over)
     link = p.link

@@ -174,13 +174,6 @@ def test_error_text_is_printed_verbatim(capsys: pytest.CaptureFixture[str]) -> N
     assert "pip install 'ppsim[tui]' (see out[1]/[bold]x[/])" in capsys.readouterr().err
 
 
-def test_tui_without_textual_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "ppsim.views.tui.app", None)  # as if textual were not installed
-    res = invoke(app, "tui", GPT)
-    assert res.exit_code == 1
-    assert "pip install 'ppsim[tui]'" in res.output and "Traceback" not in res.output
-
-
 def test_tune_ray_missing_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)
     res = invoke(app, "tune", GPT, "--gpus", "8", "--executor", "ray", "--max-stages", "2")
@@ -253,3 +246,33 @@ def test_the_plan_line_names_every_choice_of_the_plan() -> None:
     plan = words[words.index("plan "):words.index(" partition ")]
     for part in ("data parallel 8", "tensor parallel 8", "(1,024 devices)", "recompute full", "ZeRO-1"):
         assert part in plan, (part, plan)
+
+
+@pytest.mark.parametrize("program", ["ppsim", "ppexec"])
+def test_version_prints_the_installed_distributions_version(program: str) -> None:
+    """``--version`` answers before any command (and needs no torch for ppexec's)."""
+    import importlib
+    import importlib.metadata
+
+    cli = importlib.import_module(f"{program}.cli")
+    res = invoke(cli.app, "--version")
+    assert res.exit_code == 0, res.output
+    assert res.output == f"{program} {importlib.metadata.version('ppsim')}\n"
+
+
+@pytest.mark.parametrize("args", [
+    ("run", str(SCENARIOS / "megatron-gpt3-175b.yaml")),
+    ("compare-schedules", GPT, "--schedules", "all", "--microbatches", "16"),
+    ("sweep", GPT, "--stages", "2,4,8", "--microbatches", "16,32"),
+    ("schedules",),
+], ids=lambda a: a[0])
+def test_output_that_is_not_a_terminal_cuts_no_figure(args: tuple[str, ...]) -> None:
+    """A pipe, a file or a CI log gets the tables at their natural width, not cut to 80 columns."""
+    res = invoke(app, *args)
+    assert res.exit_code == 0, res.output
+    assert "…" not in res.output
+    if args[0] == "run":
+        doc = json.loads(invoke(app, *args, "--json").stdout)
+        for r in doc["ranks"]:
+            assert f"{r['busy_ms']:,.3f}" in res.output
+        assert f"{doc['step_time_ms']:,.3f} ms" in res.output

@@ -29,6 +29,7 @@ from ppsim.cli.common import (
     say,
     scenario_with,
     usage_error,
+    version_option,
     write_pages,
 )
 from ppsim.errors import PpsimError
@@ -47,9 +48,16 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _root(version: bool = version_option("ppsim")) -> None:
+    """ppsim: predict and picture pipeline-parallel training."""
+
+
 def _wide_console(width: int) -> Console:
-    """stdout, as wide as the terminal, or ``width`` columns when piped."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else width)
+    """stdout, as wide as the terminal; when piped, as wide as the tables need (``width`` is unused)."""
+    from ppsim.views.render.console import stdout_console
+
+    return stdout_console(highlight=False)
 
 
 @app.command()
@@ -194,7 +202,9 @@ def _print_variants(variants: list, keys: list[str], title: str, targets: dict[s
             say("note", note)
         if not v.ok:
             say("error", f"{v.label} cannot run the scenario: {v.error}")
-    _wide_console(140).print(variants_table(variants, keys, title))
+    from ppsim.views.render.console import stdout_console
+
+    stdout_console(highlight=False).print(variants_table(variants, keys, title))
     report_written(targets)
 
 
@@ -435,9 +445,6 @@ def tui(
             if len(traces) > 2:
                 raise usage_error(f"at most two traces side by side, got {len(traces)}", "FILES")
             state = TuiState.from_traces(traces)
-    try:
-        from ppsim.views.tui.app import PpsimTui
-    except ImportError as exc:
-        say("error", f"the TUI needs textual ({exc}); install it with: pip install 'ppsim[tui]'")
-        raise typer.Exit(1) from None
+    from ppsim.views.tui.app import PpsimTui
+
     PpsimTui(state).run()

@@ -56,6 +56,26 @@ def bad_input_exits() -> Iterator[None]:
         fail(exc)
 
 
+def installed_version() -> str:
+    """The version of the installed ppsim distribution (ppsim and ppexec ship together)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ppsim")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed: pip install the checkout)"
+
+
+def version_option(program: str) -> Any:
+    """``--version``: print ``PROGRAM VERSION`` and exit 0, before any command runs."""
+    def show(value: bool) -> None:
+        if value:
+            typer.echo(f"{program} {installed_version()}")
+            raise typer.Exit()
+
+    return typer.Option(False, "--version", callback=show, is_eager=True, help="Print the version and exit.")
+
+
 def usage_error(message: str, option: str) -> typer.BadParameter:
     """Bad usage of ``option`` (exit 2, with the command's usage line)."""
     return typer.BadParameter(message, param_hint=option)

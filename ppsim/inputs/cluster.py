@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Literal
 
-from ppsim.errors import ScenarioError
+from ppsim.errors import PpsimError, ScenarioError
 
 if TYPE_CHECKING:  # pragma: no cover - networkx is imported when a cluster is first drawn as a graph
     import networkx as nx
@@ -60,7 +60,10 @@ class Cluster:
     def graph(self) -> nx.Graph:
         """Devices, node fabrics, NICs and the network as a networkx graph, with bandwidth (GB/s) and
         latency (us) per edge: the edges of :func:`edges`."""
-        import networkx as nx  # imported only to draw or search the graph: predicting reads edges()
+        try:
+            import networkx as nx  # an extra, only to draw or search the graph: predicting reads edges()
+        except ImportError:
+            raise PpsimError("Cluster.graph() needs networkx: pip install 'ppsim[reference]'") from None
 
         g = nx.Graph()
         g.add_node(SPINE)

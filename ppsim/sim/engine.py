@@ -226,6 +226,7 @@ class _Simulation:
             raise ValueError("the immediate kernel has no clock: a fabric's flows need kernel='clocked' or 'simpy'")
         if kernel == "simpy":
             from ppsim.sim.simpy_kernel import SimPyKernel  # the reference: loaded only when asked for
+            # (its module names the extra to install when SimPy is missing)
 
             self.env: Any = SimPyKernel()
             self.new_event: Callable[[], Any] = self.env.new_event

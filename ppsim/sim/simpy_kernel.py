@@ -8,8 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-import simpy
-from simpy.core import NORMAL
+from ppsim.errors import PpsimError
+
+try:
+    import simpy
+    from simpy.core import NORMAL
+except ImportError:  # an extra: the lean kernels need no SimPy
+    raise PpsimError("kernel='simpy' needs SimPy: pip install 'ppsim[reference]'", field="kernel") from None
 
 
 class Arrival(simpy.Event):

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ppsim.trace.compare import Comparison
+from ppsim.views.render.console import stdout_console
 from ppsim.views.text import or_dash
 
 
@@ -81,4 +82,4 @@ def comparison_renderable(c: Comparison) -> Group:
 
 
 def print_comparison(c: Comparison, console: Console | None = None) -> None:
-    (console or Console()).print(comparison_renderable(c))
+    (console or stdout_console()).print(comparison_renderable(c))

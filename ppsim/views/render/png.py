@@ -1,7 +1,8 @@
 """Write a Plotly figure as a PNG with kaleido, which drives a Chrome or Chromium found on the machine.
 
-:func:`check_png` fails early, with the fix, when kaleido or a browser is missing, so a command
-does not simulate first and fail at the end.
+kaleido and choreographer (how kaleido finds the browser) are core dependencies; the browser is the
+machine's. :func:`check_png` fails early, with the fix, when no browser is found, so a command does
+not simulate first and fail at the end.
 """
 
 from __future__ import annotations
@@ -33,11 +34,7 @@ def find_browser() -> str | None:
 
 
 def check_png(option: str = "--png") -> None:
-    """Raise a PpsimError naming ``option`` and the fix unless kaleido and a browser are available."""
-    try:
-        import kaleido  # noqa: F401
-    except ImportError:
-        raise PpsimError("needs the kaleido package: pip install 'kaleido>=1'", field=option) from None
+    """Raise a PpsimError naming ``option`` and the fix unless a browser is available for kaleido."""
     browser = find_browser()
     if browser is None:
         raise PpsimError(f"needs Chrome or Chromium and none was found; {_INSTALL}", field=option)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from rich.console import Console
 from rich.table import Table
 
 from ppsim.plan.schedules import SCHEDULES, ScheduleInfo
+from ppsim.views.render.console import stdout_console
 
 COLUMNS = ("schedule", "chunks", "placement", "backward", "micro-batches", "holds", "summary")
 
@@ -28,5 +28,5 @@ def schedules_table() -> Table:
     return table
 
 
-def print_schedules(width: int = 200) -> None:
-    Console(width=width).print(schedules_table())
+def print_schedules() -> None:
+    stdout_console().print(schedules_table())

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ppsim.trace.metrics import RankMetrics, Summary
+from ppsim.views.render.console import stdout_console
 from ppsim.views.text import gib, or_dash
 
 
@@ -112,4 +113,4 @@ def _over(r: RankMetrics, cap: float) -> str:
 
 
 def print_summary(s: Summary, console: Console | None = None) -> None:
-    (console or Console()).print(summary_renderable(s))
+    (console or stdout_console()).print(summary_renderable(s))
