@@ -3,11 +3,25 @@ read as one measured Trace, so a prediction can be checked against a run ppexec 
 
 torch.distributed.pipelining's schedule runtime runs every action inside
 ``record_function("PP:<action>")``: ``PP:0F3``, ``PP:2RECV_B1``, ``PP:0REDUCE_GRAD``, in ppsim's
-own text form. Each rank's file gives its rank (``distributedInfo.rank``), its clock
-(``baseTimeNanoseconds`` + ``ts``: Unix-epoch time, one clock for the ranks of a host) and, when
-the training loop calls ``prof.step()``, one ``ProfilerStep#N`` event per profiled step, which
-tells the steps apart. The Trace is the step whose step time is the median over the profiled
-steps, as ppexec chooses.
+own text form. Each rank's file gives its rank (``distributedInfo.rank``) and its clock
+(``baseTimeNanoseconds`` + ``ts``: Unix-epoch time, one clock for the ranks of a host). The Trace
+is the step whose step time is the median over the profiled steps, as ppexec chooses.
+
+Steps are told apart in one of two ways:
+
+- **ProfilerStep#N** events, which torch writes when the profiler has a ``schedule=`` and the loop
+  calls ``prof.step()``: each spans one step (from one ``prof.step()`` to the next), and every
+  event is the step of the window it lies in; step N is ``ProfilerStep#N``.
+- **The repetition of the actions**, when there are none (a profiler with no ``schedule=`` writes
+  no ProfilerStep events even if the loop calls ``prof.step()``): each rank runs its plan's same
+  sequence of actions every step, so the k-th occurrence of an action's text (in time) belongs to
+  step k (0, 1, ...). Every action of a rank must occur the same number of times, and step k's
+  actions must all start before step k + 1's first one; else the file is refused in one line.
+  Step k's window runs from its first action to the next step's first action (the last step's, to
+  the end of the trace): the optimizer step and the allocations after ``pipe.step()`` returns
+  belong to the step they follow, as in a ProfilerStep window; what comes before the first
+  step's first action belongs to no step. The pipeline's ranks must split into as many steps, and
+  files of the two kinds are not mixed.
 
 - A rank's place in the pipeline comes from the stages its actions name (the rank holding stage
   0 is pipeline rank 0, ...): loop and V placements alike. With data parallelism several files
@@ -24,8 +38,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 import statistics
+from collections import Counter as Tally
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +90,7 @@ class _RankFile:
     rank: int
     spans: dict[int, list[tuple[Action, float, float]]]  #: profiled step -> (action, start ns, end ns)
     memory: dict[int, list[tuple[float, float]]]  #: profiled step -> (ns, bytes allocated)
+    marked: bool = True  #: steps told apart by ProfilerStep#N events (else by the actions' repetition)
 
     @property
     def stages(self) -> tuple[int, ...]:
@@ -91,6 +108,7 @@ def load_kineto(paths: list[Path]) -> Trace:
             raise TraceError(f"{f.path} and {seen[f.rank]} are both rank {f.rank}: give each rank's file once")
         seen[f.rank] = f.path
     pipeline = _pipeline(files)
+    _same_steps(pipeline)
     steps = sorted(set.intersection(*(set(f.spans) for f in pipeline)))
     if not steps:
         raise TraceError("the rank files share no profiled step (ProfilerStep#N): they come from different runs "
@@ -119,7 +137,7 @@ def _read_rank(path: Path) -> _RankFile:
     labelled = [e for e in events if str(e.get("name", "")).startswith(PREFIX)]
     if not labelled:
         raise TraceError(f"{path} {_NO_LABELS}")
-    spans: dict[int, list[tuple[Action, float, float]]] = defaultdict(list)
+    actions: list[tuple[Action, float, float]] = []
     for e in labelled:
         text = str(e["name"])[len(PREFIX):]
         if text.endswith(SKIPPED):
@@ -129,7 +147,15 @@ def _read_rank(path: Path) -> _RankFile:
         except PlanError as exc:
             raise TraceError(f"{path}: the label {e['name']!r} is not a pipeline action ({exc.message})") from None
         start = _ns(e, base)
-        spans[_step_of(start, windows, path, e["name"])].append((action, start, start + float(e.get("dur", 0)) * 1e3))
+        actions.append((action, start, start + float(e.get("dur", 0)) * 1e3))
+    actions.sort(key=lambda x: x[1])
+    marked = bool(windows)
+    spans: dict[int, list[tuple[Action, float, float]]] = defaultdict(list)
+    if marked:
+        for a, t0, t1 in actions:
+            spans[_step_of(t0, windows, path, PREFIX + str(a))].append((a, t0, t1))
+    else:
+        spans, windows = _split_by_repetition(actions, path)
     for e in events:
         if _OPTIMIZER.match(str(e.get("name", ""))):
             start = _ns(e, base)
@@ -143,7 +169,57 @@ def _read_rank(path: Path) -> _RankFile:
         if twice is not None:
             raise TraceError(f"{path}: {twice} appears twice in one step: call prof.step() once per training step "
                              "(the ProfilerStep#N events tell the steps apart)")
-    return _RankFile(path, rank, dict(spans), _memory(doc, base, windows))
+    return _RankFile(path, rank, dict(spans), _memory(doc, base, windows), marked)
+
+
+def _split_by_repetition(actions: list[tuple[Action, float, float]], path: Path,
+                         ) -> tuple[dict[int, list[tuple[Action, float, float]]], list[tuple[int, float, float]]]:
+    """A rank's actions (in time order) without ProfilerStep events, split into steps by their repetition:
+    the k-th occurrence of an action's text is step k's. With each step's window: from its first action
+    to just before the next step's first one (the last step's, to the end of the trace)."""
+    counts = Tally(str(a) for a, _, _ in actions)
+    if not counts:
+        return {}, []
+    usual = Tally(counts.values()).most_common(1)[0][0]  #: the steps: how often most actions occur
+    odd = next((t for t, c in counts.items() if c != usual), None)
+    advice = ("profile whole training steps on every rank, or give profile() a schedule= so that prof.step() marks "
+              "each step (ProfilerStep#N)")
+    if odd is not None:
+        same = next(t for t, c in counts.items() if c == usual)
+        raise TraceError(f"{path} has no ProfilerStep#N events and its actions do not repeat evenly step after step "
+                         f"({PREFIX}{odd} occurs {counts[odd]}x, {PREFIX}{same} {usual}x), so its steps cannot be "
+                         f"told apart: {advice}")
+    seen: Tally[str] = Tally()
+    spans: dict[int, list[tuple[Action, float, float]]] = defaultdict(list)
+    for a, t0, t1 in actions:
+        spans[seen[str(a)]].append((a, t0, t1))
+        seen[str(a)] += 1
+    firsts = [min(t0 for _, t0, _ in spans[k]) for k in range(usual)]
+    for k in range(1, usual):
+        late = max(spans[k - 1], key=lambda x: x[1])
+        if late[1] >= firsts[k]:
+            raise TraceError(f"{path} has no ProfilerStep#N events and its actions do not repeat step after step "
+                             f"(step {k - 1}'s {PREFIX}{late[0]} starts after step {k}'s first action), so its steps cannot "
+                             f"be told apart: {advice}")
+    windows = [(k, firsts[k], math.nextafter(firsts[k + 1], -math.inf) if k + 1 < usual else math.inf)
+               for k in range(usual)]
+    return dict(spans), windows
+
+
+def _same_steps(pipeline: list[_RankFile]) -> None:
+    """Ranks whose steps were told apart by their actions' repetition must agree with each other: as many
+    steps on every rank, and no rank's steps told apart by ProfilerStep#N events instead."""
+    unmarked = [f for f in pipeline if not f.marked]
+    if not unmarked:
+        return
+    if len(unmarked) < len(pipeline):
+        marked = next(f for f in pipeline if f.marked)
+        raise TraceError(f"{marked.path} has ProfilerStep#N events and {unmarked[0].path} none: the files come from "
+                         "different profiler setups; profile every rank alike")
+    counts = {f.path.name: len(f.spans) for f in pipeline}
+    if len(set(counts.values())) > 1:
+        raise TraceError(f"the rank files have no ProfilerStep#N events and repeat their actions a different number of "
+                         f"times ({counts}): profile the same training steps on every rank")
 
 
 def _ns(event: dict[str, Any], base: float) -> float:
@@ -152,7 +228,8 @@ def _ns(event: dict[str, Any], base: float) -> float:
 
 def _step_of(ns: float, windows: list[tuple[int, float, float]], path: Path, name: str,
              outside_ok: bool = False) -> Any:
-    """The profiled step an event at ``ns`` belongs to (0 when the trace has no ProfilerStep events)."""
+    """The profiled step whose window (a ProfilerStep#N event's, or one told by the actions' repetition)
+    holds an event at ``ns``; 0 when there is no window (a rank with no action)."""
     if not windows:
         return 0
     for step, lo, hi in windows:

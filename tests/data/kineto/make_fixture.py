@@ -4,11 +4,14 @@ Two ranks train four stages of a small MLP with one of torch's own multi-stage s
 ScheduleInterleaved1F1B by default (loop placement: rank r holds stages r and r + 2), or
 ScheduleDualPipeV (V placement: rank r holds stages r and 3 - r; overlapped forward and backward
 actions) — 4 micro-batches, and the torch profiler records three steps
-(``schedule(wait=1, warmup=1, active=3)``), one Kineto JSON per rank. The files in this folder
-were written by
+(``schedule(wait=1, warmup=1, active=3)``), one Kineto JSON per rank. With ``--no-schedule`` the
+profiler has no ``schedule=`` and records the whole loop of two steps, ``prof.step()`` after each,
+as many users write it: torch then writes no ``ProfilerStep#N`` events, and ``profile_memory=True``
+adds the allocator's ``[memory]`` events. The files in this folder were written by
 
     OMP_NUM_THREADS=1 torchrun --nproc-per-node 2 tests/data/kineto/make_fixture.py tests/data/kineto
     OMP_NUM_THREADS=1 torchrun --nproc-per-node 2 tests/data/kineto/make_fixture.py tests/data/kineto/dualpipev DualPipeV
+    OMP_NUM_THREADS=1 torchrun --nproc-per-node 2 tests/data/kineto/make_fixture.py tests/data/kineto/no-schedule --no-schedule
 
 and tests/test_kineto.py reads them (and, as a slow test, makes new ones and reads those).
 """
@@ -25,12 +28,13 @@ from torch.distributed.pipelining import PipelineStage, ScheduleDualPipeV, Sched
 from torch.profiler import ProfilerActivity, profile, schedule
 
 HIDDEN, MICROBATCHES, STAGES, STEPS = 64, 4, 4, 5
+UNSCHEDULED_STEPS = 2  #: the steps of a run profiled with no schedule= (every one is recorded)
 
 
 SCHEDULES = {"Interleaved1F1B": ScheduleInterleaved1F1B, "DualPipeV": ScheduleDualPipeV}
 
 
-def main(out: Path, schedule_name: str = "Interleaved1F1B") -> None:
+def main(out: Path, schedule_name: str = "Interleaved1F1B", no_schedule: bool = False) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -50,8 +54,12 @@ def main(out: Path, schedule_name: str = "Interleaved1F1B") -> None:
     stages = [PipelineStage(layers[s], s, STAGES, torch.device("cpu")) for s in mine]
     pipe = SCHEDULES[schedule_name](stages, MICROBATCHES, loss_fn=nn.MSELoss())
     optimizer = torch.optim.SGD([p for s in mine for p in layers[s].parameters()], lr=0.01)
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=STEPS - 2)) as prof:
-        for _ in range(STEPS):
+    if no_schedule:
+        profiler, steps = profile(activities=[ProfilerActivity.CPU], profile_memory=True), UNSCHEDULED_STEPS
+    else:
+        profiler, steps = profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=STEPS - 2)), STEPS
+    with profiler as prof:
+        for _ in range(steps):
             optimizer.zero_grad()
             first, last = 0 in mine, STAGES - 1 in mine
             args = (x,) if first else ()
@@ -66,4 +74,8 @@ def main(out: Path, schedule_name: str = "Interleaved1F1B") -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("."), *sys.argv[2:3])
+    flags = [a for a in sys.argv[1:] if a.startswith("--")]
+    if set(flags) - {"--no-schedule"}:
+        sys.exit(f"unknown option {sorted(set(flags) - {'--no-schedule'})[0]}: the only one is --no-schedule")
+    positional = [a for a in sys.argv[1:] if not a.startswith("--")]
+    main(Path(positional[0]) if positional else Path("."), *positional[1:2], no_schedule="--no-schedule" in flags)
