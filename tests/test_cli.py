@@ -276,3 +276,53 @@ def test_output_that_is_not_a_terminal_cuts_no_figure(args: tuple[str, ...]) -> 
         for r in doc["ranks"]:
             assert f"{r['busy_ms']:,.3f}" in res.output
         assert f"{doc['step_time_ms']:,.3f} ms" in res.output
+
+
+def _fast_profile(tmp_path: Path, by: float) -> Path:
+    """tests/data/tiny-cpu.profile.yaml with every layer's times and overheads divided by ``by``."""
+    import yaml
+
+    doc = yaml.safe_load((Path(__file__).parent / "data" / "tiny-cpu.profile.yaml").read_text())
+    for part in (doc["embedding"], doc["block"], doc["head"], *doc["overheads"].values()):
+        for key in part:
+            if key.endswith("_ms"):
+                part[key] /= by
+    path = tmp_path / "fast.profile.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize(("extra", "costs_from", "words"), [
+    ((), "model", "datasheet: cpu's 0.05 TFLOP/s fp32 peak at 50 % efficiency (the device's)"),
+    (("--profile", "PROFILE"), "profile", "measured: profile PROFILE (on vm, x86_64, gloo, 2 ranks)"),
+])
+def test_the_summary_says_where_the_costs_come_from(tmp_path: Path, extra: tuple[str, ...], costs_from: str,
+                                                    words: str) -> None:
+    profile = str(_fast_profile(tmp_path, 1.0))
+    args = [a.replace("PROFILE", profile) for a in extra]
+    res = invoke(app, "run", str(SCENARIOS / "tiny-cpu.yaml"), *args)
+    assert res.exit_code == 0, res.output
+    assert f"costs          {words.replace('PROFILE', profile)}" in res.output
+    doc = json.loads(invoke(app, "run", str(SCENARIOS / "tiny-cpu.yaml"), *args, "--json").stdout)
+    assert doc["costs_from"] == costs_from and doc["costs_source"] == words.replace("PROFILE", profile)
+    assert doc["mfu_above_peak"] is None and doc["mfu"] < 1
+
+
+def test_explicit_costs_are_named_as_such() -> None:
+    res = invoke(app, "run", str(SCENARIOS / "zero-bubble-costs.yaml"))
+    assert "costs          explicit: the scenario's costs section" in res.output
+
+
+def test_mfu_above_100_percent_names_the_nominal_peak_as_the_reason(tmp_path: Path) -> None:
+    """Measured costs faster than the catalogue's nominal peak (a CPU's figure is a guess) give an
+    MFU over 100 %: said, with the figures and the fix, never printed bare."""
+    fast = _fast_profile(tmp_path, 100.0)
+    doc = json.loads(invoke(app, "run", str(SCENARIOS / "tiny-cpu.yaml"), "--profile", fast, "--json").stdout)
+    assert doc["mfu"] > 1
+    achieved = doc["mfu"] * 0.05
+    assert doc["mfu_above_peak"] == (f"the profile's measured times imply {achieved:,.3g} TFLOP/s per device, above "
+                                     "cpu's nominal 0.05 TFLOP/s fp32 peak: that peak is below what this machine does; "
+                                     "give its real peak in a device file (hardware.device_file)")
+    res = invoke(app, "run", str(SCENARIOS / "tiny-cpu.yaml"), "--profile", fast)
+    mfu_line = next(line for line in res.output.splitlines() if line.startswith("MFU"))
+    assert f"{100 * doc['mfu']:.1f} %  above 100 %: the profile's measured times imply" in mfu_line

@@ -33,13 +33,18 @@ from ppsim.inputs.scenario import ModelSpec, Scenario
 OPTIMIZER_BYTES_PER_PARAM = 32
 
 
+def uses_curves(s: Scenario, device: Device) -> bool:
+    """The matmuls are priced by the device's measured curves: asked for, not overridden by a flat
+    ``hardware.efficiency``, and the device has a curve."""
+    return s.hardware.gemm_curves and s.hardware.efficiency is None and (device.gemm is not None or device.attention is not None)
+
+
 def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device, links: Links) -> CostTable:
     """Per virtual stage costs of ``layout`` on ``device``, its links as ``links`` say."""
     training, d, t = s.training, s.data_parallel, s.tensor_parallel
     efficiency = s.hardware.efficiency or device.efficiency
     flops_per_ms = device.peak_flops(model.dtype) * efficiency / 1e3
-    curves = (s.hardware.gemm_curves and s.hardware.efficiency is None
-              and (device.gemm is not None or device.attention is not None))
+    curves = uses_curves(s, device)
 
     def matmuls(st: StageShape) -> tuple[float, float, float]:
         """The stage's matmul milliseconds: forward, backward (input and weight grads), weight grad."""

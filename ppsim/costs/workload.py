@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from ppsim.costs.analytic import analytic_costs
+from ppsim.costs.analytic import analytic_costs, uses_curves
 from ppsim.costs.explicit import explicit_costs
 from ppsim.costs.layers import LayerCost, gpt_layers
 from ppsim.costs.layout import Layout, lay_out
@@ -16,7 +16,7 @@ from ppsim.costs.links import scenario_links
 from ppsim.costs.partition import blocks_per_stage
 from ppsim.costs.table import CostTable
 from ppsim.errors import ScenarioError
-from ppsim.inputs.hardware import get_device
+from ppsim.inputs.hardware import Device, get_device
 from ppsim.inputs.scenario import Scenario
 
 if TYPE_CHECKING:  # pragma: no cover - a profile's reader is imported where a profile is used
@@ -34,6 +34,8 @@ class Workload:
     peak_flops_per_device: float | None
     samples_per_step: int
     tokens_per_step: int | None
+    costs_from: str = "model"  #: which builder priced the stages: model (the datasheet), profile or explicit
+    costs_source: str = ""  #: the same in words, with the figures or the file it used
 
 
 def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: tuple[int, ...] | None = None,
@@ -66,15 +68,30 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
     layout = lay_out(s, blocks, layers, stage_to_rank)
     if s.costs is not None:
         costs = explicit_costs(s, s.costs, layout, stage_to_rank)
+        source = ("explicit", "explicit: the scenario's costs section")
     elif profile is not None and layers is not None:
         from ppsim.costs.profiled import profiled_costs
 
         costs = profiled_costs(s, layout, profile, layers[1], split_backward)
+        source = ("profile", f"measured: {profile.describe()}")
     elif s.model is not None:
         costs = analytic_costs(s, s.model, layout, device, scenario_links(s, device, stage_to_rank))
+        source = ("model", datasheet_source(s, device))
     else:  # pragma: no cover - a Scenario has a model or costs
         raise ScenarioError("a scenario needs a 'model' section or a 'costs' section")
-    return _with_figures(s, costs, layout, device.peak_flops(s.model.dtype) if s.model else None)
+    w = _with_figures(s, costs, layout, device.peak_flops(s.model.dtype) if s.model else None)
+    return replace(w, costs_from=source[0], costs_source=source[1])
+
+
+def datasheet_source(s: Scenario, device: Device) -> str:
+    """How the analytic model priced the matmuls: the device's peak, at a flat efficiency or its
+    measured curves (the same choice :func:`~ppsim.costs.analytic.analytic_costs` makes)."""
+    dtype = s.model.dtype if s.model else "bf16"
+    peak = f"{s.hardware.device}'s {device.peak_tflops[dtype]:,g} TFLOP/s {dtype} peak"
+    if uses_curves(s, device):
+        return f"datasheet: {peak}, matmuls at its measured GEMM curves"
+    whose = "hardware.efficiency" if s.hardware.efficiency else "the device's"
+    return f"datasheet: {peak} at {100 * (s.hardware.efficiency or device.efficiency):g} % efficiency ({whose})"
 
 
 def model_layers(s: Scenario, profile: Profile | None = None) -> tuple[LayerCost, LayerCost, LayerCost] | None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from ppsim.errors import ScenarioError
 from ppsim.formats import PROFILE_FORMAT
@@ -138,6 +138,15 @@ class Profile(_Strict):
     #: the spread of what was measured: the layers, overheads, link and clipping at their lower
     #: (``low``) and upper (``high``) quartile; absent in profiles measured before it was recorded
     quartiles: dict[Literal["low", "high"], QuartileTimes] = Field(default_factory=dict)
+    _path: str | None = PrivateAttr(default=None)  #: the file it was read from (:func:`load_profile`)
+
+    def describe(self) -> str:
+        """Where the profile comes from, for a summary: its file and the machine it measured."""
+        m = self.machine
+        machine = ", ".join(str(m[k]) + (" ranks" if k == "ranks" else "") for k in ("host", "cpu", "backend", "ranks")
+                            if m.get(k) is not None)
+        where = f"profile {self._path}" if self._path else "a profile"
+        return f"{where} (on {machine})" if machine else where
 
     def overhead(self, stage: int, num_stages: int) -> Overheads:
         """The overheads of virtual stage ``stage`` of ``num_stages``. A single stage is first and
@@ -202,8 +211,10 @@ def load_profile(path: str | Path) -> Profile:
     if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
         raise ScenarioError(f"{p} is not a ppsim profile (its 'format' must be {PROFILE_FORMAT!r})", field="--profile")
     try:
-        return Profile.model_validate(data)
+        profile = Profile.model_validate(data)
     except ValidationError as exc:
         e = exc.errors()[0]
         where = ".".join(str(x) for x in e["loc"])
         raise ScenarioError(f"{p}: {where}: {e['msg']}", field="--profile") from None
+    profile._path = str(path)
+    return profile

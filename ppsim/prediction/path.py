@@ -77,7 +77,7 @@ def lower_built(b: Built) -> Plan:
                  clip=s.training.grad_clip > 0)
 
 
-def workload_meta(s: Scenario, w: Workload, training: bool, profile: Profile | None = None) -> dict[str, Any]:
+def workload_meta(s: Scenario, w: Workload, training: bool) -> dict[str, Any]:
     """Trace metadata the metrics read (what a step does, on how many devices)."""
     return {
         "scenario": s.name,
@@ -94,7 +94,8 @@ def workload_meta(s: Scenario, w: Workload, training: bool, profile: Profile | N
         "num_devices": s.pipeline.stages * s.data_parallel * s.tensor_parallel,
         "tensor_parallel": s.tensor_parallel,
         "partition": w.partition,
-        "costs_from": "explicit" if s.costs is not None else "profile" if profile is not None else "model",
+        "costs_from": w.costs_from,
+        "costs_source": w.costs_source,
         "device_memory_bytes": get_device(s.hardware.device, s.hardware.device_file).memory_gb * 2**30,
         "recompute": s.training.recompute,
         "zero_stage": s.training.zero_stage,
@@ -108,5 +109,5 @@ def predict(s: Scenario, profile: Profile | None = None, workload: Workload | No
     b = built or build(s, profile, workload)
     plan = lower_built(b)
     trace = simulate(plan, b.workload.costs, s.pipeline.comm)
-    trace.meta.update(workload_meta(s, b.workload, schedules.get(s.pipeline.schedule).training, profile))
+    trace.meta.update(workload_meta(s, b.workload, schedules.get(s.pipeline.schedule).training))
     return Prediction(scenario=s, plan=plan, workload=b.workload, trace=trace)

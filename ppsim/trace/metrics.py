@@ -59,6 +59,7 @@ class Summary:
     meta: dict[str, Any]
     memory_capacity_bytes: float | None = None  #: the device's memory
     fits: bool | None = None  #: every rank's peak within the capacity (None: memory not modelled)
+    mfu_above_peak: str | None = None  #: why MFU exceeds 100 %, when it does (:func:`mfu_above_peak`)
 
     @property
     def num_stages(self) -> int:
@@ -91,6 +92,9 @@ class Summary:
             "samples_per_step": self.meta.get("samples_per_step"),
             "tokens_per_step": self.meta.get("tokens_per_step"),
             "comm": self.meta.get("comm"),
+            "costs_from": self.meta.get("costs_from"),
+            "costs_source": self.meta.get("costs_source"),
+            "mfu_above_peak": self.mfu_above_peak,
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "fits": self.fits,
         }
@@ -257,6 +261,26 @@ def _headline(meta: dict[str, Any], step: float, busy: tuple[float, ...]) -> Hea
     return Headline(step, busy, bubble, sps, tps, mfu)
 
 
+def mfu_above_peak(meta: dict[str, Any], mfu: float | None) -> str | None:
+    """Why MFU is above 100 % (None when it is not): the step ran faster than the device's nominal
+    peak allows, so that peak, not the step, is wrong for what was measured or given."""
+    if mfu is None or mfu <= 1.0:
+        return None
+    peak = meta.get("peak_flops_per_device") or 0.0
+    device, dtype = meta.get("device") or "the device", meta.get("dtype") or ""
+    nominal = f"{device}'s nominal {peak / 1e12:,.3g} TFLOP/s {dtype} peak".replace("  ", " ")
+    achieved = f"{mfu * peak / 1e12:,.3g} TFLOP/s per device"
+    if meta.get("source") == "measured":
+        why = f"this run reached {achieved}, above {nominal}"
+    elif meta.get("costs_from") == "profile":
+        why = f"the profile's measured times imply {achieved}, above {nominal}"
+    elif meta.get("costs_from") == "explicit":
+        why = f"the scenario's explicit costs imply {achieved}, above {nominal}"
+    else:
+        why = f"the step implies {achieved}, above {nominal}"
+    return f"{why}: that peak is below what this machine does; give its real peak in a device file (hardware.device_file)"
+
+
 def summarize(trace: Trace) -> Summary:
     """All headline figures of a trace."""
     meta = trace.meta
@@ -285,4 +309,5 @@ def summarize(trace: Trace) -> Summary:
         mfu=mfu,
         per_rank=tuple(per_rank),
         meta=meta,
+        mfu_above_peak=mfu_above_peak(meta, mfu),
     )

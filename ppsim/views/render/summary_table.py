@@ -55,10 +55,16 @@ def summary_renderable(s: Summary) -> Group:
         head.add_row("partition", " ".join(str(c) for c in meta["partition"]) + " layers per stage")
     if meta.get("comm"):
         head.add_row("communication", str(meta["comm"]))
+    if meta.get("costs_source") and s.source == "simulated":
+        head.add_row("costs", str(meta["costs_source"]))
     head.add_row("step time", f"{s.step_time_ms:,.3f} ms")
     head.add_row("throughput", f"{or_dash(s.throughput_samples_per_s, ',.2f')} samples/s   "
                                f"{or_dash(s.tokens_per_s, ',.0f')} tokens/s")
-    head.add_row("MFU", or_dash(None if s.mfu is None else 100 * s.mfu, ".1f", " %"))
+    mfu = or_dash(None if s.mfu is None else 100 * s.mfu, ".1f", " %")
+    if s.mfu_above_peak:
+        head.add_row("MFU", Text.assemble(mfu, ("  above 100 %: ", "bold yellow"), s.mfu_above_peak))
+    else:
+        head.add_row("MFU", mfu)
     head.add_row("bubble", f"{100 * s.bubble_fraction:.2f} %  (idle / total over all ranks)")
     memory = memory_line(s)
     if memory:
