@@ -10,6 +10,9 @@ chunks, several. Definitions (used everywhere in ppsim):
 - peak activation micro-batches of a rank: the most micro-batches whose activations it holds at
   once, a micro-batch counting from the start of its forward to the end of its last backward piece
   (B, or W when the backward is split); with v chunks per rank each chunk's micro-batch counts 1/v.
+- exposed comm and peer wait of a rank: its time blocked in sends, receives and collectives outside
+  compute, split by what it waited for: the data moving (or queued for a link), or a peer's work
+  (:mod:`ppsim.trace.waits`); the rest of its bubble is idle, outside every action.
 - peak memory of a rank: the highest value of its ``memory_bytes`` counter (model states, buffers
   and the activations held), with the action running then; the plan fits when every rank's peak
   is within ``meta["device_memory_bytes"]``.
@@ -22,6 +25,7 @@ from typing import Any
 
 from ppsim.plan import Kind
 from ppsim.trace.trace import Span, Trace
+from ppsim.trace.waits import rank_waits
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,8 @@ class RankMetrics:
     bubble_fraction: float
     peak_activation_microbatches: float
     compute_ms: dict[str, float]  #: busy time split by kind (F, B, I, W, OPT)
-    comm_wait_ms: float  #: time the rank spends blocked in send / receive / collective outside compute
+    exposed_comm_ms: float  #: blocked outside compute while its data moved or queued for a link (:mod:`~ppsim.trace.waits`)
+    peer_wait_ms: float  #: blocked outside compute until a peer produced, sent or asked for the data
     peak_memory_bytes: float | None = None  #: highest ``memory_bytes`` counter value (simulated traces)
     peak_memory_at: str | None = None  #: the action running when the peak was reached
     static_memory_bytes: dict[str, int] | None = None  #: weights, gradients, optimizer, buffers, total
@@ -184,21 +189,17 @@ def rank_metrics(trace: Trace, step: float | None = None) -> list[RankMetrics]:
     chunks = int(trace.meta.get("chunks", 1))
     static = trace.meta.get("memory_static_bytes")
     out = []
-    n = trace.num_ranks
-    by_rank: list[list[tuple[float, float]]] = [[] for _ in range(n)]  #: every span's [start, end)
-    computes: list[list[Span]] = [[] for _ in range(n)]
+    computes: list[list[Span]] = [[] for _ in range(trace.num_ranks)]
     for s in trace.spans:
-        by_rank[s.rank].append((s.start, s.end))
         if s.lane == "compute":
             computes[s.rank].append(s)
-    for r, (intervals, compute) in enumerate(zip(by_rank, computes, strict=True)):
+    for r, (compute, waits) in enumerate(zip(computes, rank_waits(trace), strict=True)):
         busy = union_length([(s.start, s.end) for s in compute])
         kinds: dict[Kind, float] = {}
         for s in compute:
             k = s.action[1]
             kinds[k] = kinds.get(k, 0.0) + (s.end - s.start)
         by_kind = {k.value: ms for k, ms in kinds.items()}
-        waiting = union_length(intervals) - busy
         peak = memory_peak(trace, r, compute)
         out.append(
             RankMetrics(
@@ -208,7 +209,8 @@ def rank_metrics(trace: Trace, step: float | None = None) -> list[RankMetrics]:
                 bubble_fraction=(1.0 - busy / step) if step > 0 else 0.0,
                 peak_activation_microbatches=peak_activations(compute, chunks),
                 compute_ms=by_kind,
-                comm_wait_ms=max(0.0, waiting),
+                exposed_comm_ms=waits.exposed_comm_ms,
+                peer_wait_ms=waits.peer_wait_ms,
                 peak_memory_bytes=peak[0] if peak else None,
                 peak_memory_at=peak[1] if peak else None,
                 static_memory_bytes=static[r] if static and r < len(static) else None,

@@ -84,14 +84,15 @@ def rank_table(s: Summary) -> Table:
     if counts:
         table.add_column("layers", justify="right")
     with_memory = any(r.peak_memory_bytes is not None for r in s.per_rank)
-    for col in ("busy ms", "bubble", "peak act. mb", "comm wait ms") + (("peak mem GiB",) if with_memory else ()):
+    waits = ("exposed comm ms", "peer wait ms")
+    for col in ("busy ms", "bubble", "peak act. mb", *waits) + (("peak mem GiB",) if with_memory else ()):
         table.add_column(col, justify="right")
     for r in s.per_rank:
         row = [str(r.rank)] + ([",".join(map(str, r.stages)) or "-"] if several else [])
         if counts:
             row.append("+".join(str(counts[k]) for k in r.stages if k < len(counts)) or "-")
         row += [f"{r.busy_ms:,.3f}", f"{100 * r.bubble_fraction:.2f} %", f"{r.peak_activation_microbatches:g}",
-                f"{r.comm_wait_ms:,.3f}"]
+                f"{r.exposed_comm_ms:,.3f}", f"{r.peer_wait_ms:,.3f}"]
         if with_memory:
             over = bool(s.memory_capacity_bytes) and (r.peak_memory_bytes or 0) > (s.memory_capacity_bytes or 0)
             row.append(Text(or_dash(gib(r.peak_memory_bytes), ",.2f"), style="red" if over else ""))
