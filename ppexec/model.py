@@ -174,14 +174,3 @@ def parameter_count(spec: ModelSpec) -> int:
 
     emb, block, head = gpt_layers(spec, 1)
     return emb.params + spec.layers * block.params + head.params
-
-
-def memory_estimate_bytes(spec: ModelSpec, micro_batch: int, microbatches: int, stages: int) -> int:
-    """A rough upper bound of host memory for a whole local run (all ranks on this machine): fp32
-    weights, grads and Adam state (16 bytes / parameter) plus every micro-batch's activations (as
-    ppsim's memory model counts them, without recomputation)."""
-    from ppsim.costs.layers import gpt_layers
-
-    emb, block, head = gpt_layers(spec, micro_batch)
-    per_microbatch = emb.activation_bytes + spec.layers * block.activation_bytes + head.activation_bytes
-    return int(16 * parameter_count(spec) + per_microbatch * microbatches + stages * 400e6)  # ~400 MB per process

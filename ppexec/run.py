@@ -70,11 +70,11 @@ def check_environment(runtime: str = "deepspeed") -> None:
 
 def check_fits(s: Scenario, world: int) -> None:
     """Refuse a scenario whose local run would not fit in this machine's memory."""
-    from ppexec.model import memory_estimate_bytes
+    from ppsim.costs.host_memory import host_run_bytes
 
     if s.model is None:
         return
-    need = memory_estimate_bytes(s.model, s.training.micro_batch, s.microbatches, world)
+    need = host_run_bytes(s.model, s.training.micro_batch, s.microbatches, world)
     try:
         avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
     except (ValueError, OSError):  # pragma: no cover - non-POSIX

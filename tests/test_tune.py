@@ -183,7 +183,8 @@ def test_json_lists_the_top_plans_and_the_counts(small_yaml: Path, tmp_path: Pat
                               "1f1b,zb-h1", "--top", "3", "--json", "--jobs", "1", "--html", str(tmp_path / "t.html")])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert doc["plans"] == doc["pruned_by_memory"] + doc["simulated"] + doc["skipped_by_bound"] + doc["invalid"]
+    assert doc["considered"] == doc["pruned_by_memory"] + doc["simulated"] + doc["skipped_by_bound"] + doc["invalid"]
+    assert doc["fit"] == doc["skipped_by_bound"] + doc["simulated"]
     assert len(doc["top"]) == 3 and doc["why"]
     tops = [t["throughput_samples_per_s"] for t in doc["top"]]
     assert tops == sorted(tops, reverse=True)
@@ -244,11 +245,12 @@ def test_written_plans_run_and_predict_what_tune_ranked(small_yaml: Path, tmp_pa
     top = json.loads(res.stdout)["top"]
     files = [best] + [folder / f"small-tuned-{k}.yaml" for k in (1, 2, 3)]
     for path, row in zip(files, [top[0], *top[:3]]):
-        header = path.read_text().splitlines()[:5]
+        header = path.read_text().splitlines()[:6]
         assert header[0].startswith("# written by ppsim tune: plan ")
-        assert header[1] == f"# command: ppsim tune {small_yaml} --gpus 8 --schedules 1f1b,zb-h1 --micro-batch-sizes 1"
-        assert header[2] == f"# plan: {row['plan']}"
-        assert f"step {row['step_time_ms']:,.3f} ms" in header[3]
+        assert header[1].startswith("# search: ")
+        assert header[2] == f"# command: ppsim tune {small_yaml} --gpus 8 --schedules 1f1b,zb-h1 --micro-batch-sizes 1"
+        assert header[3] == f"# plan: {row['plan']}"
+        assert f"step {row['step_time_ms']:,.3f} ms" in header[4]
         run = runner.invoke(app, ["run", str(path), "--json"])
         assert run.exit_code == 0, run.output
         doc = json.loads(run.stdout)

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 
 from ppsim.cli.common import (
     PARALLEL_OPTIONS,
@@ -51,13 +50,6 @@ app = typer.Typer(
 @app.callback()
 def _root(version: bool = version_option("ppsim")) -> None:
     """ppsim: predict and picture pipeline-parallel training."""
-
-
-def _wide_console(width: int) -> Console:
-    """stdout, as wide as the terminal; when piped, as wide as the tables need (``width`` is unused)."""
-    from ppsim.views.render.console import stdout_console
-
-    return stdout_console(highlight=False)
 
 
 @app.command()
@@ -400,8 +392,10 @@ def tune(
             least = min((e for e in evals if e.peak_memory_bytes), key=lambda e: e.peak_memory_bytes or 0, default=None)
             hint = (f"; the least memory any plan needs is {(least.peak_memory_bytes or 0) / 2**30:,.1f} GiB "
                     f"({least.candidate.label()}) of {(least.memory_capacity_bytes or 0) / 2**30:,.0f} GiB" if least else "")
-            raise PpsimError(f"none of the {len(evals)} plans fits in memory on {n} devices{hint}; use more devices or "
-                             "a device with more memory", field="--gpus")
+            c = result.counts()
+            raise PpsimError(f"none of the {c.considered:,} plans considered fits in memory on {n} device{'s' * (n != 1)} "
+                             f"({c.pruned_by_memory:,} pruned by memory, {c.invalid:,} invalid){hint}; use more devices "
+                             "or a device with more memory", field="--gpus")
         write_pages(targets, lambda: figure(result))
         command = shlex.join(["ppsim", "tune", str(scenario)] + [
             x for opt, value in (("--gpus", gpus), ("--schedules", schedules_list), ("--micro-batch-sizes", micro_batches),
@@ -410,7 +404,9 @@ def tune(
     if json_out:
         sys.stdout.write(json.dumps(result.to_json_dict(top), indent=2) + "\n")
     else:
-        print_result(result, top, _wide_console(160))
+        from ppsim.views.render.console import stdout_console
+
+        print_result(result, top, stdout_console(highlight=False))
         report_written(targets)
     for line in written:
         err.print(line, soft_wrap=True)

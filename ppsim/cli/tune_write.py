@@ -49,13 +49,15 @@ def write_plans(result: TuneResult, source: Scenario, files: list[tuple[Path, in
     from ppsim import outputs
     from ppsim.search.tune.scenario_file import scenario_text
 
-    ranked = result.ranked
+    ranked, counts = result.ranked, result.counts()
     lines = []
     for path, k in files:
         if k > len(ranked):
-            lines.append(f"not written: {path} (only {len(ranked)} plans fit)")
+            why = (f"only {counts.fit:,} plans fit" if counts.fit < k
+                   else f"only {len(ranked):,} plans simulated, of {counts.fit:,} that fit")
+            lines.append(f"not written: {path} (plan {k}: {why})")
             continue
-        outputs.write_text(path, scenario_text(source, ranked[k - 1], k, len(ranked), command, path))
-        lines.append(f"wrote {path} (plan {k}: {ranked[k - 1].candidate.label()}); run it: ppsim run "
-                     f"{shlex.quote(str(path))}")
+        outputs.write_text(path, scenario_text(source, ranked[k - 1], k, counts, command, path))
+        lines.append(f"wrote {path} (plan {k}: {ranked[k - 1].candidate.label()}); on any machine: ppsim run "
+                     f"{shlex.quote(str(path))}; for ppexec on the cluster, see its header")
     return lines

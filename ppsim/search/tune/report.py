@@ -40,6 +40,50 @@ def noise_note(ranked: list[Evaluation], noise: float = NOISE) -> str | None:
 
 
 @dataclass(frozen=True)
+class TuneCounts:
+    """What one search did with its plans, under the names every output of ``ppsim tune`` uses (the
+    table's first line, ``--json``, the page's title, a written plan's header). Each plan considered
+    is exactly one of: pruned by memory (its exact peak is over the device's memory: not simulated),
+    skipped by bound (it fits, but its step-time bound shows it cannot be any plan the search reports:
+    not simulated), simulated (it fits; these are the plans ranked), or invalid (it cannot run: a
+    layer split, a placement). So ``considered = pruned_by_memory + skipped_by_bound + simulated +
+    invalid`` and ``fit = skipped_by_bound + simulated``."""
+
+    considered: int
+    pruned_by_memory: int
+    skipped_by_bound: int
+    simulated: int
+    invalid: int
+
+    @property
+    def fit(self) -> int:
+        return self.skipped_by_bound + self.simulated
+
+    @classmethod
+    def of(cls, evaluations: list[Evaluation]) -> TuneCounts:
+        ev = evaluations
+        return cls(
+            considered=len(ev),
+            pruned_by_memory=sum(1 for e in ev if e.error is None and not e.fits),
+            skipped_by_bound=sum(1 for e in ev if e.skipped),
+            simulated=sum(1 for e in ev if e.simulated),
+            invalid=sum(1 for e in ev if e.error is not None),
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {"considered": self.considered, "pruned_by_memory": self.pruned_by_memory,
+                "skipped_by_bound": self.skipped_by_bound, "simulated": self.simulated, "invalid": self.invalid,
+                "fit": self.fit}
+
+    def text(self) -> str:
+        """The one sentence every output gives, e.g. ``4,764 plans considered: 1,938 pruned by memory,
+        2,363 skipped by bound, 463 simulated, 0 invalid (2,826 fit)``."""
+        return (f"{self.considered:,} plans considered: {self.pruned_by_memory:,} pruned by memory, "
+                f"{self.skipped_by_bound:,} skipped by bound, {self.simulated:,} simulated, {self.invalid:,} invalid "
+                f"({self.fit:,} fit)")
+
+
+@dataclass(frozen=True)
 class TuneResult:
     scenario: str
     gpus: int
@@ -52,15 +96,8 @@ class TuneResult:
     def ranked(self) -> list[Evaluation]:
         return ranking(self.evaluations)
 
-    def counts(self) -> dict[str, int]:
-        ev = self.evaluations
-        return {
-            "plans": len(ev),
-            "pruned_by_memory": sum(1 for e in ev if e.error is None and not e.fits),
-            "simulated": sum(1 for e in ev if e.simulated),
-            "skipped_by_bound": sum(1 for e in ev if e.skipped),
-            "invalid": sum(1 for e in ev if e.error is not None),
-        }
+    def counts(self) -> TuneCounts:
+        return TuneCounts.of(self.evaluations)
 
     def why(self) -> list[str]:
         return explain(self.evaluations, self.ranked[0]) if self.ranked else []
@@ -71,7 +108,7 @@ class TuneResult:
         return {
             "scenario": self.scenario,
             "gpus": self.gpus,
-            **self.counts(),
+            **self.counts().to_dict(),
             "seconds": self.seconds,
             "jobs": self.jobs,
             "executor": self.executor,
@@ -86,12 +123,8 @@ class TuneResult:
 
 def print_result(result: TuneResult, top: int, console: Console | None = None) -> None:
     console = console or Console()
-    c = result.counts()
-    console.print(f"[bold]{escape(result.scenario)}[/] on {result.gpus} devices: {c['plans']} plans, "
-                  f"{c['pruned_by_memory']} pruned by memory (exact, no simulation), {c['simulated']} simulated, "
-                  f"{c['skipped_by_bound']} skipped (their step-time bound cannot beat a plan reported), "
-                  f"{c['invalid']} invalid; {result.seconds:.1f} s on {result.jobs} {result.executor} job(s)",
-                  highlight=False)
+    console.print(f"[bold]{escape(result.scenario)}[/] on {result.gpus} devices, {result.counts().text()}; "
+                  f"{result.seconds:.1f} s on {result.jobs} {result.executor} job(s)", highlight=False)
     ranked = result.ranked
     if not ranked:
         return
@@ -122,17 +155,21 @@ def print_result(result: TuneResult, top: int, console: Console | None = None) -
 
 def figure(result: TuneResult) -> go.Figure:
     """Throughput against stages and against micro-batches (best plan per value and schedule), and
-    every fitting plan's throughput against its peak memory with the Pareto front."""
+    every simulated plan's throughput against its peak memory with the Pareto front; the title gives
+    the search's counts (:meth:`TuneCounts.text`)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     from ppsim.views.render.memory import add_limit
 
     ranked = result.ranked
-    over = result.counts()["pruned_by_memory"]
+    c = result.counts()
+    undrawn = ([f"{c.pruned_by_memory:,} plan{'s' * (c.pruned_by_memory != 1)} over the device's memory "
+                "(pruned by memory)"] if c.pruned_by_memory else []) + (
+        [f"{c.skipped_by_bound:,} skipped by bound"] if c.skipped_by_bound else [])
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.07, subplot_titles=(
         "throughput vs pipeline stages", "throughput vs micro-batches per step", "throughput vs peak memory"
-        + (f"<br><sup>{over} plan{'s' * (over != 1)} over the device's memory: not simulated, not drawn</sup>" if over else "")))
+        + (f"<br><sup>{' and '.join(undrawn)}: not drawn</sup>" if undrawn else "")))
     schedules = sorted({e.candidate.schedule for e in ranked})
     colours = {name: series_color(i) for i, name in enumerate(schedules)}  # the same in both line plots
     for col, key, title in ((1, "stages", "stages p"), (2, "microbatches", "micro-batches m")):
@@ -152,7 +189,7 @@ def figure(result: TuneResult) -> go.Figure:
         fig.update_xaxes(title_text=title, type="log", tickvals=values, ticktext=[str(v) for v in values],
                          row=1, col=col)
     fig.add_trace(go.Scatter(x=[(e.peak_memory_bytes or 0) / GIB for e in ranked],
-                             y=[e.throughput_samples_per_s for e in ranked], mode="markers", name="fitting plans",
+                             y=[e.throughput_samples_per_s for e in ranked], mode="markers", name="simulated plans",
                              marker={"size": 5, "color": "#bbbbbb"}, text=[e.candidate.label() for e in ranked],
                              hovertemplate="%{text}<br>%{x:.1f} GiB<br>%{y:.2f} samples/s<extra></extra>"),
                   row=1, col=3)
@@ -168,10 +205,9 @@ def figure(result: TuneResult) -> go.Figure:
         add_limit(fig, capacity, max(((e.peak_memory_bytes or 0) / GIB for e in ranked), default=0.0), row=1, col=3,
                   vertical=True)
     fig.update_yaxes(title_text="samples/s", row=1, col=1)
-    c = result.counts()
     fig.update_layout(
-        title={"text": f"{result.scenario} on {result.gpus} devices: {c['plans']} plans, {c['simulated']} fit "
-                       f"and simulated" + (f"; best {ranked[0].candidate.label()}" if ranked else ""),
+        title={"text": f"{result.scenario} on {result.gpus} devices"
+                       + (f": best {ranked[0].candidate.label()}" if ranked else "") + f"<br><sup>{c.text()}</sup>",
                "font": {"size": 14}},
-        template="plotly_white", height=520, width=1500, margin={"l": 60, "r": 20, "t": 80, "b": 60})
+        template="plotly_white", height=540, width=1500, margin={"l": 60, "r": 20, "t": 100, "b": 60})
     return fig
