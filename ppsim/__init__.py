@@ -13,7 +13,7 @@ when called, so ``import ppsim`` stays light)::
 
 Packages follow the data flow: ``inputs`` (scenario, DeepSpeed config, profile, hardware, cluster)
 -> ``costs`` (layers, partition, memory, collectives, the CostTable) and ``plan`` (Actions, Plans,
-passes, schedules) -> ``sim`` (the SimPy engine) -> ``trace`` (Trace, metrics, compare, files)
+passes, schedules) -> ``sim`` (the discrete-event engine) -> ``trace`` (Trace, metrics, compare, files)
 -> ``views`` (tables, pages, the TUI); ``search`` (sweep, tune), ``predict`` and ``cli`` on top.
 """
 

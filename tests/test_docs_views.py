@@ -61,17 +61,3 @@ def test_every_command_runs_and_makes_the_picture_shown(tmp_path: Path) -> None:
             doc = json.loads((tmp_path / args[args.index("--trace") + 1]).read_text())
             assert validate_chrome_trace(doc) == []
             assert any(e["ph"] == "C" and e["name"] == "memory_bytes" for e in doc["traceEvents"])
-
-
-def test_the_quoted_sweep_table_is_what_ppsim_prints() -> None:
-    cmd = next(c for c in commands() if c.startswith("ppsim sweep"))
-    args = shlex.split(cmd)[1:]
-    args = args[: args.index("--png")]
-    res = subprocess.run([sys.executable, "-c", "from ppsim.cli import main; main()", *args], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr
-    quoted = re.search(r"```text\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S).group(1)
-    rows = [line for line in quoted.splitlines() if line.startswith("│")]
-    assert len(rows) == 10
-    for row in rows:
-        assert row in res.stdout, row

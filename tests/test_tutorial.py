@@ -44,16 +44,3 @@ def test_every_command_of_the_tutorial_runs(tmp_path: Path) -> None:
     for made in ("three-stages.html", "three-stages.trace.json", "predicted.json", "compare.html",
                  "runs/three-stages/trace.json", "validation/comparison.html"):
         assert (work / made).is_file(), made
-
-
-def test_the_quoted_prediction_matches_what_ppsim_prints() -> None:
-    """The predicted figures quoted in the tutorial are the ones ppsim prints (measured ones vary)."""
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    text = DOC.read_text(encoding="utf-8")
-    for args, figure in (([], "600.502 ms"), (["--partition", "balanced"], "553.268 ms"),
-                         (["--microbatches", "32"], "2,086.499 ms"), (["--schedule", "gpipe"], "55.55 GiB on rank 2")):
-        res = subprocess.run([str(BIN / "ppsim"), "run", "three-stages.yaml", *args], cwd=FILES, env=env,
-                             capture_output=True, text=True, timeout=120)
-        assert res.returncode == 0, res.stderr
-        assert figure in text, figure
-        assert figure in " ".join(res.stdout.split()), (args, res.stdout)

@@ -1,4 +1,4 @@
-"""The discrete-event simulator (SimPy): executes a lowered Plan against a CostTable and returns a Trace.
+"""The discrete-event simulator (SimPy's event order; SimPy itself is the reference kernel, an extra): executes a lowered Plan against a CostTable and returns a Trace.
 
 Imports plan, costs and trace; knows no schedule names.
 """
