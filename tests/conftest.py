@@ -6,6 +6,7 @@ import re
 from functools import cache
 from pathlib import Path
 
+import pytest
 import typer
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -15,6 +16,7 @@ from ppsim.costs import CostTable, Link, StageCost
 from ppsim.errors import ScheduleError
 from ppsim.inputs.scenario import Scenario, load
 from ppsim.plan import Plan, lower, schedules
+from ppsim.search.tune.space import SearchSpace
 from ppsim.sim import compute_ms, simulate
 from ppsim.trace import Trace
 
@@ -82,3 +84,38 @@ def table_rows(text: str) -> list[list[str]]:
     """The cells of every Markdown table row in ``text`` (a ``\\|`` inside a cell does not split it)."""
     return [[c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
             for line in text.splitlines() if line.lstrip().startswith("|")]
+
+
+# ----- a small tuner search, shared by the tune tests ----------------------------------------------------
+def small_base() -> dict:
+    """gpt.yaml's 13B model with a batch of 16 sequences: small enough to simulate every plan."""
+    data = load(GPT_YAML).model_dump(exclude_none=True)
+    data["training"]["global_batch"] = 16
+    data["pipeline"].pop("microbatches", None)
+    data["data_parallel"] = 1
+    return data
+
+
+SPACE = SearchSpace(gpus=8, micro_batches=(1, 2), schedules=("1f1b", "interleaved-1f1b", "zb-h1"))
+
+
+@cache
+def small_search() -> tuple:
+    """(base, candidates, every candidate evaluated) of :data:`SPACE` on :func:`small_base`."""
+    from ppsim.inputs.scenario import parse_scenario
+    from ppsim.search.tune.executors import run_local
+    from ppsim.search.tune.space import candidates
+
+    base = small_base()
+    cands = candidates(parse_scenario(base), SPACE)
+    return base, cands, run_local(base, cands, 1)
+
+
+@pytest.fixture(scope="module")
+def small_yaml(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """:func:`small_base` as a scenario file."""
+    import yaml
+
+    path = tmp_path_factory.mktemp("tune") / "small.yaml"
+    path.write_text(yaml.safe_dump(small_base()))
+    return path

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from functools import cache
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import GPT_YAML
+from conftest import GPT_YAML, SPACE, small_base, small_search
 from ppsim.cli import app
 from ppsim.costs import build_workload
 from ppsim.errors import PpsimError
@@ -29,25 +28,6 @@ from ppsim.trace.metrics import summarize
 
 GPT = GPT_YAML
 runner = CliRunner()
-
-
-def small_base() -> dict:
-    """gpt.yaml's 13B model with a batch of 16 sequences: small enough to simulate every plan."""
-    data = load(GPT).model_dump(exclude_none=True)
-    data["training"]["global_batch"] = 16
-    data["pipeline"].pop("microbatches", None)
-    data["data_parallel"] = 1
-    return data
-
-
-SPACE = SearchSpace(gpus=8, micro_batches=(1, 2), schedules=("1f1b", "interleaved-1f1b", "zb-h1"))
-
-
-@cache
-def small_search() -> tuple:
-    base = small_base()
-    cands = candidates(parse_scenario(base), SPACE)
-    return base, cands, run_local(base, cands, 1)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -169,15 +149,6 @@ def test_an_evaluation_that_cannot_run_says_why() -> None:
 
 
 # ----- the command ---------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def small_yaml(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import yaml
-
-    path = tmp_path_factory.mktemp("tune") / "small.yaml"
-    path.write_text(yaml.safe_dump(small_base()))
-    return path
-
-
 def test_json_lists_the_top_plans_and_the_counts(small_yaml: Path, tmp_path: Path) -> None:
     res = runner.invoke(app, ["tune", str(small_yaml), "--gpus", "8", "--micro-batch-sizes", "1,2", "--schedules",
                               "1f1b,zb-h1", "--top", "3", "--json", "--jobs", "1", "--html", str(tmp_path / "t.html")])

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from test_tune import small_base, small_search
 from typer.testing import CliRunner
 
+from conftest import small_search
 from ppsim.cli import app
 from ppsim.inputs.scenario import load, parse_scenario
 from ppsim.search.tune import scenario_file
@@ -44,15 +44,6 @@ def counts_in(text: str) -> tuple[int, ...]:
 def as_tuple(c: dict | TuneCounts) -> tuple[int, ...]:
     d = c if isinstance(c, dict) else c.to_dict()
     return tuple(d[k] for k in ("considered", "pruned_by_memory", "skipped_by_bound", "simulated", "invalid", "fit"))
-
-
-@pytest.fixture(scope="module")
-def small_yaml(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import yaml
-
-    path = tmp_path_factory.mktemp("tune-counts") / "small.yaml"
-    path.write_text(yaml.safe_dump(small_base()))
-    return path
 
 
 def test_one_search_shows_the_same_counts_everywhere(small_yaml: Path, tmp_path: Path) -> None:
