@@ -1,4 +1,5 @@
-"""The discrete-event simulator (SimPy's event order; SimPy itself is the reference kernel, an extra): executes a lowered Plan against a CostTable and returns a Trace.
+"""The discrete-event simulator: executes a lowered Plan against a CostTable and returns a Trace, in
+SimPy's event order (SimPy itself, an extra, is the reference kernel the lean ones are tested against).
 
 Imports plan, costs and trace; knows no schedule names.
 """
