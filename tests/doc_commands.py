@@ -10,6 +10,7 @@ import re
 import shlex
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -324,3 +325,53 @@ def rewrite(q: Quoted, lines: dict[int, tuple[str, str]]) -> None:
         f.seek(0)
         f.write("".join(text))
         f.truncate()
+
+
+UPDATE = os.environ.get("PPSIM_UPDATE_DOCS", "") not in ("", "0")
+UPDATE_COMMAND = "PPSIM_UPDATE_DOCS=1 .venv/bin/python -m pytest tests/test_docs_outputs.py"
+
+
+def quoted_for(cmd: Command) -> list[Quoted]:
+    """The marked blocks of ``cmd``'s doc that quote what ``cmd`` prints."""
+    doc = next(d for d in DOCS if d.name == cmd.doc)
+    return [q for q in quoted_blocks(doc) if q.command.text == cmd.text]
+
+
+def checked_in_order(q: Quoted) -> bool:
+    """Whether the slow test that runs its doc's commands in order checks ``q`` as it goes (a block
+    whose command, or one run first for it, is ppexec's, and whose command is one of the doc's):
+    tests/test_docs_outputs.py then does not run those commands a second time."""
+    return (any(c.program == "ppexec" for c in (*prerequisites(q), q.command))
+            and any(c.text == q.command.text for c in commands(q.doc)))
+
+
+def check_quoted(q: Quoted, code: int, output: str) -> str | None:
+    """Why ``output`` (and exit ``code``) is not what ``q`` quotes, or None when it is. With
+    ``PPSIM_UPDATE_DOCS=1`` a quoted line with other figures than the printed line of its shape is
+    rewritten in the doc (measured blocks aside) instead of failing."""
+    fails = any(line.startswith("error:") for line in q.lines)
+    if (code != 0) != fails:
+        return (f"{q.where}: `{q.command.text}` exited {code}, the doc quotes {'an error' if fails else 'a success'}"
+                f"\n{output[-3000:]}")
+    found = mismatches(q, output)
+    if UPDATE and not q.measured:
+        fixed = {m.index: (m.quoted, updated(m.quoted, m.printed)) for m in found if m.same_shape and m.printed}
+        if fixed:
+            rewrite(q, fixed)
+            warnings.warn(f"{q.where}: rewrote {len(fixed)} quoted line(s) with what `{q.command.text}` prints",
+                          stacklevel=2)
+        found = [m for m in found if m.index not in fixed]
+    return _report(q, found, output) if found else None
+
+
+def _report(q: Quoted, found: list[Mismatch], output: str) -> str:
+    kind = "by shape, numbers aside (a measured run's figures)" if q.measured else "line by line"
+    rows = []
+    for m in found:
+        rows += [f"  quoted  (line {q.first_line + m.index}): {m.quoted}",
+                 f"  printed{' (same shape)' if m.same_shape else ' (closest)   '}: {m.printed}"]
+    hint = (f"\nto take the printed figures: {UPDATE_COMMAND}" if any(m.same_shape for m in found)
+            else "\nedit the block by hand: no printed line has its shape")
+    printed = "\n".join(line.rstrip() for line in output.splitlines())
+    return (f"{q.where}: `{q.command.text}` does not print what the doc quotes (compared {kind}):\n"
+            + "\n".join(rows) + hint + "\n--- what it printed ---\n" + printed[-4000:])

@@ -1,5 +1,6 @@
 """Every command of README.md and docs/*.md runs as written, in the order written, in a folder with
-the project's scenarios (the slow test below); what cannot run here is a template whose words in
+the project's scenarios (the slow test below, which also checks each output the doc quotes for a
+command as it runs it, see tests/test_docs_outputs.py); what cannot run here is a template whose words in
 ``<angle brackets>`` or ``$VARIABLES`` the reader fills in, listed here with the reason. The fast
 tests check, without running anything, that each command's input files exist or were written by
 an earlier command of the same file, and that the lists below match the docs."""
@@ -13,7 +14,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from doc_commands import DOCS, PROGRAMS, Command, commands, placeholders, run_command
+from doc_commands import DOCS, PROGRAMS, Command, check_quoted, commands, placeholders, quoted_for, run_command
 
 from conftest import ROOT
 
@@ -143,8 +144,12 @@ def test_every_command_runs_in_the_order_written(tmp_path: Path, doc: Path) -> N
     if any(c.program == "ppexec" for c in cmds) and not all(importlib.util.find_spec(m) for m in ("torch", "deepspeed")):
         pytest.skip("ppexec's commands need torch and deepspeed (make test installs them)")
     shutil.copytree(ROOT / "scenarios", tmp_path / "scenarios")
+    problems = []  # quoted outputs that differ: all of them reported at the end
     for cmd in cmds:
         code, output = run_command(cmd, tmp_path)
         assert code == 0, f"{doc.name}: {cmd.text}\n{output[-3000:]}"
         for out in cmd.outputs():
             assert (tmp_path / out).exists(), f"{doc.name}: {cmd.text!r} did not write {out}"
+        problems += [p for q in quoted_for(cmd) if (p := check_quoted(q, code, output))]
+    if problems:
+        pytest.fail("\n\n".join(problems), pytrace=False)

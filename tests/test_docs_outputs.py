@@ -13,7 +13,9 @@ comparison with a run), whose figures vary from run to run: it is checked by sha
 number a placeholder. Each command runs in a fresh folder holding the project's scenarios/
 (tutorial.md's in a copy of docs/tutorial/), after the commands above it in the same doc that write
 what it reads; ppsim in process (fast, the normal suite), ppexec as a subprocess (marked slow). A
-block whose quoted lines start with ``error:`` expects the command to fail.
+block whose quoted lines start with ``error:`` expects the command to fail. A block that needs ppexec
+and quotes one of its doc's commands is checked by the slow test that runs the doc's commands in
+order (tests/test_docs_commands.py, tests/test_tutorial.py) as it goes, not here a second time.
 
 When figures move, ``PPSIM_UPDATE_DOCS=1 .venv/bin/python -m pytest tests/test_docs_outputs.py``
 rewrites each quoted line of the blocks it runs with the printed line of the same shape (the line
@@ -25,10 +27,8 @@ shows the quoted line and the printed one.
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import shutil
-import warnings
 from pathlib import Path
 
 import pytest
@@ -38,20 +38,18 @@ from doc_commands import (
     PROGRAMS,
     Command,
     Quoted,
+    check_quoted,
+    checked_in_order,
     marker_lines,
     mismatches,
     placeholders,
     prerequisites,
     quoted_blocks,
-    rewrite,
     run_command,
     updated,
 )
 
 from conftest import ROOT
-
-UPDATE = os.environ.get("PPSIM_UPDATE_DOCS", "") not in ("", "0")
-UPDATE_COMMAND = "PPSIM_UPDATE_DOCS=1 .venv/bin/python -m pytest tests/test_docs_outputs.py"
 
 #: marked blocks whose command is too slow for CI, by (file, the start of the command): why
 NOT_RUN: dict[tuple[str, str], str] = {}
@@ -164,20 +162,7 @@ def _folder(q: Quoted, tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _report(q: Quoted, found: list, output: str) -> str:
-    kind = "by shape, numbers aside (a measured run's figures)" if q.measured else "line by line"
-    rows = []
-    for m in found:
-        rows += [f"  quoted  (line {q.first_line + m.index}): {m.quoted}",
-                 f"  printed{' (same shape)' if m.same_shape else ' (closest)   '}: {m.printed}"]
-    hint = (f"\nto take the printed figures: {UPDATE_COMMAND}" if any(m.same_shape for m in found)
-            else "\nedit the block by hand: no printed line has its shape")
-    printed = "\n".join(line.rstrip() for line in output.splitlines())
-    return (f"{q.where}: `{q.command.text}` does not print what the doc quotes (compared {kind}):\n"
-            + "\n".join(rows) + hint + "\n--- what it printed ---\n" + printed[-4000:])
-
-
-@pytest.mark.parametrize("q", [_param(q) for q in QUOTED])
+@pytest.mark.parametrize("q", [_param(q) for q in QUOTED if not checked_in_order(q)])
 def test_every_quoted_output_is_what_the_command_prints(tmp_path: Path, q: Quoted) -> None:
     chain = [*prerequisites(q), q.command]
     if any(c.program == "ppexec" for c in chain) and not all(importlib.util.find_spec(m) for m in ("torch", "deepspeed")):
@@ -187,16 +172,5 @@ def test_every_quoted_output_is_what_the_command_prints(tmp_path: Path, q: Quote
         code, output = run_command(cmd, cwd)
         assert code == 0, f"{q.where}: {cmd.text!r}, run first for what it writes, failed\n{output[-3000:]}"
     code, output = run_command(q.command, cwd)
-    fails = any(line.startswith("error:") for line in q.lines)
-    assert (code != 0) == fails, (f"{q.where}: `{q.command.text}` exited {code}, the doc quotes "
-                                  f"{'an error' if fails else 'a success'}\n{output[-3000:]}")
-    found = mismatches(q, output)
-    if UPDATE and not q.measured:
-        fixed = {m.index: (m.quoted, updated(m.quoted, m.printed)) for m in found if m.same_shape and m.printed}
-        if fixed:
-            rewrite(q, fixed)
-            warnings.warn(f"{q.where}: rewrote {len(fixed)} quoted line(s) with what `{q.command.text}` prints",
-                          stacklevel=1)
-        found = [m for m in found if m.index not in fixed]
-    if found:
-        pytest.fail(_report(q, found, output), pytrace=False)
+    if problem := check_quoted(q, code, output):
+        pytest.fail(problem, pytrace=False)
