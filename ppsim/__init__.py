@@ -35,9 +35,12 @@ __all__ = ["build_plan", "compare", "load_profile", "load_scenario", "load_trace
 
 
 def load_scenario(path: str | Path, ds_config: str | Path | None = None, **overrides: Any) -> Scenario:
-    """The scenario of a YAML file (with a DeepSpeed config, if given or named), validated;
-    ``overrides`` replace pipeline keys (``schedule``, ``stages``, ``microbatches``, ``chunks``,
-    ``partition``, ``comm``). Bad input raises :class:`ppsim.errors.ScenarioError` naming the key."""
+    """The scenario of a YAML file (with a DeepSpeed config, if given or named), validated, with
+    ``overrides`` laid over it as the command line's plan options are (``schedule``, ``stages``,
+    ``microbatches``, ``chunks``, ``partition``, ``comm``, ``data_parallel``, ``tensor_parallel``,
+    ``micro_batch``, ``recompute``, ``zero_stage``): ``schedule="interleaved-1f1b"`` runs its 2
+    chunks, as ``--schedule interleaved-1f1b`` does. Bad input raises
+    :class:`ppsim.errors.ScenarioError` naming the key."""
     from ppsim.inputs.scenario import load
 
     return load(path, ds_config).with_overrides(**overrides)

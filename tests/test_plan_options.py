@@ -174,3 +174,42 @@ def test_the_stage_keys_say_how_the_gpu_count_changes() -> None:
     assert "stages 4 -> 5: GPUs 32 -> 40 (5 stages x 8 replicas)" in state.message
     state.change_stages(-1)
     assert "GPUs 40 -> 32" in state.message
+
+
+# ----- one override function, whichever way the overrides come in ----------------------------------
+WAYS_IN = [
+    {"schedule": "interleaved-1f1b", "microbatches": 16},  # no chunks given: the schedule's 2, not 1F1B in disguise
+    {"stages": 4, "microbatches": 8},
+    {"data_parallel": 16},  # the global batch holds: the micro-batch count follows
+    {"micro_batch": 2, "recompute": "selective", "zero_stage": 1},
+    {"schedule": "zb-v", "stages": 4, "microbatches": 8},
+]
+
+
+@pytest.mark.parametrize("overrides", WAYS_IN, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_the_same_overrides_give_the_same_scenario_every_way_in(overrides: dict) -> None:
+    """The public API, Scenario.with_overrides, the command line, the TUI's keys, sweep's points and
+    a tuned scenario file lay the same overrides over a scenario by one function, to the same scenario."""
+    import ppsim
+    from ppsim.cli.common import scenario_with
+    from ppsim.inputs.overrides import PlanOverrides, apply_overrides, plan_mapping
+    from ppsim.search.sweep import grid_point
+
+    base = gpt()
+    expected = apply_overrides(base, PlanOverrides(**overrides))[0]
+    if "schedule" in overrides and "chunks" not in overrides:
+        assert expected.pipeline.chunks == 2  # interleaved and V schedules on their chunks
+    ways = {
+        "ppsim.load_scenario": ppsim.load_scenario(GPT_YAML, **overrides),
+        "Scenario.with_overrides": base.with_overrides(**overrides),
+        "command line": scenario_with(GPT_YAML, PlanOverrides(**overrides)),
+        "tuned file": parse_scenario(plan_mapping(base.model_dump(exclude_none=True),
+                                                  PlanOverrides(**{**overrides, "chunks": expected.pipeline.chunks}))),
+    }
+    if set(overrides) <= {"stages", "microbatches"}:
+        ways["sweep (replica held)"] = grid_point(base, overrides.get("stages"), overrides.get("microbatches"), "replica")
+    tui = TuiState.from_scenario(base, lambda s: predict(s.with_overrides(microbatches=8, stages=2)).trace)
+    assert tui._apply(overrides)
+    ways["TUI"] = tui.scenario
+    for way, s in ways.items():
+        assert s.model_dump() == expected.model_dump(), way

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ppsim.errors import PpsimError
-from ppsim.search.plan_options import PlanOverrides, apply_plan
+from ppsim.inputs.overrides import PlanOverrides, apply_overrides
 
 if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
@@ -160,13 +160,13 @@ def profile_option() -> Any:
 
 def scenario_with(path: Path, plan: PlanOverrides = PlanOverrides(), ds_config: Path | None = None) -> Scenario:
     """The scenario of ``path`` (with a DeepSpeed config) and the plan options
-    (:func:`ppsim.search.plan_options.apply_plan`); its notes printed."""
+    (:func:`ppsim.inputs.overrides.apply_overrides`); its notes printed."""
     from ppsim.inputs.scenario import load_with_notes
 
     s, notes = load_with_notes(path, ds_config)
     for note in notes:
         say("note", note)
-    new, plan_notes = apply_plan(s, plan)
+    new, plan_notes = apply_overrides(s, plan)
     for note in plan_notes:
         say("note", note)
     return new

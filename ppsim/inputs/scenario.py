@@ -183,26 +183,13 @@ class Scenario(_Strict):
         return self.microbatches * self.training.micro_batch * self.data_parallel
 
     def with_overrides(self, **overrides: Any) -> Scenario:
-        """A copy with pipeline keys replaced (``stages``, ``microbatches``, ``schedule``, ``chunks``,
-        ``partition``, ``comm``); ``None`` values are ignored. A new micro-batch count sets the global
-        batch to micro-batch x m x data-parallel."""
-        changes = {k: v for k, v in overrides.items() if v is not None}
-        if not changes:
-            return self
-        data = self.model_dump(exclude_none=True)
-        data.setdefault("pipeline", {}).update(changes)
-        if "microbatches" in changes and "training" in data:
-            data["training"].pop("global_batch", None)
-        return parse_scenario(data, source="command-line options")
+        """A copy with plan options laid over it (``schedule``, ``stages``, ``microbatches``,
+        ``chunks``, ``partition``, ``comm``, ``data_parallel``, ``tensor_parallel``, ``micro_batch``,
+        ``recompute``, ``zero_stage``; ``None`` keeps the scenario's), by the rules the command line
+        follows (:func:`ppsim.inputs.overrides.apply_overrides`)."""
+        from ppsim.inputs.overrides import PlanOverrides, apply_overrides
 
-    def with_layout(self, **overrides: Any) -> Scenario:
-        """:meth:`with_overrides`, and when the stages or chunks change, a partition the scenario
-        lists (it only fits its own virtual stages) becomes ``balanced`` unless one is given."""
-        p = self.pipeline
-        relaid = any(overrides.get(k) not in (None, getattr(p, k)) for k in ("stages", "chunks"))
-        if relaid and isinstance(p.partition, list) and overrides.get("partition") is None:
-            overrides = {**overrides, "partition": "balanced"}
-        return self.with_overrides(**overrides)
+        return apply_overrides(self, PlanOverrides(**overrides), source="the overrides")[0]
 
 
 def valid_range(cls: type[BaseModel], key: str) -> str | None:

@@ -96,7 +96,7 @@ def _several_chunks(s: Scenario, name: str, profile: Profile | None) -> Timed | 
     """Schedule ``name`` on its default chunks, simulated on its own costs, if it fits (else None)."""
     info = schedules.get(name)
     try:
-        s2 = s.with_layout(schedule=name, chunks=info.chunks.default)
+        s2 = s.with_overrides(schedule=name, chunks=info.chunks.default)
         w = scenario_workload(s2, profile)
     except PpsimError:  # e.g. fewer blocks than virtual stages
         return None

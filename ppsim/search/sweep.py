@@ -118,10 +118,10 @@ def grid_point(base: Scenario, stages: int | None, microbatches: int | None, fix
     """``base`` with ``stages`` and ``microbatches`` (None: the scenario's). Holding the GPUs and the
     global batch, the data parallelism is GPUs / (t x stages) and a micro-batch count sets the
     micro-batch size to global batch / (count x d), else the count is global batch / (size x d)."""
-    from ppsim.search.plan_options import PlanOverrides, apply_plan
+    from ppsim.inputs.overrides import PlanOverrides, apply_overrides
 
     if fixed == "replica":
-        return apply_plan(base, PlanOverrides(stages=stages, microbatches=microbatches))[0]
+        return apply_overrides(base, PlanOverrides(stages=stages, microbatches=microbatches))[0]
     t, p = base.tensor_parallel, stages or base.pipeline.stages
     gpus, batch = base.pipeline.stages * base.data_parallel * t, base.global_batch
     if gpus % (t * p):
@@ -139,7 +139,7 @@ def grid_point(base: Scenario, stages: int | None, microbatches: int | None, fix
             raise PpsimError(f"micro-batches of {b} x {d} replicas do not divide the global batch {batch}: "
                              "choose other --stages, or --fixed replica", field="--stages")
         m = batch // (b * d)
-    return apply_plan(base, PlanOverrides(stages=p, data_parallel=d, micro_batch=b, microbatches=m))[0]
+    return apply_overrides(base, PlanOverrides(stages=p, data_parallel=d, micro_batch=b, microbatches=m))[0]
 
 
 def variant_doc(v: Variant) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Scenario files of tuned plans (``ppsim tune --write`` and ``--write-top``): the source scenario as
 its file gives it, with the plan laid over it by the rules of the command-line plan options
-(:func:`ppsim.search.plan_options.plan_mapping`), under a comment saying where it came from (the
+(:func:`ppsim.inputs.overrides.plan_mapping`), under a comment saying where it came from (the
 command and the search's counts), what it predicts, and where each next command is meant to run.
 ``ppsim run`` on the file predicts what the tuner did."""
 
@@ -11,7 +11,7 @@ import shlex
 from typing import TYPE_CHECKING
 
 from ppsim.formats import TUNED_SCENARIO_MARKER
-from ppsim.search.plan_options import PlanOverrides, plan_mapping
+from ppsim.inputs.overrides import PlanOverrides, plan_mapping
 from ppsim.search.tune.evaluate import Evaluation
 from ppsim.search.tune.space import Candidate
 

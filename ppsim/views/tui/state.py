@@ -133,11 +133,8 @@ class TuiState:
         i = names.index(s.pipeline.schedule) if s.pipeline.schedule in names else -1
         for step in range(1, len(names)):
             name = names[(i + step) % len(names)]
-            v = get(name).chunks_for(s.pipeline.chunks)  # its own chunk count, where not the scenario's
-            tries = [{}] if v == s.pipeline.chunks else [{"chunks": v}, {}]
-            for extra in tries:
-                if self._apply({"schedule": name, **extra}, quiet=True):
-                    return
+            if self._apply({"schedule": name}, quiet=True):  # on the chunks it takes (apply_overrides)
+                return
         self.message = "no other schedule can run this plan"
 
     def scale_microbatches(self, factor: float) -> None:
@@ -184,7 +181,7 @@ class TuiState:
         """Rerun with ``changes``; on an error keep what is shown and say why. True when it ran."""
         s, predictor = self._editable()
         try:
-            new = s.with_layout(**changes)  # a new layout balances an explicit partition
+            new = s.with_overrides(**changes)  # the command line's rules: chunks, partition, global batch
             shown, ms = _predict(new, predictor)
         except PpsimError as exc:
             if not quiet:

@@ -1,9 +1,16 @@
-"""The plan a command line (or a tuned plan) lays over a scenario: stages, micro-batches, schedule,
-chunks, partition, send semantics, data and tensor parallelism, micro-batch size, recompute, ZeRO.
+"""The plan laid over a scenario: stages, micro-batches, schedule, chunks, partition, send semantics,
+data and tensor parallelism, micro-batch size, recompute, ZeRO.
 
-One function applies it (:func:`apply_plan`), for ``ppsim run``, ``tui``, ``sweep``,
-``compare-schedules``, ``ppexec`` and the scenario files ``ppsim tune --write`` writes
-(:func:`plan_mapping`, the same rules on the scenario's mapping).
+One function applies it, :func:`apply_overrides`, whichever way the overrides come in: the command
+line's plan options (``ppsim run``, ``sweep``, ``compare-schedules``, ``ppexec``), the public API
+(``ppsim.load_scenario(path, schedule=...)``, :meth:`Scenario.with_overrides`), the TUI's keys,
+sweep's points, schedule ``auto``'s candidates and the scenario files ``ppsim tune --write`` writes
+(:func:`plan_mapping`, the same rules on the scenario's mapping). So the same overrides give the
+same scenario every way in.
+
+A schedule named without chunks runs the chunks it takes: the scenario's where it takes them (and
+they are not 1 for a schedule that needs several), else its default (interleaved-1f1b: 2, as one
+chunk only repeats 1F1B).
 
 The global batch: a new micro-batch count sets it to micro-batch size x count x data parallelism;
 a new data parallelism or micro-batch size without a count keeps the scenario's global batch (the
@@ -66,9 +73,10 @@ def plan_mapping(data: dict[str, Any], plan: PlanOverrides) -> dict[str, Any]:
     return out
 
 
-def apply_plan(s: Scenario, plan: PlanOverrides) -> tuple[Scenario, list[str]]:
-    """``s`` with ``plan`` applied and validated, and notes for the user: the chunks a schedule runs
-    when none are stated (its default: 2 for interleaved schedules) and a global batch that changed."""
+def apply_overrides(s: Scenario, plan: PlanOverrides, source: str = "command-line options") -> tuple[Scenario, list[str]]:
+    """``s`` with ``plan`` applied and validated (errors name ``source``), and notes for the user: the
+    chunks a schedule runs when none are stated (its default: 2 for interleaved schedules), a listed
+    partition balanced over new virtual stages, and a global batch that changed."""
     from ppsim.inputs.scenario import parse_scenario
     from ppsim.plan import schedules
 
@@ -85,7 +93,7 @@ def apply_plan(s: Scenario, plan: PlanOverrides) -> tuple[Scenario, list[str]]:
             notes.append(f"schedule {name} runs {v} chunk{'s' if v > 1 else ''} per rank ({had}); --chunks chooses")
     if not plan.given():
         return s, notes
-    new = parse_scenario(plan_mapping(s.model_dump(exclude_none=True), plan), source="command-line options")
+    new = parse_scenario(plan_mapping(s.model_dump(exclude_none=True), plan), source=source)
     if isinstance(s.pipeline.partition, list) and not isinstance(new.pipeline.partition, list):
         notes.append("the partition is balanced over the new virtual stages (the scenario's list fits its own)")
     if new.global_batch != s.global_batch:
