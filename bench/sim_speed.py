@@ -13,6 +13,10 @@
    scenario on 8 stages: a plan the process has not predicted, so nothing of it is remembered).
 4. With ``--tune``: ``ppsim tune scenarios/gpt.yaml --gpus 64`` as a whole process.
 
+Parts 1-2 allow ppsim to pause the garbage collector around its passes, as the ``ppsim`` command
+does (``ppsim.allow_gc_pauses()``); a library call in a process that has not allowed it leaves the
+collector alone, and part 1 ends with the middle case timed that way too.
+
 Each figure is the best of N repeats, timed until the call returns (what it returned is freed
 after the clock stops). The machine is shared: compare figures of one run only. The processes
 timed have their bytecode cached, as an installed package does.
@@ -34,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ppsim.costs import CostTable, Link, StageCost
+from ppsim.gc_pause import allow_gc_pauses
 from ppsim.plan import lower, schedules
 from ppsim.sim import compute_ms, simulate
 
@@ -156,6 +161,8 @@ def whole_process(args: list[str], repeats: int) -> float:
 #: before, so nothing of it is remembered; drawing the window is not timed)
 _FRESH = """
 import sys, time
+from ppsim.gc_pause import allow_gc_pauses
+allow_gc_pauses()  # as the ppsim command does
 from ppsim.inputs.scenario import load
 from ppsim.prediction import predict
 from ppsim.views.tui.state import TuiState
@@ -189,6 +196,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tune", action="store_true", help="also time `ppsim tune scenarios/gpt.yaml --gpus 64`")
     args = parser.parse_args()
+    allow_gc_pauses()  # as the ppsim command does
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
 
     print("\n1F1B, posted sends, static links: build + lower + simulate (s), against the heap floor")
@@ -202,6 +210,11 @@ def main() -> None:
               f"{floor:>7.3f} {t_total / floor:>8.1f}")
     for (p, m), target in (((64, 512), 0.25), ((128, 1024), 1.1)):
         print(f"1f1b p={p} m={m}: {totals[(p, m)]:.3f} s (target <= {target} s): {verdict(totals[(p, m)], target)}")
+    allow_gc_pauses(False)
+    plain = ppsim_case("1f1b", 64, 512, 1, args.repeats)[2]
+    allow_gc_pauses(True)
+    print(f"1f1b p=64 m=512 in a process that did not allow ppsim to pause its collector (a library call's "
+          f"default): {plain:.3f} s, {plain / totals[(64, 512)]:.1f}x the paused figure")
 
     t_build, t_lower, t_total, n = ppsim_case("interleaved-1f1b", 32, 256, 2, args.repeats)
     t_torch = torch_case(32, 256, 2, args.repeats)

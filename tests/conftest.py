@@ -14,6 +14,7 @@ from typer.testing import CliRunner, Result
 
 from ppsim.costs import CostTable, Link, StageCost
 from ppsim.errors import ScheduleError
+from ppsim.gc_pause import allow_gc_pauses
 from ppsim.inputs.scenario import Scenario, load
 from ppsim.plan import Plan, lower, schedules
 from ppsim.search.tune.space import SearchSpace
@@ -24,6 +25,10 @@ from ppsim.trace import Trace
 #: suite on both cores one example may take several times its usual 200 ms (a flaky failure)
 settings.register_profile("ppsim", deadline=None)
 settings.load_profile("ppsim")
+
+#: the test processes are ppsim's own, as the command's is: ppsim may pause their collector around its
+#: passes (tests/test_gc_pause.py checks the library's default, which does not)
+allow_gc_pauses()
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"

@@ -3,9 +3,11 @@
 import gc
 
 from ppsim.cli.commands import app
+from ppsim.gc_pause import allow_gc_pauses
 
 
 def main() -> None:
+    allow_gc_pauses()  # the command's own process: ppsim may pause the collector around its passes
     try:
         app()
     finally:

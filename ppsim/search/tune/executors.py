@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from ppsim.errors import PpsimError
+from ppsim.gc_pause import allow_gc_pauses
 from ppsim.search.tune.evaluate import Evaluation, Work, evaluate, evaluate_many
 from ppsim.search.tune.space import Candidate
 
@@ -26,8 +27,11 @@ class Executor(Protocol):
 
 
 def _init(base: dict[str, Any]) -> None:
+    """A pool process of ppsim's own: the scenario to evaluate candidates of, and leave to pause its
+    collector around each plan's passes (nothing else runs in it)."""
     global _BASE
     _BASE = base
+    allow_gc_pauses()
 
 
 def _work(task: tuple[Work, Candidate]) -> Evaluation:
