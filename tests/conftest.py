@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from hypothesis import settings
+from hypothesis import reject, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
@@ -37,16 +37,20 @@ GPT_YAML = SCENARIOS / "gpt.yaml"  #: GPT-3 13B on 64 A100s, 8 stages x 8 replic
 
 
 @st.composite
-def built_plans(draw: st.DrawFn) -> Plan | None:
-    """A registered schedule's compute-only plan (auto, which builds from stage costs, aside) at
-    p = 1-5 ranks, its default chunks or 2 or 3, and p x chunks micro-batches or up to 6 more; None
-    for sizes the schedule refuses (a test returns on it)."""
-    name = draw(st.sampled_from(sorted(n for n in schedules.SCHEDULES if n != "auto")))
-    p, extra, chunks = draw(st.integers(1, 5)), draw(st.integers(0, 6)), draw(st.sampled_from([None, 2, 3]))
+def built_plans(draw: st.DrawFn) -> Plan:
+    """A registered schedule's compute-only plan (a searched schedule, which builds from stage costs,
+    aside) at sizes it takes: p = 1-5 ranks (or the ranks it runs), 1-3 chunks as it takes them, and
+    p x chunks micro-batches or up to 6 more, moved to the nearest count it takes."""
+    name = draw(st.sampled_from(sorted(n for n, info in schedules.SCHEDULES.items() if not info.needs_costs)))
+    info = schedules.get(name)
+    p = info.ranks or draw(st.integers(1, 5))
+    v = info.chunks_for(draw(st.integers(1, 3)))
+    m = p * v + draw(st.integers(0, 6))
+    m = info.microbatches.nearest(p, m, v) or m
     try:
-        return schedules.build(name, p, p * (chunks or 1) + extra, chunks)
-    except ScheduleError:
-        return None
+        return info.build(p, m, v)
+    except ScheduleError:  # none today at these sizes; a schedule that refuses some is not a passing example
+        reject()
 
 
 @cache

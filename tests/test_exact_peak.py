@@ -16,9 +16,7 @@ from ppsim.sim import simulate
 
 @settings(max_examples=120, deadline=None)
 @given(plan=built_plans(), data=st.data())
-def test_the_exact_peak_is_the_simulated_one(plan: Plan | None, data: st.DataObject) -> None:
-    if plan is None:
-        return
+def test_the_exact_peak_is_the_simulated_one(plan: Plan, data: st.DataObject) -> None:
     sizes = data.draw(st.lists(st.integers(0, 1 << 20), min_size=plan.num_stages, max_size=plan.num_stages))
     stages = tuple(StageCost(forward_ms=1.0, backward_ms=2.0, weight_grad_ms=1.0, activation_bytes=b) for b in sizes)
     costs = CostTable(stages=stages, message_bytes=1 << 10, links=(Link.from_gb_s(25.0, 5.0),))

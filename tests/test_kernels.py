@@ -15,7 +15,7 @@ from conftest import SCENARIOS
 from ppsim.costs import CostTable, Link, StageCost
 from ppsim.errors import PlanError
 from ppsim.inputs.scenario import load
-from ppsim.plan import Plan, lower, schedules
+from ppsim.plan import Action, Plan, lower, schedules
 from ppsim.prediction import build
 from ppsim.prediction.path import lower_built
 from ppsim.sim import simulate
@@ -95,11 +95,13 @@ def test_random_plans(name: str, p: int, extra: int, comm: str, overlap: bool, s
         _same(simpy_run, immediate_run)  # type: ignore[arg-type]
 
 
-def test_a_deadlock_is_found_by_both() -> None:
-    plan = lower(schedules.build("interleaved-1f1b", 2, 4, 2), rendezvous=False)  # ordered for posted sends
-    simpy_run, immediate_run = _both(plan, _costs(plan.num_stages, overlap=False, clip=0.0, seed=1), "rendezvous")
-    if isinstance(simpy_run, Trace):
-        pytest.skip("this plan does not deadlock under rendezvous")
+@pytest.mark.parametrize("comm", ["rendezvous", "async"])
+def test_a_deadlock_is_found_by_both(comm: str) -> None:
+    """Each rank waits for the other's message before sending its own: stuck under any semantics."""
+    rows = ["0F0 0RECV_B0 0SEND_F0 0B0", "1RECV_F0 1F0 1B0 1SEND_B0"]
+    plan = Plan("deadlock", 2, 1, 1, (0, 1), tuple(tuple(Action.parse(t) for t in r.split()) for r in rows), lowered=True)
+    simpy_run, immediate_run = _both(plan, _costs(plan.num_stages, overlap=False, clip=0.0, seed=1), comm)
+    assert isinstance(simpy_run, PlanError) and "deadlocks" in str(simpy_run)
     assert isinstance(immediate_run, PlanError)
     assert str(immediate_run) == str(simpy_run)
     assert immediate_run.detail == simpy_run.detail
