@@ -19,7 +19,7 @@ from ppsim.prediction import predict
 from ppsim.sim import simulate
 from ppsim.trace import Trace
 from ppsim.trace.metrics import summarize
-from ppsim.trace.waits import rank_waits
+from ppsim.trace.waits import rank_times
 
 
 @pytest.mark.parametrize("comm", ["async", "eager", "rendezvous"])
@@ -48,7 +48,7 @@ def test_a_receive_waits_for_the_peer_until_its_send_starts_then_for_the_link() 
     """rendezvous: rank 1 waits 5 ms for 0F0 (peer), 0.5 ms for the message (comm); rank 0's send
     finds the receive posted (0.5 ms comm), and its receive of the grad waits 1 ms for 1B0 (peer)
     and 0.5 ms for the link (comm); rank 1's send of the grad finds the receive posted (comm)."""
-    waits = rank_waits(_late_receiver("rendezvous"))
+    waits = rank_times(_late_receiver("rendezvous"))
     assert [(w.exposed_comm_ms, w.peer_wait_ms) for w in waits] == [pytest.approx((1.0, 1.0)),
                                                                     pytest.approx((1.0, 5.0))]
 
@@ -63,14 +63,14 @@ def test_a_rendezvous_send_waits_for_the_receiver_to_post() -> None:
                      "rendezvous")
     send = next(s for s in trace.spans if str(s.action) == "1SEND_B0")
     assert (send.start, send.end) == pytest.approx((11.5, 16.0))
-    assert rank_waits(trace)[1].peer_wait_ms == pytest.approx(5.0 + 15.5 - 11.5)
-    assert rank_waits(trace)[1].exposed_comm_ms == pytest.approx(0.5 + 0.5)
+    assert rank_times(trace)[1].peer_wait_ms == pytest.approx(5.0 + 15.5 - 11.5)
+    assert rank_times(trace)[1].exposed_comm_ms == pytest.approx(0.5 + 0.5)
 
 
 def test_an_async_send_blocks_nothing_and_an_eager_one_only_the_transfer() -> None:
     """Posted sends: the rank goes on at once, so its send costs it no time; an eager send blocks
     for the transfer (comm), never for the receiver."""
-    posted, eager = rank_waits(_late_receiver("async")), rank_waits(_late_receiver("eager"))
+    posted, eager = rank_times(_late_receiver("async")), rank_times(_late_receiver("eager"))
     assert posted[0].exposed_comm_ms == pytest.approx(0.5)  # the grad's transfer, in 0RECV_B0
     assert eager[0].exposed_comm_ms == pytest.approx(1.0)  # and the activation's, in 0SEND_F0
     assert posted[1].peer_wait_ms == eager[1].peer_wait_ms == pytest.approx(5.0)
@@ -130,3 +130,15 @@ def test_the_table_shows_both_and_the_json_names_them(tmp_path: Path) -> None:
 
     doc = json.loads(invoke(app, "run", str(SCENARIOS / "tiny-cpu.yaml"), "--json").stdout)
     assert {"exposed_comm_ms", "peer_wait_ms"} <= set(doc["ranks"][0]) and "comm_wait_ms" not in doc["ranks"][0]
+
+
+def test_without_waits_the_summary_is_the_same_but_for_them() -> None:
+    """summarize(waits=False), which the TUI uses, gives every other figure the same."""
+    trace = predict(load(SCENARIOS / "megatron-gpt3-175b.yaml")).trace
+    full, lean = summarize(trace), summarize(trace, waits=False)
+    assert all(r.exposed_comm_ms is None and r.peer_wait_ms is None for r in lean.per_rank)
+    strip = {"exposed_comm_ms": None, "peer_wait_ms": None}
+    from dataclasses import replace
+
+    assert [replace(r, **strip) for r in full.per_rank] == list(lean.per_rank)
+    assert (full.step_time_ms, full.bubble_fraction, full.mfu) == (lean.step_time_ms, lean.bubble_fraction, lean.mfu)

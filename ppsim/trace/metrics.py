@@ -24,8 +24,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ppsim.plan import Kind
+from ppsim.trace.intervals import union_length
 from ppsim.trace.trace import Span, Trace
-from ppsim.trace.waits import rank_waits
+from ppsim.trace.waits import busy_times, rank_times
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,9 @@ class RankMetrics:
     bubble_fraction: float
     peak_activation_microbatches: float
     compute_ms: dict[str, float]  #: busy time split by kind (F, B, I, W, OPT)
-    exposed_comm_ms: float  #: blocked outside compute while its data moved or queued for a link (:mod:`~ppsim.trace.waits`)
-    peer_wait_ms: float  #: blocked outside compute until a peer produced, sent or asked for the data
+    #: blocked outside compute while its data moved or queued for a link (:mod:`~ppsim.trace.waits`)
+    exposed_comm_ms: float | None
+    peer_wait_ms: float | None  #: blocked outside compute until a peer produced, sent or asked for the data
     peak_memory_bytes: float | None = None  #: highest ``memory_bytes`` counter value (simulated traces)
     peak_memory_at: str | None = None  #: the action running when the peak was reached
     static_memory_bytes: dict[str, int] | None = None  #: weights, gradients, optimizer, buffers, total
@@ -105,22 +107,6 @@ class Summary:
         }
 
 
-def union_length(intervals: list[tuple[float, float]]) -> float:
-    """Total length covered by intervals, overlaps counted once."""
-    total = 0.0
-    cur_s = cur_e = None
-    for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s  # type: ignore[operator]
-            cur_s, cur_e = s, e
-        elif e > cur_e:
-            cur_e = e
-    if cur_e is not None:
-        total += cur_e - cur_s  # type: ignore[operator]
-    return total
-
-
 def step_bounds(trace: Trace) -> tuple[float, float]:
     if not trace.spans:
         return 0.0, 0.0
@@ -181,20 +167,16 @@ def memory_peak(trace: Trace, rank: int, compute: list[Span]) -> tuple[float, st
     return peak, str(at.action) if at else None
 
 
-def rank_metrics(trace: Trace, step: float | None = None) -> list[RankMetrics]:
-    """Busy time, bubble, activations held, waiting and memory of every rank (``step``: the trace's
-    step time, when the caller has it)."""
+def rank_metrics(trace: Trace, step: float | None = None, *, waits: bool = True) -> list[RankMetrics]:
+    """Busy time, bubble, activations held, waiting (unless ``waits`` is False: None) and memory of
+    every rank (``step``: the trace's step time, when the caller has it)."""
     if step is None:
         step = step_time_ms(trace)
     chunks = int(trace.meta.get("chunks", 1))
     static = trace.meta.get("memory_static_bytes")
     out = []
-    computes: list[list[Span]] = [[] for _ in range(trace.num_ranks)]
-    for s in trace.spans:
-        if s.lane == "compute":
-            computes[s.rank].append(s)
-    for r, (compute, waits) in enumerate(zip(computes, rank_waits(trace), strict=True)):
-        busy = union_length([(s.start, s.end) for s in compute])
+    for r, time in enumerate(rank_times(trace) if waits else busy_times(trace)):
+        compute, busy = time.compute, time.busy_ms
         kinds: dict[Kind, float] = {}
         for s in compute:
             k = s.action[1]
@@ -209,8 +191,8 @@ def rank_metrics(trace: Trace, step: float | None = None) -> list[RankMetrics]:
                 bubble_fraction=(1.0 - busy / step) if step > 0 else 0.0,
                 peak_activation_microbatches=peak_activations(compute, chunks),
                 compute_ms=by_kind,
-                exposed_comm_ms=waits.exposed_comm_ms,
-                peer_wait_ms=waits.peer_wait_ms,
+                exposed_comm_ms=time.exposed_comm_ms,
+                peer_wait_ms=time.peer_wait_ms,
                 peak_memory_bytes=peak[0] if peak else None,
                 peak_memory_at=peak[1] if peak else None,
                 static_memory_bytes=static[r] if static and r < len(static) else None,
@@ -283,11 +265,12 @@ def mfu_above_peak(meta: dict[str, Any], mfu: float | None) -> str | None:
     return f"{why}: that peak is below what this machine does; give its real peak in a device file (hardware.device_file)"
 
 
-def summarize(trace: Trace) -> Summary:
-    """All headline figures of a trace."""
+def summarize(trace: Trace, *, waits: bool = True) -> Summary:
+    """All headline figures of a trace (each rank's waits only with ``waits``: views that show none,
+    such as the TUI, save their cost)."""
     meta = trace.meta
     step_ms = step_time_ms(trace)
-    per_rank = rank_metrics(trace, step_ms)
+    per_rank = rank_metrics(trace, step_ms, waits=waits)
     head = _headline(meta, step_ms, tuple(r.busy_ms for r in per_rank))
     step, bubble = head.step_time_ms, head.bubble_fraction
     sps, tps, mfu = head.throughput_samples_per_s, head.tokens_per_s, head.mfu

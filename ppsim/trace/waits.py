@@ -23,91 +23,79 @@ the peers it waits for get faster.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from operator import itemgetter
 
 from ppsim.plan import Action, Kind, matching
+from ppsim.trace.intervals import merged, outside, union_length
 from ppsim.trace.trace import Span, Trace
 
-_P2P = (Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B)
-_SENDS = (Kind.SEND_F, Kind.SEND_B)
+_P2P = frozenset((Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B))
+_RECEIVES = frozenset((Kind.RECV_F, Kind.RECV_B))
+_START_END = itemgetter(3, 4)  #: a span's (start, end)
 
 
 @dataclass(frozen=True)
-class Waits:
-    """A rank's time blocked outside compute, split by what it waited for."""
+class RankTime:
+    """Where a rank's step goes: computing, or blocked outside compute, split by what it waited for."""
 
-    exposed_comm_ms: float  #: blocked while data moved or queued for a link, or in a collective
-    peer_wait_ms: float  #: blocked until a peer produced, sent or asked for the data
+    compute: list[Span]  #: its compute spans
+    busy_ms: float  #: the compute spans' union
+    exposed_comm_ms: float | None  #: blocked while data moved or queued for a link, or in a collective
+    peer_wait_ms: float | None  #: blocked until a peer produced, sent or asked for the data
 
 
-def rank_waits(trace: Trace) -> list[Waits]:
-    """Every rank's :class:`Waits` (see the module docstring)."""
-    per_rank: list[list[Span]] = [[] for _ in range(trace.num_ranks)]
-    p2p: dict[Action, Span] = {}  #: every send and receive by its action (the first, when replicas repeat it)
-    clip_starts: list[float] = []
+def busy_times(trace: Trace) -> list[RankTime]:
+    """Every rank's compute spans and busy time alone (no waits: cheaper, for views that show none)."""
+    computes: list[list[Span]] = [[] for _ in range(trace.num_ranks)]
     for s in trace.spans:
-        per_rank[s.rank].append(s)
-        kind = s.action[1]
+        if s[1] == "compute":
+            computes[s[0]].append(s)
+    return [RankTime(c, union_length([(s[3], s[4]) for s in c]), None, None) for c in computes]
+
+
+def rank_times(trace: Trace) -> list[RankTime]:
+    """Every rank's :class:`RankTime` (see the module docstring), in one pass over its spans."""
+    per_rank: list[list[Span]] = [[] for _ in range(trace.num_ranks)]
+    p2p: dict[Action, float] = {}  #: each send's and receive's start by its action (the first, when replicas repeat it)
+    everyone_clipping = -math.inf  #: when the last rank got to the gradient norm's all-reduce
+    for s in trace.spans:
+        per_rank[s[0]].append(s)
+        kind = s[2][1]
         if kind in _P2P:
-            p2p.setdefault(s.action, s)
-        elif kind is Kind.CLIP:
-            clip_starts.append(s.start)
-    everyone_clipping = max(clip_starts, default=float("-inf"))
-    rendezvous = trace.meta.get("comm") == "rendezvous"
-
-    def ready(s: Span) -> float:
-        """When the data of ``s`` could first move: before it, the rank waits for a peer."""
-        kind = s.action[1]
-        if kind is Kind.CLIP:
-            return everyone_clipping
-        if kind not in _P2P or (kind in _SENDS and not rendezvous):
-            return float("-inf")
-        other = p2p.get(matching(s.action))
-        return other.start if other is not None else float("-inf")
-
+            p2p.setdefault(s[2], s[3])
+        elif kind is Kind.CLIP and s[3] > everyone_clipping:
+            everyone_clipping = s[3]
+    waits_for_peer = _P2P if trace.meta.get("comm") == "rendezvous" else _RECEIVES  #: no data moves before the peer acts
     out = []
-    for spans in per_rank:
-        spans.sort(key=lambda s: (s.start, s.end))
-        compute = _merged([(s.start, s.end) for s in spans if s.lane == "compute"])
+    for mine in per_rank:
+        mine.sort(key=_START_END)
+        computes = [s for s in mine if s[1] == "compute"]
+        compute = merged([(s[3], s[4]) for s in computes])
+        nexts = [s[3] for s in mine[1:]] + [math.inf]  #: when the rank starts its next action
         exposed: list[tuple[float, float]] = []
         peer: list[tuple[float, float]] = []
-        for i, s in enumerate(spans):
-            if s.lane == "compute":
+        for s, moves_on in zip(mine, nexts):
+            if s[1] == "compute":
                 continue
-            start = s.start
-            end = min(s.end, spans[i + 1].start) if i + 1 < len(spans) else s.end  # until the rank moves on
+            start, end = s[3], s[4]
+            if moves_on < end:
+                end = moves_on
             if end <= start:
                 continue
-            moves = min(max(ready(s), start), end)
+            kind = s[2][1]
+            if kind in waits_for_peer:
+                moves = p2p.get(matching(s[2]), -math.inf)  # the data could not move before its peer acted
+            elif kind is Kind.CLIP:
+                moves = everyone_clipping  # nor the norm before the last rank got to the all-reduce
+            else:
+                moves = -math.inf
+            moves = start if moves < start else end if moves > end else moves
             if moves > start:
                 peer.append((start, moves))
             if end > moves:
                 exposed.append((moves, end))
-        out.append(Waits(_outside(exposed, compute), _outside(peer, compute)))
+        out.append(RankTime(computes, sum(e - s for s, e in compute), outside(exposed, compute),
+                            outside(peer, compute)))
     return out
-
-
-def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Sorted intervals with the overlapping ones joined."""
-    out: list[tuple[float, float]] = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
-    return out
-
-
-def _outside(intervals: list[tuple[float, float]], covered: list[tuple[float, float]]) -> float:
-    """Total length of ``intervals`` (sorted, disjoint) outside ``covered`` (sorted, disjoint)."""
-    total, j = 0.0, 0
-    for s, e in intervals:
-        total += e - s
-        while j < len(covered) and covered[j][1] <= s:
-            j += 1
-        k = j
-        while k < len(covered) and covered[k][0] < e:
-            total -= min(e, covered[k][1]) - max(s, covered[k][0])
-            k += 1
-    return total

@@ -92,7 +92,7 @@ def rank_table(s: Summary) -> Table:
         if counts:
             row.append("+".join(str(counts[k]) for k in r.stages if k < len(counts)) or "-")
         row += [f"{r.busy_ms:,.3f}", f"{100 * r.bubble_fraction:.2f} %", f"{r.peak_activation_microbatches:g}",
-                f"{r.exposed_comm_ms:,.3f}", f"{r.peer_wait_ms:,.3f}"]
+                or_dash(r.exposed_comm_ms, ",.3f"), or_dash(r.peer_wait_ms, ",.3f")]
         if with_memory:
             over = bool(s.memory_capacity_bytes) and (r.peak_memory_bytes or 0) > (s.memory_capacity_bytes or 0)
             row.append(Text(or_dash(gib(r.peak_memory_bytes), ",.2f"), style="red" if over else ""))

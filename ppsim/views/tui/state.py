@@ -119,7 +119,7 @@ class TuiState:
         for label, trace in traces:
             if not trace.spans:
                 raise TraceError(f"{label}: the trace has no spans; there is nothing to show")
-            shown.append(Shown(label, trace, summarize(trace)))
+            shown.append(Shown(label, trace, summarize(trace, waits=False)))  # the TUI shows no waits
         return cls(shown=shown, window=Window(*_bounds(shown)))
 
     # ----- plan keys ---------------------------------------------------------------------------
@@ -246,7 +246,7 @@ class TuiState:
 def _predict(s: Scenario, predictor: Predictor) -> tuple[Shown, float]:
     t0 = time.perf_counter()
     trace = predictor(s)
-    summary = summarize(trace)
+    summary = summarize(trace, waits=False)  # the TUI shows no waits: a key costs less without them
     ms = (time.perf_counter() - t0) * 1e3
     return Shown(s.name, trace, summary), ms
 
