@@ -1,0 +1,75 @@
+"""Every trace of every scenario, and of every schedule under every send semantics, is exactly what it
+was when tests/data/trace_digests.json was written: spans in order with their floats to the last bit,
+counters and meta. A refactor of the simulator or of the lowering must leave it alone; a change that
+means to move a trace regenerates the file (``PPSIM_UPDATE_GOLDEN=1 pytest tests/test_trace_digests.py``)
+and says why in its commit."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from functools import cache
+
+import pytest
+
+from conftest import DATA, SCENARIOS, run_schedule
+from ppsim.inputs.scenario import load
+from ppsim.plan import schedules
+from ppsim.prediction import predict
+from ppsim.trace import Trace
+
+DIGESTS = DATA / "trace_digests.json"
+TRAINING = sorted(n for n, info in schedules.SCHEDULES.items() if info.training and not info.needs_costs)
+COMMS = ("async", "eager", "rendezvous")
+
+
+def digest(trace: Trace) -> str:
+    """SHA-256 of the spans in their order (floats as repr: every bit), the counters and the meta."""
+    h = hashlib.sha256()
+    for s in trace.spans:
+        h.update(repr((s.rank, s.lane, str(s.action), s.start, s.end, s.bytes, s.peer)).encode())
+    for c in trace.counters:
+        h.update(repr((c.rank, c.name, c.unit, c.points)).encode())
+    h.update(json.dumps(trace.meta, sort_keys=True, default=repr).encode())
+    return h.hexdigest()
+
+
+def _schedule_case(name: str, comm: str) -> Trace:
+    info = schedules.get(name)
+    v = info.chunks.default
+    p = info.ranks or 4
+    m = info.microbatches.nearest(p, 2 * p * v, v) or 2 * p * v
+    return run_schedule(name, p, m, v, forward=1.3, backward=2.1, weight_grad=0.9 if info.splits_backward else 0.0,
+                        p2p=0.2, comm=comm, dp=2)
+
+
+CASES = ([(f"scenario:{p.stem}", p) for p in sorted(SCENARIOS.glob("*.yaml"))]
+         + [(f"schedule:{n}:{c}", (n, c)) for n in TRAINING for c in COMMS])
+
+
+def _trace(case: object) -> Trace:
+    if isinstance(case, tuple):
+        return _schedule_case(*case)
+    return predict(load(case)).trace  # type: ignore[arg-type]  # a scenario's path
+
+
+@cache
+def _stored() -> dict[str, str]:
+    return json.loads(DIGESTS.read_text()) if DIGESTS.is_file() else {}
+
+
+@pytest.mark.parametrize(("key", "case"), CASES, ids=[k for k, _ in CASES])
+def test_the_trace_is_the_one_recorded(key: str, case: object) -> None:
+    got = digest(_trace(case))
+    if os.environ.get("PPSIM_UPDATE_GOLDEN") == "1":
+        stored = json.loads(DIGESTS.read_text()) if DIGESTS.is_file() else {}
+        stored[key] = got
+        DIGESTS.write_text(json.dumps(dict(sorted(stored.items())), indent=1) + "\n")
+        return
+    assert key in _stored(), f"no digest recorded for {key}: run with PPSIM_UPDATE_GOLDEN=1"
+    assert got == _stored()[key], f"{key}: the trace changed"
+
+
+def test_every_recorded_digest_has_its_case() -> None:
+    assert set(_stored()) == {k for k, _ in CASES}
