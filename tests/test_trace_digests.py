@@ -2,7 +2,8 @@
 was when tests/data/trace_digests.json was written: spans in order with their floats to the last bit,
 counters and meta. A refactor of the simulator or of the lowering must leave it alone; a change that
 means to move a trace regenerates the file (``PPSIM_UPDATE_GOLDEN=1 pytest tests/test_trace_digests.py``)
-and says why in its commit."""
+and says why in its commit. The same cases run every action through the engine's handlers
+(``simulate(..., inline=False)``) and give the inline paths' traces exactly."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from functools import cache
 
 import pytest
 
-from conftest import DATA, SCENARIOS, run_schedule
+from conftest import DATA, SCENARIOS, run_schedule, uniform_costs
 from ppsim.inputs.scenario import load
-from ppsim.plan import schedules
+from ppsim.plan import lower, schedules
 from ppsim.prediction import predict
+from ppsim.sim import compute_ms, simulate
 from ppsim.trace import Trace
 
 DIGESTS = DATA / "trace_digests.json"
@@ -44,6 +46,21 @@ def _schedule_case(name: str, comm: str) -> Trace:
                         p2p=0.2, comm=comm, dp=2)
 
 
+def _simulated(case: object, inline: bool) -> Trace:
+    """The case's step simulated with the rank's inline paths, or with every action through its handler."""
+    if isinstance(case, tuple):
+        name, comm = case
+        info = schedules.get(name)
+        v = info.chunks.default
+        p = info.ranks or 4
+        m = info.microbatches.nearest(p, 2 * p * v, v) or 2 * p * v
+        costs = uniform_costs(p * v, 1.3, 2.1, 0.9 if info.splits_backward else 0.0, 0.2, v)
+        plan = lower(schedules.build(name, p, m, v), 2, compute_ms(costs), rendezvous=comm == "rendezvous")
+        return simulate(plan, costs, comm, inline=inline)
+    prediction = predict(load(case))  # type: ignore[arg-type]  # a scenario's path
+    return simulate(prediction.plan, prediction.workload.costs, prediction.scenario.pipeline.comm, inline=inline)
+
+
 CASES = ([(f"scenario:{p.stem}", p) for p in sorted(SCENARIOS.glob("*.yaml"))]
          + [(f"schedule:{n}:{c}", (n, c)) for n in TRAINING for c in COMMS])
 
@@ -69,6 +86,14 @@ def test_the_trace_is_the_one_recorded(key: str, case: object) -> None:
         return
     assert key in _stored(), f"no digest recorded for {key}: run with PPSIM_UPDATE_GOLDEN=1"
     assert got == _stored()[key], f"{key}: the trace changed"
+
+
+@pytest.mark.parametrize(("key", "case"), CASES, ids=[k for k, _ in CASES])
+def test_the_handlers_give_the_inline_paths_trace(key: str, case: object) -> None:
+    inline, handled = _simulated(case, True), _simulated(case, False)
+    assert handled.spans == inline.spans  # in the same order, every float the same
+    assert handled.counters == inline.counters and handled.meta == inline.meta
+    assert digest(handled) == digest(inline)
 
 
 def test_every_recorded_digest_has_its_case() -> None:

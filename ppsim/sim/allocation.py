@@ -12,17 +12,18 @@ from ppsim.plan.held import held_deltas, peak_held, trains
 
 def memory_deltas(plan: Plan, costs: CostTable) -> dict[tuple[int, Kind], tuple[int, int]]:
     """(bytes allocated at its start, bytes freed at its end, negative) of each (stage, kind) that computes."""
-    return held_deltas(plan, [c.activation_bytes for c in costs.stages])  # type: ignore[return-value]
+    return held_deltas(plan, [c.activation_bytes for c in costs.stages])
 
 
 def static_memory_bytes(plan: Plan, costs: CostTable) -> list[dict[str, int]] | None:
     """Per rank, what its stages hold all step (weights, gradients, optimizer, buffers, total)."""
-    if not all(c.memory is not None for c in costs.stages):
+    memory = [c.memory for c in costs.stages if c.memory is not None]
+    if len(memory) < len(costs.stages):
         return None
     keeps = trains(plan)  # a forward-only plan holds no gradients and no optimizer state
     out = []
     for r in range(plan.num_ranks):
-        mine = [m if keeps else m.forward_only() for m in (costs.stages[s].memory for s in plan.stages_of_rank(r))]
+        mine = [m if keeps else m.forward_only() for m in (memory[s] for s in plan.stages_of_rank(r))]
         parts = {k: sum(getattr(m, k) for m in mine) for k in ("weights", "gradients", "optimizer", "buffers")}
         parts["total"] = sum(parts.values())
         out.append(parts)

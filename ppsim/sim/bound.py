@@ -29,10 +29,10 @@ _stage_and_kind = itemgetter(0, 1)
 def _priced(a: Action | Overlap) -> tuple[int, Kind] | Overlap:
     """What an action's duration depends on: its (stage, kind); an overlap's, both parts' (without
     their micro-batches)."""
-    if a[1] is Kind.OVERLAP_F_B:
+    if isinstance(a, Overlap):
         f, _, b = a
-        return Overlap(Action(f[0], f[1], 0), Kind.OVERLAP_F_B, Action(b[0], b[1], 0))
-    return a[0], a[1]
+        return Overlap(Action(f.stage, f.kind, 0), Kind.OVERLAP_F_B, Action(b.stage, b.kind, 0))
+    return a.stage, a.kind
 
 
 @per_plan

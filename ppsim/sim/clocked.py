@@ -47,7 +47,7 @@ class ClockedKernel:
 
     def __init__(self) -> None:
         self.now = 0.0
-        self._queue: list[tuple[float, int, int, Event]] = []
+        self._queue: list[tuple[float, int, int, Any]] = []  #: (time, priority, order, an Event or a call)
         self._order = count()
 
     def event(self) -> Event:
@@ -70,7 +70,7 @@ class ClockedKernel:
     def call_later(self, delay: float, call: Callable[[], object]) -> None:
         """Call ``call`` ``delay`` from now, in the order of the events (as a timeout's callback would
         be, without the event)."""
-        heappush(self._queue, (self.now + delay, NORMAL, next(self._order), call))  # type: ignore[arg-type]
+        heappush(self._queue, (self.now + delay, NORMAL, next(self._order), call))
 
     def process(self, generator: Process) -> None:
         """Start ``generator`` now, before the other events of this instant."""
@@ -95,8 +95,8 @@ class ClockedKernel:
         while queue:
             self.now, _, _, event = heappop(queue)
             if event.__class__ is not Event:  # a call booked by call_later
-                event()  # type: ignore[operator]
+                event()
                 continue
             callbacks, event.callbacks = event.callbacks, None
-            for callback in callbacks:  # type: ignore[union-attr]
+            for callback in callbacks:  # type: ignore[union-attr]  # a list until the event is processed, once
                 callback(event)

@@ -30,16 +30,14 @@ def overlapped_ms(costs: CostTable, a: Overlap) -> float:
     return f.forward_ms + backward - hidden
 
 
-def compute_ms(costs: CostTable) -> Callable[[Action], float]:
+def compute_ms(costs: CostTable) -> Callable[[Action | Overlap], float]:
     """Duration of a compute action (F, B, I, W, an overlapped F and B) of the table's stages; 0 for
     every other kind (what :func:`ppsim.plan.lower` needs to place messages on the ideal timeline)."""
     table = {(k, kind): getattr(c, field) for k, c in enumerate(costs.stages)
              for kind, field in DURATION_FIELD.items() if kind in _BACKWARD_PIECES}
-    overlap = Kind.OVERLAP_F_B
-
-    def duration(a: Action) -> float:
-        if a.kind is overlap:
-            return overlapped_ms(costs, a)  # type: ignore[arg-type]
+    def duration(a: Action | Overlap) -> float:
+        if isinstance(a, Overlap):
+            return overlapped_ms(costs, a)
         return table.get((a.stage, a.kind), 0.0)
 
     return duration

@@ -1,12 +1,13 @@
 """The engine: executes a lowered Plan against a CostTable and returns a Trace.
 
 Model
-- Every rank is a process (on SimPy's interface: SimPy itself, the lean clocked kernel or the
-  clock-free one, see :func:`simulate`) that runs its actions strictly in plan order: it is the
-  compute resource of its device (one action at a time). One handler per kind of action that is
-  not inline; compute (F, B, I, W, OPT) and posted sends and receives are the fast paths: they run
-  on the rank's own clock, so long runs of local work cost no event. A rank synchronises with the
-  kernel's clock only when it must wait for another.
+- Every rank is a process (on a :class:`~ppsim.sim.kernel.Kernel`: SimPy itself, the lean clocked
+  kernel or the clock-free one, see :func:`simulate`) that runs its actions strictly in plan order:
+  it is the compute resource of its device (one action at a time). Each kind of action has its
+  handler (the table in ``_Simulation.handlers``); the rank's loop also runs plain compute and
+  posted sends and receives inline, on the rank's own clock, so long runs of local work cost no
+  call and no event (``inline=False`` sends every action through its handler: the tests hold the
+  two to the same traces). A rank synchronises with the kernel's clock only when it must wait.
 - Messages. A receive blocks its rank until the data has arrived. Around a transfer the sender
   spends the link's send overhead before the data moves and the receiver its receive overhead after
   it has arrived. What a send does is the communication semantics (``CommSemantics``):
@@ -34,28 +35,27 @@ The engine knows no schedule: it only executes actions.
 
 from __future__ import annotations
 
-import math
-from collections import deque
-from collections.abc import Callable, Generator, Hashable
+from collections.abc import Callable, Generator
 from enum import Enum
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
-from ppsim.costs.table import CostTable, FabricCollective, Route
+from ppsim.costs.table import CostTable, FabricCollective
 from ppsim.errors import PlanError
 from ppsim.gc_pause import gc_paused
 from ppsim.plan import Action, Kind, Overlap, Plan, render_grid
 from ppsim.sim.allocation import memory_deltas, static_memory_bytes
-from ppsim.sim.clocked import ClockedKernel
 from ppsim.sim.durations import DURATION_FIELD, compute_ms
+from ppsim.sim.fabric import Fabric, Feeder
 from ppsim.sim.immediate import ImmediateKernel
-from ppsim.sim.network import Flow, Network
+from ppsim.sim.kernel import ClockKernel, KernelName, make_kernel
+from ppsim.sim.messages import MessageRoute, MessageTables
+from ppsim.sim.network import Flow
 from ppsim.trace import Counter, Span, Trace, plan_meta
 
-if TYPE_CHECKING:  # pragma: no cover - SimPy itself is loaded only as the kernel asked for
-    import simpy
-
-KERNELS = ("auto", "simpy", "clocked", "immediate")  #: what runs the ranks' processes (see :func:`simulate`)
+KERNELS = tuple(k.value for k in KernelName)  #: what runs the ranks' processes (see :func:`simulate`)
+_SENDS = (Kind.SEND_F, Kind.SEND_B)
+_RECEIVES = (Kind.RECV_F, Kind.RECV_B)
 
 
 class CommSemantics(str, Enum):
@@ -65,11 +65,11 @@ class CommSemantics(str, Enum):
 
 
 class _Message:
-    """One transfer, keyed by its send: (sending stage, 0 for activations / 1 for grads, micro-batch)."""
+    """A rendezvous transfer: when each side posted, and when it arrived."""
 
     __slots__ = ("done", "end", "send_posted", "recv_posted")
 
-    def __init__(self, done: simpy.Event) -> None:
+    def __init__(self, done: Any) -> None:
         self.done = done
         self.end: float | None = None
         self.send_posted: float | None = None
@@ -79,18 +79,18 @@ class _Message:
 class _Rank:
     """A rank's state as it runs its actions."""
 
-    __slots__ = ("index", "t", "held", "points", "last_backward", "collective_free", "feeders", "position", "finished",
+    __slots__ = ("index", "t", "held", "points", "last_backward", "collective_free", "feeders", "current", "finished",
                  "process")
 
     def __init__(self, index: int) -> None:
         self.index = index
-        self.t = 0.0  #: the rank's own clock, >= SimPy's
+        self.t = 0.0  #: the rank's own clock, >= the kernel's
         self.held = 0.0  #: activation bytes held
         self.points: list[tuple[float, float]] = [(0.0, 0.0)]
         self.last_backward: dict[int, tuple[float, float]] = {}  #: per stage: its latest B or W
         self.collective_free = 0.0
-        self.feeders: dict[int, _Feeder] = {}  #: per stage: its gradient reduction's flows, once started
-        self.position = 0
+        self.feeders: dict[int, Feeder] = {}  #: per stage: its gradient reduction's flows, once started
+        self.current: Action | None = None  #: the action it waits in (the deadlock report's)
         self.finished = False
         self.process: Generator[Any, Any, None] | None = None  #: its process in the kernel
 
@@ -98,117 +98,23 @@ class _Rank:
 class _Wait(NamedTuple):
     """A handler's request: wait for ``event``, then call ``then`` (which may ask to wait again)."""
 
-    event: simpy.Event
+    event: Any
     then: Callable[[], _Wait | None]
 
 
-class _Fabric:
-    """The network model on the kernel's clock: starts flows now, wakes at the next one to finish."""
-
-    def __init__(self, env: Any, capacity: Any) -> None:
-        self.env = env
-        self.call_later: Callable[[float, Callable[[], object]], None] = env.call_later  #: call a function later
-        self.net = Network(capacity)
-        #: the earliest wake-up booked and not yet come; it is no later than any active flow's finish,
-        #: so a start books one only for a flow it makes finish earlier
-        self.booked = math.inf
-        self.queues: dict[Hashable, deque[Flow]] = {}
-
-    def start(self, flow: Flow) -> None:
-        now = self.env.now
-        at = self.net.start(now, flow)  # no other finish changed: the booked wake-up still comes in time
-        if at < now:
-            at = now
-        if at < self.booked:
-            self._book(at, now)
-
-    def send(self, pair: Hashable, flow: Flow) -> None:
-        """Start ``flow`` now, or after the flows of ``pair`` queued before it."""
-        queue = self.queues.get(pair)
-        if queue is None:
-            queue = self.queues[pair] = deque()
-        queue.append(flow)
-        if len(queue) == 1:
-            self.start(flow)
-
-    def send_at(self, when: float, pair: Hashable, flow: Flow) -> None:
-        """:meth:`send` once the kernel's clock reaches ``when`` (flows start in time order)."""
-        if when <= self.env.now:
-            self.send(pair, flow)
-        else:
-            self.call_later(when - self.env.now, partial(self.send, pair, flow))
-
-    def sent(self, pair: Hashable) -> None:
-        """The flow at the head of ``pair``'s queue has sent its last byte: the next one starts."""
-        queue = self.queues[pair]
-        queue.popleft()
-        if queue:
-            self.start(queue[0])
-
-    def _on_wake(self, at: float) -> None:
-        """Hand out the flows finished by now, then book a wake-up at the next finish. A wake-up
-        booked before an earlier one (a start made some flow finish sooner) finds it stale and returns."""
-        if at != self.booked:
-            return  # an earlier wake-up was booked after this one, and has come
-        self.booked = -math.inf  # the flows that start as these finish book nothing: the wake-up below
-        now = self.env.now
-        net = self.net
-        for arrival, flow in net.finish_until(now):
-            flow.on_done(arrival)  # type: ignore[misc]
-        at = net.next_finish()
-        if at < now:
-            at = now
-        self.booked = math.inf
-        if at < math.inf:
-            self._book(at, now)
-
-    def _book(self, at: float, now: float) -> None:
-        """Wake up at ``at`` (no later than any active flow's finish)."""
-        self.booked = at
-        self.call_later(at - now, partial(self._on_wake, at))
-
-
-class _Feeder:
-    """A stage's gradient reduction on the fabric: its buckets go out one after the other, each when
-    it is ready (``ready``: when the backward has produced it), after ``after`` (the rank's previous
-    reduction); ``done`` fires when the last has arrived."""
-
-    def __init__(self, sim: _Simulation, collective: FabricCollective, ready: list[float], after: simpy.Event | None) -> None:
-        self.sim = sim
-        self.collective = collective
-        self.done = sim.env.event()
-        self.first: float | None = None
-        self.end = 0.0
-        sim.env.process(self._run(ready, after))
-
-    def _run(self, ready: list[float], after: simpy.Event | None) -> Generator[simpy.Event, Any, None]:
-        env, c = self.sim.env, self.collective
-        if after is not None:
-            yield after
-        for at in ready:
-            if at > env.now:
-                yield env.timeout(at - env.now)
-            if self.first is None:
-                self.first = env.now
-            arrived = self.sim.new_event()
-            self.sim.fabric.start(Flow(c.route.load, c.volume_bytes, c.steps * c.route.latency_ms,  # type: ignore[union-attr]
-                                       on_done=partial(self._arrived, arrived)))
-            yield arrived
-        self.end = env.now
-        self.done.succeed()
-
-    def _arrived(self, event: simpy.Event, arrival: float) -> None:
-        self.sim.fire_at(event, arrival - self.sim.env.now)
+Handler = Callable[[_Rank, Any], "_Wait | None"]  #: (the rank, its action)
 
 
 class _Simulation:
     """One step of a lowered plan on a cost table."""
 
-    def __init__(self, plan: Plan, costs: CostTable, semantics: CommSemantics, kernel: str = "auto") -> None:
+    def __init__(self, plan: Plan, costs: CostTable, semantics: CommSemantics, kernel: str = "auto",
+                 inline: bool = True) -> None:
         self.plan, self.costs = plan, costs
         self.rendezvous = semantics is CommSemantics.RENDEZVOUS
         self.blocking_send = semantics is not CommSemantics.ASYNC
         self.semantics = semantics
+        self.inline = inline
         stages = costs.stages
         # duration and activation-memory change of every (stage, kind) that computes
         # per stage, by kind (looked up in the rank's loop without building a key)
@@ -216,89 +122,67 @@ class _Simulation:
         for (st, k), (alloc, free) in memory_deltas(plan, costs).items():
             self.compute[st][k] = (getattr(stages[st], DURATION_FIELD[k]), alloc, free)
         self.duration = compute_ms(costs)
-        self.where = plan.stage_to_rank
         # a fabric's flows need a clock: SimPy's, or the lean clocked kernel (the same order of events,
         # faster); on static links the waits depend only on data, so the clock-free kernel runs the
         # same handlers to the same trace, faster still (tests compare the kernels)
-        if kernel not in KERNELS:
-            raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, not {kernel!r}")
-        if kernel == "immediate" and costs.fabric is not None:
-            raise ValueError("the immediate kernel has no clock: a fabric's flows need kernel='clocked' or 'simpy'")
-        if kernel == "simpy":
-            from ppsim.sim.simpy_kernel import SimPyKernel  # the reference: loaded only when asked for
-            # (its module names the extra to install when SimPy is missing)
-
-            self.env: Any = SimPyKernel()
-            self.new_event: Callable[[], Any] = self.env.new_event
-        else:
-            self.env = ClockedKernel() if kernel == "clocked" or costs.fabric is not None else ImmediateKernel()
-            self.new_event = self.env.event
+        self.env: Any = make_kernel(kernel, costs.fabric is not None)
         self.fire_at: Callable[[Any, float], None] = self.env.fire_at
         self.kernel = type(self.env).__name__
         self.nbytes = costs.message_bytes
-        boundaries = range(max(1, plan.num_stages - 1))
-        # per stage boundary: time on the wire, latency, what the sender spends before and the receiver after
-        self.wire_ms = [costs.link(b).serialization_ms(self.nbytes) for b in boundaries]
-        self.latency_ms = [costs.link(b).latency_ms for b in boundaries]
-        self.send_overhead_ms = [costs.link(b).send_overhead_ms for b in boundaries]
-        self.recv_overhead_ms = [costs.link(b).recv_overhead_ms for b in boundaries]
-        self.link_free: dict[tuple[int, int], float] = {}
-        self.fabric = _Fabric(self.env, costs.fabric.capacity) if costs.fabric is not None else None
-        self.messages: dict[tuple[int, int, int | None], _Message] = {}
+        # a fabric's run has a kernel with a clock (make_kernel)
+        self.fabric = Fabric(cast(ClockKernel, self.env), costs.fabric.capacity) if costs.fabric is not None else None
+        self.messages = MessageTables(plan, costs, self.nbytes)
+        self.arrivals = self.messages.arrivals  #: posted sends: each message's arrival, once known
+        self.pair_free = [0.0] * self.messages.links  #: when each rank pair's link is free again (static links)
+        self.awaited: dict[int, Any] = {}  #: posted sends: what waits for a message not yet arrived
+        self.meetings: dict[int, _Message] = {}  #: rendezvous: each message's two sides
         self.spans: list[Span] = []
         self.make_span = partial(tuple.__new__, Span)
         self.ranks = [_Rank(r) for r in range(plan.num_ranks)]
         # the gradient-norm all-reduce of gradient clipping: one arrival per rank
         self.n_syncing = sum(Kind.CLIP in plan.kinds(r) for r in range(plan.num_ranks))
         self.sync_arrivals: list[float] = []
-        self.sync_done = self.new_event()
+        self.sync_done = self.env.event()
         self.sync_end: list[float] = []
-        # per rank and stage, the position of its last backward piece: where its reduction's buckets start
-        self.last_backward_at = ([_last_backward(actions) for actions in plan.actions]
+        # per rank and stage, its last backward piece: where its reduction's buckets start
+        self.last_backward_of = ([_last_backward(actions) for actions in plan.actions]
                                  if self.fabric is not None and costs.overlap_grad_reduce else [])
-        # posted sends run inline in the rank's loop, their messages numbered
-        # (2 x stage + 0 for activations, 1 for grads) x micro-batches + micro-batch: each one's
-        # arrival, and the receives waiting for one; each directed pair of ranks a link, numbered
-        m, n = plan.num_microbatches, plan.num_stages
-        self.arrivals: list[float | None] = [None] * (2 * n * m)
-        self.awaited: dict[int, Any] = {}
-        pairs: dict[tuple[int, int], int] = {}
-        pair_down = [pairs.setdefault((self.where[x], self.where[x + 1]), len(pairs)) for x in range(n - 1)]
-        pair_up = [-1] + [pairs.setdefault((self.where[x], self.where[x - 1]), len(pairs)) for x in range(1, n)]
-        self.pair_free = [0.0] * len(pairs)  #: when each pair's link is free again
-        # per stage, what its posted sends and receives look up: (first message number, boundary,
-        # peer rank, pair, send overhead, time on the wire, latency) for a send of activations (f) or
-        # of grads (b); (first message number, peer rank, receive overhead) for a receive
-        where, wire, latency = self.where, self.wire_ms, self.latency_ms
-        send, recv = self.send_overhead_ms, self.recv_overhead_ms
-        self.posted_sends = (
-            [(x * 2 * m, x, where[x + 1], pair_down[x], send[x], wire[x], latency[x]) for x in range(n - 1)] + [None],
-            [None] + [(x * 2 * m + m, x - 1, where[x - 1], pair_up[x], send[x - 1], wire[x - 1], latency[x - 1])
-                      for x in range(1, n)],
-            [None] + [((x - 1) * 2 * m, where[x - 1], recv[x - 1]) for x in range(1, n)],
-            [((x + 1) * 2 * m + m, where[x + 1], recv[x]) for x in range(n - 1)] + [None],
-        )
-        # overlapped pairs and plain compute run in the rank's loop itself (local work, no waiting)
-        self.handlers: dict[Kind, Callable[[_Rank, Any], _Wait | None]] = {
+        sends, receives = (self._rendezvous, self._rendezvous) if self.rendezvous else (self._send, self._receive)
+        self.handlers: dict[Kind, Handler] = {
+            **dict.fromkeys(DURATION_FIELD, self._compute),
+            Kind.OVERLAP_F_B: self._overlapped,
+            **dict.fromkeys(_SENDS, sends), **dict.fromkeys(_RECEIVES, receives),
             Kind.REDUCE_GRAD: self._reduce_grad_on_fabric if self.fabric is not None else self._reduce_grad,
             Kind.CLIP: self._clip,
-            Kind.SEND_F: self._rendezvous, Kind.SEND_B: self._rendezvous,
-            Kind.RECV_F: self._rendezvous, Kind.RECV_B: self._rendezvous,
         }
 
-    # --- the slow paths' spans (the rank's loop appends its fast paths' spans itself) -----------------
+    # --- the handlers' spans (the rank's loop appends its inline paths' spans itself) ----------------
 
-    def emit(self, rank: int, lane: str, action: Action, start: float, end: float, nbytes: int | None = None,
+    def emit(self, rank: int, lane: str, action: Action | Overlap, start: float, end: float, nbytes: int | None = None,
              peer: int | None = None) -> None:
         self.spans.append(self.make_span((rank, lane, action, start, end, nbytes, peer)))
 
-    def _run_compute(self, st: _Rank, a: Action, k: Kind, s: int, dur: float, alloc: int, free: int, i: int) -> None:
-        """Local work: occupy the compute lane, allocate at its start and free at its end."""
+    # --- the handlers, one per kind ----------------------------------------------------------------------
+
+    def _compute(self, st: _Rank, a: Action) -> None:
+        """Local work (F, B, I, W, OPT): occupy the compute lane, allocate at its start and free at its end."""
+        op = self.compute[a.stage].get(a.kind)
+        if op is None:
+            raise PlanError(f"the simulator cannot run action {a}: its stage has no such work")
+        self._run_compute(st, a, a.kind, a.stage, *op)
+
+    def _overlapped(self, st: _Rank, a: Overlap) -> None:
+        """A forward and a backward overlapped: the forward's activations allocated, the backward's freed."""
+        f, b = a.parts
+        self._run_compute(st, a, b.kind, b.stage, self.duration(a), self.compute[f.stage][f.kind][1],
+                          self.compute[b.stage][b.kind][2])
+
+    def _run_compute(self, st: _Rank, a: Action | Overlap, k: Kind, s: int, dur: float, alloc: int, free: int) -> None:
         t = st.t
         if k is Kind.B or k is Kind.W:
             if self.costs.overlap_grad_reduce:
                 st.last_backward[s] = (t, t + dur)
-                if self.fabric is not None and self.last_backward_at[st.index].get(s) == i:
+                if self.fabric is not None and self.last_backward_of[st.index].get(s) == a:
                     self._start_feeder(st, s, t, t + dur)
         if alloc:
             st.held += alloc
@@ -309,13 +193,145 @@ class _Simulation:
             st.held += free
             st.points.append((st.t, st.held))
 
-    # --- the handlers, one per kind that is not plain compute -----------------------------------------
+    def _send(self, st: _Rank, a: Action) -> _Wait | None:
+        """A posted send (``async``: the rank goes on at once; ``eager``: once the data has arrived).
+        On static links the pair's link is a FIFO, so the arrival is known now; on a fabric it is a flow."""
+        route, key = self.messages.number(a)
+        begin = st.t
+        posted = begin + route.overhead_ms
+        if self.fabric is None:
+            busy = self.pair_free[route.pair]
+            self.pair_free[route.pair] = on_wire = (busy if busy > posted else posted) + route.wire_ms
+            self.arrivals[key] = end = on_wire + route.latency_ms
+            waiting = self.awaited.pop(key, None)
+            if waiting is not None:
+                self.fire_at(waiting, end - self.env.now)
+            self.emit(st.index, "send", a, begin, end, self.nbytes, route.peer)
+            st.t = end if self.blocking_send else posted
+            return None
+        costs_fabric = self.costs.fabric
+        assert costs_fabric is not None
+        routes = costs_fabric.backward if route.backward else costs_fabric.forward
+        span = None if self.blocking_send else (st.index, a, begin, route.peer)
+        flow = Flow(routes[route.boundary].load, self.nbytes, route.latency_ms,
+                    on_done=partial(self._arrived, key, route.pair, span))
+        self.fabric.send_at(posted, route.pair, flow)
+        if not self.blocking_send:
+            st.t = posted
+            return None
 
-    def _overlapped(self, st: _Rank, a: Overlap, i: int) -> None:
-        """A forward and a backward overlapped: the forward's activations allocated, the backward's freed."""
-        f, b = a.parts
-        self._run_compute(st, a, b.kind, b.stage, self.duration(a), self.compute[f.stage][f.kind][1],
-                          self.compute[b.stage][b.kind][2], i)
+        def sent() -> None:
+            end = self.arrivals[key]
+            assert end is not None
+            self.emit(st.index, "send", a, begin, end, self.nbytes, route.peer)
+            st.t = end
+
+        if self.arrivals[key] is None:  # wait for its arrival (one event per message, for the sender and the receiver)
+            return _Wait(self._awaiting(key), sent)
+        sent()
+        return None
+
+    def _receive(self, st: _Rank, a: Action) -> _Wait | None:
+        """A receive of a posted send: wait until the message has arrived, then spend the receive overhead."""
+        route, key = self.messages.number(a)
+
+        def received() -> None:
+            end = self.arrivals[key]
+            assert end is not None
+            t = st.t
+            end = (t if t > end else end) + route.overhead_ms
+            self.emit(st.index, "recv", a, t, end, self.nbytes, route.peer)
+            st.t = end
+
+        if self.arrivals[key] is None:
+            return _Wait(self._awaiting(key), received)
+        received()
+        return None
+
+    def _awaiting(self, key: int) -> Any:
+        """The event that fires when posted message ``key`` arrives (one per message)."""
+        waiting = self.awaited.get(key)
+        if waiting is None:
+            waiting = self.awaited[key] = self.env.event()
+        return waiting
+
+    def _arrived(self, key: int, pair: int, span: tuple[int, Action, float, int] | None, arrival: float) -> None:
+        """A posted send's flow has delivered message ``key`` (at ``arrival``): the pair's next flow
+        starts, an async send's span is written, and whoever waits for the message goes on."""
+        self.fabric.sent(pair)  # type: ignore[union-attr]  # flows exist on a fabric only
+        self.arrivals[key] = arrival
+        if span is not None:
+            r, a, begin, peer = span
+            self.spans.append(self.make_span((r, "send", a, begin, arrival, self.nbytes, peer)))
+        waiting = self.awaited.pop(key, None)
+        if waiting is not None:
+            self.fire_at(waiting, arrival - self.env.now)
+
+    def _rendezvous(self, st: _Rank, a: Action) -> _Wait | None:
+        """A send or receive that blocks until the peer has posted its side, then both wait for the
+        transfer: the first side to post waits for the second, which starts it."""
+        route, key = self.messages.number(a)
+        begin = st.t
+        sending = a.kind in _SENDS
+        if sending:  # the sender spends its overhead before the data moves
+            st.t += route.overhead_ms
+        msg = self.meetings.get(key)
+        if msg is None:
+            msg = self.meetings[key] = _Message(self.env.event())
+
+        def done() -> None:
+            arrival = msg.end
+            assert arrival is not None, "done() runs once the message has arrived"
+            if sending:
+                self.emit(st.index, "send", a, begin, arrival, self.nbytes, route.peer)
+                st.t = arrival
+            else:
+                end = max(st.t, arrival) + route.overhead_ms
+                self.emit(st.index, "recv", a, begin, end, self.nbytes, route.peer)
+                st.t = end
+
+        other = msg.recv_posted if sending else msg.send_posted
+        if other is None:
+            if sending:
+                msg.send_posted = st.t
+            else:
+                msg.recv_posted = st.t
+            return _Wait(msg.done, done)
+        start = max(st.t, other)
+        if self.fabric is not None:
+            def started() -> _Wait:
+                self._flow(route, msg)
+                return _Wait(msg.done, done)
+            return self._at(start, started)
+        msg.end = self._transfer(route, start)
+        self.fire_at(msg.done, msg.end - self.env.now)
+        done()  # the second side knows the end: its clock jumps there
+        return None
+
+    def _transfer(self, route: MessageRoute, start: float) -> float:
+        """Book the route's link (a FIFO) from ``start``; return the arrival time."""
+        begin = max(start, self.pair_free[route.pair])
+        self.pair_free[route.pair] = begin + route.wire_ms
+        return begin + route.wire_ms + route.latency_ms
+
+    def _flow(self, route: MessageRoute, msg: _Message) -> None:
+        """Start a rendezvous message's flow on the fabric now; it fires ``msg.done`` when it arrives."""
+        fabric, costs_fabric = self.fabric, self.costs.fabric
+        assert fabric is not None and costs_fabric is not None
+
+        def arrived(arrival: float) -> None:
+            fabric.sent(route.pair)
+            msg.end = arrival
+            self.fire_at(msg.done, arrival - self.env.now)
+
+        routes = costs_fabric.backward if route.backward else costs_fabric.forward
+        fabric.send(route.pair, Flow(routes[route.boundary].load, self.nbytes, route.latency_ms, on_done=arrived))
+
+    def _at(self, when: float, then: Callable[[], _Wait | None]) -> _Wait | None:
+        """Bring the kernel's clock to the rank's ``when`` (flows start in time order), then ``then``."""
+        if when <= self.env.now:
+            return then()
+        return _Wait(self.env.timeout(when - self.env.now), then)
 
     def _reduce_grad(self, st: _Rank, a: Action) -> None:
         c = self.costs.stages[a.stage]
@@ -336,7 +352,6 @@ class _Simulation:
             self.emit(st.index, "collective", a, st.t, st.t + c.allreduce_ms, c.grad_bytes)
             st.t += c.allreduce_ms
             st.collective_free = st.t
-        return None
 
     def _collective(self, stage: int) -> FabricCollective | None:
         """``stage``'s gradient reduction on the fabric (None: no fabric, or nothing to reduce)."""
@@ -350,31 +365,33 @@ class _Simulation:
             return
         n = collective.buckets
         after = self._last_feeder(st)
-        st.feeders[stage] = _Feeder(self, collective, [b0 + (j + 1) / n * (b1 - b0) for j in range(n)], after)
+        st.feeders[stage] = Feeder(self.fabric, collective, [b0 + (j + 1) / n * (b1 - b0) for j in range(n)], after)  # type: ignore[arg-type]  # a collective exists on a fabric only
 
     @staticmethod
-    def _last_feeder(st: _Rank) -> simpy.Event | None:
+    def _last_feeder(st: _Rank) -> Any | None:
         return next(reversed(st.feeders.values())).done if st.feeders else None
 
     def _reduce_grad_on_fabric(self, st: _Rank, a: Action) -> _Wait | None:
         collective = self._collective(a.stage)
         if collective is None:
-            return self._reduce_grad(st, a)  # nothing to move: as without a fabric
+            self._reduce_grad(st, a)  # nothing to move: as without a fabric
+            return None
         c = self.costs.stages[a.stage]
         feeder = st.feeders.get(a.stage)
         if feeder is None:  # not overlapped: all buckets from now, after the rank's earlier reductions
             start = max(st.t, st.collective_free)
-            feeder = st.feeders[a.stage] = _Feeder(self, collective, [start] * collective.buckets, self._last_feeder(st))
+            feeder = st.feeders[a.stage] = Feeder(self.fabric, collective, [start] * collective.buckets,  # type: ignore[arg-type]  # on a fabric
+                                                  self._last_feeder(st))
 
         def finish() -> None:
             begin = feeder.first if feeder.first is not None else st.t
             self.emit(st.index, "collective", a, begin, feeder.end, c.grad_bytes)
             st.collective_free = feeder.end
             st.t = max(st.t, feeder.end)
-            return None
 
         if feeder.done.triggered:
-            return finish()
+            finish()
+            return None
         return _Wait(feeder.done, finish)
 
     def _clip(self, st: _Rank, a: Action) -> _Wait | None:
@@ -388,13 +405,14 @@ class _Simulation:
 
         if len(self.sync_arrivals) == self.n_syncing:  # the last to arrive starts the all-reduce
             at = max(self.sync_arrivals)
-            clip = self.costs.fabric.clip if self.fabric is not None else None  # type: ignore[union-attr]
+            clip = self.costs.fabric.clip if self.fabric is not None else None  # type: ignore[union-attr]  # fabric implies costs.fabric
             if clip is None:  # a fixed time
                 self.sync_end.append(at + self.costs.clip_allreduce_ms)
                 self.fire_at(self.sync_done, self.sync_end[0] - self.env.now)
-                return finish()
+                finish()
+                return None
             # a flow on the pipeline's ring, from when the last rank got there
-            self.fabric.call_later(max(0.0, at - self.env.now), partial(self._clip_flow, clip))  # type: ignore[union-attr]
+            self.fabric.call_later(max(0.0, at - self.env.now), partial(self._clip_flow, clip))  # type: ignore[union-attr]  # on a fabric
         return _Wait(self.sync_done, finish)
 
     def _clip_flow(self, clip: FabricCollective) -> None:
@@ -403,130 +421,32 @@ class _Simulation:
             self.sync_end.append(arrival)
             self.fire_at(self.sync_done, arrival - self.env.now)
 
-        self.fabric.start(Flow(clip.route.load, clip.volume_bytes, clip.steps * clip.route.latency_ms,  # type: ignore[union-attr]
+        self.fabric.start(Flow(clip.route.load, clip.volume_bytes, clip.steps * clip.route.latency_ms,  # type: ignore[union-attr]  # on a fabric
                                on_done=arrived))
-
-    def _transfer(self, src: int, dst: int, key: tuple[int, int, Any], start: float) -> float:
-        """Book the link src -> dst for message ``key`` from ``start``; return the arrival time."""
-        boundary = key[0] - key[1]  # activations cross s -> s+1, grads s -> s-1
-        on_wire = self.wire_ms[boundary]
-        pair = (src, dst)
-        begin = max(start, self.link_free.get(pair, 0.0))
-        self.link_free[pair] = begin + on_wire
-        return begin + on_wire + self.latency_ms[boundary]
-
-    def _flow(self, src: int, dst: int, key: tuple[int, int, Any], msg: _Message) -> _Wait | None:
-        """Start message ``key``'s flow on the fabric now; it fires ``msg.done`` when it arrives."""
-        fabric = self.costs.fabric
-        assert fabric is not None and self.fabric is not None
-        boundary = key[0] - key[1]
-        route: Route = (fabric.backward if key[1] else fabric.forward)[boundary]
-        pair = (src, dst)
-
-        def arrived(arrival: float) -> None:
-            self.fabric.sent(pair)  # type: ignore[union-attr]
-            msg.end = arrival
-            self.fire_at(msg.done, arrival - self.env.now)
-
-        self.fabric.send(pair, Flow(route.load, self.nbytes, self.latency_ms[boundary], on_done=arrived))
-        return None
-
-    def _peer(self, a: Action) -> tuple[tuple[int, int, Any], int, bool]:
-        """(message key, peer rank, sending) of a send or receive."""
-        s, k, mb = a
-        where = self.where
-        if k is Kind.SEND_F:
-            return (s, 0, mb), where[s + 1], True
-        if k is Kind.SEND_B:
-            return (s, 1, mb), where[s - 1], True
-        if k is Kind.RECV_F:
-            return (s - 1, 0, mb), where[s - 1], False
-        return (s + 1, 1, mb), where[s + 1], False
-
-    def _rendezvous(self, st: _Rank, a: Action) -> _Wait | None:
-        """A send or receive that blocks until the peer has posted its side (posted sends and their
-        receives run inline in the rank's loop)."""
-        key, peer, sending = self._peer(a)
-        begin = st.t
-        if sending:  # the sender spends its overhead before the data moves
-            st.t += self.send_overhead_ms[key[0] - key[1]]
-        return self._meet(st, a, key, self._message(key), st.index, peer, begin, sending=sending)
-
-    def _received(self, st: _Rank, a: Action, key: tuple[int, int, Any], msg: _Message, begin: float, peer: int) -> None:
-        end = max(st.t, msg.end) + self.recv_overhead_ms[key[0] - key[1]]  # type: ignore[type-var]
-        self.emit(st.index, "recv", a, begin, end, self.nbytes, peer)
-        st.t = end
-
-    def _meet(self, st: _Rank, a: Action, key: tuple[int, int, Any], msg: _Message, r: int, peer: int, begin: float,
-              *, sending: bool) -> _Wait | None:
-        """Rendezvous: the transfer starts when the second side posts; the first side waits for it."""
-        def done() -> None:
-            if sending:
-                self.emit(r, "send", a, begin, msg.end, self.nbytes, peer)  # type: ignore[arg-type]
-                st.t = msg.end  # type: ignore[assignment]
-            else:
-                self._received(st, a, key, msg, begin, peer)
-
-        other = msg.recv_posted if sending else msg.send_posted
-        if other is None:
-            if sending:
-                msg.send_posted = st.t
-            else:
-                msg.recv_posted = st.t
-            return _Wait(msg.done, done)
-        src, dst = (r, peer) if sending else (peer, r)
-        start = max(st.t, other)
-        if self.fabric is not None:
-            def started() -> _Wait:
-                self._flow(src, dst, key, msg)
-                return _Wait(msg.done, done)
-            return self._at(start, started)
-        msg.end = self._transfer(src, dst, key, start)
-        self.fire_at(msg.done, msg.end - self.env.now)
-        return done()  # the second side knows the end: its clock jumps there
-
-    def _at(self, when: float, then: Callable[[], _Wait | None]) -> _Wait | None:
-        """Bring the kernel's clock to the rank's ``when`` (flows start in time order), then ``then``."""
-        if when <= self.env.now:
-            return then()
-        return _Wait(self.env.timeout(when - self.env.now), then)
-
-    def _arrived(self, key: int, pair: int, span: tuple[int, Action, float, int] | None, arrival: float) -> None:
-        """A posted send's flow has delivered message ``key`` (at ``arrival``): the pair's next flow
-        starts, an async send's span is written, and whoever waits for the message goes on."""
-        self.fabric.sent(pair)  # type: ignore[union-attr]
-        self.arrivals[key] = arrival
-        if span is not None:
-            r, a, begin, peer = span
-            self.spans.append(self.make_span((r, "send", a, begin, arrival, self.nbytes, peer)))
-        waiting = self.awaited.pop(key, None)
-        if waiting is not None:
-            self.fire_at(waiting, arrival - self.env.now)
-
-    def _message(self, key: tuple[int, int, Any]) -> _Message:
-        msg = self.messages.get(key)
-        if msg is None:
-            msg = self.messages[key] = _Message(self.new_event())
-        return msg
 
     # --- the ranks and the run --------------------------------------------------------------------------
 
-    def _rank_process(self, st: _Rank) -> Generator[simpy.Event, Any, None]:
-        compute, handlers, run_compute = self.compute, self.handlers, self._run_compute
+    def _rank_process(self, st: _Rank) -> Generator[Any, Any, None]:
+        """Run the rank's actions in plan order: inline where they are plain compute or posted sends and
+        receives (unless ``inline`` is off), through their handler otherwise."""
+        compute, handlers = self.compute, self.handlers
         overlap = Kind.OVERLAP_F_B
-        # the kinds of the posted sends and receives; none under rendezvous, which takes the handlers
-        posted_kinds = (Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B)
-        SEND_F, SEND_B, RECV_F, RECV_B = posted_kinds if not self.rendezvous else (None,) * 4
-        # the fast paths inline: local work on the rank's own clock (what _run_compute does, less the
-        # bookkeeping of overlapped gradient reductions, which takes the slow path), and the posted
-        # (async, eager) sends and their receives: on static links a FIFO per rank pair, on a fabric a flow
-        plain = not self.costs.overlap_grad_reduce
+        SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
+        # posted sends and their receives inline: on static links a FIFO per rank pair, on a fabric a flow
+        posted = self.inline and not self.rendezvous
+        # plain compute inline: what _run_compute does, less the bookkeeping of overlapped gradient
+        # reductions (which take the handler)
+        plain = self.inline and not self.costs.overlap_grad_reduce
         fabric = self.fabric
-        forward_routes, backward_routes = (self.costs.fabric.forward, self.costs.fabric.backward) if fabric else ((), ())
+        forward_routes, backward_routes = (self.costs.fabric.forward, self.costs.fabric.backward) if fabric else ((), ())  # type: ignore[union-attr]  # fabric implies costs.fabric
         eager = self.blocking_send
         arrivals, awaited, pair_free = self.arrivals, self.awaited, self.pair_free
-        send_f, send_b, recv_f, recv_b = self.posted_sends
-        nbytes, env, fire_at, new_event = self.nbytes, self.env, self.fire_at, self.new_event
+        messages = self.messages
+        send_f, send_b = messages.send_f, messages.send_b
+        # a receive reads three fields of its route: unpacked from a 3-tuple in the loop
+        recv_f, recv_b = ([None if x is None else (x.first, x.peer, x.overhead_ms) for x in table]
+                          for table in (messages.recv_f, messages.recv_b))
+        nbytes, env, fire_at, new_event = self.nbytes, self.env, self.fire_at, self.env.event
         # the clock-free kernel parks a receive on its message (no event): the send resumes it
         parks = isinstance(env, ImmediateKernel)
         resume = env.resume if parks else None
@@ -534,64 +454,59 @@ class _Simulation:
         # the rank's clock and held bytes live in locals (st.t, st.held) and go back to ``st`` around
         # what reads or changes them there: the handlers, and the waits
         t, held = st.t, st.held
-        # the position of the current action is asked only where a rank waits or a slow path needs
-        # it: it is found from what is left of the iterator then, not counted action by action
-        actions = self.plan.actions[st.index]
-        last = len(actions) - 1
-        it = iter(actions)
-        for a in it:
+        for a in self.plan.actions[st.index]:
             s, k, mb = a
-            if k is SEND_F or k is SEND_B:
-                first, b, peer, pair, overhead_ms, wire_ms, latency_ms = (send_f if k is SEND_F else send_b)[s]
-                key = first + mb
+            if posted and (k is SEND_F or k is SEND_B):
+                first, b, backward, peer, pair, overhead_ms, wire_ms, latency_ms = (send_f if k is SEND_F else send_b)[s]  # type: ignore[misc]  # the plan was validated
+                key = first + mb  # type: ignore[operator]  # a message's action names its micro-batch
                 begin = t
-                posted = t + overhead_ms
+                posted_at = t + overhead_ms
                 if fabric is None:  # the pair's link is a FIFO: the arrival is known now
                     busy = pair_free[pair]
-                    pair_free[pair] = on_wire = (busy if busy > posted else posted) + wire_ms
+                    pair_free[pair] = on_wire = (busy if busy > posted_at else posted_at) + wire_ms
                     arrivals[key] = end = on_wire + latency_ms
                     if awaited and (waiting := awaited.pop(key, None)) is not None:
                         if parks:
-                            resume(waiting)  # a receiver parked on it
+                            resume(waiting)  # type: ignore[misc]  # a receiver parked on it
                         else:
                             fire_at(waiting, end - env.now)
                     append(tnew(Span, (r, "send", a, begin, end, nbytes, peer)))
-                    t = end if eager else posted
+                    t = end if eager else posted_at
                     continue
                 # on a fabric, a flow from the rank's time on; it records its arrival when done
-                route = forward_routes[b] if k is SEND_F else backward_routes[b]
+                route = backward_routes[b] if backward else forward_routes[b]
                 flow = Flow(route.load, nbytes, latency_ms,
                             on_done=partial(self._arrived, key, pair, None if eager else (r, a, begin, peer)))
-                fabric.send_at(posted, pair, flow)
+                fabric.send_at(posted_at, pair, flow)
                 if not eager:
-                    t = posted
+                    t = posted_at
                     continue
-                end = arrivals[key]
-                if end is None:  # wait for its arrival (one event per message, for an eager sender and the receiver)
-                    st.position, st.t = last - it.__length_hint__(), t
+                arrival = arrivals[key]
+                if arrival is None:  # wait for it (one event per message, for an eager sender and the receiver)
+                    st.current, st.t = a, t
                     if (waiting := awaited.get(key)) is None:
                         waiting = awaited[key] = new_event()
                     yield waiting
-                    end = arrivals[key]
-                append(tnew(Span, (r, "send", a, begin, end, nbytes, peer)))
-                t = end
+                    arrival = arrivals[key]
+                append(tnew(Span, (r, "send", a, begin, arrival, nbytes, peer)))
+                t = arrival  # type: ignore[assignment]  # it has arrived
                 continue
-            if k is RECV_F or k is RECV_B:
-                first, peer, overhead_ms = (recv_f if k is RECV_F else recv_b)[s]
-                key = first + mb
-                end = arrivals[key]  # type: ignore[assignment]
-                if end is None and parks:  # parked until the send, which hands the rank back to the kernel
+            if posted and (k is RECV_F or k is RECV_B):
+                first, peer, overhead_ms = (recv_f if k is RECV_F else recv_b)[s]  # type: ignore[misc]  # the plan was validated
+                key = first + mb  # type: ignore[operator]  # a message's action names its micro-batch
+                arrival = arrivals[key]
+                if arrival is None and parks:  # parked until the send, which hands the rank back to the kernel
                     awaited[key] = st.process
-                    st.position, st.t = last - it.__length_hint__(), t
+                    st.current, st.t = a, t
                     yield None
-                    end = arrivals[key]
-                elif end is None:
-                    st.position, st.t = last - it.__length_hint__(), t
+                    arrival = arrivals[key]
+                elif arrival is None:
+                    st.current, st.t = a, t
                     if (waiting := awaited.get(key)) is None:
                         waiting = awaited[key] = new_event()
                     yield waiting
-                    end = arrivals[key]
-                end = (t if t > end else end) + overhead_ms
+                    arrival = arrivals[key]
+                end = (t if t > arrival else arrival) + overhead_ms  # type: ignore[operator]  # it has arrived
                 append(tnew(Span, (r, "recv", a, t, end, nbytes, peer)))
                 t = end
                 continue
@@ -609,21 +524,15 @@ class _Simulation:
                         held += free
                         points.append((t, held))
                     continue
-            st.t, st.held = t, held  # the slow paths read and change the rank's state
-            i = last - it.__length_hint__()
-            if k is overlap:
-                self._overlapped(st, a, i)  # type: ignore[arg-type]
-            elif (op := compute[s].get(k)) is not None:
-                run_compute(st, a, k, s, op[0], op[1], op[2], i)
-            else:
-                handler = handlers.get(k)
-                if handler is None:  # pragma: no cover - every kind is handled
-                    raise PlanError(f"the simulator cannot run action {a}")
-                wait = handler(st, a)
-                while wait is not None:
-                    st.position = i
-                    yield wait.event
-                    wait = wait.then()
+            st.t, st.held = t, held  # the handlers read and change the rank's state
+            handler = handlers.get(k)
+            if handler is None:  # pragma: no cover - every kind has a handler
+                raise PlanError(f"the simulator cannot run action {a}")
+            wait = handler(st, a)
+            while wait is not None:
+                st.current = a
+                yield wait.event
+                wait = wait.then()
             t, held = st.t, st.held
         st.t, st.held = t, held
         st.finished = True
@@ -634,7 +543,8 @@ class _Simulation:
                 st.process = self._rank_process(st)
                 self.env.process(st.process)
             self.env.run()
-        stuck = {st.index: st.position for st in self.ranks if not st.finished}
+        stuck = {st.index: self.plan.actions[st.index].index(st.current) if st.current is not None else 0
+                 for st in self.ranks if not st.finished}
         if stuck:
             where = ", ".join(f"rank {r} at {self.plan.actions[r][i]}" for r, i in stuck.items())
             raise PlanError(
@@ -665,28 +575,29 @@ def _shifted(points: list[tuple[float, float]], by: float) -> tuple[tuple[float,
     return tuple([(t, v + by) for t, v in points])
 
 
-def _last_backward(actions: list[Action]) -> dict[int, int]:
-    """Per stage, the position of the rank's last backward piece (B or W, alone or overlapped)."""
+def _last_backward(actions: tuple[Action, ...]) -> dict[int, Action]:
+    """Per stage, the rank's last backward piece (B or W, alone or in an overlapped action: that action)."""
     out = {}
-    for i, a in enumerate(actions):
-        piece = a.parts[1] if a.kind is Kind.OVERLAP_F_B else a  # type: ignore[attr-defined]
+    for a in actions:
+        piece = a.parts[1] if a.kind is Kind.OVERLAP_F_B else a
         if piece.kind is Kind.B or piece.kind is Kind.W:
-            out[piece.stage] = i
+            out[piece.stage] = a
     return out
 
 
 def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSemantics.RENDEZVOUS,
-             kernel: str = "auto") -> Trace:
+             kernel: str = "auto", inline: bool = True) -> Trace:
     """Run one training step of ``plan`` (lowered) and return the predicted Trace.
 
     Deterministic: the same plan and costs give the same trace. Raises PlanError (with the grid and
     each rank's stuck action marked) if the plan deadlocks under the chosen semantics. ``kernel``:
     ``auto`` runs static links on the clock-free kernel (:mod:`ppsim.sim.immediate`) and a fabric on
     the lean clocked kernel (:mod:`ppsim.sim.clocked`); ``clocked`` forces that one, ``simpy``
-    SimPy itself (the same trace, slower: for comparison).
+    SimPy itself (the same trace, slower: for comparison). ``inline=False`` runs every action
+    through its handler instead of the rank's inline paths (the same trace, slower: for the tests).
     """
     if not plan.lowered:
         raise PlanError("simulate() needs a lowered plan: call ppsim.plan.lower(plan) first")
     if len(costs.stages) != plan.num_stages:
         raise PlanError(f"cost table has {len(costs.stages)} stages, the plan {plan.num_stages}")
-    return _Simulation(plan, costs, CommSemantics(comm), kernel).run()
+    return _Simulation(plan, costs, CommSemantics(comm), kernel, inline).run()

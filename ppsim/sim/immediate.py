@@ -27,7 +27,7 @@ class Flag:
 
     def __init__(self) -> None:
         self.triggered = False
-        self.waiters: list[Generator[Flag, Any, None]] = []
+        self.waiters: list[Generator[Flag | None, Any, None]] = []
         self.callbacks: list[Callable[[Flag], None]] = []
 
 

@@ -30,7 +30,7 @@ class Flow:
     __slots__ = ("route", "nbytes", "latency_ms", "on_done", "left", "rate", "started_ms", "since", "finish", "order",
                  "users")
 
-    def __init__(self, route: dict[LinkId, float], nbytes: float, latency_ms: float = 0.0,
+    def __init__(self, route: Mapping[LinkId, float], nbytes: float, latency_ms: float = 0.0,
                  on_done: Callable[[float], None] | None = None) -> None:
         self.route = route  #: load per directed link it crosses (only links of finite capacity)
         self.nbytes = nbytes
@@ -181,10 +181,10 @@ class Network:
         self._started += 1
         self.active[flow] = None
         alone = True
-        for _, users in known[3]:
-            if users:
+        for _, sharing in known[3]:
+            if sharing:
                 alone = False
-            users[flow] = None
+            sharing[flow] = None
         if alone:  # most messages: nobody else's rate changes (what _project does, inline)
             flow.rate = rate = known[2]
             left = flow.left

@@ -1,7 +1,8 @@
 """SimPy itself as the engine's kernel (``simulate(..., kernel="simpy")``): the reference the lean
 kernels (:mod:`ppsim.sim.clocked`, :mod:`ppsim.sim.immediate`) are tested against, loaded only
-when asked for. It offers what the engine uses of the lean kernels besides SimPy's own interface:
-``fire_at`` (an event processed ``delay`` from now) and ``call_later`` (a function called then)."""
+when asked for. It offers the kernel interface (:class:`ppsim.sim.kernel.ClockKernel`): SimPy's
+own, with ``event()`` giving events that ``fire_at`` processes ``delay`` from now, and
+``call_later`` (a function called then)."""
 
 from __future__ import annotations
 
@@ -28,10 +29,10 @@ class Arrival(simpy.Event):
 
 
 class SimPyKernel(simpy.Environment):
-    """SimPy's environment with the lean kernels' ``fire_at``, ``call_later`` and ``new_event``."""
+    """SimPy's environment with the lean kernels' ``fire_at`` and ``call_later``."""
 
-    def new_event(self) -> Arrival:
-        """An event to fire later with :meth:`fire_at`."""
+    def event(self) -> Arrival:  # SimPy's own event, able to be fired later too
+        """An event to fire later with :meth:`fire_at` (or to ``succeed()`` now)."""
         return Arrival(self)
 
     @staticmethod
