@@ -54,8 +54,10 @@ bench: $(VENV)/.installed-test
 bench-accuracy: $(VENV)/.installed-test
 	$(BIN)/python bench/accuracy.py
 
+# ruff over the code, and mypy over ppsim and ppexec ([tool.mypy] in pyproject.toml)
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check ppsim ppexec tests bench
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache

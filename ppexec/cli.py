@@ -43,12 +43,12 @@ RUNTIME_HELP = ("What runs the plan: deepspeed (DeepSpeed's PipelineEngine), tor
 
 
 def runtime_option() -> Runtime:
-    return typer.Option("auto", "--runtime", help=RUNTIME_HELP)  # type: ignore[return-value]
+    return typer.Option("auto", "--runtime", help=RUNTIME_HELP)
 
 
 def replace_option(what: str) -> bool:
     help_text = f"Replace an earlier {what} in --out (else such a folder is refused)."
-    return typer.Option(False, "--force", help=help_text)  # type: ignore[no-any-return]
+    return typer.Option(False, "--force", help=help_text)
 
 
 @contextmanager

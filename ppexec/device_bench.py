@@ -103,7 +103,7 @@ def time_matmuls(shapes: Iterable[MatmulShape], dtype: torch.dtype, watch: Stopw
             b = b.transpose(-1, -2)
         c = torch.empty(*lead, shape.m, shape.k, dtype=dtype, device=watch.device)
         op = torch.bmm if lead else torch.mm
-        out.append(Timed(shape, watch.ms(lambda op=op, a=a, b=b, c=c: op(a, b, out=c))))
+        out.append(Timed(shape, watch.ms(lambda op=op, a=a, b=b, c=c: op(a, b, out=c))))  # type: ignore[misc]  # mypy#15459: a lambda with a default
         del a, b, c
     return out
 

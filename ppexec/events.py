@@ -97,9 +97,10 @@ def decode(line: bytes | str) -> Event:
         raise ValueError(f"a {kind!r} event whose fields are wrong: {', '.join(bad)}")
     known = {f.name for f in fields(cls)}
     event = cls(**{k: v for k, v in data.items() if k in known})
-    if isinstance(event, Step):  # JSON lists back to the tuples they were
-        event = Step(event.step, event.loss, [tuple(s) for s in event.spans], [tuple(m) for m in event.marks],
-                     [tuple(m) for m in event.memory], event.memory_source, dict(event.forwards))
+    if isinstance(event, Step):  # JSON lists back to the tuples they were (misfits checked their lengths)
+        event = Step(event.step, event.loss, [(a, start, end) for a, start, end in event.spans],
+                     [(name, t) for name, t in event.marks], [(t, size) for t, size in event.memory],
+                     event.memory_source, dict(event.forwards))
     return event
 
 

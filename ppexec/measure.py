@@ -50,7 +50,8 @@ def _split_ms(run: Callable[[], tuple[int, int, int]], reps: int) -> tuple[list[
     ns), after one untimed warm-up call."""
     run()
     samples = [run() for _ in range(reps)]
-    return tuple([x[i] / 1e6 for x in samples] for i in range(3))  # type: ignore[return-value]
+    first, second, third = ([x[i] / 1e6 for x in samples] for i in range(3))
+    return first, second, third
 
 
 def _with_quartiles(times: dict[str, list[float]]) -> dict[str, Any]:
@@ -84,7 +85,7 @@ def layer_times(spec: ModelSpec, micro_batch: int, seed: int, budget_s: float = 
         fwd = times_ms(forward, budget_s / 4)
 
         def backward_phases(forward: Callable[[], torch.Tensor] = forward, x: torch.Tensor | None = x,
-                            params: list[torch.Tensor] = params) -> tuple[int, int, int]:
+                            params: list[torch.nn.Parameter] = params) -> tuple[int, int, int]:
             y = forward()
             g = torch.ones_like(y)
             t0 = time.perf_counter_ns()

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -90,7 +90,7 @@ def message_sizes(message_bytes: int, factors: tuple[float, ...] = SIZE_FACTORS)
     return sorted({max(1024, int(message_bytes * f) // 4 * 4) for f in factors})
 
 
-def ring_links(samples: list[tuple[int, float, float]]) -> dict[str, LinkProfile]:
+def ring_links(samples: list[tuple[int, float, float]]) -> dict[Literal["allreduce", "allgather"], LinkProfile]:
     """The links that make the ring formulas reproduce the collectives measured over two ranks.
     Over 2 ranks a ring all-reduce of n bytes is n / bandwidth + 2 latencies and a ring all-gather
     n / 2 / bandwidth + 1 latency, so the fitted intercept and slope give each link."""
@@ -380,7 +380,7 @@ def _around(median: dict[str, Any], low: dict[str, Any], high: dict[str, Any]) -
             if f in faster_if_larger:
                 lo[f], hi[f] = hi[f], lo[f]
         if "samples" in lo:  # the quartile's own ping-pong times
-            lo["samples"], hi["samples"] = a.samples, b.samples  # type: ignore[attr-defined]
+            lo["samples"], hi["samples"] = a.samples, b.samples  # type: ignore[attr-defined]  # a LinkProfile (has "samples")
         return lo, hi
 
     out: dict[str, dict[str, Any]] = {"low": {}, "high": {}}
@@ -423,9 +423,10 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]], normali
     median = _timings(s, runs, "median", normalize)
     low, high = _around(median, _timings(s, runs, "low", normalize), _timings(s, runs, "high", normalize))
     recompute_runs = [st.measurements["recompute"] for st in states if "recompute" in st.measurements]
-    recompute = {mode: RecomputeTimes(**{k: statistics.median(run[mode][k] for run in recompute_runs)
-                                         for k in ("forward_ms", "backward_ms")})
-                 for mode in ("selective", "full") if recompute_runs}
+    recompute: dict[Literal["selective", "full"], RecomputeTimes] = {
+        mode: RecomputeTimes(**{k: statistics.median(run[mode][k] for run in recompute_runs)
+                                for k in ("forward_ms", "backward_ms")})
+        for mode in ("selective", "full") if recompute_runs}
     tp_runs = [st.measurements["tensor_parallel"] for st in states if "tensor_parallel" in st.measurements]
     tensor_parallel = TensorParallelTimes(size=int(tp_runs[0]["size"]), **{
         k: statistics.median(float(run[k]) for run in tp_runs)
@@ -455,8 +456,8 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]], normali
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         },
         **median,
-        recompute=recompute,  # type: ignore[arg-type]
-        collectives=collectives,  # type: ignore[arg-type]
+        recompute=recompute,
+        collectives=collectives,
         tensor_parallel=tensor_parallel,
         quartiles={"low": low, "high": high},
     )

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
+from typing import Any
 
 from ppsim.errors import PpsimError
 
@@ -37,7 +39,8 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.received: int | None = None
-        self._previous: dict[int, object] = {}
+        #: the handlers replaced: a function, SIG_DFL / SIG_IGN (ints), or None (one not set from Python)
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():  # handlers belong to the main thread
@@ -47,7 +50,7 @@ class StopSignals:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         for sig, previous in self._previous.items():
-            signal.signal(sig, previous)  # type: ignore[arg-type]
+            signal.signal(sig, previous)
 
     def _note(self, signum: int, frame: object) -> None:
         if self.received is None:

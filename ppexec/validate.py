@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ppexec.launch import RankState
 from ppexec.run import RunOptions, RunResult, execute, prepare
@@ -71,10 +71,10 @@ class ProfileSpread:
         return f"profile spread {self.describe()}"
 
 
-def profile_at(profile: Profile, quartile: str) -> Profile:
+def profile_at(profile: Profile, quartile: Literal["low", "high"]) -> Profile:
     """The profile with every timing it records a spread of at its ``low`` or ``high`` quartile
     (the rest — recomputation, collectives, tensor parallelism — at the median)."""
-    q = profile.quartiles[quartile]  # type: ignore[index]
+    q = profile.quartiles[quartile]
     return profile.model_copy(update={k: getattr(q, k) for k in QuartileTimes.model_fields})
 
 

@@ -86,7 +86,8 @@ def _train(ctx: RankContext, log: EventLog) -> int:
     for step in range(spec.warmup + spec.steps):
         clock.reset()
         FORWARDS.update(dict.fromkeys(FORWARDS, 0))
-        loss = program.train_step(lambda mb, step=step: synthetic_batch(model, micro, spec.seed, step, program.replica, mb))
+        loss = program.train_step(
+            lambda mb, step=step: synthetic_batch(model, micro, spec.seed, step, program.replica, mb))  # type: ignore[misc]  # mypy#15459: a lambda with a default
         if step >= spec.warmup:
             log.write(Step(step - spec.warmup, loss, clock.spans, clock.marks, clock.memory, clock.memory_source,
                            dict(FORWARDS)))

@@ -1,14 +1,16 @@
 """The names of the file formats ppsim writes, and the bytes that mark a file as ppsim's.
 
 Each writer takes its format name from here and :mod:`ppsim.outputs` recognises the files by the
-same constants, so a format is named in one place. Imports nothing.
+same constants, so a format is named in one place. Imports nothing of ppsim.
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 TRACE_FORMAT = "ppsim-trace"
 PLAN_FORMAT = "ppsim-plan"
-PROFILE_FORMAT = "ppsim-profile"
+PROFILE_FORMAT: Final = "ppsim-profile"  #: Final: the literal type of Profile.format
 CHROME_FORMAT = "ppsim-chrome-trace"
 #: the first line of every HTML page ppsim writes
 HTML_MARKER = "<!-- ppsim -->"

@@ -90,7 +90,7 @@ def _probe(folder: Path) -> None:
     os.unlink(tmp)
 
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     """Call ``write(tmp)`` then rename tmp onto ``path``; an OS fault (no space, no permission) is a
     PpsimError naming ``path``, and nothing is left behind."""
     try:

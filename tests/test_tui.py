@@ -352,6 +352,15 @@ def test_export_never_overwrites_a_file_the_user_wrote(tmp_path: Path) -> None:
     assert export_view(state, tmp_path) == path  # its own page it may replace
 
 
+def test_a_scenario_without_a_name_is_labelled_and_exported(tmp_path: Path) -> None:
+    from ppsim.views.tui.export import export_name
+
+    unnamed = load(GPT).model_copy(update={"name": None}).with_overrides(stages=4, microbatches=8)
+    state = TuiState.from_scenario(unnamed, predicted)
+    assert state.shown[0].label == "scenario"  # was None: "None" on screen, and a TypeError on export
+    assert export_name(state, tmp_path).name == "scenario.tui.html"
+
+
 def test_clicking_a_block_selects_it() -> None:
     async def drive() -> None:
         app = PpsimTui(small(), show_timing=False)

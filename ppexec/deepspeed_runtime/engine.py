@@ -60,7 +60,7 @@ def _make_engine_class() -> type:
             if clock is None:
                 raise RuntimeError("set engine.ppexec_clock before train_batch()")
             self._reserve_pipe_buffers(pipe_schedule.num_pipe_buffers())
-            self.fwd_outputs = []
+            self.fwd_outputs: list[Any] = []  # PipelineEngine's: the losses (a tensor, or a list of them) per micro-batch
             # the stock map holds PipelineEngine's functions; bind by name so overrides here count
             table = {kind: getattr(self, fn.__name__) for kind, fn in self._INSTRUCTION_MAP.items()}
             table[clip_instruction()] = self._ppexec_clip

@@ -155,6 +155,7 @@ class TorchProgram:
             for a in waits.get(text, ()):  # the plan's receives before this action: wait for each
                 with clock.action(str(a)):
                     posted = runtime.fwd_recv_ops if a.kind is Kind.RECV_F else runtime.bwd_recv_ops
+                    assert a.microbatch is not None  # a receive carries a micro-batch
                     key = (a.stage, a.microbatch)
                     for work in posted.get(key, ()):
                         work.wait()
@@ -163,11 +164,12 @@ class TorchProgram:
             with clock.action(text):
                 yield
 
-        torch_schedules.record_function = timed
+        # torch's schedules label each action with record_function: this rank's clock in its place
+        torch_schedules.record_function = timed  # type: ignore[misc, assignment]  # patches a class with a function
         try:
             yield
         finally:
-            torch_schedules.record_function = labelled
+            torch_schedules.record_function = labelled  # type: ignore[misc]  # restores the class patched above
 
     def _reduce_grads(self, action: Any, ctx: Any) -> None:
         """REDUCE_GRAD: the stage's gradients averaged over the data-parallel replicas, in one buffer."""

@@ -238,7 +238,7 @@ def compare_schedules(
             raise PpsimError("no schedule can run this scenario: " + "; ".join(f"{v.label}: {v.error}" for v in variants))
         from ppsim.views.render.schedules_html import schedules_figure
 
-        write_pages(targets, lambda: schedules_figure(variants, s.name))
+        write_pages(targets, lambda: schedules_figure(variants, s.name or "scenario"))
     _print_variants(variants, ["schedule"], f"{s.name}: {s.pipeline.stages} stages, {s.microbatches} micro-batches",
                     targets)
 
@@ -276,8 +276,8 @@ def sweep(
         s = scenario_with(scenario, plan)
         from ppsim.cli.progress import progress_bar
 
-        measured, points = load_profile_option(profile), [(p, m) for p in stage_values or [None]
-                                                          for m in mb_values or [None]]
+        measured, points = load_profile_option(profile), [(p, m) for p in stage_values or (None,)
+                                                          for m in mb_values or (None,)]
         variants = []
         with progress_bar("sweeping", len(points)) as bar:  # one prediction per point, on stderr
             for p, m in points:
@@ -288,7 +288,7 @@ def sweep(
             raise PpsimError("no point of the sweep can run: " + "; ".join(f"{v.label}: {v.error}" for v in variants))
         from ppsim.views.render.sweep_html import sweep_figure
 
-        write_pages(targets, lambda: sweep_figure(variants, x_key, line_key, s.name))
+        write_pages(targets, lambda: sweep_figure(variants, x_key, line_key, s.name or "scenario"))
     gpus, batch = s.pipeline.stages * s.data_parallel * s.tensor_parallel, s.global_batch
     held = (f"{gpus} GPUs and a global batch of {batch} held" if fixed == "gpus" else
             f"one replica held: data parallel {s.data_parallel}, micro-batch size {s.training.micro_batch}")
@@ -301,7 +301,9 @@ def sweep(
                     f"{s.name}: {s.pipeline.schedule}, {held}", {})
     over = [v for v in variants if v.summary is not None and v.summary.fits is False]
     if over:
-        capacity = (over[0].summary.memory_capacity_bytes or 0) / 2**30  # type: ignore[union-attr]
+        first = over[0].summary
+        assert first is not None  # over holds variants with a summary
+        capacity = (first.memory_capacity_bytes or 0) / 2**30
         say("note", f"does not fit in {capacity:,.0f} GiB per device (its fullest rank): "
                     + "; ".join(f"{v.label} ({(v.peak_memory_bytes() or 0) / 2**30:,.1f} GiB)" for v in over))
     report_written(targets)

@@ -143,7 +143,7 @@ def plan_options(*names: str) -> Callable[[Callable[..., Any]], Callable[..., An
             return command(plan=plan, **kwargs)
 
         params = own + added
-        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]  # read by inspect, untyped
         wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": sig.return_annotation}
         return wrapper
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ppsim.costs.collectives import GRAD_NORM_BYTES, grad_allreduce, ring_allreduce_ms, traffic
+from ppsim.costs.collectives import GRAD_NORM_BYTES, Collective, grad_allreduce, ring_allreduce_ms, traffic
 from ppsim.costs.gemms import Gemm
 from ppsim.costs.layout import Layout, StageShape
 from ppsim.costs.links import Links
@@ -86,7 +86,7 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
     boundaries = gathering(links.boundaries, tp)
     fabric = None
     if links.fabric is not None:
-        kind = ("reduce_scatter" if training.zero_stage >= 1 and training.zero_reduce == "reduce_scatter"
+        kind: Collective = ("reduce_scatter" if training.zero_stage >= 1 and training.zero_reduce == "reduce_scatter"
                 else "tree" if training.allreduce == "tree" else "ring")
         p = s.pipeline.stages
         fabric = links.fabric.fabric(tuple(

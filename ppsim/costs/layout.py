@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, TypedDict
 
 from ppsim.costs.gemms import PassGemms
 from ppsim.costs.layers import LayerCost
@@ -13,6 +14,26 @@ from ppsim.costs.memory import StaticMemory, static_memory
 from ppsim.costs.table import StageCost
 from ppsim.costs.tensor_parallel import message_split
 from ppsim.inputs.scenario import DTYPE_BYTES, Scenario
+
+if TYPE_CHECKING:  # pragma: no cover - typing.Unpack is Python 3.11+
+    from typing_extensions import Unpack
+
+
+class _PassTimes(TypedDict):
+    forward_ms: float
+    backward_ms: float
+
+
+class StageTimes(_PassTimes, total=False):
+    """The times of a :class:`~ppsim.costs.table.StageCost` a cost builder works out (the layout gives the rest)."""
+
+    weight_grad_ms: float
+    optimizer_ms: float
+    clip_ms: float
+    allreduce_ms: float
+    allreduce_buckets: int
+    forward_comm_ms: float
+    backward_comm_ms: float
 
 
 @dataclass(frozen=True)
@@ -46,13 +67,13 @@ class Layout:
         """Blocks per virtual stage (None without a model)."""
         return [st.blocks for st in self.stages] if self.stages else None
 
-    def stage_cost(self, stage: int, **times: float | int) -> StageCost:
+    def stage_cost(self, stage: int, **times: Unpack[StageTimes]) -> StageCost:
         """A StageCost with ``times`` (forward_ms, backward_ms, ...) and what the layout knows of ``stage``."""
         if not self.stages:
-            return StageCost(**times)  # type: ignore[arg-type]
+            return StageCost(**times)
         st = self.stages[stage]
         return StageCost(grad_bytes=st.params * self.dtype_bytes, activation_bytes=st.activation_bytes,
-                         params=st.params, layers=st.blocks, memory=st.memory, **times)  # type: ignore[arg-type]
+                         params=st.params, layers=st.blocks, memory=st.memory, **times)
 
 
 def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, LayerCost, LayerCost] | None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from ppsim.costs.collectives import grad_allreduce, ring_allreduce_ms
 from ppsim.costs.layers import LayerCost
 from ppsim.costs.layout import Layout
+from ppsim.costs.memory import Recompute
 from ppsim.costs.table import CostTable, Link
 from ppsim.costs.tensor_parallel import TensorParallelComm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
@@ -40,12 +41,12 @@ def balancing_loads(profile: Profile) -> tuple[float, float, float]:
     return both(profile.block), first, last
 
 
-def recompute_extra_ms(profile: Profile, recompute: str, block: LayerCost) -> tuple[float, float]:
+def recompute_extra_ms(profile: Profile, recompute: Recompute, block: LayerCost) -> tuple[float, float]:
     """(forward, backward) time recomputation adds to a block: as the profile measured it, or, for
     a profile without it, the recomputed share of the measured forward by FLOPs in the backward."""
     if recompute == "none":
         return 0.0, 0.0
-    measured = profile.recompute.get(recompute)  # type: ignore[call-overload]
+    measured = profile.recompute.get(recompute)
     if measured is not None:
         return measured.forward_ms, measured.backward_ms
     return 0.0, profile.block.forward_ms * block.recompute_flops / block.forward_flops

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ppsim.costs.memory import StaticMemory
 
@@ -99,7 +100,9 @@ class Fabric:
     simulator's network model (links shared max-min fairly among the flows active at each instant).
     Without a fabric, each stage boundary's :class:`Link` is the transfer's own."""
 
-    capacity: Mapping[Hashable, float]  #: bytes per ms per directed link
+    #: bytes per ms per directed link, keyed by any hashable link (a cluster's Hop; Mapping[Hashable, float]
+    #: would refuse a dict[Hop, float]: a Mapping's key type is invariant)
+    capacity: Mapping[Any, float]
     forward: tuple[Route, ...]  #: per stage boundary s, the message s -> s + 1
     backward: tuple[Route, ...]  #: s + 1 -> s
     reduce: tuple[FabricCollective | None, ...] = ()  #: per virtual stage (None: no reduction)

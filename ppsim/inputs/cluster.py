@@ -57,7 +57,7 @@ class Cluster:
     def devices(self) -> int:
         return self.nodes * self.devices_per_node
 
-    def graph(self) -> nx.Graph:
+    def graph(self) -> nx.Graph[str]:
         """Devices, node fabrics, NICs and the network as a networkx graph, with bandwidth (GB/s) and
         latency (us) per edge: the edges of :func:`edges`."""
         try:
@@ -65,7 +65,7 @@ class Cluster:
         except ImportError:
             raise PpsimError("Cluster.graph() needs networkx: pip install 'ppsim[reference]'") from None
 
-        g = nx.Graph()
+        g: nx.Graph[str] = nx.Graph()  # nodes: the cluster's names (devices, NICs, the spine)
         g.add_node(SPINE)
         for (u, v), link in edges(self).items():
             g.add_edge(u, v, bandwidth=link.bandwidth_gb_s, latency=link.latency_us)

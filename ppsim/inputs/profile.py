@@ -20,7 +20,7 @@ and any partition of the same layer shape.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
@@ -30,7 +30,7 @@ from ppsim.formats import PROFILE_FORMAT
 from ppsim.inputs.scenario import Dtype, Scenario
 from ppsim.inputs.yaml_files import load_yaml, problem
 
-PROFILE_VERSION = 1
+PROFILE_VERSION: Final = 1
 POSITIONS = ("first", "middle", "last")
 
 

@@ -11,16 +11,16 @@ from yaml.constructor import ConstructorError
 
 #: libyaml's parser where PyYAML was built with it (ten times faster on the device catalogue),
 #: else PyYAML's own; the constructor, and so every check below, is the same Python either way
-_SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SAFE_LOADER: type[yaml.CSafeLoader | yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _StrictLoader(_SAFE_LOADER):  # type: ignore[misc, valid-type]
+class _StrictLoader(_SAFE_LOADER):  # type: ignore[misc, valid-type]  # a base chosen at import time
     """SafeLoader that refuses a mapping with a repeated key."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=deep)
             try:
                 first = seen.get(key)
             except TypeError:  # an unhashable key: PyYAML's own error says so below

@@ -85,8 +85,8 @@ class Action(NamedTuple):
         return LANE_OF_KIND[self.kind]
 
     @property
-    def parts(self) -> tuple[Action]:
-        """The plain actions this one runs: itself (an :class:`Overlap` runs two)."""
+    def parts(self) -> tuple[Action, ...]:
+        """The plain actions this one runs: itself (an :class:`Overlap`, used wherever an Action is, runs two)."""
         return (self,)
 
     @classmethod
@@ -94,7 +94,7 @@ class Action(NamedTuple):
         """Parse the text form (``2F0``, ``0SEND_B3``, ``1OPT``) back into an Action, or the compound
         form (``(0F3;3B1)OVERLAP_F_B``) into an :class:`Overlap`; PlanError if it is neither."""
         if isinstance(text, str) and text.strip().startswith("("):
-            return Overlap.parse(text)  # type: ignore[return-value]
+            return Overlap.parse(text)  # type: ignore[return-value]  # an Overlap stands in for an Action
         m = _ACTION_RE.match(text.strip()) if isinstance(text, str) else None
         if not m:
             raise PlanError(f"not an action: {text!r} (expected e.g. '2F0', '0SEND_B3', '1OPT')")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ppsim.errors import PlanError
-from ppsim.plan.action import Action, Kind
+from ppsim.plan.action import Action, Kind, Overlap
 from ppsim.plan.plan import Plan
 
 Duration = Callable[[Action], float]  #: how long a compute action takes (any unit)
@@ -38,7 +38,8 @@ def grad_producers(plan: Plan) -> dict[tuple[int, int | None], Kind]:
     for r in plan.actions:
         for a in r:
             if a.kind is OVERLAP:
-                b = a.backward  # type: ignore[union-attr]
+                assert isinstance(a, Overlap)  # the one kind of action that is an Overlap
+                b = a.backward
                 out[(b.stage, b.microbatch)] = b.kind
     return out
 
@@ -50,7 +51,8 @@ def dependencies(a: Key, num_stages: int, grads: dict[tuple[int, int | None], Ki
     An overlapped action needs what either of its parts needs."""
     s, kind, mb = a
     if kind is Kind.OVERLAP_F_B:  # (forward, kind, backward): its parts never feed each other (validated)
-        return dependencies(s, num_stages, grads) + dependencies(mb, num_stages, grads)  # type: ignore[arg-type]
+        # an Overlap unpacks as (forward, kind, backward): s and mb are its parts
+        return dependencies(s, num_stages, grads) + dependencies(mb, num_stages, grads)  # type: ignore[arg-type]  # Overlap parts
     if kind is Kind.F:
         return ((s - 1, kind, mb),) if s > 0 else ()
     if kind is Kind.B or kind is Kind.I:

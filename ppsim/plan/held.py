@@ -10,12 +10,15 @@ order alone: the simulator's memory counters and the exact peak without simulati
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 from ppsim.plan.action import BACKWARD_KINDS, Kind
 from ppsim.plan.memo import per_plan
 from ppsim.plan.plan import Plan
 
 _TRAINING_KINDS = BACKWARD_KINDS | {Kind.OVERLAP_F_B}
+#: the unit of what a micro-batch holds: micro-batches (int) or bytes (int or float)
+Unit = TypeVar("Unit", int, float)
 
 
 def trains(plan: Plan) -> bool:
@@ -32,12 +35,12 @@ def _split(plan: Plan) -> frozenset[int]:
                      for a in actions if a[1] is W)  # (a W is never inside an overlap)
 
 
-def held_deltas(plan: Plan, per_stage: Sequence[float]) -> dict[tuple[int, Kind], tuple[float, float]]:
+def held_deltas(plan: Plan, per_stage: Sequence[Unit]) -> dict[tuple[int, Kind], tuple[Unit, Unit]]:
     """(held at its start, freed at its end, negative) of each (stage, kind) that computes, when a
     micro-batch of stage s holds ``per_stage[s]`` (bytes, or any unit)."""
     split = _split(plan)
     keeps = trains(plan)  # forward-only: a forward's activations are in flight during it only
-    out: dict[tuple[int, Kind], tuple[float, float]] = {}
+    out: dict[tuple[int, Kind], tuple[Unit, Unit]] = {}
     for st, held in enumerate(per_stage):
         out[(st, Kind.F)] = (held, 0 if keeps else -held)
         out[(st, Kind.B)] = (0, -held)
@@ -57,7 +60,7 @@ def _peak_counts(plan: Plan) -> tuple[tuple[Counts, ...], ...]:
     every stage: whatever each stage's micro-batch holds, the peak is one of these."""
     deltas = held_deltas(plan, [1] * plan.num_stages)
     OVERLAP = Kind.OVERLAP_F_B
-    out = []
+    out: list[tuple[Counts, ...]] = []
     for r, actions in enumerate(plan.actions):
         stages = plan.stages_of_rank(r)
         # per (stage, kind): (the stage's place on the rank, held at its start, freed at its end)
@@ -89,10 +92,10 @@ def _peak_counts(plan: Plan) -> tuple[tuple[Counts, ...], ...]:
                 at, _, shrink = steps[(b[0], b[1])]
                 counts[at] += shrink
                 continue
-            op = steps.get((a[0], a[1]))
-            if op is None:
+            step = steps.get((a[0], a[1]))
+            if step is None:
                 continue
-            at, grow, shrink = op
+            at, grow, shrink = step
             if grow:
                 counts[at] += grow
                 moments.add(tuple(counts))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from functools import wraps
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, overload
 
 if TYPE_CHECKING:  # pragma: no cover
     from ppsim.plan.plan import Plan
@@ -19,6 +19,19 @@ T = TypeVar("T")
 KEPT = 16  #: plans remembered per fact (each holds its plan's actions alive)
 
 
+class PerPlan(Protocol[T]):
+    """A fact of a plan, computed once per plan; ``remember`` records one known without computing it."""
+
+    #: ``remember(plan, value, *args)``: take ``value`` as the fact of ``plan`` (returns it)
+    remember: Callable[..., T]
+
+    def __call__(self, plan: Plan, *args: Any) -> T: ...
+
+
+@overload
+def per_plan(fact: Callable[..., T], *, kept: int = KEPT) -> PerPlan[T]: ...
+@overload
+def per_plan(fact: None = None, *, kept: int = KEPT) -> Callable[[Callable[..., T]], PerPlan[T]]: ...
 def per_plan(fact: Callable[..., T] | None = None, *, kept: int = KEPT) -> Any:
     """``fact(plan, *args)``, computed once for each plan's actions and placement (and each
     combination of the further, hashable, arguments), for the ``kept`` most recent; use as
@@ -46,5 +59,6 @@ def per_plan(fact: Callable[..., T] | None = None, *, kept: int = KEPT) -> Any:
             known.popitem(last=False)
         return value
 
-    cached.remember = remember  # type: ignore[attr-defined]
-    return cached
+    out = cast("PerPlan[T]", cached)  # the function given its remember below
+    out.remember = remember
+    return out

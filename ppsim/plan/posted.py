@@ -49,6 +49,7 @@ def posted_order(plan: Plan) -> tuple[list[list[Action]], bool]:
             # plain actions each by its kind (the receive, the action, the send written out: the
             # common case, at C speed), overlapped pairs part by part below
             if k is F:
+                assert mb is not None  # compute actions carry a micro-batch
                 if s and (link := forward[s - 1]) is not None:
                     add(act((s, RECV_F, mb)))
                     link[1].append(s * m + mb - m)
@@ -58,6 +59,7 @@ def posted_order(plan: Plan) -> tuple[list[list[Action]], bool]:
                     link[0].append(s * m + mb)
                 continue
             if k is B or k is I:
+                assert mb is not None
                 if s < last and (link := backward[s + 1]) is not None:
                     add(act((s, RECV_B, mb)))
                     link[1].append(made_grad + s * m + mb + m)
@@ -70,6 +72,7 @@ def posted_order(plan: Plan) -> tuple[list[list[Action]], bool]:
                 add(a)
                 continue
             for s, k, mb in a.parts:  # the receives, right before
+                assert mb is not None  # an overlap's parts are an F and a B or I
                 if k is F:
                     if s and (link := forward[s - 1]) is not None:
                         add(act((s, RECV_F, mb)))
@@ -79,6 +82,7 @@ def posted_order(plan: Plan) -> tuple[list[list[Action]], bool]:
                     link[1].append(made_grad + s * m + mb + m)
             add(a)
             for s, k, mb in a.parts:  # the sends, right after
+                assert mb is not None
                 link = forward[s] if k is F else backward[s]
                 if link is not None:
                     add(act((s, SEND_F if k is F else SEND_B, mb)))
@@ -120,6 +124,7 @@ def finishes(plan: Plan) -> bool:
             # waking what waited on it is written out at each place on purpose: a call per flag would
             # cost more than the walk's parking saves)
             if k is F:
+                assert mb is not None  # compute actions carry a micro-batch
                 at = s * m + mb
                 if s and not done[at - m]:
                     _park(waiting, at - m, r)
@@ -131,6 +136,7 @@ def finishes(plan: Plan) -> bool:
                 i += 1
                 continue
             if k is B or k is I:
+                assert mb is not None
                 at = s * m + mb
                 if not done[at]:
                     _park(waiting, at, r)
@@ -152,6 +158,7 @@ def finishes(plan: Plan) -> bool:
                 i += 1
                 continue
             if k is W:
+                assert mb is not None
                 if not done[at := made_i + s * m + mb]:
                     _park(waiting, at, r)
                     break
@@ -161,10 +168,12 @@ def finishes(plan: Plan) -> bool:
             blocked = -1
             for s, k, mb in parts:  # inputs: previous stage's forward; own forward and next stage's grad; own I
                 if k is F:
+                    assert mb is not None  # compute actions carry a micro-batch
                     if s and not done[at := s * m + mb - m]:
                         blocked = at
                         break
                 elif k is B or k is I:
+                    assert mb is not None
                     at = s * m + mb
                     if not done[at]:
                         blocked = at
@@ -172,16 +181,20 @@ def finishes(plan: Plan) -> bool:
                     if s < last and not done[made_grad + at + m]:
                         blocked = made_grad + at + m
                         break
-                elif k is W and not done[at := made_i + s * m + mb]:
-                    blocked = at
-                    break
+                elif k is W:
+                    assert mb is not None
+                    if not done[at := made_i + s * m + mb]:
+                        blocked = at
+                        break
             if blocked >= 0:  # the rank that makes it wakes this one
                 _park(waiting, blocked, r)
                 break
             for s, k, mb in parts:  # what it makes; then what waited on it
                 if k is F:
+                    assert mb is not None
                     made: tuple[int, ...] = (s * m + mb,)
                 elif k is B or k is I:
+                    assert mb is not None
                     at = s * m + mb
                     made = (made_grad + at, made_i + at) if k is I else (made_grad + at,)
                 else:

@@ -98,7 +98,8 @@ def structure_holds(plan: Plan) -> bool:
             if seen[at]:
                 return False
             seen[at] = 1
-        if overlaps and any(x[1] is OVERLAP and x[0][0] == x[2][0] and x[0][2] == x[2][2] for x in ra):
+        if overlaps and any(x[1] is OVERLAP and x[0][0] == x[2][0] and x[0][2] == x[2][2]  # type: ignore[index]  # x: an Overlap
+                            for x in ra):
             return False  # a micro-batch's backward overlapped with its own forward
     # as big integers of one byte per flag, the blocks add without carries
     ones = int.from_bytes(b"\x01" * size, "little")

@@ -93,8 +93,8 @@ def grid_variants(base: Scenario, stages: list[int] | None, microbatches: list[i
     from ppsim.prediction import predict
 
     out = []
-    for p in stages or [None]:
-        for m in microbatches or [None]:
+    for p in stages or (None,):
+        for m in microbatches or (None,):
             given = {k: v for k, v in (("stages", p), ("microbatches", m)) if v is not None}
             label = ", ".join(f"{k} {v}" for k, v in given.items())
             try:

@@ -277,7 +277,7 @@ def summarize(trace: Trace, *, waits: bool = True) -> Summary:
     p = len(per_rank)
     capacity = meta.get("device_memory_bytes")
     peaks = [r.peak_memory_bytes for r in per_rank]
-    fits = None if not capacity or any(p is None for p in peaks) else all(p <= capacity for p in peaks)  # type: ignore[operator]
+    fits = None if not capacity or any(p is None for p in peaks) else all(p <= capacity for p in peaks)
     return Summary(
         memory_capacity_bytes=capacity,
         fits=fits,

@@ -106,4 +106,4 @@ def dualpipev(num_ranks: int, num_microbatches: int, chunks: int = 2) -> Plan:
         while o.owed:
             o.w()
         orders.append(o.actions)
-    return make_plan("dualpipev", p, m, 2, orders, v_placement(p))  # type: ignore[arg-type]
+    return make_plan("dualpipev", p, m, 2, orders, v_placement(p))  # type: ignore[arg-type]  # Overlaps stand in for Actions

@@ -175,9 +175,10 @@ def _first_wrong(value: Any, item_type: type) -> str:
     for i, item in enumerate(value):
         if type(item) is not item_type:
             return f"{_kind(item)} at [{i}]"
-        bad = next((j for j, x in enumerate(item) if not isinstance(x, str)), None) if item_type is list else None
-        if bad is not None:
-            return f"{_kind(item[bad])} at [{i}][{bad}]"
+        if isinstance(item, list):  # item's type is item_type: a list exactly when item_type is list
+            bad = next((j for j, x in enumerate(item) if not isinstance(x, str)), None)
+            if bad is not None:
+                return f"{_kind(item[bad])} at [{i}][{bad}]"
     return "a list"
 
 

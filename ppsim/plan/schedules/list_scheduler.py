@@ -63,7 +63,8 @@ def list_schedule(num_microbatches: int, stage_to_rank: Sequence[int], split_bac
     waiting_on: dict[Action, int] = {}
     known: list[list[tuple[Action, float]]] = [[] for _ in range(p)]  # actions whose inputs are all scheduled
 
-    grads = {(s, mb): backward for s in range(n_stages) for mb in range(m)}  # every input grad is a B, or an I
+    # every input grad is a B, or an I
+    grads: dict[tuple[int, int | None], Kind] = {(s, mb): backward for s in range(n_stages) for mb in range(m)}
 
     def needs(a: Action) -> list[Action]:
         """What ``a`` consumes, and the stage's previous action of its kind (micro-batches in order)."""
@@ -73,6 +74,7 @@ def list_schedule(num_microbatches: int, stage_to_rank: Sequence[int], split_bac
 
     def users(a: Action) -> list[Action]:
         s, k, mb = a
+        assert mb is not None  # only compute actions (F, B, I, W) are scheduled
         out = [Action(s, k, mb + 1)] if mb + 1 < m else []
         if k is Kind.F:
             return out + ([Action(s + 1, Kind.F, mb)] if s < n_stages - 1 else []) + [Action(s, backward, mb)]

@@ -6,6 +6,7 @@ maps many small batches starts its processes once."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -117,7 +118,7 @@ def ray_cluster(base: dict[str, Any], address: str | None = None, batch: int = 3
                          field="--executor") from None
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     try:
         yield _Ray(ray, base, batch)
     finally:

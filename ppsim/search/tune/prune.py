@@ -84,7 +84,7 @@ def search(ex: Executor, cands: list[Candidate], *, top: int, groups: Sequence[G
     frontier = Frontier(top, groups)
     k = 0
     while k < len(order):
-        chosen = []
+        chosen: list[int] = []  # indices into cands
         while k < len(order) and len(chosen) < batch:
             i = order[k]
             k += 1

@@ -70,16 +70,20 @@ def alternatives(evals: list[Evaluation], best: Evaluation) -> list[Alternative]
     fewer = [p for p in stage_counts if p < b.stages]
     more = [p for p in stage_counts if p > b.stages]
     for p in ([fewer[-1]] if fewer else []) + ([more[0]] if more else []):
-        out.append(_group(evals, f"p={p}", lambda e, p=p: e.candidate.stages == p))
+        out.append(_group(evals, f"p={p}",
+                          lambda e, p=p: e.candidate.stages == p))  # type: ignore[misc]  # mypy#15459: a lambda with a default
     if not b.pure_data_parallel:
         out.append(_group(evals, "pure data parallel", lambda e: e.candidate.pure_data_parallel)
                    or Alternative("pure data parallel", None, None))
     for sched in sorted({e.candidate.schedule for e in evals} - {b.schedule}):
-        out.append(_group(evals, f"schedule {sched}", lambda e, s=sched: e.candidate.schedule == s))
+        out.append(_group(evals, f"schedule {sched}",
+                          lambda e, s=sched: e.candidate.schedule == s))  # type: ignore[misc]  # mypy#15459: a lambda with a default
     for rc in sorted({e.candidate.recompute for e in evals} - {b.recompute}):
-        out.append(_group(evals, f"recompute={rc}", lambda e, rc=rc: e.candidate.recompute == rc))
+        out.append(_group(evals, f"recompute={rc}",
+                          lambda e, rc=rc: e.candidate.recompute == rc))  # type: ignore[misc]  # mypy#15459: a lambda with a default
     for z in sorted({e.candidate.zero_stage for e in evals} - {b.zero_stage}):
-        out.append(_group(evals, f"zero={z}", lambda e, z=z: e.candidate.zero_stage == z))
+        out.append(_group(evals, f"zero={z}",
+                          lambda e, z=z: e.candidate.zero_stage == z))  # type: ignore[misc]  # mypy#15459: a lambda with a default
     return [a for a in out if a is not None]
 
 

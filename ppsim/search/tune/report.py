@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
@@ -85,7 +85,7 @@ class TuneCounts:
 
 @dataclass(frozen=True)
 class TuneResult:
-    scenario: str
+    scenario: str | None  #: the scenario's name (None: its file gives none)
     gpus: int
     evaluations: list[Evaluation]
     seconds: float
@@ -123,17 +123,18 @@ class TuneResult:
 
 def print_result(result: TuneResult, top: int, console: Console | None = None) -> None:
     console = console or Console()
-    console.print(f"[bold]{escape(result.scenario)}[/] on {result.gpus} devices, {result.counts().text()}; "
+    console.print(f"[bold]{escape(result.scenario or 'scenario')}[/] on {result.gpus} devices, {result.counts().text()}; "
                   f"{result.seconds:.1f} s on {result.jobs} {result.executor} job(s)", highlight=False)
     ranked = result.ranked
     if not ranked:
         return
     table = Table(show_edge=False, pad_edge=False)
-    for col, justify in (("#", "right"), ("p", "right"), ("d", "right"), ("t", "right"), ("b", "right"),
-                         ("m", "right"), ("schedule", "left"), ("recompute", "left"), ("zero", "right"),
-                         ("step ms", "right"), ("samples/s", "right"), ("MFU", "right"), ("bubble", "right"),
-                         ("peak GiB", "right")):
-        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("#", "right"), ("p", "right"), ("d", "right"), ("t", "right"), ("b", "right"), ("m", "right"),
+        ("schedule", "left"), ("recompute", "left"), ("zero", "right"), ("step ms", "right"), ("samples/s", "right"),
+        ("MFU", "right"), ("bubble", "right"), ("peak GiB", "right"))
+    for col, justify in columns:
+        table.add_column(col, justify=justify, no_wrap=True)
     for i, e in enumerate(ranked[:top], 1):
         k = e.candidate
         sched = k.schedule + (f" v={k.chunks}" if k.chunks > 1 else "")
@@ -206,7 +207,7 @@ def figure(result: TuneResult) -> go.Figure:
                   vertical=True)
     fig.update_yaxes(title_text="samples/s", row=1, col=1)
     fig.update_layout(
-        title={"text": f"{result.scenario} on {result.gpus} devices"
+        title={"text": f"{result.scenario or 'scenario'} on {result.gpus} devices"
                        + (f": best {ranked[0].candidate.label()}" if ranked else "") + f"<br><sup>{c.text()}</sup>",
                "font": {"size": 14}},
         template="plotly_white", height=540, width=1500, margin={"l": 60, "r": 20, "t": 100, "b": 60})

@@ -98,9 +98,11 @@ def _bar_trace(kind: Kind, lane: str, spans: list[Span], rows: Rows, chunk_of: d
                for s in spans]
     if has_bytes:
         for row, s in zip(columns, spans):
-            row.append(s.bytes / 2**20)  # type: ignore[operator]
+            assert s.bytes is not None  # has_bytes
+            row.append(s.bytes / 2**20)
     if has_peer:
         for row, s in zip(columns, spans):
+            assert s.peer is not None  # has_peer
             row.append(s.peer)
     action = _action_template(kind, spans)
     extra = ""

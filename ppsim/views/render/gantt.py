@@ -47,8 +47,9 @@ def figure_title(trace: Trace) -> str:
     if s.mfu is not None:
         figures.append(f"MFU {s.mfu:.1%}")
     peaks = [r.peak_memory_bytes for r in s.per_rank]
-    if all(x is not None for x in peaks) and peaks:
-        memory = f"peak memory per rank {', '.join(f'{x / GIB:.1f}' for x in peaks)} GiB"  # type: ignore[operator]
+    known = [x for x in peaks if x is not None]
+    if known and len(known) == len(peaks):  # every rank's peak is known
+        memory = f"peak memory per rank {', '.join(f'{x / GIB:.1f}' for x in known)} GiB"
         if s.memory_capacity_bytes:
             memory += f" of {s.memory_capacity_bytes / GIB:.0f} GiB: {'fits' if s.fits else 'DOES NOT FIT'}"
         figures.append(memory)

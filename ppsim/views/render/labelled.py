@@ -34,3 +34,9 @@ class LabelledPrediction(Protocol):
     def ok(self) -> bool: ...
 
     def peak_memory_bytes(self) -> float | None: ...
+
+
+def trace_of(v: LabelledPrediction) -> Trace:
+    """The trace of a prediction that ran (``v.ok``)."""
+    assert v.trace is not None, f"{v.label} ran but has no trace"
+    return v.trace

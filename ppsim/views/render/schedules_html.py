@@ -5,6 +5,7 @@ Plotly is imported on first use."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,7 @@ from ppsim.plan import Kind
 from ppsim.views.palette import LIMIT_COLOR, series_color
 from ppsim.views.render.assemble import assemble
 from ppsim.views.render.bars import bar_traces, rows_axis, rows_of
-from ppsim.views.render.labelled import LabelledPrediction
+from ppsim.views.render.labelled import LabelledPrediction, trace_of
 from ppsim.views.render.memory import GIB, NO_FIT, add_limit
 from ppsim.views.render.page import write_figure
 
@@ -57,7 +58,7 @@ def rank_px(ranks: list[int]) -> float:
     return max(RANK_PX[0], min(RANK_PX[1], TIMELINES_PX / max(1, sum(ranks))))
 
 
-def schedules_figure(variants: list[LabelledPrediction], scenario: str) -> go.Figure:
+def schedules_figure(variants: Sequence[LabelledPrediction], scenario: str) -> go.Figure:
     """Small timelines of the variants that ran on one shared time axis, and the summary bars."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -65,8 +66,9 @@ def schedules_figure(variants: list[LabelledPrediction], scenario: str) -> go.Fi
     ran = [v for v in variants if v.ok]
     if not ran:
         raise PpsimError("no schedule could run the scenario: there is nothing to draw")
-    rows = [rows_of(v.trace, ["compute"]) for v in ran]  # type: ignore[arg-type]
-    px = rank_px([v.trace.num_ranks for v in ran])  # type: ignore[union-attr]
+    traces = [trace_of(v) for v in ran]
+    rows = [rows_of(t, ["compute"]) for t in traces]
+    px = rank_px([t.num_ranks for t in traces])
     heights = [max(40.0, r.extent * px) for r in rows] + [SUMMARY_HEIGHT]
     total = sum(heights) + GAP_PX * len(heights)
     n = len(ran)
@@ -77,9 +79,9 @@ def schedules_figure(variants: list[LabelledPrediction], scenario: str) -> go.Fi
     )
     shown: set[Kind] = set()
     placed: list[tuple[Any, int, int]] = []
-    end = max(max(s.end for s in v.trace.spans) for v in ran)  # type: ignore[union-attr]
-    for i, (v, r) in enumerate(zip(ran, rows), start=1):
-        placed += [(bar, i, 1) for bar in bar_traces(v.trace, r, shown, labels=False)]  # type: ignore[arg-type]
+    end = max(max(s.end for s in t.spans) for t in traces)
+    for i, (t, r) in enumerate(zip(traces, rows), start=1):
+        placed += [(bar, i, 1) for bar in bar_traces(t, r, shown, labels=False)]
         grid.update_yaxes(**rows_axis(r, tick_size=9 if px < 10 else 10),
                          **({"showticklabels": False} if px < 8 else {}), row=i, col=1)
         grid.update_xaxes(showgrid=True, gridcolor="#e4e4e4", showticklabels=True, tickfont={"size": 9},
@@ -113,6 +115,6 @@ def schedules_figure(variants: list[LabelledPrediction], scenario: str) -> go.Fi
     return assemble(grid, placed)
 
 
-def write_schedules_html(variants: list[LabelledPrediction], scenario: str, path: str | Path) -> Path:
+def write_schedules_html(variants: Sequence[LabelledPrediction], scenario: str, path: str | Path) -> Path:
     """Write :func:`schedules_figure` as one offline HTML page; returns the path."""
     return write_figure(schedules_figure(variants, scenario), path)

@@ -88,7 +88,7 @@ def rank_table(s: Summary) -> Table:
     for col in ("busy ms", "bubble", "peak act. mb", *waits) + (("peak mem GiB",) if with_memory else ()):
         table.add_column(col, justify="right")
     for r in s.per_rank:
-        row = [str(r.rank)] + ([",".join(map(str, r.stages)) or "-"] if several else [])
+        row: list[str | Text] = [str(r.rank), *([",".join(map(str, r.stages)) or "-"] if several else [])]
         if counts:
             row.append("+".join(str(counts[k]) for k in r.stages if k < len(counts)) or "-")
         row += [f"{r.busy_ms:,.3f}", f"{100 * r.bubble_fraction:.2f} %", f"{r.peak_activation_microbatches:g}",

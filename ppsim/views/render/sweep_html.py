@@ -5,6 +5,7 @@ imported on first use."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +28,7 @@ PLOTS = (
 )
 
 
-def sweep_figure(variants: list[LabelledPrediction], x_key: str, line_key: str | None, scenario: str) -> go.Figure:
+def sweep_figure(variants: Sequence[LabelledPrediction], x_key: str, line_key: str | None, scenario: str) -> go.Figure:
     """Throughput (samples/s), bubble (%) and peak memory (GiB) against ``x_key``; one line per value
     of ``line_key``."""
     import plotly.graph_objects as go
@@ -75,7 +76,7 @@ def sweep_figure(variants: list[LabelledPrediction], x_key: str, line_key: str |
     return fig
 
 
-def write_sweep_html(variants: list[LabelledPrediction], x_key: str, line_key: str | None, scenario: str,
+def write_sweep_html(variants: Sequence[LabelledPrediction], x_key: str, line_key: str | None, scenario: str,
                      path: str | Path) -> Path:
     """Write :func:`sweep_figure` as one offline HTML page; returns the path."""
     return write_figure(sweep_figure(variants, x_key, line_key, scenario), path)

@@ -20,7 +20,7 @@ def variants_table(variants: list[LabelledPrediction], keys: list[str], title: s
     for col in ("step ms", "bubble", "samples/s", "tokens/s", "MFU", "peak mem GiB", "fits"):
         table.add_column(col, justify="right")
     for v in variants:
-        row = [str(v.overrides.get(k, "-")) for k in keys]
+        row: list[str | Text] = [str(v.overrides.get(k, "-")) for k in keys]
         if v.summary is None:
             table.add_row(*row, Text("cannot run", style="red"), *[""] * 6)  # the CLI prints the reason above
             continue

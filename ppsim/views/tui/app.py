@@ -3,7 +3,9 @@ redrawn from :class:`~ppsim.views.tui.state.TuiState` after every key."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 from rich.console import Group
 from rich.text import Text
@@ -37,7 +39,7 @@ class TimelineView(Widget):
 
     DEFAULT_CSS = "TimelineView { height: auto; }"
 
-    def __init__(self, state: TuiState, **kwargs: object) -> None:
+    def __init__(self, state: TuiState, **kwargs: Any) -> None:  # Widget's own: name, id, classes, disabled
         super().__init__(**kwargs)
         self.state = state
         self.drawn: list[tuple[int, Drawn]] = []  #: (first line, drawing) per shown trace
@@ -87,7 +89,7 @@ class TimelineView(Widget):
             span = d.span_at(event.y - first, column)
             if span is not None:
                 self.state.select(k, span)
-                self.app.refresh_all()  # type: ignore[attr-defined]
+                cast("PpsimTui", self.app).refresh_all()  # the one app that mounts this widget
                 return
 
 
@@ -210,10 +212,10 @@ class PpsimTui(App[None]):
             self.query_one(selector, Static).update(text)
 
     # ----- actions -----------------------------------------------------------------------------
-    def _run(self, change: object, *args: object) -> None:
+    def _run(self, change: Callable[..., object], *args: object) -> None:
         self.state.message = ""
         try:
-            change(*args)  # type: ignore[operator]
+            change(*args)
         except PpsimError as exc:
             self.state.message = str(exc)
         self.refresh_all()

@@ -85,7 +85,7 @@ def figures(shown: Shown, with_label: bool = False) -> Group:
     for st in s.per_rank:
         line = Text(f"r{st.rank:<3}bubble {_bar(st.bubble_fraction)} {st.bubble_fraction * 100:5.1f} %", no_wrap=True)
         if st.peak_memory_bytes is not None:
-            over = bool(cap) and st.peak_memory_bytes > cap
+            over = bool(cap and st.peak_memory_bytes > cap)
             share = st.peak_memory_bytes / cap if cap else 0.0
             line.append("   mem ")
             line.append(_bar(min(share, 1.0), 8), style="red" if over else "green")

@@ -230,10 +230,10 @@ class TuiState:
 
     def _show_selected(self) -> None:
         """Pan so the selected block is in the window."""
-        span = self.selected_span()
-        if span is None:
+        if self.selected is None:
             return
-        w, (lo, _) = self.window, self.origin(self.selected[0])
+        timeline, span = self.selected
+        w, (lo, _) = self.window, self.origin(timeline)
         start, end = span.start - lo, span.end - lo
         if start < w.start or end > w.end:
             w.place((start + end) / 2 - w.width / 2, w.width)
@@ -248,7 +248,7 @@ def _predict(s: Scenario, predictor: Predictor) -> tuple[Shown, float]:
     trace = predictor(s)
     summary = summarize(trace, waits=False)  # the TUI shows no waits: a key costs less without them
     ms = (time.perf_counter() - t0) * 1e3
-    return Shown(s.name, trace, summary), ms
+    return Shown(s.name or "scenario", trace, summary), ms  # (a scenario file need not name itself)
 
 
 def _next_chunks(v: int) -> list[int]:
