@@ -50,7 +50,8 @@ class StopSignals:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
+            # None: a handler installed outside Python, which Python cannot put back; the default is the closest
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
 
     def _note(self, signum: int, frame: object) -> None:
         if self.received is None:

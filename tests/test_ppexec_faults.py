@@ -307,3 +307,24 @@ def test_a_rank_ended_by_a_signal_is_named_and_every_process_ends(tmp_path: Path
     line = one_error(stderr, "rank 1", str(out))
     assert "rank 0 " not in line.split("rank 1", 1)[0], line  # the ended rank is the one blamed
     no_process_left(out, set(pids.values()))
+
+
+def test_a_handler_python_did_not_install_is_restored_as_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """signal.signal returns None for a handler installed outside Python; leaving the block must not
+    pass None back (signal.signal refuses it): the default handler goes back instead."""
+    import signal
+
+    from ppexec.signals import StopSignals
+
+    real = signal.signal
+    calls: list[tuple[int, object]] = []
+
+    def fake(sig: int, handler: object) -> object:
+        calls.append((sig, handler))
+        previous = real(sig, handler)  # raises TypeError on None, as the real one does
+        return None if sig == signal.SIGTERM else previous  # as if SIGTERM's handler was not Python's
+
+    monkeypatch.setattr(signal, "signal", fake)
+    with StopSignals():
+        pass
+    assert (signal.SIGTERM, signal.SIG_DFL) in calls
