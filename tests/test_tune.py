@@ -272,3 +272,19 @@ def test_plans_within_noise_are_said_to_be() -> None:
     assert "the top 3 plans are within 1% of each other" in out.getvalue()
     doc = TuneResult("small", 8, spread, 1.0, 1, "local").to_json_dict(5)
     assert doc["within_noise"] == 3
+
+
+def test_a_search_runs_from_the_library_as_the_command_runs_it() -> None:
+    """ppsim.search.tune.run.search_plans: what `ppsim tune` calls, with progress heard by callbacks."""
+    from ppsim.search.tune.run import TuneRequest, search_plans
+
+    s = parse_scenario(small_base())
+    units: list[int] = []
+    done: list[int] = []
+    request = TuneRequest(gpus=8, micro_batches=(1,), schedules=("1f1b", "zb-h1"), exact=3, jobs=1)
+    result = search_plans(s, request, on_start=units.append, on_advance=done.append)
+    assert len(units) == 1 and sum(done) == units[0] == 2 * result.counts().considered
+    assert result.ranked and result.counts().simulated >= 3
+    tiny = s.model_copy(update={"hardware": s.hardware.model_copy(update={"device": "cpu"})})
+    with pytest.raises(PpsimError, match="none of the .* plans considered fits in memory on 8 devices"):
+        search_plans(tiny, request)

@@ -32,6 +32,7 @@ from ppsim.cli.common import (
     write_pages,
 )
 from ppsim.errors import PpsimError
+from ppsim.search.tune import ExecutorName
 
 if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
@@ -319,7 +320,7 @@ def tune(
     png: Path | None = png_option(),
     force: bool = force_option(),
     jobs: int | None = typer.Option(None, "--jobs", min=1, help="Local processes (default: every core)."),
-    executor: str = typer.Option("local", "--executor", help="local | ray"),
+    executor: ExecutorName = typer.Option("local", "--executor", help="Where the plans are evaluated."),
     ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster to use (default: start one here)."),
     schedules_list: str | None = typer.Option(None, "--schedules", help="Comma-separated schedules to consider "
                                                                           "(default: every schedule that trains but "
@@ -336,15 +337,13 @@ def tune(
                                                                 "reported (the same report, slower)."),
 ) -> None:
     """Search the plans of SCENARIO's model and batch on N devices; rank those that fit by throughput."""
-    import time
-
+    from ppsim.cli.progress import progress_bar
     from ppsim.cli.tune_write import plan_files, write_plans
     from ppsim.plan.schedules import SCHEDULES
-    from ppsim.search.tune import executors, space
-    from ppsim.search.tune.report import TuneResult, figure, print_result
+    from ppsim.search.tune import space
+    from ppsim.search.tune.report import figure, print_result
+    from ppsim.search.tune.run import TuneRequest, search_plans
 
-    if executor not in executors.EXECUTORS:
-        raise usage_error(f"{executor!r}; choose {' or '.join(executors.EXECUTORS)}", "--executor")
     names = tuple(_schedule_names(schedules_list)) if schedules_list else space.SCHEDULES
     forward_only = [n for n in names if not SCHEDULES[n].training]
     if forward_only:
@@ -355,49 +354,12 @@ def tune(
         targets = output_targets({"--html": html, "--png": png}, [scenario], force)
         plan_targets = plan_files(write, write_top, scenario, force)
         s = scenario_with(scenario)
-        n = gpus if gpus is not None else s.pipeline.stages * s.data_parallel * s.tensor_parallel
-        cands = space.candidates(s, space.SearchSpace(gpus=n, micro_batches=sizes, schedules=names,
-                                                      max_stages=max_stages))
-        base = s.model_dump(exclude_none=True)
-        n_jobs = jobs or executors.default_jobs()
-        t0 = time.perf_counter()
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        from ppsim.search.tune.evaluate import evaluate
-        from ppsim.search.tune.prune import search
-        from ppsim.search.tune.rank import DRAWN, EXPLAINED
-
-        # bounded, then simulated or skipped: each candidate counts twice
-        with Progress(TextColumn("searching"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TimeRemainingColumn(), console=err, transient=True) as bar:
-            task = bar.add_task("plans", total=len(cands) if exhaustive else 2 * len(cands))
-
-            def advance(k: int) -> None:
-                bar.advance(task, k)
-
-            pool = executors.ray_cluster(base, ray_address) if executor == "ray" else executors.local(base, n_jobs)
-            with pool as ex:
-                if exhaustive:
-                    evals = ex.map(evaluate, cands, advance)
-                else:
-                    evals = search(ex, cands, top=max(top, len(plan_targets)), progress=advance,
-                                   groups=EXPLAINED + (DRAWN if html or png else ()))
-        result = TuneResult(s.name, n, evals, time.perf_counter() - t0, 1 if executor == "ray" else n_jobs, executor)
-        if not result.ranked:
-            least = min((e for e in evals if e.peak_memory_bytes), key=lambda e: e.peak_memory_bytes or 0, default=None)
-            hint = (f"; the least memory any plan needs is {(least.peak_memory_bytes or 0) / 2**30:,.1f} GiB "
-                    f"({least.candidate.label()}) of {(least.memory_capacity_bytes or 0) / 2**30:,.0f} GiB" if least else "")
-            c = result.counts()
-            raise PpsimError(f"none of the {c.considered:,} plans considered fits in memory on {n} device{'s' * (n != 1)} "
-                             f"({c.pruned_by_memory:,} pruned by memory, {c.invalid:,} invalid){hint}; use more devices "
-                             "or a device with more memory", field="--gpus")
+        request = TuneRequest(gpus=gpus if gpus is not None else s.pipeline.stages * s.data_parallel * s.tensor_parallel,
+                              micro_batches=sizes, schedules=names, max_stages=max_stages,
+                              exact=max(top, len(plan_targets)), drawn=bool(html or png), exhaustive=exhaustive,
+                              executor=executor, jobs=jobs, ray_address=ray_address)
+        with progress_bar("searching", total=0) as bar:  # each plan is bounded, then simulated or skipped
+            result = search_plans(s, request, on_start=bar.total, on_advance=bar.advance)
         write_pages(targets, lambda: figure(result))
         command = shlex.join(["ppsim", "tune", str(scenario)] + [
             x for opt, value in (("--gpus", gpus), ("--schedules", schedules_list), ("--micro-batch-sizes", micro_batches),

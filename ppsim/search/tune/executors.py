@@ -10,15 +10,16 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
 from ppsim.errors import PpsimError
 from ppsim.gc_pause import allow_gc_pauses
+from ppsim.search.tune import ExecutorName
 from ppsim.search.tune.evaluate import Evaluation, Work, evaluate, evaluate_many
 from ppsim.search.tune.space import Candidate
 
 Progress = Callable[[int], None]  #: called with how many evaluations just finished
-EXECUTORS = ("local", "ray")
+EXECUTORS: tuple[ExecutorName, ...] = get_args(ExecutorName)
 
 _BASE: dict[str, Any] | None = None  # the scenario of a worker process
 
