@@ -5,6 +5,7 @@ under scenarios/ (a network model's flows on the two kernels with a clock)."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 
 import pytest
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from conftest import SCENARIOS
 from ppsim.costs import CostTable, Link, StageCost
-from ppsim.errors import PlanError
+from ppsim.errors import PlanError, PpsimError
 from ppsim.inputs.scenario import load
 from ppsim.plan import Action, Plan, lower, schedules
 from ppsim.prediction import build
@@ -123,8 +124,9 @@ def test_a_fabric_needs_the_clock() -> None:
     s = load(SCENARIOS / "megatron-gpt3-175b.yaml")
     b = build(s)
     assert b.workload.costs.fabric is not None
-    with pytest.raises(ValueError, match="fabric"):
+    with pytest.raises(PpsimError, match="fabric") as raised:
         simulate(lower_built(b), b.workload.costs, s.pipeline.comm, kernel="immediate")
+    assert raised.value.field == "simulator.kernel"
 
 
 CLUSTERS = [p for p in sorted(SCENARIOS.glob("*.yaml")) if load(p).cluster is not None]
@@ -143,3 +145,31 @@ def test_the_clocked_kernel_runs_a_fabric_as_simpy_does(path, comm: str) -> None
     assert clocked_run.spans == simpy_run.spans
     assert clocked_run.counters == simpy_run.counters
     assert clocked_run.meta == simpy_run.meta
+
+
+def test_the_kernel_is_chosen_by_the_scenario_and_the_command_line(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """simulator.kernel and --kernel choose what runs the step: SimPy itself gives the same figures;
+    without SimPy installed, choosing it is one line naming the extra; no clock on a fabric, one line too."""
+    import json
+
+    import yaml
+
+    from conftest import invoke
+    from ppsim.cli import app
+
+    tiny = SCENARIOS / "tiny-cpu.yaml"
+    default = json.loads(invoke(app, "run", tiny, "--json").stdout)
+    with_simpy = json.loads(invoke(app, "run", tiny, "--json", "--kernel", "simpy").stdout)
+    assert with_simpy == default
+    data = yaml.safe_load(tiny.read_text())
+    data["simulator"] = {"kernel": "simpy"}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
+    assert load(tmp_path / "s.yaml").simulator.kernel == "simpy"
+    assert json.loads(invoke(app, "run", tmp_path / "s.yaml", "--json").stdout)["step_time_ms"] == default["step_time_ms"]
+    monkeypatch.setitem(sys.modules, "simpy", None)  # as if the extra were not installed
+    monkeypatch.delitem(sys.modules, "ppsim.sim.simpy_kernel", raising=False)
+    res = invoke(app, "run", tiny, "--kernel", "simpy")
+    assert res.exit_code == 1 and "pip install 'ppsim[reference]'" in res.output and "Traceback" not in res.output
+    res = invoke(app, "run", SCENARIOS / "megatron-gpt3-175b.yaml", "--kernel", "immediate")
+    assert res.exit_code == 1 and "simulator.kernel" in res.output and "fabric" in res.output
+    assert invoke(app, "run", tiny, "--kernel", "nope").exit_code == 2

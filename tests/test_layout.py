@@ -18,7 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "plan": set(),
     "costs": {"inputs"},
     "trace": {"plan"},
-    "sim": {"plan", "costs", "trace"},
+    "sim": {"plan", "costs", "trace", "inputs"},
     "views": {"trace", "plan", "inputs"},
     "prediction": {"inputs", "costs", "plan", "sim", "trace"},
     "search": {"inputs", "costs", "plan", "sim", "trace", "views", "prediction"},

@@ -14,13 +14,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
 from ppsim.errors import PpsimError
+from ppsim.inputs.choices import Comm, KernelChoice, PartitionMode, Recompute
 from ppsim.inputs.overrides import PlanOverrides, apply_overrides
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -106,9 +107,9 @@ PLAN_OPTIONS: dict[str, _PlanOption] = {
     "microbatches": _PlanOption(int | None, lambda: typer.Option(
         None, "--microbatches", min=1, help="Micro-batches per step m.")),
     "chunks": _PlanOption(int | None, lambda: typer.Option(None, "--chunks", min=1, help="Virtual stages per rank v.")),
-    "partition": _PlanOption(Literal["uniform", "balanced"] | None, lambda: typer.Option(
+    "partition": _PlanOption(PartitionMode | None, lambda: typer.Option(
         None, "--partition", help="Layers per stage: uniform or balanced (explicit counts go in the scenario).")),
-    "comm": _PlanOption(Literal["rendezvous", "eager", "async"] | None, lambda: typer.Option(
+    "comm": _PlanOption(Comm | None, lambda: typer.Option(
         None, "--comm", help="Send semantics: rendezvous (blocking, as gloo / NCCL pairs), eager or async.")),
     "data_parallel": _PlanOption(int | None, lambda: typer.Option(
         None, "--data-parallel", min=1, help="Data-parallel replicas d (the scenario's global batch holds: the "
@@ -117,10 +118,13 @@ PLAN_OPTIONS: dict[str, _PlanOption] = {
         None, "--tensor-parallel", min=1, help="Tensor-parallel devices per stage t (inside a node).")),
     "micro_batch": _PlanOption(int | None, lambda: typer.Option(
         None, "--micro-batch-size", min=1, help="Sequences per micro-batch b (the global batch holds).")),
-    "recompute": _PlanOption(Literal["none", "selective", "full"] | None, lambda: typer.Option(
+    "recompute": _PlanOption(Recompute | None, lambda: typer.Option(
         None, "--recompute", help="Activation recomputation: none, selective (the attention core) or full.")),
     "zero_stage": _PlanOption(int | None, lambda: typer.Option(
         None, "--zero-stage", min=0, max=3, help="DeepSpeed ZeRO stage (pipelines take 0 or 1).")),
+    "kernel": _PlanOption(KernelChoice | None, lambda: typer.Option(
+        None, "--kernel", help="What runs the simulation: auto, clocked, immediate, or simpy (SimPy itself, the "
+                               "reference; pip install 'ppsim[reference]'): the same trace, at different speeds.")),
 }
 #: the options that shape the plan beyond the pipeline (every command that takes a plan takes these)
 PARALLEL_OPTIONS = ("data_parallel", "tensor_parallel", "micro_batch", "recompute", "zero_stage")

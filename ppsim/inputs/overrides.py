@@ -30,6 +30,8 @@ PIPELINE_KEYS = ("schedule", "stages", "microbatches", "chunks", "partition", "c
 #: plan option -> key of the training section
 TRAINING_KEYS = {"micro_batch": "micro_batch", "recompute": "recompute", "zero_stage": "zero_stage"}
 TOP_KEYS = ("data_parallel", "tensor_parallel")
+#: plan option -> key of the simulator section
+SIMULATOR_KEYS = {"kernel": "kernel"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class PlanOverrides:
     micro_batch: int | None = None
     recompute: str | None = None
     zero_stage: int | None = None
+    kernel: str | None = None  #: the simulator's (simulator.kernel)
 
     def given(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -63,6 +66,9 @@ def plan_mapping(data: dict[str, Any], plan: PlanOverrides) -> dict[str, Any]:
     pipeline.update({k: v for k, v in given.items() if k in PIPELINE_KEYS})
     training.update({TRAINING_KEYS[k]: v for k, v in given.items() if k in TRAINING_KEYS})
     out.update({k: v for k, v in given.items() if k in TOP_KEYS})
+    if any(k in SIMULATOR_KEYS for k in given):
+        out["simulator"] = {**out.get("simulator", {}), **{SIMULATOR_KEYS[k]: v for k, v in given.items()
+                                                           if k in SIMULATOR_KEYS}}
     if plan.microbatches is not None:
         gb = training.get("global_batch")
         if gb is not None and gb != plan.microbatches * training.get("micro_batch", 1) * out.get("data_parallel", 1):

@@ -12,10 +12,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ppsim.errors import ScenarioError, file_error, shown_path
+from ppsim.inputs.choices import Comm, Dtype, KernelChoice, PartitionMode, Recompute
 from ppsim.inputs.yaml_files import load_yaml, problem
 from ppsim.plan import schedules
 
-Dtype = Literal["bf16", "fp16", "fp32"]
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 MAX_MS = 1e9  #: the longest time a cost may give, in ms (11.6 days)
 #: the most actions a plan may have: the simulator's time and memory grow with them (about 150,000
@@ -75,7 +75,7 @@ class TrainingSpec(_Strict):
                                      description="sequences per optimizer step, all replicas")
     micro_batch: int = Field(default=1, gt=0, le=10**6, description="sequences per micro-batch")
     grad_clip: float = Field(default=1.0, ge=0, description="gradient clipping norm; 0: off (no gradient-norm sync)")
-    recompute: Literal["none", "selective", "full"] = "none"
+    recompute: Recompute = "none"
     zero_stage: int = Field(default=0, ge=0, le=3, description="DeepSpeed ZeRO stage; pipelines allow 0 or 1")
     #: how ZeRO-1 reduces the gradients: all-reduce, each replica keeping its part (DeepSpeed's default),
     #: or reduce-scatter (Megatron's distributed optimizer; DeepSpeed's use_multi_rank_bucket_allreduce: false)
@@ -93,8 +93,8 @@ class PipelineSpec(_Strict):
     microbatches: int | None = Field(default=None, gt=0, le=10**9, description="micro-batches per step m")
     schedule: str = schedules.DEFAULT
     chunks: int = Field(default=1, gt=0, le=1_000, description="virtual stages per rank v")
-    partition: Literal["uniform", "balanced"] | list[int] = "balanced"
-    comm: Literal["rendezvous", "eager", "async"] = "async"
+    partition: PartitionMode | list[int] = "balanced"
+    comm: Comm = "async"
     #: with tensor parallelism and no sequence parallelism, each tensor rank sends 1/t of a stage-to-stage
     #: message and the receiving group all-gathers it (Megatron's scatter-gather, DeepSpeed's partitioned
     #: activations); false: every tensor rank sends the whole message
@@ -149,6 +149,12 @@ class CostsSpec(_Strict):
     allreduce_ms: PerStage = 0.0
 
 
+class SimulatorSpec(_Strict):
+    """How ppsim simulates the step (the same trace whichever kernel: they are tested against SimPy)."""
+
+    kernel: KernelChoice = "auto"
+
+
 class Scenario(_Strict):
     name: str | None = None
     description: str | None = None
@@ -161,6 +167,7 @@ class Scenario(_Strict):
     costs: CostsSpec | None = None
     cluster: ClusterSpec | None = None
     deepspeed: str | None = Field(default=None, description="a DeepSpeed config JSON, relative to the scenario file")
+    simulator: SimulatorSpec = SimulatorSpec()
 
     @model_validator(mode="after")
     def _needs_model_or_costs(self) -> Scenario:

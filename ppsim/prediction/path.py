@@ -108,6 +108,6 @@ def predict(s: Scenario, profile: Profile | None = None, workload: Workload | No
     ``workload``: the scenario's costs, ``built``: its plan and costs, when the caller has them)."""
     b = built or build(s, profile, workload)
     plan = lower_built(b)
-    trace = simulate(plan, b.workload.costs, s.pipeline.comm)
+    trace = simulate(plan, b.workload.costs, s.pipeline.comm, kernel=s.simulator.kernel)
     trace.meta.update(workload_meta(s, b.workload, schedules.get(s.pipeline.schedule).training))
     return Prediction(scenario=s, plan=plan, workload=b.workload, trace=trace)

@@ -1,7 +1,7 @@
 """The discrete-event simulator: executes a lowered Plan against a CostTable and returns a Trace, in
 SimPy's event order (SimPy itself, an extra, is the reference kernel the lean ones are tested against).
 
-Imports plan, costs and trace; knows no schedule names.
+Imports plan, costs, trace and inputs (the words a scenario chooses from); knows no schedule names.
 """
 
 from ppsim.sim.allocation import peak_memory_bytes

@@ -43,17 +43,17 @@ from typing import Any, NamedTuple, cast
 from ppsim.costs.table import CostTable, FabricCollective
 from ppsim.errors import PlanError
 from ppsim.gc_pause import gc_paused
+from ppsim.inputs.choices import KernelChoice
 from ppsim.plan import Action, Kind, Overlap, Plan, render_grid
 from ppsim.sim.allocation import memory_deltas, static_memory_bytes
 from ppsim.sim.durations import DURATION_FIELD, compute_ms
 from ppsim.sim.fabric import Fabric, Feeder
 from ppsim.sim.immediate import ImmediateKernel
-from ppsim.sim.kernel import ClockKernel, KernelName, make_kernel
+from ppsim.sim.kernel import ClockKernel, make_kernel
 from ppsim.sim.messages import MessageRoute, MessageTables
 from ppsim.sim.network import Flow
 from ppsim.trace import Counter, Span, Trace, plan_meta
 
-KERNELS = tuple(k.value for k in KernelName)  #: what runs the ranks' processes (see :func:`simulate`)
 _SENDS = (Kind.SEND_F, Kind.SEND_B)
 _RECEIVES = (Kind.RECV_F, Kind.RECV_B)
 
@@ -108,7 +108,7 @@ Handler = Callable[[_Rank, Any], "_Wait | None"]  #: (the rank, its action)
 class _Simulation:
     """One step of a lowered plan on a cost table."""
 
-    def __init__(self, plan: Plan, costs: CostTable, semantics: CommSemantics, kernel: str = "auto",
+    def __init__(self, plan: Plan, costs: CostTable, semantics: CommSemantics, kernel: KernelChoice = "auto",
                  inline: bool = True) -> None:
         self.plan, self.costs = plan, costs
         self.rendezvous = semantics is CommSemantics.RENDEZVOUS
@@ -586,7 +586,7 @@ def _last_backward(actions: tuple[Action, ...]) -> dict[int, Action]:
 
 
 def simulate(plan: Plan, costs: CostTable, comm: CommSemantics | str = CommSemantics.RENDEZVOUS,
-             kernel: str = "auto", inline: bool = True) -> Trace:
+             kernel: KernelChoice = "auto", inline: bool = True) -> Trace:
     """Run one training step of ``plan`` (lowered) and return the predicted Trace.
 
     Deterministic: the same plan and costs give the same trace. Raises PlanError (with the grid and

@@ -11,17 +11,12 @@ the choice among the three kernels that offer it.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
+from ppsim.errors import PpsimError
+from ppsim.inputs.choices import KernelChoice
 
-class KernelName(str, Enum):
-    """Which kernel runs a step (``simulate(..., kernel=...)``)."""
-
-    AUTO = "auto"  #: the clock-free kernel on static links, the clocked one on a fabric
-    SIMPY = "simpy"
-    CLOCKED = "clocked"
-    IMMEDIATE = "immediate"
+KERNELS: tuple[str, ...] = get_args(KernelChoice)  #: the kernels' names
 
 
 class Kernel(Protocol):
@@ -54,19 +49,19 @@ class ClockKernel(Kernel, Protocol):
         """Call ``call`` ``delay`` from now, in the events' order."""
 
 
-def make_kernel(name: KernelName | str, fabric: bool) -> Kernel:
-    """The kernel called ``name`` for a run with or without a fabric (which needs a clock)."""
-    try:
-        kind = KernelName(name)
-    except ValueError:
-        raise ValueError(f"kernel must be one of {', '.join(k.value for k in KernelName)}, not {name!r}") from None
-    if kind is KernelName.IMMEDIATE and fabric:
-        raise ValueError("the immediate kernel has no clock: a fabric's flows need kernel='clocked' or 'simpy'")
-    if kind is KernelName.SIMPY:
+def make_kernel(name: KernelChoice | str, fabric: bool) -> Kernel:
+    """The kernel called ``name`` (:data:`~ppsim.inputs.choices.KernelChoice`) for a run with or
+    without a fabric (which needs a clock)."""
+    if name not in KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, not {name!r}")
+    if name == "immediate" and fabric:
+        raise PpsimError("the immediate kernel has no clock: a fabric's flows need kernel clocked or simpy",
+                         field="simulator.kernel")
+    if name == "simpy":
         from ppsim.sim.simpy_kernel import SimPyKernel  # the reference, an extra: loaded only when asked for
 
         return SimPyKernel()
     from ppsim.sim.clocked import ClockedKernel
     from ppsim.sim.immediate import ImmediateKernel
 
-    return ClockedKernel() if kind is KernelName.CLOCKED or fabric else ImmediateKernel()
+    return ClockedKernel() if name == "clocked" or fabric else ImmediateKernel()

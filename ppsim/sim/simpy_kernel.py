@@ -15,7 +15,8 @@ try:
     import simpy
     from simpy.core import NORMAL
 except ImportError:  # an extra: the lean kernels need no SimPy
-    raise PpsimError("kernel='simpy' needs SimPy: pip install 'ppsim[reference]'", field="kernel") from None
+    raise PpsimError("the simpy kernel needs SimPy: pip install 'ppsim[reference]' (or choose another kernel: the "
+                     "same trace)", field="simulator.kernel") from None
 
 
 class Arrival(simpy.Event):

@@ -1,0 +1,20 @@
+"""The words a scenario and the command line choose from, declared once: the scenario's keys and the
+options that override them (``ppsim.cli.common``) take these types. Light to import (the command
+line declares its options with them before anything is read)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Dtype = Literal["bf16", "fp16", "fp32"]
+#: how the layers are split into stages (a list of counts, in a scenario, is the third way)
+PartitionMode = Literal["uniform", "balanced"]
+#: what a send does: blocks until the peer posted its receive (gloo, NCCL pairs), until the data has
+#: arrived, or not at all (posted)
+Comm = Literal["rendezvous", "eager", "async"]
+#: activation recomputation: none, the attention core, or the whole block
+Recompute = Literal["none", "selective", "full"]
+#: what runs the simulation's processes: auto (the clock-free kernel on static links, the clocked one
+#: on a fabric), clocked, immediate (no clock: static links only), simpy (SimPy itself, the reference
+#: the others are tested against: an extra)
+KernelChoice = Literal["auto", "clocked", "immediate", "simpy"]
