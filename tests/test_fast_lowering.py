@@ -19,7 +19,7 @@ from ppsim.plan import COMPUTE_KINDS, Action, Kind, lower, schedules, validate, 
 from ppsim.plan.action import Overlap, message_kinds
 from ppsim.plan.deps import dependencies, grad_producers, ideal_times
 from ppsim.plan.lower import in_receive_order
-from ppsim.plan.plan import Plan, built_by_a_schedule
+from ppsim.plan.plan import Plan
 from ppsim.plan.posted import finishes
 from ppsim.plan.validate import structure_holds
 
@@ -143,10 +143,14 @@ def test_every_schedule_builds_valid_plans_that_finish_at_every_small_size() -> 
 
 def test_only_the_plans_a_schedule_built_are_taken_as_valid() -> None:
     plan = schedules.build("1f1b", 4, 8)
-    assert built_by_a_schedule(plan) and built_by_a_schedule(schedules.get("1f1b").build(4, 8, remembered=False))
-    assert not built_by_a_schedule(Plan.from_json(plan.to_json()))  # read back: anyone may have edited it
-    assert not built_by_a_schedule(plan.with_actions(plan.actions))  # new actions, however alike
-    assert not built_by_a_schedule(replace(plan, stage_to_rank=tuple(reversed(plan.stage_to_rank))))
+    assert plan.built_by_a_schedule and schedules.get("1f1b").build(4, 8, remembered=False).built_by_a_schedule
+    assert not Plan.from_json(plan.to_json()).built_by_a_schedule  # read back: anyone may have edited it
+    assert not plan.with_actions(plan.actions).built_by_a_schedule  # new actions, however alike
+    assert not replace(plan, stage_to_rank=tuple(reversed(plan.stage_to_rank))).built_by_a_schedule
+    assert not replace(plan, actions=tuple(tuple(r) for r in plan.actions)).built_by_a_schedule  # a replace keeps no trust
+    assert replace(plan, meta={"note": 1}).built_by_a_schedule  # what else it says changes nothing of its actions
+    with pytest.raises(TypeError):
+        plan.meta["sends"] = "posted"  # type: ignore[index]  # read-only: a pass makes a new Plan
 
 
 def test_a_changed_copy_of_a_built_plan_is_walked_and_refused_when_it_cannot_finish() -> None:

@@ -87,3 +87,17 @@ def test_a_saved_lowered_plan_reads_back_under_the_sends_it_was_lowered_for(tmp_
     again = invoke(app, "plan", path)
     assert again.exit_code == 0, again.output
     assert lower(schedules.build("zb-v", 4, 8), rendezvous=True).meta["sends"] == "rendezvous"
+
+
+def test_a_plan_pickles_with_its_read_only_meta_and_its_trust() -> None:
+    """ppexec hands plans to its ranks' processes by pickle: the read-only meta comes back read-only,
+    and a schedule's plan comes back known to be valid (its actions are still the ones vouched for)."""
+    import pickle
+
+    plan = lower(schedules.build("zb-v", 4, 8), rendezvous=True)
+    back = pickle.loads(pickle.dumps(plan))
+    assert back == plan and dict(back.meta) == dict(plan.meta) == {"sends": "rendezvous"}
+    with pytest.raises(TypeError):
+        back.meta["sends"] = "posted"  # type: ignore[index]
+    built = schedules.build("1f1b", 4, 8)
+    assert pickle.loads(pickle.dumps(built)).built_by_a_schedule

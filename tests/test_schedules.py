@@ -165,10 +165,12 @@ def test_lowered_plans_run_under_every_semantics(case: tuple[str, int, int, int]
 
 
 def test_a_built_plan_is_remembered_and_can_be_built_anew() -> None:
-    """The same (p, m, v) shares its actions with the plan built before (each call its own meta);
-    remembered=False builds the same actions again."""
+    """The same (p, m, v) shares its actions with the plan built before (a plan's meta is read-only,
+    so nothing one caller adds reaches another); remembered=False builds the same actions again."""
     info = schedules.get("1f1b")
     first, again = info.build(4, 8), info.build(4, 8)
     fresh = info.build(4, 8, remembered=False)
-    assert again.actions is first.actions and again.meta is not first.meta
+    assert again.actions is first.actions
+    with pytest.raises(TypeError):
+        first.meta["search"] = {}  # type: ignore[index]
     assert fresh.actions == first.actions and fresh.actions is not first.actions

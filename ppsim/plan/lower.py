@@ -34,7 +34,7 @@ from ppsim.plan.action import (
 )
 from ppsim.plan.deps import Duration, default_duration, dependencies, grad_producers, ideal_times
 from ppsim.plan.memo import per_plan
-from ppsim.plan.plan import Plan, built_by_a_schedule
+from ppsim.plan.plan import Plan
 from ppsim.plan.posted import finishes, posted_order
 from ppsim.plan.validate import structure_holds, validate_structure
 
@@ -92,7 +92,7 @@ def _posted(plan: Plan) -> list[list[Action]]:
     (:func:`~ppsim.plan.posted.posted_order`), then the sends to each peer in the order it
     receives them. A plan whose dependencies form a cycle is refused with the grid (a plan a
     registered schedule built has none: it is not walked again)."""
-    if not built_by_a_schedule(plan) and not finishes(plan):
+    if not plan.built_by_a_schedule and not finishes(plan):
         ideal_times(plan)  # raises the error with the grid of where every rank is stuck
         raise PlanError(f"plan {plan.schedule!r} cannot finish")  # pragma: no cover - ideal_times raised
     ranks, in_order = posted_order(plan)
@@ -162,7 +162,7 @@ def _structure_checked(plan: Plan) -> bool:
     """The plan's placement, ranges, duplicates and completeness, checked once per plan (a search
     lowers the same plan for every recompute mode and ZeRO stage; a registered schedule's plan is
     valid by construction); raises PlanError when broken."""
-    if not built_by_a_schedule(plan) and not structure_holds(plan):
+    if not plan.built_by_a_schedule and not structure_holds(plan):
         validate_structure(plan, check_order=False)  # raises, with the grid
     return True
 
@@ -195,5 +195,5 @@ def _lowered(plan: Plan, data_parallel: int, duration: Duration, rendezvous: boo
         validate_structure(plan)  # a misordered pair is a clearer message than the deadlock
         raise
     lowered = add_step_end(with_comms, data_parallel, clip, training=not plan.kinds().isdisjoint(_TRAINING_KINDS))
-    lowered.meta["sends"] = "rendezvous" if rendezvous else "posted"  # how its messages were ordered
-    return lowered
+    # meta["sends"]: the semantics its messages were ordered for
+    return replace(lowered, meta={**lowered.meta, "sends": "rendezvous" if rendezvous else "posted"})

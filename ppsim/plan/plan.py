@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
@@ -21,6 +21,20 @@ from ppsim.plan.action import Action, Kind
 from ppsim.plan.memo import per_plan
 
 _kind_of = itemgetter(1)  #: an action's kind (an Overlap's too), without the attribute lookup
+
+
+class ReadOnlyMeta(dict[str, Any]):
+    """A plan's meta: a dict that refuses changes (a pass that adds to it makes a new Plan), and
+    copies, pickles and serialises as a dict does."""
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a plan's meta is read-only: make a new Plan, e.g. dataclasses.replace(plan, meta={...})")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]  # refusals
+    __ior__ = _refuse  # type: ignore[assignment]  # a refusal
+
+    def __reduce__(self) -> tuple[type[ReadOnlyMeta], tuple[dict[str, Any]]]:
+        return type(self), (dict(self),)
 
 
 @dataclass(frozen=True)
@@ -38,7 +52,27 @@ class Plan:
     stage_to_rank: tuple[int, ...]
     actions: tuple[tuple[Action, ...], ...]
     lowered: bool = False
-    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    #: what else a plan says of itself (how its messages were ordered: ``sends``; a search's record:
+    #: ``search``); read-only: a pass that adds to it makes a new Plan
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    #: the actions and placement a registered schedule built, when one did (:meth:`built_by_a_schedule`)
+    built: tuple[tuple[tuple[Action, ...], ...], tuple[int, ...]] | None = field(default=None, compare=False,
+                                                                                  hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.meta, ReadOnlyMeta):
+            object.__setattr__(self, "meta", ReadOnlyMeta(self.meta))
+
+    @property
+    def built_by_a_schedule(self) -> bool:
+        """Whether this plan's actions and placement are exactly what a registered schedule built
+        (:meth:`~ppsim.plan.schedules.base.ScheduleInfo.build` says so through ``built``). Such a plan
+        is valid by construction: placed, complete, ordered and free of cycles (tests/test_schedules.py
+        validates every schedule's plans over its sizes), so lowering checks none of that again. A
+        plan read from a file, edited, or copied with other actions or placement is checked in full:
+        ``built`` names the very actions it vouches for, so any change of them loses it."""
+        built = self.built
+        return built is not None and built[0] is self.actions and built[1] == self.stage_to_rank
 
     @property
     def num_stages(self) -> int:
@@ -66,7 +100,7 @@ class Plan:
             stage_to_rank=self.stage_to_rank,
             actions=tuple(tuple(a) for a in actions),
             lowered=self.lowered if lowered is None else lowered,
-            meta=dict(self.meta),
+            meta=self.meta,
         )
 
     # ----- serialisation -------------------------------------------------------------------
@@ -80,7 +114,7 @@ class Plan:
             "chunks": self.chunks,
             "stage_to_rank": list(self.stage_to_rank),
             "lowered": self.lowered,
-            "meta": self.meta,
+            "meta": dict(self.meta),
             "actions": [[str(a) for a in rank] for rank in self.actions],
         }
 
@@ -133,16 +167,6 @@ class Plan:
 def _kinds_by_rank(plan: Plan) -> tuple[frozenset[Kind], ...]:
     """Each rank's kinds of action, gathered at C speed."""
     return tuple(frozenset(map(_kind_of, row)) for row in plan.actions)
-
-
-@per_plan
-def built_by_a_schedule(plan: Plan) -> bool:
-    """Whether ``plan``'s actions and placement are exactly what a registered schedule built (it
-    says so through ``built_by_a_schedule.remember(plan, True)``). Such a plan is valid by
-    construction: placed, complete, ordered and free of cycles (tests/test_schedules.py validates
-    every schedule's plans over its sizes), so lowering it checks none of that again. Other plans
-    (read from a file, edited, any changed copy: new actions) are checked in full."""
-    return False
 
 
 def loop_placement(num_ranks: int, chunks: int) -> tuple[int, ...]:

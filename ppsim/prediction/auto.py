@@ -65,13 +65,14 @@ def auto_build(s: Scenario, workload: Workload, profile: Profile | None = None, 
         timed += [t for t in (_several_chunks(s, name, profile) for name in _chunked_schedules(p, m)) if t is not None]
     best = min(timed, key=lambda t: (t.step_ms, not t.hand_written))
     won = best.built.plan
-    plan = Plan(schedule=orders.NAME, num_ranks=won.num_ranks, num_microbatches=won.num_microbatches,
-                chunks=won.chunks, stage_to_rank=won.stage_to_rank, actions=won.actions)
     search = {"chosen": best.how, "step_ms": best.step_ms, "considered": len(found) + len(timed) - len(shortlist),
               "simulated": {t.how: t.step_ms for t in timed}, "passes_ms": best.passes_ms}
     if won.chunks == 1:  # the bound holds for plans of one stage per rank
         search["bound_ms"] = orders.lower_bound(p, m, timing, budget)
-    plan.meta["search"] = search
+    # the winner's own actions and placement: built by a schedule or not, as the winner was
+    plan = Plan(schedule=orders.NAME, num_ranks=won.num_ranks, num_microbatches=won.num_microbatches,
+                chunks=won.chunks, stage_to_rank=won.stage_to_rank, actions=won.actions, meta={"search": search},
+                built=won.built)
     return Built(best.built.scenario, plan, best.built.workload)
 
 

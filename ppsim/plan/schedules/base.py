@@ -10,7 +10,7 @@ from enum import Enum
 from ppsim.errors import ScheduleError
 from ppsim.gc_pause import gc_paused
 from ppsim.plan.action import Action
-from ppsim.plan.plan import Plan, built_by_a_schedule, loop_placement, v_placement
+from ppsim.plan.plan import Plan, loop_placement, v_placement
 
 Builder = Callable[[int, int, int], Plan]  #: (ranks p, micro-batches m, chunks v) -> compute-only plan
 #: (p, m, v) -> the most micro-batches of activations a rank holds, in units of one micro-batch of
@@ -123,7 +123,7 @@ class ScheduleInfo:
         search builds the same plan for every recompute mode and ZeRO stage. Each call gets its own
         Plan (its own ``meta``) around the shared, immutable actions. ``remembered=False`` builds it
         anew (what a plan not seen before costs: benchmarks). Either way the plan is known to be
-        valid by construction (:func:`~ppsim.plan.plan.built_by_a_schedule`)."""
+        valid by construction (:attr:`~ppsim.plan.plan.Plan.built_by_a_schedule`)."""
         v = self.chunks.default if v is None else v
         self.check(p, m, v)
         if self.needs_costs or self.ranks is not None:  # searched on costs, or read from a file that may change
@@ -137,8 +137,8 @@ class ScheduleInfo:
                 _BUILT[key] = plan
                 if len(_BUILT) > _KEPT:
                     _BUILT.pop(next(iter(_BUILT)))
-        built_by_a_schedule.remember(plan, True)  # valid by construction: lowering need not check it again
-        return replace(plan, meta=dict(plan.meta)) if remembered else plan
+        # valid by construction: lowering need not check it again (until its actions or placement change)
+        return replace(plan, built=(plan.actions, plan.stage_to_rank))
 
 
 _KEPT = 16  #: compute-only plans remembered
