@@ -12,9 +12,8 @@ def main() -> None:
         app()
     finally:
         # on its way out the interpreter would walk, collection after collection, every object the
-        # command leaves behind (a prediction's plans and caches: a tenth of a second after a GPT-3
-        # run); frozen, they are left to the process's end (nothing is skipped: exit handlers run
-        # and files are flushed as before)
+        # command leaves behind (a prediction's plans and caches); frozen, they are left to the
+        # process's end (nothing is skipped: exit handlers run and files are flushed as before)
         gc.freeze()
 
 

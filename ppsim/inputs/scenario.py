@@ -18,8 +18,8 @@ from ppsim.plan import schedules
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 MAX_MS = 1e9  #: the longest time a cost may give, in ms (11.6 days)
-#: the most actions a plan may have: the simulator's time and memory grow with them (about 150,000
-#: actions a second and 0.5 KB each on a laptop core: this many take about half a minute and 2.5 GB)
+#: the most actions a plan may have: the simulator's time and memory grow with them (docs/scenarios.md
+#: says what this many cost)
 MAX_PLAN_ACTIONS = 5 * 10**6
 ACTIONS_PER_PASS = 6  #: per virtual stage and micro-batch: forward, backward, and their sends and receives
 #: the most devices (and NICs) a cluster may have: its graph is built whole (10,000 nodes of 8 take a second)
