@@ -48,7 +48,9 @@ def dependencies(a: Key, num_stages: int, grads: dict[tuple[int, int | None], Ki
     """The compute actions whose output ``a`` consumes: the previous stage's forward (F), the own
     forward and the next stage's input grad (B, I), the own input grad (W). They come as plain
     tuples (this runs for every action of every pass); ``Action(*d)`` when attributes are wanted.
-    An overlapped action needs what either of its parts needs."""
+    An overlapped action needs what either of its parts needs. The rule is :data:`ppsim.plan.rules.NEEDS`,
+    written out here for speed (it runs once per action of every timeline); a test holds the two to
+    the same answers."""
     s, kind, mb = a
     if kind is Kind.OVERLAP_F_B:  # (forward, kind, backward): its parts never feed each other (validated)
         # an Overlap unpacks as (forward, kind, backward): s and mb are its parts

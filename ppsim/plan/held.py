@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
-from ppsim.plan.action import BACKWARD_KINDS, Kind
+from ppsim.plan.action import Kind
 from ppsim.plan.memo import per_plan
 from ppsim.plan.plan import Plan
+from ppsim.plan.rules import is_training
 
-_TRAINING_KINDS = BACKWARD_KINDS | {Kind.OVERLAP_F_B}
 #: the unit of what a micro-batch holds: micro-batches (int) or bytes (int or float)
 Unit = TypeVar("Unit", int, float)
 
@@ -24,7 +24,7 @@ Unit = TypeVar("Unit", int, float)
 def trains(plan: Plan) -> bool:
     """Whether the plan runs a backward: a forward-only plan keeps no activations past each forward
     (no backward needs them) and no gradients or optimizer state."""
-    return not plan.kinds().isdisjoint(_TRAINING_KINDS)
+    return is_training(plan.kinds())
 
 
 @per_plan

@@ -21,7 +21,6 @@ from typing import Any
 from ppsim.errors import PlanError
 from ppsim.gc_pause import gc_paused
 from ppsim.plan.action import (
-    BACKWARD_KINDS,
     COMM_KINDS,
     COMPUTE_KINDS,
     RECV_KINDS,
@@ -36,9 +35,8 @@ from ppsim.plan.deps import Duration, default_duration, dependencies, grad_produ
 from ppsim.plan.memo import per_plan
 from ppsim.plan.plan import Plan
 from ppsim.plan.posted import finishes, posted_order
+from ppsim.plan.rules import is_training
 from ppsim.plan.validate import structure_holds, validate_structure
-
-_TRAINING_KINDS = BACKWARD_KINDS | {Kind.OVERLAP_F_B}
 
 
 def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: bool = True) -> Plan:
@@ -141,7 +139,7 @@ def add_step_end(plan: Plan, data_parallel: int = 1, clip: bool = False, *, trai
     last virtual stage), and the optimizer step of each of its stages. Forward-only plans get none
     (``training``: whether the plan has backward passes, when the caller knows; else looked up)."""
     if training is None:
-        training = not plan.kinds().isdisjoint(_TRAINING_KINDS)
+        training = is_training(plan.kinds())
     if not training:
         return plan.with_actions(plan.actions, lowered=True)
     out: list[tuple[Action, ...]] = []
@@ -194,6 +192,6 @@ def _lowered(plan: Plan, data_parallel: int, duration: Duration, rendezvous: boo
     except PlanError:
         validate_structure(plan)  # a misordered pair is a clearer message than the deadlock
         raise
-    lowered = add_step_end(with_comms, data_parallel, clip, training=not plan.kinds().isdisjoint(_TRAINING_KINDS))
+    lowered = add_step_end(with_comms, data_parallel, clip, training=is_training(plan.kinds()))
     # meta["sends"]: the semantics its messages were ordered for
     return replace(lowered, meta={**lowered.meta, "sends": "rendezvous" if rendezvous else "posted"})

@@ -9,17 +9,19 @@ the sends. Whether the plan can finish (its dependencies leave no cycle) is a se
 :func:`~ppsim.plan.deps.ideal_times` does, without times). A plan a registered schedule built is
 known to finish, so lowering asks only of other plans.
 
-Both passes know a message or a piece of work by a flag number in three blocks (a forward done, an
-input grad I done, a stage's input grad made by its B or its I), each indexed ``stage *
-microbatches + microbatch``: a weight grad W waits for its I, a backward for its forward and the
-next stage's input grad, and a message is known by the flag of what it carries. A search lowers
-thousands of plans and the TUI one per key, so neither pass hashes actions.
+Both passes know a message or a piece of work by its flag (:class:`~ppsim.plan.rules.FlagLayout`:
+a block per :class:`~ppsim.plan.rules.Fact`, indexed ``stage * microbatches + microbatch``), follow
+the dependency rule of :mod:`ppsim.plan.rules`, and know a message by the flag of what it carries.
+The plain kinds' branches write the rule's arithmetic out, at C speed (a search lowers thousands of
+plans and the TUI one per key, so neither pass hashes actions); overlapped pairs read the tables;
+tests hold the two to the same placements.
 """
 
 from __future__ import annotations
 
 from ppsim.plan.action import Action, Kind, new_action
 from ppsim.plan.plan import Plan
+from ppsim.plan.rules import MAKES, NEEDS, RECEIVES, SENDS, Fact, FlagLayout
 
 
 def posted_order(plan: Plan) -> tuple[list[list[Action]], bool]:
@@ -27,7 +29,8 @@ def posted_order(plan: Plan) -> tuple[list[list[Action]], bool]:
     the order of sending): each receive right before its consumer, each send right after its producer."""
     acts, where = plan.actions, plan.stage_to_rank
     n_stages, m = len(where), plan.num_microbatches
-    last, made_grad = n_stages - 1, 2 * n_stages * m  # the block of flags of the input grads made
+    layout = FlagLayout(n_stages, m)
+    last, made_grad = n_stages - 1, layout.block(Fact.GRAD_MADE)
     F, B, I, OVERLAP = Kind.F, Kind.B, Kind.I, Kind.OVERLAP_F_B
     SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
     act = new_action
@@ -40,6 +43,11 @@ def posted_order(plan: Plan) -> tuple[list[list[Action]], bool]:
 
     forward = [pair(where[s], where[s + 1]) for s in range(last)] + [None]
     backward = [None] + [pair(where[s], where[s - 1]) for s in range(1, n_stages)]
+    # the rules per kind, as (message kind, [sending stage's offset,] the links it crosses, first flag of its fact)
+    receives = {k: tuple((kind, off, forward if off < 0 else backward, layout.block(f)) for kind, off, f in rule)
+                for k, rule in RECEIVES.items()}
+    sends = {k: tuple((kind, forward if off > 0 else backward, layout.block(f)) for kind, off, f in rule)
+             for k, rule in SENDS.items()}
     out: list[list[Action]] = []
     for ra in acts:
         placed: list[Action] = []
@@ -71,22 +79,21 @@ def posted_order(plan: Plan) -> tuple[list[list[Action]], bool]:
             if k is not OVERLAP:  # a weight grad (or a step-level action): nothing crosses ranks
                 add(a)
                 continue
+            # an overlapped pair, part by part, by the rules (rules.RECEIVES, rules.SENDS)
             for s, k, mb in a.parts:  # the receives, right before
                 assert mb is not None  # an overlap's parts are an F and a B or I
-                if k is F:
-                    if s and (link := forward[s - 1]) is not None:
-                        add(act((s, RECV_F, mb)))
-                        link[1].append(s * m + mb - m)
-                elif s < last and (link := backward[s + 1]) is not None:
-                    add(act((s, RECV_B, mb)))
-                    link[1].append(made_grad + s * m + mb + m)
+                for recv, offset, links, base in receives[k]:
+                    t = s + offset  # the sending stage: its message crosses its link towards s
+                    if 0 <= t < n_stages and (link := links[t]) is not None:
+                        add(act((s, recv, mb)))
+                        link[1].append(base + t * m + mb)
             add(a)
             for s, k, mb in a.parts:  # the sends, right after
                 assert mb is not None
-                link = forward[s] if k is F else backward[s]
-                if link is not None:
-                    add(act((s, SEND_F if k is F else SEND_B, mb)))
-                    link[0].append(s * m + mb if k is F else made_grad + s * m + mb)
+                for send, links, base in sends[k]:
+                    if (link := links[s]) is not None:
+                        add(act((s, send, mb)))
+                        link[0].append(base + s * m + mb)
         out.append(placed)
     return out, all(sent == received for sent, received in pairs.values())
 
@@ -106,11 +113,15 @@ def finishes(plan: Plan) -> bool:
     that makes it. False when some rank never finishes (a cycle of dependencies)."""
     acts, where = plan.actions, plan.stage_to_rank
     n_stages, m = len(where), plan.num_microbatches
-    size, last = n_stages * m, n_stages - 1
-    made_i, made_grad = size, 2 * size  # the blocks of flags after the forwards'
+    layout = FlagLayout(n_stages, m)
+    last = n_stages - 1
+    made_i, made_grad = layout.block(Fact.INPUT_GRAD), layout.block(Fact.GRAD_MADE)
     F, B, I, W, OVERLAP = Kind.F, Kind.B, Kind.I, Kind.W, Kind.OVERLAP_F_B
-    done = bytearray(3 * size)  # blocks: forward done, input grad (I) done, input grad (B or I) made
-    waiting: list[list[int] | None] = [None] * (3 * size)  #: per flag, the ranks parked on it
+    done = bytearray(layout.total)  # a flag per fact (rules.Fact) of each stage's micro-batch
+    waiting: list[list[int] | None] = [None] * layout.total  #: per flag, the ranks parked on it
+    # the rules as (stage offset, first flag of the fact's block), per kind
+    needs = {k: tuple((off, layout.block(f)) for off, f in rule) for k, rule in NEEDS.items()}
+    makes = {k: tuple(layout.block(f) for f in rule) for k, rule in MAKES.items()}
     pos = [0] * len(acts)
     work = list(range(len(acts)))
     while work:
@@ -164,42 +175,23 @@ def finishes(plan: Plan) -> bool:
                     break
                 i += 1
                 continue
+            # an overlapped pair (or another kind), part by part, by the rules (rules.NEEDS, rules.MAKES)
             parts = a.parts if k is OVERLAP else (a,)
             blocked = -1
-            for s, k, mb in parts:  # inputs: previous stage's forward; own forward and next stage's grad; own I
-                if k is F:
-                    assert mb is not None  # compute actions carry a micro-batch
-                    if s and not done[at := s * m + mb - m]:
+            for s, k, mb in parts:
+                for offset, base in needs.get(k, ()):
+                    t = s + offset
+                    if 0 <= t < n_stages and not done[at := base + t * m + mb]:  # type: ignore[operator]  # compute actions carry a micro-batch
                         blocked = at
                         break
-                elif k is B or k is I:
-                    assert mb is not None
-                    at = s * m + mb
-                    if not done[at]:
-                        blocked = at
-                        break
-                    if s < last and not done[made_grad + at + m]:
-                        blocked = made_grad + at + m
-                        break
-                elif k is W:
-                    assert mb is not None
-                    if not done[at := made_i + s * m + mb]:
-                        blocked = at
-                        break
+                if blocked >= 0:
+                    break
             if blocked >= 0:  # the rank that makes it wakes this one
                 _park(waiting, blocked, r)
                 break
             for s, k, mb in parts:  # what it makes; then what waited on it
-                if k is F:
-                    assert mb is not None
-                    made: tuple[int, ...] = (s * m + mb,)
-                elif k is B or k is I:
-                    assert mb is not None
-                    at = s * m + mb
-                    made = (made_grad + at, made_i + at) if k is I else (made_grad + at,)
-                else:
-                    continue  # a weight grad (or a step-level action) feeds nothing another waits on
-                for flag in made:
+                for base in makes.get(k, ()):
+                    flag = base + s * m + mb  # type: ignore[operator]  # compute actions carry a micro-batch
                     done[flag] = 1
                     if (woken := waiting[flag]) is not None:
                         waiting[flag] = None

@@ -18,7 +18,6 @@ from itertools import chain
 
 from ppsim.errors import PlanError
 from ppsim.plan.action import (
-    BACKWARD_KINDS,
     COMM_KINDS,
     COMPUTE_KINDS,
     RECV_KINDS,
@@ -33,6 +32,7 @@ from ppsim.plan.action import (
 from ppsim.plan.deps import dependencies, grad_producers, ideal_times
 from ppsim.plan.grid import render_grid
 from ppsim.plan.plan import Plan
+from ppsim.plan.rules import is_training
 
 Positions = dict[Action, tuple[int, int]]  #: where every action sits: (rank, index)
 
@@ -147,7 +147,7 @@ def _place(a: Action, r: int, i: int, seen: Positions, acts: Sequence[Sequence[A
 
 def _check_complete(plan: Plan, seen: Positions, check_order: bool) -> None:
     acts, where = plan.actions, plan.stage_to_rank
-    training = any(a.kind in BACKWARD_KINDS for a in seen)
+    training = is_training(a.kind for a in seen)
     F, B, I, W = Kind.F, Kind.B, Kind.I, Kind.W
     for s in range(plan.num_stages):
         r = where[s]

@@ -19,8 +19,9 @@ from typing import Any
 
 from ppsim.errors import PlanError, ScheduleError, file_error, shown_path
 from ppsim.formats import PLAN_FORMAT
-from ppsim.plan.action import BACKWARD_KINDS, COMPUTE_KINDS, Action, Kind
+from ppsim.plan.action import COMPUTE_KINDS, Action, Kind
 from ppsim.plan.plan import Plan
+from ppsim.plan.rules import is_training
 from ppsim.plan.schedules.base import Chunks, Microbatches, Placement, ScheduleInfo
 from ppsim.plan.validate import validate
 
@@ -63,7 +64,7 @@ def _info(path: str, mtime_ns: int, size: int) -> ScheduleInfo:
         placement=Placement.PLAN,
         splits_backward=Kind.I in kinds,
         overlaps=any(a.kind is Kind.OVERLAP_F_B for r in plan.actions for a in r),
-        training=bool(kinds & BACKWARD_KINDS),
+        training=is_training(kinds),
         microbatches=Microbatches(f"exactly {m}, as in the file", only_the_files),
         ranks=ranks,
         memory="as the file's order holds them",

@@ -51,6 +51,32 @@ class Timing:
         return table[a.kind][a.stage]
 
 
+def scheduled_needs(a: Action, n_stages: int, grads: dict[tuple[int, int | None], Kind]) -> list[Action]:
+    """What ``a`` waits for in the list scheduler: what it consumes (the dependency rule,
+    :func:`~ppsim.plan.deps.dependencies`), and the stage's previous action of its kind (micro-batches in order)."""
+    s, k, mb = a
+    out = [Action(s, k, mb - 1)] if mb else []
+    return out + [Action(*d) for d in dependencies(a, n_stages, grads)]
+
+
+def scheduled_users(a: Action, n_stages: int, m: int, backward: Kind) -> list[Action]:
+    """What waits for ``a`` (``backward``: B, or I when the backward is split): the inverse of
+    :func:`scheduled_needs`, written out in the order the scheduler learns of them (its ties are
+    broken by that order; a test holds the two to each other)."""
+    s, k, mb = a
+    assert mb is not None  # only compute actions (F, B, I, W) are scheduled
+    out = [Action(s, k, mb + 1)] if mb + 1 < m else []
+    if k is Kind.F:
+        return out + ([Action(s + 1, Kind.F, mb)] if s < n_stages - 1 else []) + [Action(s, backward, mb)]
+    if k is Kind.W:
+        return out
+    if s > 0:
+        out.append(Action(s - 1, backward, mb))
+    if k is Kind.I:
+        out.append(Action(s, Kind.W, mb))
+    return out
+
+
 def list_schedule(num_microbatches: int, stage_to_rank: Sequence[int], split_backward: bool, timing: Timing,
                   cap: Sequence[float], priority: Priority, *, defer_weight_grads: bool = True
                   ) -> tuple[list[list[Action]], float] | None:
@@ -67,24 +93,10 @@ def list_schedule(num_microbatches: int, stage_to_rank: Sequence[int], split_bac
     grads: dict[tuple[int, int | None], Kind] = {(s, mb): backward for s in range(n_stages) for mb in range(m)}
 
     def needs(a: Action) -> list[Action]:
-        """What ``a`` consumes, and the stage's previous action of its kind (micro-batches in order)."""
-        s, k, mb = a
-        out = [Action(s, k, mb - 1)] if mb else []
-        return out + [Action(*d) for d in dependencies(a, n_stages, grads)]
+        return scheduled_needs(a, n_stages, grads)
 
     def users(a: Action) -> list[Action]:
-        s, k, mb = a
-        assert mb is not None  # only compute actions (F, B, I, W) are scheduled
-        out = [Action(s, k, mb + 1)] if mb + 1 < m else []
-        if k is Kind.F:
-            return out + ([Action(s + 1, Kind.F, mb)] if s < n_stages - 1 else []) + [Action(s, backward, mb)]
-        if k is Kind.W:
-            return out
-        if s > 0:
-            out.append(Action(s - 1, backward, mb))
-        if k is Kind.I:
-            out.append(Action(s, Kind.W, mb))
-        return out
+        return scheduled_users(a, n_stages, m, backward)
 
     def ready_at(a: Action) -> float:
         assert a.microbatch is not None
