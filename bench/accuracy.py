@@ -101,7 +101,7 @@ def spread(times: list[float]) -> float:
 
 def run_case(runtime: str, model: str, schedule: str, m: int, partition: str, profile, steps: int, warmup: int,
              work: Path) -> Case:
-    from ppexec.validate import validate
+    from ppexec.results.prediction_check import validate
     from ppsim.trace.metrics import step_time_ms
 
     t0 = time.perf_counter()
@@ -141,7 +141,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None, help="write the cases and the summary here")
     args = ap.parse_args()
-    from ppexec.profile import DRIFT_WARNING, drift_between_runs, measure_profile
+    from ppexec.measure.profile import DRIFT_WARNING, drift_between_runs, measure_profile
     from ppsim.plan.schedules import get as get_schedule
 
     models = args.models.split(",")

@@ -64,8 +64,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     args = ap.parse_args()
-    from ppexec.profile import measure_profile
-    from ppexec.validate import validate
+    from ppexec.measure.profile import measure_profile
+    from ppexec.results.prediction_check import validate
     from ppsim.trace.metrics import step_time_ms
 
     layouts = args.layouts.split(",")

@@ -2,7 +2,7 @@
 
 1. Measure the device (``ppexec device``'s sweeps: GEMMs by shape, the unfused attention matmuls,
    memory bandwidth) and write its catalogue entry to ``--out``.
-2. Time one transformer block (ppexec.model.Block: LayerNorm, QKV, FlashAttention through
+2. Time one transformer block (ppexec.runtimes.model.Block: LayerNorm, QKV, FlashAttention through
    scaled_dot_product_attention, output projection, GELU MLP) forward and backward at several
    model sizes, and set each beside ppsim's prediction of that block — the difference between a
    one-stage plan of two blocks and of one, through ppsim's own cost path — on the catalogue's
@@ -67,8 +67,8 @@ def sweep(args: argparse.Namespace) -> tuple[str, str | None, float]:
     the peak its fractions are of)."""
     import torch
 
-    from ppexec.device_bench import measure_device
-    from ppexec.device_curves import PASS_LAYOUTS, octave_medians
+    from ppexec.measure.device_bench import measure_device
+    from ppexec.measure.device_curves import PASS_LAYOUTS, octave_medians
     from ppsim.inputs.hardware import get_device
 
     base = get_device(args.like)
@@ -107,7 +107,7 @@ def attention_report(blocks: tuple[tuple[str, dict[str, Any], int], ...], peak_f
     """FlashAttention's measured speed as a fraction of peak, counted as ppsim counts its FLOPs."""
     import torch
 
-    from ppexec.device_bench import flash_attention_ms
+    from ppexec.measure.device_bench import flash_attention_ms
 
     print("\ncausal scaled_dot_product_attention, as a fraction of peak counted as ppsim counts it "
           "(forward 4bs^2h, backward 10bs^2h: both grads and the recomputed scores; ppsim prices it at the "
@@ -125,7 +125,7 @@ def block_report(blocks: tuple[tuple[str, dict[str, Any], int], ...], like: str,
     """Each block's measured forward and backward beside ppsim's two predictions of them."""
     import torch
 
-    from ppexec.device_bench import block_times
+    from ppexec.measure.device_bench import block_times
     from ppsim.inputs.hardware import get_device
     from ppsim.inputs.scenario import ModelSpec
 
@@ -173,7 +173,7 @@ def main() -> int:
     elif args.out.exists() and not args.force:
         ap.error(f"{args.out} exists; give another --out, or --force to replace it")
 
-    from ppexec.device_bench import Stopwatch
+    from ppexec.measure.device_bench import Stopwatch
 
     t0 = time.perf_counter()
     name, device_file, peak = ((args.like, None, base.peak_flops("bf16")) if args.skip_sweep else sweep(args))

@@ -1,13 +1,13 @@
 """Step-time overhead of ppexec's runtimes against the frameworks' own unprofiled steps.
 
-What is compared. Both sides train the same GPT (ppexec.model), cut at the same exact partition,
+What is compared. Both sides train the same GPT (ppexec.runtimes.model), cut at the same exact partition,
 with the same weights, optimizer (AdamW) and synthetic data.
 
 ``--runtime deepspeed`` (target < 2 %):
 - stock: DeepSpeed's own ``PipelineEngine`` running its own 1F1B ``TrainSchedule``, fed by a plain
   iterator of (ids, labels) micro-batches in micro-batch order;
 - timed: ppexec's ``TimedPipelineEngine`` running ppsim's lowered 1F1B plan for the scenario
-  (``ppexec.run.prepare`` + ``plan_schedule``) and recording one span per plan action.
+  (``ppexec.launch.prepare`` + ``plan_schedule``) and recording one span per plan action.
 So the measured overhead is everything ppexec adds: the span recording, the per-micro-batch loss
 bookkeeping, one buffer per micro-batch and ppsim's order of sends and receives in place of
 DeepSpeed's.
@@ -21,7 +21,7 @@ So the overhead is ppexec's timing, its waiting for each receive in the receive,
 order of sends and receives in place of torch's.
 
 Method. The script starts 2 local ranks itself (pipeline of 2 stages, gloo, one torch thread each,
-RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in the environment, like ``ppexec.launch.run_local``).
+RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in the environment, like ``ppexec.launch.local.run_local``).
 Each rank builds BOTH engines in one process, on the same process group; their steps are then
 ALTERNATED: iteration i runs one step of each engine, the stock one first on even i and the timed one
 first on odd i, so slow drifts of the machine (frequency, other load, caches) hit both alike. Before
@@ -74,7 +74,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from ppexec.launch import free_port, local_rank_env, stop_processes  # noqa: E402
+from ppexec.launch.local import free_port, local_rank_env  # noqa: E402
+from ppexec.launch.watch import stop_processes  # noqa: E402
 from ppsim.inputs.scenario import Scenario, load, parse_scenario  # noqa: E402
 from ppsim.plan import Plan  # noqa: E402
 
@@ -89,7 +90,7 @@ TORCH_SCHEDULES = {"1f1b": ("Schedule1F1B", 1), "interleaved-1f1b": ("ScheduleIn
 # ----------------------------------------------------------------------------------------------
 def bench_scenario(args: argparse.Namespace) -> tuple[Scenario, Plan, list[int]]:
     """The scenario as benchmarked (model flags applied, 2 ranks, the schedule), its lowered plan and partition."""
-    from ppexec.run import prepare
+    from ppexec.launch.prepare import prepare
 
     s = load(args.scenario)
     data = s.model_dump(exclude_none=True)
@@ -150,11 +151,11 @@ def torch_pair(args: argparse.Namespace, rank: int) -> tuple[dict[str, Callable[
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining import schedules as torch_schedules
 
-    from ppexec.model import loss_fn, synthetic_batch
-    from ppexec.runtime import RankContext
-    from ppexec.spec import RunSpec
-    from ppexec.timing import ActionClock
-    from ppexec.torch_runtime.program import TorchProgram, clip_over_pipeline
+    from ppexec.runtimes.base import RankContext
+    from ppexec.runtimes.model import loss_fn, synthetic_batch
+    from ppexec.runtimes.torch_pipelining.program import TorchProgram, clip_over_pipeline
+    from ppexec.worker.clock import ActionClock
+    from ppexec.worker.run_spec import RunSpec
 
     s, plan, partition = bench_scenario(args)
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
@@ -205,10 +206,10 @@ def deepspeed_pair(args: argparse.Namespace, rank: int) -> tuple[dict[str, Calla
     import torch
     from deepspeed.pipe import LayerSpec, PipelineModule
 
-    from ppexec.deepspeed_runtime.engine import engine_class, pipeline_engine
-    from ppexec.deepspeed_runtime.translate import plan_schedule
-    from ppexec.model import TORCH_DTYPES, layer_factories, loss_fn, stage_boundaries, synthetic_batch
-    from ppexec.timing import ActionClock
+    from ppexec.runtimes.deepspeed_pipe.engine import engine_class, pipeline_engine
+    from ppexec.runtimes.deepspeed_pipe.translate import plan_schedule
+    from ppexec.runtimes.model import TORCH_DTYPES, layer_factories, loss_fn, stage_boundaries, synthetic_batch
+    from ppexec.worker.clock import ActionClock
 
     s, plan, partition = bench_scenario(args)
     model = s.model
@@ -219,7 +220,7 @@ def deepspeed_pair(args: argparse.Namespace, rank: int) -> tuple[dict[str, Calla
     parts = stage_boundaries(partition)
 
     class PlannedPipelineModule(PipelineModule):
-        """A PipelineModule cut exactly where ppsim's partition says (as in ppexec.worker)."""
+        """A PipelineModule cut exactly where ppsim's partition says (as ppexec's DeepSpeed runtime cuts it)."""
 
         def _partition_layers(self, method: str = "uniform") -> None:
             self.parts = parts

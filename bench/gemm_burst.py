@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from ppexec.device_bench import Stopwatch  # noqa: E402
+from ppexec.measure.device_bench import Stopwatch  # noqa: E402
 
 WATCH = Stopwatch("cuda")
 dev = WATCH.device

@@ -5,7 +5,7 @@ putting each profiling run at one reference speed, and both predictions against 
 its profiling runs, launched about 15 s apart (four, A B B A, since 2026-12-04; ``--runs 2`` takes
 two, as before, and ``analyze``'s "+" ways pool two profiles' runs); this shared machine's speed drifts by up to tens of
 per cent over minutes, and drift between the two runs lands in the fit. Each run's ranks also
-time a block alone right before their engine steps: ``ppexec.profile.assemble(normalize=...)``
+time a block alone right before their engine steps: ``ppexec.measure.profile.assemble(normalize=...)``
 scales each run's spans by the reference block time over that run's own (``run``), each rank's
 by its own (``rank``), or leaves them as measured (``none``, the old way).
 
@@ -59,9 +59,10 @@ def case_scenario(model: str, sched: str, m: int):
 
 
 def measure(args: argparse.Namespace) -> None:
-    from ppexec.profile import measure_profile
-    from ppexec.run import RunOptions, execute
-    from ppexec.validate import predict_as_run
+    from ppexec.launch.prepare import RunOptions
+    from ppexec.measure.profile import measure_profile
+    from ppexec.results.collect import execute
+    from ppexec.results.prediction_check import predict_as_run
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -91,8 +92,8 @@ def measure(args: argparse.Namespace) -> None:
 
 
 def profile_runs(folder: Path, layers: int):
-    from ppexec.launch import RankState, read_events
-    from ppexec.profile import profiling_partitions
+    from ppexec.measure.profile import profiling_partitions
+    from ppexec.worker.events import RankState, read_events
 
     runs = []
     kept = 0
@@ -106,9 +107,9 @@ def profile_runs(folder: Path, layers: int):
 
 
 def analyze(args: argparse.Namespace) -> None:
-    from ppexec.profile import assemble, profiling_scenario, speed_factors
-    from ppexec.run import collect
-    from ppexec.spec import RunSpec
+    from ppexec.measure.profile import assemble, profiling_scenario, speed_factors
+    from ppexec.results.collect import collect
+    from ppexec.worker.run_spec import RunSpec
     from ppsim.prediction import scenario_workload
     from ppsim.sim import simulate
     from ppsim.trace.metrics import step_time_ms

@@ -52,8 +52,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.profiles < 1:
         ap.error("--profiles must be at least 1")
-    from ppexec.profile import measure_profile, quartiles
-    from ppexec.validate import predict_as_run, profile_spread
+    from ppexec.measure.profile import measure_profile
+    from ppexec.measure.stats import quartiles
+    from ppexec.results.prediction_check import predict_as_run, profile_spread
     from ppsim.inputs.scenario import load
 
     base = load(args.scenario)

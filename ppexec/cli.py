@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 import typer
 
-from ppsim.cli.common import (
+from ppsim.api import (
     PARALLEL_OPTIONS,
     PlanOverrides,
     err,
@@ -30,10 +30,9 @@ from ppsim.cli.common import (
 from ppsim.errors import PpsimError, file_error
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ppexec.launch import RankState
-    from ppexec.run import RunResult
-    from ppsim.inputs.profile import Profile
-    from ppsim.inputs.scenario import Scenario
+    from ppexec.results.collect import RunResult
+    from ppexec.worker.events import RankState
+    from ppsim.api import Profile, Scenario
 
 #: the plan options of ppexec's commands (the send semantics are the runtime's)
 RUN_PLAN_OPTIONS = ("schedule", "stages", "microbatches", "chunks", "partition", *PARALLEL_OPTIONS)
@@ -57,7 +56,7 @@ def exits(out: Path | None = None, *, writing: bool = True) -> Iterator[None]:
     exits 128 + its number (130 for Ctrl-C, also before the ranks start; 143 for SIGTERM) saying where
     the partial run is; a fault of
     the filesystem is one line naming the file."""
-    from ppexec.signals import Interrupted
+    from ppexec.launch.signals import Interrupted
 
     try:
         yield
@@ -109,7 +108,9 @@ def run(
     plan: PlanOverrides = PlanOverrides(),
 ) -> None:
     """Train SCENARIO's plan for --steps steps and write the measured trace into --out."""
-    from ppexec.run import RunOptions, check_run_folder, execute, write_run_outputs
+    from ppexec.launch.folders import check_run_folder
+    from ppexec.launch.prepare import RunOptions
+    from ppexec.results.collect import execute, write_run_outputs
 
     if launcher == "deepspeed" and hostfile is None:
         raise usage_error("--launcher deepspeed needs --hostfile FILE", "--hostfile")
@@ -145,7 +146,7 @@ def prepare(
 ) -> None:
     """Write RUN_DIR/run.json for any launcher (torchrun, srun, deepspeed) to start
     `python -m ppexec.worker RUN_DIR` on every rank; then `ppexec collect RUN_DIR`."""
-    from ppexec.run import RunOptions, prepare_run
+    from ppexec.launch.prepare import RunOptions, prepare_run
 
     with exits(out):
         s = scenario_with(scenario, plan)
@@ -162,8 +163,8 @@ def collect(
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Assemble the measured traces and summary of a run started by another launcher."""
-    from ppexec.run import collect as collect_run
-    from ppexec.run import write_run_outputs
+    from ppexec.results.collect import collect as collect_run
+    from ppexec.results.collect import write_run_outputs
 
     with exits(writing=False):
         result = collect_run(out)
@@ -184,9 +185,9 @@ def profile_cmd(
         "deepspeed", "--runtime", help="Whose overheads to measure: the runtime the predictions are for."),
 ) -> None:
     """Measure SCENARIO's layer times, framework overheads and link on this machine (two ranks)."""
-    from ppexec.folders import check_runs_folder
-    from ppexec.profile import measure_profile
-    from ppsim import outputs
+    from ppexec.launch.folders import check_runs_folder
+    from ppexec.measure.profile import measure_profile
+    from ppsim.api import write_output
 
     with exits(keep_run):
         target = output_targets({"--out": out}, [scenario], force)["--out"]
@@ -197,7 +198,7 @@ def profile_cmd(
         with profile_progress(s) as watch:
             measured = measure_profile(s, timeout_s=timeout, keep=keep_run, runtime=runtime, force=force,
                                        on_progress=watch)
-        outputs.write_text(target, measured.to_yaml())
+        write_output(target, measured.to_yaml())
     _print_profile(measured)
     _warn_if_drifted(measured)
     err.print(f"wrote {target}: use it with `ppsim run {scenario} --profile {target}`")
@@ -206,7 +207,7 @@ def profile_cmd(
 def _warn_if_drifted(p: Profile) -> None:
     """Say so when the machine's speed changed between the profiling runs: what changed lands in
     the fitted block time and overheads."""
-    from ppexec.profile import DRIFT_WARNING, drift_between_runs
+    from ppexec.measure.profile import DRIFT_WARNING, drift_between_runs
 
     drift = drift_between_runs(p)
     if drift is not None and drift > DRIFT_WARNING:
@@ -232,15 +233,15 @@ def validate_cmd(
     plan: PlanOverrides = PlanOverrides(),
 ) -> None:
     """Profile this machine, predict SCENARIO with the profile, run it for real and compare."""
-    from ppexec.profile import measure_profile
-    from ppexec.validate import PROFILE_FILE, check_validation_folder, comparison_doc, validate, write_outputs
+    from ppexec.measure.profile import measure_profile
+    from ppexec.results.prediction_check import PROFILE_FILE, check_validation_folder, comparison_doc, validate, write_outputs
 
     with exits(out):
         check_validation_folder(out, force)
         s = scenario_with(scenario, plan)
         measured = load_profile_option(profile)
         out.mkdir(parents=True, exist_ok=True)
-        from ppexec.run import prepare
+        from ppexec.launch.prepare import prepare
 
         chosen = prepare(s, measured, runtime).runtime
         with validate_progress(s, measured is None, steps, warmup) as (watch_profile, watch_run):
@@ -260,8 +261,7 @@ def validate_cmd(
         return
     from rich.table import Table
 
-    from ppsim.views.render.compare_table import comparison_renderable
-    from ppsim.views.render.console import stdout_console
+    from ppsim.api import comparison_renderable, stdout_console
 
     shown = comparison_renderable(c)
     spread = result.profile_spread
@@ -292,15 +292,14 @@ def device_cmd(
 ) -> None:
     """Time this accelerator's GEMMs by shape, its attention matmuls and its memory bandwidth, and write
     them as a device entry that ppsim's analytic model reads (about a minute on a GPU)."""
-    from ppsim import outputs
-    from ppsim.inputs.hardware import get_device
+    from ppsim.api import get_device, write_output
 
     with exits():
         targets = output_targets({"--out": out, "--samples": samples}, [], force)
         base = get_device(like)
         import torch
 
-        from ppexec.device_bench import measure_device
+        from ppexec.measure.device_bench import measure_device
 
         kind = torch.device(device).type
         if kind == "cuda" and not torch.cuda.is_available():
@@ -309,9 +308,9 @@ def device_cmd(
         err.print(f"timing {device} in {dtype}: memory bandwidth, GEMMs by shape, attention matmuls ...")
         measured = measure_device(base, dtype, device, quick=quick, on_progress=lambda m: err.print(f"  {m}"))
         entry_name = name or f"{like}-measured"
-        outputs.write_text(targets["--out"], measured.device_file(entry_name))
+        write_output(targets["--out"], measured.device_file(entry_name))
         if "--samples" in targets:
-            outputs.write_text(targets["--samples"], measured.samples_csv())
+            write_output(targets["--samples"], measured.samples_csv())
     entry = measured.entry
     err.print(f"memory bandwidth {entry['hbm_gb_s']} GB/s (datasheet {base.hbm_gb_s:g}); largest GEMMs at "
               f"{entry['gemm']['points'][-1][1]:.0%} of the datasheet peak")
@@ -322,7 +321,7 @@ def device_cmd(
               "gemm_curves: true}")
 
 
-#: what ``ppexec.profile.fit_link`` reports (1e12 bytes/ms) when a link's time does not grow with the bytes
+#: what ``ppexec.measure.stats.fit_link`` reports (1e12 bytes/ms) when a link's time does not grow with the bytes
 UNMEASURED_GB_S = 1e6
 
 
@@ -333,7 +332,7 @@ def _bandwidth(gb_s: float) -> str:
 def _print_profile(p: Profile) -> None:
     from rich.table import Table
 
-    from ppsim.views.render.console import stdout_console
+    from ppsim.api import stdout_console
 
     table = Table(title="measured per micro-batch (ms)", title_justify="left")
     for col in ("layer", "forward", "backward", "weight grad", "optimizer", "params"):
@@ -372,16 +371,16 @@ def _print_profile(p: Profile) -> None:
 
 
 def _report(result: RunResult, out: Path, json_out: bool) -> None:
-    from ppexec.launch import teardown_notes
+    from ppexec.launch.watch import teardown_notes
 
     for note in teardown_notes(result.states):
         say("note", note)
     if json_out:
-        from ppexec.run import summary_doc
+        from ppexec.results.collect import summary_doc
 
         sys.stdout.write(json.dumps(summary_doc(result), indent=2) + "\n")
         return
-    from ppsim.views.render.summary_table import print_summary
+    from ppsim.api import print_summary
 
     print_summary(result.summary)
     err.print(f"runtime: {result.runtime}")
@@ -418,9 +417,9 @@ class _Progress:
 @contextmanager
 def profile_progress(s: Scenario) -> Iterator[Callable[[int, list[RankState]], None]]:
     """A bar over ``measure_profile``'s runs; yields its ``on_progress``."""
-    from ppexec.profile import PROFILE_STEPS, PROFILE_WARMUP, profile_runs
-    from ppexec.progress import RunUnits, follow
-    from ppsim.cli.progress import progress_bar
+    from ppexec.launch.progress import RunUnits, follow
+    from ppexec.measure.profile import PROFILE_STEPS, PROFILE_WARMUP, profile_runs
+    from ppsim.api import progress_bar
 
     units, runs = RunUnits(PROFILE_STEPS, PROFILE_WARMUP), profile_runs(s)
     with progress_bar("profiling", runs * units.total) as bar:
@@ -434,9 +433,9 @@ def profile_progress(s: Scenario) -> Iterator[Callable[[int, list[RankState]], N
 def validate_progress(s: Scenario, profiling: bool, steps: int, warmup: int) -> Iterator[
         tuple[Callable[[int, list[RankState]], None], Callable[[list[RankState]], None]]]:
     """One bar over validate's profile (when it measures one) and its run; yields both ``on_progress``."""
-    from ppexec.profile import PROFILE_STEPS, PROFILE_WARMUP, profile_runs
-    from ppexec.progress import RunUnits, follow
-    from ppsim.cli.progress import progress_bar
+    from ppexec.launch.progress import RunUnits, follow
+    from ppexec.measure.profile import PROFILE_STEPS, PROFILE_WARMUP, profile_runs
+    from ppsim.api import progress_bar
 
     prof, run = RunUnits(PROFILE_STEPS, PROFILE_WARMUP), RunUnits(steps, warmup)
     runs = profile_runs(s) if profiling else 0

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import ROOT, invoke
-from ppexec.device_curves import (
+from ppexec.measure.device_curves import (
     PASS_LAYOUTS,
     attention_shapes,
     harmonic_mean,

@@ -141,8 +141,8 @@ def test_run_folder_names_match_the_files_the_code_writes(doc: str) -> None:
     literal = re.compile(r"""[rf]?(["'])([\w{}.-]+\.(?:json|jsonl|log|pt))\1""")
     in_code = {
         _placeholder(m.group(2))
-        for src in sorted(PPEXEC.glob("*.py"))
-        if src.name != "validate.py"  # writes a validation folder around a run folder (checked below)
+        for src in sorted(PPEXEC.rglob("*.py"))
+        if src.name != "prediction_check.py"  # writes a validation folder around a run folder (checked below)
         for m in literal.finditer(src.read_text(encoding="utf-8"))
     }
     assert {"trace.json", "run.json", "rank-N.jsonl"} <= in_code, "the scan of ppexec's sources found too little"
@@ -153,7 +153,8 @@ def test_run_folder_names_match_the_files_the_code_writes(doc: str) -> None:
 
 def test_validation_files_are_in_the_validate_section(doc: str) -> None:
     literal = re.compile(r"""(["'])([\w.-]+\.(?:json|html|yaml))\1""")
-    sources = (PPEXEC / "validate.py").read_text(encoding="utf-8") + (PPEXEC / "cli.py").read_text(encoding="utf-8")
+    sources = ((PPEXEC / "results" / "prediction_check.py").read_text(encoding="utf-8")
+               + (PPEXEC / "cli.py").read_text(encoding="utf-8"))
     written = {m.group(2) for m in literal.finditer(sources)}
     assert {"predicted.trace.json", "comparison.json", "comparison.html", "profile.yaml"} <= written
     section = _section(doc, "#### `ppexec validate`")
@@ -194,7 +195,7 @@ def test_run_folder_table_matches_a_real_run(doc: str, local_run: Path) -> None:
 
 
 def test_schedule_table_matches_what_each_runtime_runs(doc: str) -> None:
-    from ppexec.run import prepare
+    from ppexec.launch.prepare import prepare
     from ppsim.inputs.scenario import load
     from ppsim.plan.schedules import SCHEDULES
 
@@ -217,7 +218,7 @@ def test_schedule_table_matches_what_each_runtime_runs(doc: str) -> None:
 
 
 def test_documented_deadline_is_the_code_s(doc: str) -> None:
-    from ppexec.run import RunOptions, deadline_s
+    from ppexec.launch.prepare import RunOptions, deadline_s
 
     defaults = {p.name: p.default for p in _commands()["run"].params}
     opts = RunOptions(out=Path("."), steps=defaults["steps"], warmup=defaults["warmup"], timeout_s=defaults["timeout"])
@@ -229,7 +230,7 @@ def test_documented_deadline_is_the_code_s(doc: str) -> None:
 
 
 def test_worker_environment_is_documented(doc: str) -> None:
-    src = (PPEXEC / "worker.py").read_text(encoding="utf-8")
+    src = (PPEXEC / "worker" / "rank.py").read_text(encoding="utf-8")
     read = set(re.findall(r"""_env_int\(["'](\w+)["']""", src))
     assert {"RANK", "WORLD_SIZE"} <= read, read
     section = _section(doc, "## On a GPU cluster")

@@ -23,6 +23,8 @@ ALLOWED: dict[str, set[str]] = {
     "prediction": {"inputs", "costs", "plan", "sim", "trace"},
     "search": {"inputs", "costs", "plan", "sim", "trace", "views", "prediction"},
     "cli": {"inputs", "costs", "plan", "sim", "trace", "views", "prediction", "search"},
+    # what an executor (ppexec) may use of ppsim, on top of everything (tests/test_layout_ppexec.py)
+    "api": {"inputs", "costs", "plan", "sim", "trace", "views", "prediction", "search", "cli"},
 }
 
 

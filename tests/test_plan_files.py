@@ -119,7 +119,7 @@ def test_the_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
 
 def test_ppexec_prepares_a_plan_file_for_the_torch_runtime(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from ppexec.run import prepare
+    from ppexec.launch.prepare import prepare
     from ppsim.inputs.scenario import load
 
     path = tmp_path / "v.csv"

@@ -314,7 +314,7 @@ def test_a_handler_python_did_not_install_is_restored_as_the_default(monkeypatch
     pass None back (signal.signal refuses it): the default handler goes back instead."""
     import signal
 
-    from ppexec.signals import StopSignals
+    from ppexec.launch.signals import StopSignals
 
     real = signal.signal
     calls: list[tuple[int, object]] = []

@@ -9,9 +9,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
-from ppexec.model import reference_model  # noqa: E402
-from ppexec.reference import train_reference  # noqa: E402
-from ppexec.run import RunOptions, execute  # noqa: E402
+from ppexec.launch.prepare import RunOptions  # noqa: E402
+from ppexec.results.collect import execute  # noqa: E402
+from ppexec.results.reference import train_reference  # noqa: E402
+from ppexec.runtimes.model import reference_model  # noqa: E402
 from ppsim.inputs.scenario import parse_scenario  # noqa: E402
 
 pytestmark = pytest.mark.slow  # trains with DeepSpeed in several processes
@@ -59,7 +60,7 @@ def test_pipelined_run_matches_single_process(tmp_path: Path, schedule: str, sta
 def test_gradient_clipping_takes_the_norm_over_every_stage(tmp_path: Path, stages: int, dp: int) -> None:
     """With a clipping norm every step reaches, the pipelined run still trains as one process that
     clips the norm over all of the model's gradients (DeepSpeed alone would count the first stage's
-    parameters only: see ppexec/worker.py)."""
+    parameters only: see ppexec/runtimes/deepspeed_pipe/__init__.py)."""
     s = tiny("1f1b", stages, dp, grad_clip=0.05)
     result = execute(s, RunOptions(out=tmp_path, steps=3, warmup=0, seed=7, lr=1e-2, timeout_s=60, save_params=True))
     ref_losses, ref_params = train_reference(s, steps=3, seed=7, lr=1e-2)
@@ -118,7 +119,7 @@ def test_tensor_parallel_blocks_train_like_one_process(tmp_path: Path, stages: i
     block and pass), with clipping that every step reaches, and under DeepSpeed's checkpointing
     (whose rerun forward all-reduces again): the same losses as one process, and every rank's
     slice of every weight equal to that slice of the one-process weights."""
-    from ppexec.tensor_parallel import shard
+    from ppexec.runtimes.tensor_parallel import shard
 
     s = tiny("1f1b", stages, dp, grad_clip=0.05, tp=tp, recompute=recompute)
     result = execute(s, RunOptions(out=tmp_path, steps=3, warmup=0, seed=7, lr=1e-2, timeout_s=60, save_params=True))

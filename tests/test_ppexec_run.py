@@ -20,9 +20,10 @@ from typer.testing import CliRunner  # noqa: E402
 
 from conftest import GPT_YAML, SCENARIOS  # noqa: E402
 from ppexec.cli import app  # noqa: E402
-from ppexec.events import Done, Event, Failure, Ready, encode  # noqa: E402
-from ppexec.launch import RunFailed  # noqa: E402
-from ppexec.run import RunOptions, execute  # noqa: E402
+from ppexec.launch.prepare import RunOptions  # noqa: E402
+from ppexec.launch.watch import RunFailed  # noqa: E402
+from ppexec.results.collect import execute  # noqa: E402
+from ppexec.worker.events import Done, Event, Failure, Ready, encode  # noqa: E402
 from ppsim.errors import PpsimError  # noqa: E402
 from ppsim.inputs.scenario import load, parse_scenario  # noqa: E402
 from ppsim.plan import Plan  # noqa: E402
@@ -63,13 +64,13 @@ def test_progress_counts_the_steps_asked_for_and_names_the_warmup(tiny_run: Path
 
 def _states(world: int, ready: int, steps: int, done: bool = False) -> list:
     """Fake launcher states: ``ready`` ranks set up, every rank with ``steps`` recorded steps."""
-    from ppexec.events import Step
-    from ppexec.launch import RankState
+    from ppexec.worker.events import RankState, Step
 
     out = []
     for r in range(world):
-        st = RankState(r, ready=Ready(r, r, 0, 0, "host", 0, 1, "gloo", "torch") if r < ready else None)
-        st.steps = [Step(k, 5.0 - k if r == world - 1 else None, [("0F0", 0, 1)]) for k in range(steps)]
+        st = RankState(r, ready=Ready(rank=r, pipe_rank=r, replica=0, tp_rank=0, host="host", clock_ns=0, pid=1,
+                                      backend="gloo", runtime="torch") if r < ready else None)
+        st.steps = [Step(step=k, loss=5.0 - k if r == world - 1 else None, spans=[("0F0", 0, 1)]) for k in range(steps)]
         st.done = done
         out.append(st)
     return out
@@ -94,7 +95,7 @@ def test_step_lines_count_recorded_steps_even_when_several_arrive_at_once(monkey
 
 
 def test_run_units_follow_the_slowest_rank_to_the_total() -> None:
-    from ppexec.progress import RunUnits
+    from ppexec.launch.progress import RunUnits
 
     units = RunUnits(steps=3, warmup=2)
     seen = [units.done(s) for s in (_states(2, 0, 0), _states(2, 1, 0), _states(2, 2, 0), _states(2, 2, 1),
@@ -124,7 +125,7 @@ def test_measured_trace_is_the_plans_actions(tiny_run: Path) -> None:
     assert trace.meta["source"] == "measured"
     assert [list(map(str, r)) for r in trace.actions_by_rank()] == [list(map(str, r)) for r in plan.actions]
     # the same actions as the prediction of the same scenario, action by action
-    from ppexec.run import prepare
+    from ppexec.launch.prepare import prepare
 
     assert prepare(load(TINY)).plan == plan
 
@@ -178,7 +179,7 @@ def test_tensor_parallelism_is_refused_by_the_torch_runtime_by_name(tmp_path: Pa
     data = load(TINY).model_dump(exclude_none=True)
     data["tensor_parallel"] = 2
     s = parse_scenario(data)
-    from ppexec.run import prepare
+    from ppexec.launch.prepare import prepare
 
     with pytest.raises(PpsimError, match="tensor parallelism runs in the DeepSpeed runtime only"):
         prepare(s, runtime="torch")
@@ -240,23 +241,23 @@ def test_worker_refuses_a_world_size_that_does_not_fit_the_plan(tmp_path: Path) 
 @pytest.mark.slow  # starts ranks
 def test_a_plan_that_deadlocks_ends_within_the_timeout(tmp_path: Path) -> None:
     # the non-blocking order of 1F1B: both stages send before they receive, which deadlocks on gloo
-    from ppexec import run as run_mod
+    from ppexec.launch import prepare as prepare_mod
     from ppsim.plan import lower, schedules
 
     s = load(TINY).with_overrides(microbatches=2)
-    real_prepare = run_mod.prepare
+    real_prepare = prepare_mod.prepare
 
     def deadlocking(scenario, profile=None, runtime="auto"):
         prepared = real_prepare(scenario, profile, runtime)
         bad = lower(schedules.build("1f1b", 2, 2), 1, rendezvous=False)
         return dataclasses.replace(prepared, plan=bad)
 
-    run_mod.prepare = deadlocking
+    prepare_mod.prepare = deadlocking
     try:
         with pytest.raises(RunFailed, match=r"rank \d failed in action \dSEND_\w\d") as exc:
             execute(s, RunOptions(out=tmp_path, steps=1, warmup=0, timeout_s=8))
     finally:
-        run_mod.prepare = real_prepare
+        prepare_mod.prepare = real_prepare
     assert "log:" in str(exc.value)
     assert _no_workers_left(tmp_path)
 
@@ -305,10 +306,10 @@ def _ready(rank: int) -> Ready:
 def test_a_crash_after_done_is_a_teardown_not_a_failed_run(tmp_path: Path) -> None:
     """A rank that recorded everything and wrote "done" may still abort in the process teardown
     (gloo's threads): the run is complete and its measurements are kept."""
-    from ppexec.launch import teardown_notes, watch
+    from ppexec.launch.watch import teardown_notes, watch
 
-    _events(tmp_path, 0, _ready(0), Done(0))
-    _events(tmp_path, 1, _ready(1), Done(1))
+    _events(tmp_path, 0, _ready(0), Done(rank=0))
+    _events(tmp_path, 1, _ready(1), Done(rank=1))
     states = watch([_Exited(0), _Exited(-6)], tmp_path, 2, 5.0, None, per_rank=True)
     assert [st.done for st in states] == [True, True]
     assert [st.teardown_code for st in states] == [None, -6]
@@ -319,27 +320,27 @@ def test_a_crash_after_done_is_a_teardown_not_a_failed_run(tmp_path: Path) -> No
 def test_an_error_after_done_and_a_failed_launcher_after_done_are_teardowns(tmp_path: Path) -> None:
     """A rank whose peer left the final barrier reports a lost connection after its "done"; the
     DeepSpeed launcher then exits non-zero. Every rank recorded everything: the run stands."""
-    from ppexec.launch import teardown_notes, watch
+    from ppexec.launch.watch import teardown_notes, watch
 
-    lost = Failure(0, None, "RuntimeError: Connection closed by peer")
-    _events(tmp_path, 0, _ready(0), Done(0), lost)
-    _events(tmp_path, 1, _ready(1), Done(1))
+    lost = Failure(rank=0, action=None, error="RuntimeError: Connection closed by peer")
+    _events(tmp_path, 0, _ready(0), Done(rank=0), lost)
+    _events(tmp_path, 1, _ready(1), Done(rank=1))
     states = watch([_Exited(1)], tmp_path, 2, 5.0, None, per_rank=False)
     assert states[0].error is None and states[0].teardown_error == lost
     assert teardown_notes(states) == ["rank 0 reported after recording everything: RuntimeError: Connection closed by peer"]
 
 
 def test_a_crash_before_done_still_fails_the_run(tmp_path: Path) -> None:
-    from ppexec.launch import watch
+    from ppexec.launch.watch import watch
 
-    _events(tmp_path, 0, _ready(0), Done(0))
+    _events(tmp_path, 0, _ready(0), Done(rank=0))
     _events(tmp_path, 1, _ready(1))
     with pytest.raises(RunFailed, match="rank 1 exited with code -6 before its first recorded step"):
         watch([_Exited(0), _Exited(-6)], tmp_path, 2, 5.0, None, per_rank=True)
 
 
 def test_cluster_launch_command_runs_the_same_worker(tmp_path: Path) -> None:
-    from ppexec.launch import deepspeed_command
+    from ppexec.launch.cluster import deepspeed_command
 
     cmd = deepspeed_command(tmp_path, Path("hosts.txt"), 29600)
     assert cmd[:3] == ["deepspeed", "--hostfile", "hosts.txt"]
@@ -349,7 +350,7 @@ def test_cluster_launch_command_runs_the_same_worker(tmp_path: Path) -> None:
 
 
 def test_sequence_parallelism_is_refused_by_name() -> None:
-    from ppexec.run import prepare
+    from ppexec.launch.prepare import prepare
     from ppsim.errors import PpsimError
     from ppsim.inputs.scenario import parse_scenario
 
@@ -361,7 +362,7 @@ def test_sequence_parallelism_is_refused_by_name() -> None:
 
 
 def test_zero_2_is_refused_even_with_one_stage() -> None:
-    from ppexec.run import prepare
+    from ppexec.launch.prepare import prepare
     from ppsim.errors import PpsimError
     from ppsim.inputs.scenario import parse_scenario
 
@@ -381,7 +382,7 @@ def test_fp16_on_the_cpu_is_refused_before_any_rank_starts(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("key, value", [("model.mlp", "swiglu"), ("model.positions", "rope"), ("model.kv_heads", 1)])
 def test_model_features_ppexec_does_not_build_are_refused_by_name(key: str, value: object) -> None:
-    from ppexec.run import prepare
+    from ppexec.launch.prepare import prepare
     from ppsim.errors import PpsimError
     from ppsim.inputs.scenario import parse_scenario
 
@@ -435,9 +436,9 @@ def test_a_killed_torch_rank_stops_the_run_naming_it(tmp_path: Path) -> None:
 def test_a_torch_plan_that_waits_forever_ends_within_the_timeout(tmp_path: Path) -> None:
     """A plan whose receive has no send (a hand-made plan gone wrong): the receiving rank's wait
     times out, the error names the action it was in, and no rank is left behind."""
-    from ppexec import run as run_mod
+    from ppexec.launch import prepare as prepare_mod
 
-    real_prepare = run_mod.prepare
+    real_prepare = prepare_mod.prepare
 
     def missing_send(scenario, profile=None, runtime="auto"):
         prepared = real_prepare(scenario, profile, runtime)
@@ -446,12 +447,12 @@ def test_a_torch_plan_that_waits_forever_ends_within_the_timeout(tmp_path: Path)
         broken[0] = [a for a in broken[0] if str(a) != "0SEND_F1"]
         return dataclasses.replace(prepared, plan=plan.with_actions(broken))
 
-    run_mod.prepare = missing_send
+    prepare_mod.prepare = missing_send
     try:
         with pytest.raises(RunFailed, match=r"rank \d failed in action \d\w+: .*(Timed out|timed out|Connection)"):
             execute(load(TINY), RunOptions(out=tmp_path, steps=1, warmup=0, timeout_s=8, runtime="torch"))
     finally:
-        run_mod.prepare = real_prepare
+        prepare_mod.prepare = real_prepare
     assert _no_workers_left(tmp_path)
 
 
@@ -478,7 +479,7 @@ def test_profile_and_validate_bars_say_the_phase_and_the_time_left(monkeypatch: 
 
     import ppsim.cli.common as common
     from ppexec.cli import profile_progress, validate_progress
-    from ppexec.profile import profile_runs
+    from ppexec.measure.profile import profile_runs
 
     s = load(TINY)
     assert profile_runs(s) == 4  # the two uneven partitions of its 4 layers, A B B A

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from conftest import GPT_YAML, ROOT, SCENARIOS, gpt
-from ppexec import profile as fits
+from ppexec.measure import profile as fits
+from ppexec.measure import stats
 from ppsim.cli import app
 from ppsim.costs import build_workload
 from ppsim.errors import ScenarioError
@@ -196,7 +197,7 @@ def test_profile_is_never_an_output(tmp_path: Path) -> None:
 def test_link_fit_recovers_latency_and_bandwidth(latency_ms: float, gb_s: float) -> None:
     bytes_per_ms = gb_s * 1e6
     samples = [(n, latency_ms + n / bytes_per_ms) for n in (1024, 8192, 65536, 524288)]
-    lat, bw = fits.fit_link(samples)
+    lat, bw = stats.fit_link(samples)
     assert lat == pytest.approx(latency_ms, abs=1e-6)
     assert bw == pytest.approx(bytes_per_ms, rel=1e-6)
 
@@ -205,7 +206,7 @@ def test_link_fit_recovers_latency_and_bandwidth(latency_ms: float, gb_s: float)
 def test_block_fit_recovers_slope_and_constants(per_block: float, c0: float, c1: float, layers: int) -> None:
     parts = fits.profiling_partitions(layers)
     points = {0: [(p[0], c0 + p[0] * per_block) for p in parts], 1: [(p[1], c1 + p[1] * per_block) for p in parts]}
-    slope, consts = fits.fit_blocks(points, fallback=-1.0)
+    slope, consts = stats.fit_blocks(points, fallback=-1.0)
     assert slope == pytest.approx(per_block, rel=1e-9, abs=1e-9)
     assert consts[0] == pytest.approx(c0, abs=1e-6) and consts[1] == pytest.approx(c1, abs=1e-6)
 
@@ -254,7 +255,7 @@ def test_measured_collectives_time_the_data_parallel_exchange() -> None:
 
 def test_block_fit_with_one_partition_uses_the_fallback() -> None:
     assert fits.profiling_partitions(2) == [[1, 1]]
-    slope, consts = fits.fit_blocks({0: [(1, 3.0)], 1: [(1, 5.0)]}, fallback=2.0)
+    slope, consts = stats.fit_blocks({0: [(1, 3.0)], 1: [(1, 5.0)]}, fallback=2.0)
     assert slope == 2.0 and consts == {0: 1.0, 1: 3.0}
 
 

@@ -1,6 +1,6 @@
 """The profile's fit against the machine's drift between its profiling runs: each run's engine
 spans put at one reference speed by the block its ranks timed alone in the same minute
-(``ppexec.profile.speed_factors``). Synthetic rank states; no process is launched."""
+(``ppexec.measure.profile.speed_factors``). Synthetic rank states; no process is launched."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ppexec import profile as fits
-from ppexec.events import Ready, Step
-from ppexec.launch import RankState
+from ppexec.measure import profile as fits
+from ppexec.worker.events import RankState, Ready, Step
 from ppsim.inputs.profile import load_profile
 from ppsim.inputs.scenario import parse_scenario
 from ppsim.plan import Action, Kind
@@ -58,8 +57,9 @@ def rank(stage: int, blocks: int, speed: float, steps: int = 3) -> RankState:
                 marks.append(("clip", t + int(speed * CLIP_OWN * 1e6)))
             spans.append((text, t, t + int(ms * 1e6)))
             t += int((ms + speed * GAP) * 1e6)
-        recorded.append(Step(k, None, spans, marks))
-    st = RankState(stage, ready=Ready(stage, stage, 0, 0, "host", 0, 1, "gloo", "torch"), steps=recorded)
+        recorded.append(Step(step=k, loss=None, spans=spans, marks=marks))
+    st = RankState(stage, ready=Ready(rank=stage, pipe_rank=stage, replica=0, tp_rank=0, host="host", clock_ns=0, pid=1,
+                                                    backend="gloo", runtime="torch"), steps=recorded)
     st.measurements["layers"] = {"embedding": layer_doc(EMBEDDING, speed, 100), "block": layer_doc(BLOCK, speed, 1000),
                                  "head": layer_doc(HEAD, speed, 50)}
     st.measurements["link"] = [[1024, 0.1, 0.09, 0.11], [8192, 0.2, 0.19, 0.21], [65536, 1.0, 0.9, 1.1]]

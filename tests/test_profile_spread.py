@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from conftest import DATA, ROOT, SCENARIOS
-from ppexec import profile as fits
-from ppexec.validate import ProfileSpread, Validation, comparison_doc, profile_at, profile_spread
+from ppexec.measure import profile as fits
+from ppexec.measure import stats
+from ppexec.results.prediction_check import ProfileSpread, Validation, comparison_doc, profile_at, profile_spread
 from ppsim.inputs.profile import LayerTimes, LinkProfile, Overheads, Profile, QuartileTimes, load_profile, shape_of
 from ppsim.inputs.scenario import Scenario, load, parse_scenario
 from ppsim.prediction import predict
@@ -143,9 +144,9 @@ def test_comparison_json_carries_the_profile_spread() -> None:
 
 
 def test_quartiles_of_samples() -> None:
-    assert fits.quartiles([]) == (0.0, 0.0, 0.0)
-    assert fits.quartiles([2.0]) == (2.0, 2.0, 2.0)
-    assert fits.quartiles([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 3.0, 4.0)
+    assert stats.quartiles([]) == (0.0, 0.0, 0.0)
+    assert stats.quartiles([2.0]) == (2.0, 2.0, 2.0)
+    assert stats.quartiles([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 3.0, 4.0)
 
 
 def test_the_quartile_sets_are_put_on_either_side_of_the_median() -> None:
@@ -166,8 +167,8 @@ def test_link_samples_are_the_median_over_every_ranks_ping_pong() -> None:
     rows = [[[1024, 1.0, 0.5, 2.0], [4096, 3.0, 2.0, 4.0]],
             [[1024, 2.0, 1.0, 3.0], [4096, 5.0, 4.0, 6.0]],
             [[1024, 9.0, 8.0, 9.5], [4096, 4.0, 3.0, 7.0]]]
-    assert fits.median_samples(rows, 1) == [(1024, 2.0), (4096, 4.0)]
-    assert fits.median_samples(rows, 2) == [(1024, 1.0), (4096, 3.0)]
+    assert stats.median_samples(rows, 1) == [(1024, 2.0), (4096, 4.0)]
+    assert stats.median_samples(rows, 2) == [(1024, 1.0), (4096, 3.0)]
 
 
 def test_calibration_doc_names_the_quartile_keys() -> None:

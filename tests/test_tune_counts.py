@@ -196,8 +196,8 @@ def test_the_local_estimate_is_the_one_ppexec_refuses_a_run_by(monkeypatch: pyte
     pytest.importorskip("torch")
     import os
 
-    from ppexec.model import parameter_count
-    from ppexec.run import check_fits
+    from ppexec.launch.prepare import check_fits
+    from ppexec.runtimes.model import parameter_count
     from ppsim.costs.layers import gpt_layers
     from ppsim.errors import PpsimError
 

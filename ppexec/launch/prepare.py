@@ -1,0 +1,138 @@
+"""Prepare a run: the runtime that runs the scenario's plan, the plan lowered for that runtime's
+sends, the partition made explicit, the run folder checked, and ``run.json`` (``RunSpec``) written:
+everything a rank needs, whoever launches it. ``ppexec prepare`` stops here; ``ppexec run`` goes on
+to start the ranks (``ppexec.launch.local``, ``ppexec.launch.cluster``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ppexec.launch.folders import check_run_folder, clear_run_folder
+from ppexec.worker.run_spec import RunSpec
+from ppsim.api import Plan, Profile, Scenario
+from ppsim.errors import PpsimError
+
+
+@dataclass
+class RunOptions:
+    out: Path
+    steps: int = 3
+    warmup: int = 1
+    seed: int = 1234
+    lr: float = 1e-3
+    timeout_s: float = 60.0  #: distributed timeout: a rank that waits this long on a peer fails
+    backend: str = "gloo"
+    save_params: bool = False
+    mode: str = "train"  #: "profile": the ranks also measure layer times and the link (ppexec.measure.profile)
+    runtime: str = "auto"  #: deepspeed | torch | auto (DeepSpeed where it can run the plan, else torch)
+    force: bool = False  #: replace an earlier run in ``out`` (else a folder holding one is refused)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A scenario as ppexec runs it."""
+
+    scenario: Scenario  #: with the runtime's send semantics and the partition made explicit
+    plan: Plan  #: lowered for those semantics, its messages placed by the scenario's (or profile's) costs
+    partition: list[int]
+    runtime: str
+
+
+def check_environment(runtime: str = "deepspeed") -> None:
+    for module in ("torch", "deepspeed") if runtime == "deepspeed" else ("torch",):
+        if importlib.util.find_spec(module) is None:
+            raise PpsimError(
+                f"{module} is not installed; install the executor with: pip install torch==2.13.0 && "
+                "DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed (or `make test`, which does it)"
+            )
+
+
+def check_fits(s: Scenario, world: int) -> None:
+    """Refuse a scenario whose local run would not fit in this machine's memory."""
+    from ppsim.api import host_run_bytes
+
+    if s.model is None:
+        return
+    need = host_run_bytes(s.model, s.training.micro_batch, s.microbatches, world)
+    try:
+        avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError):  # pragma: no cover - non-POSIX
+        return
+    if need > avail:
+        raise PpsimError(
+            f"this run needs about {need / 2**30:.1f} GiB of memory and {avail / 2**30:.1f} GiB are free; "
+            "use a smaller model (model.layers / hidden / seq_len), fewer micro-batches, or a cluster",
+            field="model",
+        )
+
+
+def prepare(s: Scenario, profile: Profile | None = None, runtime: str = "auto") -> Prepared:
+    """The scenario as ppexec runs it: the runtime that runs its plan (``auto``: DeepSpeed where
+    it can, else torch), the plan lowered for that runtime's sends, the partition made explicit.
+    With a profile the partition and the order of sends and receives come from the measured costs,
+    exactly as in ``ppsim run --profile``."""
+    from ppexec.runtimes.base import choose
+    from ppsim.api import build, lower_built, schedule_info
+
+    check_buildable(s)
+    if schedule_info(s.pipeline.schedule).needs_costs and runtime == "auto":
+        runtime = "torch"  # its plan depends on the sends' semantics: build it once, for the runtime that runs any
+    built = build(s, profile)
+    chosen = choose(runtime, built.plan, s)
+    if chosen.comm != s.pipeline.comm:  # the plan for the runtime's sends (auto may pick another)
+        s = s.with_overrides(comm=chosen.comm)
+        built = build(s, profile)
+        chosen = choose(chosen.name, built.plan, s)
+    partition = built.workload.partition or []
+    # the scenario that describes the plan (auto's choice of several chunks has its own), partition explicit
+    described = built.scenario.with_overrides(comm=chosen.comm, partition=partition)
+    return Prepared(described, lower_built(built), partition, chosen.name)
+
+
+def check_buildable(s: Scenario) -> None:
+    """Refuse, naming the key, what ppexec's model does not build (whatever the runtime)."""
+    if s.model is None:
+        raise PpsimError("ppexec needs a 'model' section to build a network; this scenario has only costs",
+                         field="model")
+    unbuilt = [(f"model.{k}", v, fix) for k, v, fix in (
+        ("kv_heads", s.model.kv_heads if s.model.kv != s.model.heads else None, "leave it out (kv_heads = heads)"),
+        ("mlp", s.model.mlp if s.model.mlp != "gelu" else None, "use mlp: gelu"),
+        ("positions", s.model.positions if s.model.positions != "learned" else None, "use positions: learned"),
+        ("tie_embeddings", True if s.model.tie_embeddings else None, "use tie_embeddings: false"),
+    ) if v is not None]
+    if unbuilt:
+        name, value, fix = unbuilt[0]
+        raise PpsimError(f"ppexec builds GPT-style blocks (multi-head attention, GELU MLP, learned positions, a head "
+                         f"of its own), "
+                         f"not {name}: {value}; ppsim predicts it, for a run {fix}", field=name)
+    if s.training.sequence_parallel:
+        raise PpsimError("ppexec's tensor parallelism keeps whole activations outside the split matmuls, without "
+                         "Megatron's sequence parallelism; ppsim predicts it, for a run use sequence_parallel: false",
+                         field="training.sequence_parallel")
+    if s.training.zero_stage >= 2:
+        raise PpsimError(f"pipelines run ZeRO stage 0 or 1 (DeepSpeed's PipelineEngine refuses stage "
+                         f"{s.training.zero_stage} even with one stage); use zero_stage: 1 (optimizer states "
+                         "sharded) or 0", field="training.zero_stage")
+
+
+def prepare_run(s: Scenario, opts: RunOptions, profile: Profile | None = None) -> tuple[Prepared, int]:
+    """Write ``run.json`` into the run folder: what every worker needs, whoever launches it.
+    Returns the scenario as it runs and the world size."""
+    check_run_folder(opts.out, opts.force)
+    prepared = prepare(s, profile, opts.runtime)
+    s = prepared.scenario
+    world = s.pipeline.stages * s.data_parallel * s.tensor_parallel
+    opts.out.mkdir(parents=True, exist_ok=True)
+    clear_run_folder(opts.out)  # a previous run's files in this folder would be read, or shown, as this run's
+    RunSpec(scenario=s, plan=prepared.plan, partition=prepared.partition, runtime=prepared.runtime, world_size=world,
+            steps=opts.steps, warmup=opts.warmup, seed=opts.seed, lr=opts.lr, timeout_s=opts.timeout_s,
+            backend=opts.backend, save_params=opts.save_params, mode=opts.mode).write(opts.out)
+    return prepared, world
+
+
+def deadline_s(opts: RunOptions) -> float:
+    """How long a whole run may take before the watcher stops it (the ranks' own timeout is shorter)."""
+    return 120 + opts.timeout_s * 2 + 30 * (opts.steps + opts.warmup)

@@ -1,0 +1,176 @@
+"""A real GPT-style network built from a ppsim Scenario, as layers a DeepSpeed PipelineModule can split.
+
+Layers: token + position embedding, ``model.layers`` pre-LayerNorm transformer blocks (causal
+self-attention and a GELU MLP), final LayerNorm + LM head. Recomputation as ppsim models it:
+``full`` is DeepSpeed's own (``activation_checkpoint_interval`` 1 over the blocks, set up by the
+worker); ``selective`` checkpoints each block's attention core (QK^T, softmax, AV) as Megatron does,
+which DeepSpeed has no switch for, so the block does it itself. Every layer initialises its weights from
+its own seed, so a layer has the same weights whether it is built on a pipeline stage or in one
+process, which is what the parity checks rely on. Data is synthetic tokens drawn from a seed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from ppexec.runtimes.tensor_parallel import TPGroup, copy_to_group, reduce_from_group, shard
+from ppsim.api import ModelSpec
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+#: forward passes run in this process, recomputed ones included; the worker records them per step,
+#: which shows that recomputation really ran (a block's forward runs twice with ``full``)
+FORWARDS: dict[str, int] = {"block": 0, "attention_core": 0}
+
+
+def _init_(module: nn.Module, seed: int) -> None:
+    """Re-initialise every parameter of ``module`` from ``seed`` (GPT-2 style: normal(0, 0.02))."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("bias"):
+                p.zero_()
+            elif "norm" in name:
+                p.fill_(1.0)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32) * 0.02)
+
+
+class Embedding(nn.Module):
+    """Token and learned position embeddings."""
+
+    def __init__(self, spec: ModelSpec, seed: int) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(spec.vocab, spec.hidden)
+        self.positions = nn.Embedding(spec.seq_len, spec.hidden)
+        _init_(self, seed)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        return self.tokens(ids) + self.positions(pos)[None]
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: causal self-attention and a GELU MLP, both residual.
+    ``selective``: the attention core keeps no activations and reruns in the backward. With a
+    tensor-parallel group ``tp`` the block holds its rank's heads and MLP units (see
+    ppexec/tensor_parallel.py), with the weights the whole block would have, sliced."""
+
+    def __init__(self, spec: ModelSpec, seed: int, selective: bool = False, tp: TPGroup | None = None) -> None:
+        super().__init__()
+        h, t = spec.hidden, tp.size if tp else 1
+        if spec.heads % t or spec.ffn % t:
+            raise ValueError(f"tensor_parallel {t} must divide the heads ({spec.heads}) and the MLP width ({spec.ffn})")
+        self.heads = spec.heads // t  # this rank's
+        self.selective = selective
+        self.tp = tp
+        self.norm1 = nn.LayerNorm(h)
+        self.qkv = nn.Linear(h, 3 * h // t)
+        self.proj = nn.Linear(h // t, h)
+        self.norm2 = nn.LayerNorm(h)
+        self.fc1 = nn.Linear(h, spec.ffn // t)
+        self.fc2 = nn.Linear(spec.ffn // t, h)
+        if tp is None:
+            _init_(self, seed)
+        else:  # the whole block's weights, drawn as in one process, then this rank's slices
+            whole = Block(spec, seed).state_dict()
+            with torch.no_grad():
+                for name, param in self.named_parameters():
+                    param.copy_(shard(name, whole[name], tp.rank, tp.size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        FORWARDS["block"] += 1
+        b, s, h = x.shape
+        width = h // (self.tp.size if self.tp else 1)  # this rank's share of the heads
+        q, k, v = self.qkv(copy_to_group(self.norm1(x), self.tp)).split(width, dim=-1)
+        shape = (b, s, self.heads, width // self.heads)
+        q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
+        if self.selective and torch.is_grad_enabled():
+            att = checkpoint(_attention_core, q, k, v, use_reentrant=False)
+        else:
+            att = _attention_core(q, k, v)
+        out = F.linear(att.transpose(1, 2).reshape(b, s, width), self.proj.weight)
+        x = x + reduce_from_group(out, self.tp) + self.proj.bias
+        hidden = F.gelu(self.fc1(copy_to_group(self.norm2(x), self.tp)))
+        return x + reduce_from_group(F.linear(hidden, self.fc2.weight), self.tp) + self.fc2.bias
+
+
+def _attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """softmax(QK^T / sqrt(d)) V, causal: the part selective recomputation reruns."""
+    FORWARDS["attention_core"] += 1
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class Head(nn.Module):
+    """Final LayerNorm and the LM head (logits over the vocabulary)."""
+
+    def __init__(self, spec: ModelSpec, seed: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(spec.hidden)
+        self.lm_head = nn.Linear(spec.hidden, spec.vocab, bias=False)
+        _init_(self, seed)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.norm(x))
+
+
+def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy (computed in fp32)."""
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+def layer_factories(spec: ModelSpec, seed: int, recompute: str = "none", tp: TPGroup | None = None
+                    ) -> list[tuple[type[nn.Module], tuple[object, ...]]]:
+    """(class, args) of every layer in order: embedding, blocks, head; layer i is seeded seed + i.
+    With ``recompute`` selective the blocks checkpoint their attention core (``full`` is the
+    pipeline module's business: see the module docstring); with ``tp`` they hold this rank's
+    slices (the embedding and the head are replicated)."""
+    classes: list[type[nn.Module]] = [Embedding] + [Block] * spec.layers + [Head]
+    selective = recompute == "selective"
+    return [(cls, (spec, seed + i, selective, tp) if cls is Block else (spec, seed + i))
+            for i, cls in enumerate(classes)]
+
+
+def stage_boundaries(blocks_per_stage: list[int]) -> list[int]:
+    """DeepSpeed ``parts`` (layer index where each stage starts, plus the end) for block counts,
+    the embedding going to the first stage and the head to the last."""
+    parts = [0]
+    for k, count in enumerate(blocks_per_stage):
+        parts.append(parts[-1] + count + (1 if k == 0 else 0))
+    parts[-1] += 1  # the head
+    return parts
+
+
+def optimizer_state(optimizer: Any) -> dict[str, Any]:
+    """What an optimizer holds: its class and the elements of its state tensors (Adam's two
+    moments), which ZeRO-1 divides among the data-parallel ranks."""
+    # DeepSpeed's wrappers keep the torch optimizer in .optimizer, torch's ZeroRedundancyOptimizer in .optim
+    inner = getattr(optimizer, "optimizer", None) or getattr(optimizer, "optim", optimizer)
+    elements = sum(t.numel() for st in inner.state.values() for t in st.values() if torch.is_tensor(t) and t.dim() > 0)
+    return {"class": type(optimizer).__name__, "state_elements": int(elements)}
+
+
+def reference_model(spec: ModelSpec, seed: int) -> nn.Sequential:
+    """The whole network in one process, with the same weights as the pipeline's stages."""
+    return nn.Sequential(*(cls(*args) for cls, args in layer_factories(spec, seed)))
+
+
+def synthetic_batch(spec: ModelSpec, micro_batch: int, seed: int, step: int, replica: int, microbatch: int
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and next-token labels of one micro-batch, a pure function of its coordinates."""
+    g = torch.Generator().manual_seed(hash((seed, step, replica, microbatch)) & 0x7FFF_FFFF)
+    tokens = torch.randint(spec.vocab, (micro_batch, spec.seq_len + 1), generator=g)
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def parameter_count(spec: ModelSpec) -> int:
+    """Parameters of the whole network (embedding, blocks, head): ppsim's count of the same layers."""
+    from ppsim.api import gpt_layers
+
+    emb, block, head = gpt_layers(spec, 1)
+    return emb.params + spec.layers * block.params + head.params
