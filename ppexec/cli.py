@@ -45,6 +45,27 @@ def runtime_option() -> Runtime:
     return typer.Option("auto", "--runtime", help=RUNTIME_HELP)
 
 
+# ----- the run options every command that runs ranks takes: declared once, the default per command
+def steps_option(default: int, help_text: str = "Training steps to record.") -> int:
+    return typer.Option(default, "--steps", min=1, help=help_text)
+
+
+def warmup_option(default: int) -> int:
+    return typer.Option(default, "--warmup", min=0, help="Steps to run first and not record.")
+
+
+def timeout_option(default: float) -> float:
+    return typer.Option(default, "--timeout", min=1, help="Seconds a rank may wait on a peer before failing.")
+
+
+def seed_option() -> int:
+    return typer.Option(1234, "--seed", help="Seed of the weights and the synthetic data.")
+
+
+def lr_option() -> float:
+    return typer.Option(1e-3, "--lr", min=0, help="AdamW learning rate.")
+
+
 def replace_option(what: str) -> bool:
     help_text = f"Replace an earlier {what} in --out (else such a folder is refused)."
     return typer.Option(False, "--force", help=help_text)
@@ -92,14 +113,14 @@ def _root(version: bool = version_option("ppexec")) -> None:
 def run(
     scenario: Path = typer.Argument(..., help="Scenario YAML file (needs a model section)."),
     out: Path = typer.Option(..., "--out", help="Run folder: traces, summary, per-rank logs."),
-    steps: int = typer.Option(3, "--steps", min=1, help="Training steps to record."),
-    warmup: int = typer.Option(1, "--warmup", min=0, help="Steps to run first and not record."),
+    steps: int = steps_option(3),
+    warmup: int = warmup_option(1),
     launcher: Literal["local", "deepspeed"] = typer.Option(
         "local", "--launcher", help="local (one process per rank here) or deepspeed."),
     hostfile: Path | None = typer.Option(None, "--hostfile", help="DeepSpeed hostfile (--launcher deepspeed)."),
-    timeout: float = typer.Option(60.0, "--timeout", min=1, help="Seconds a rank may wait on a peer before failing."),
-    seed: int = typer.Option(1234, "--seed", help="Seed of the weights and the synthetic data."),
-    lr: float = typer.Option(1e-3, "--lr", min=0, help="AdamW learning rate."),
+    timeout: float = timeout_option(60.0),
+    seed: int = seed_option(),
+    lr: float = lr_option(),
     save_params: bool = typer.Option(False, "--save-params", help="Save every rank's weights at the end."),
     profile: Path | None = typer.Option(None, "--profile", help="Plan with measured costs (as `ppsim run --profile`)."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
@@ -134,12 +155,12 @@ def run(
 def prepare(
     scenario: Path = typer.Argument(..., help="Scenario YAML file (needs a model section)."),
     out: Path = typer.Option(..., "--out", help="Run folder, on a filesystem every host sees."),
-    steps: int = typer.Option(3, "--steps", min=1),
-    warmup: int = typer.Option(1, "--warmup", min=0),
+    steps: int = steps_option(3),
+    warmup: int = warmup_option(1),
     backend: Literal["nccl", "gloo"] = typer.Option("nccl", "--backend", help="nccl (GPUs) or gloo (CPUs)."),
-    timeout: float = typer.Option(300.0, "--timeout", min=1),
-    seed: int = typer.Option(1234, "--seed"),
-    lr: float = typer.Option(1e-3, "--lr", min=0, help="AdamW learning rate."),
+    timeout: float = timeout_option(300.0),
+    seed: int = seed_option(),
+    lr: float = lr_option(),
     force: bool = replace_option("run"),
     runtime: Runtime = runtime_option(),
     plan: PlanOverrides = PlanOverrides(),
@@ -177,7 +198,7 @@ def collect(
 def profile_cmd(
     scenario: Path = typer.Argument(..., help="Scenario YAML file (needs a model section)."),
     out: Path = typer.Option(..., "--out", help="Profile file to write (YAML), for `ppsim run --profile`."),
-    timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds a rank may wait on a peer before failing."),
+    timeout: float = timeout_option(120.0),
     keep_run: Path | None = typer.Option(None, "--keep-run", help="Keep the profiling run's folder here."),
     force: bool = typer.Option(False, "--force", help="Overwrite an --out file ppsim did not write, and replace "
                                                       "earlier profiling runs in --keep-run."),
@@ -224,9 +245,9 @@ def validate_cmd(
     scenario: Path = typer.Argument(..., help="Scenario YAML file (needs a model section)."),
     out: Path = typer.Option(..., "--out", help="Folder: profile, prediction, run, comparison (JSON and HTML)."),
     profile: Path | None = typer.Option(None, "--profile", help="Use this profile instead of measuring one."),
-    steps: int = typer.Option(10, "--steps", min=1, help="Training steps to record (the median step is compared)."),
-    warmup: int = typer.Option(2, "--warmup", min=0, help="Steps to run first and not record."),
-    timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds a rank may wait on a peer before failing."),
+    steps: int = steps_option(10, "Training steps to record (the median step is compared)."),
+    warmup: int = warmup_option(2),
+    timeout: float = timeout_option(120.0),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
     force: bool = replace_option("validation"),
     runtime: Runtime = runtime_option(),
