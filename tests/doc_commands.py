@@ -20,7 +20,7 @@ import pytest
 
 from conftest import ROOT, invoke
 
-DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "internals").glob("*.md")))
 PROGRAMS = ("ppsim", "ppexec")
 #: options whose value is a file or folder a command writes
 OUTPUT_OPTIONS = ("--out", "--html", "--png", "--trace", "--save-trace", "--write", "--keep-run")

@@ -58,7 +58,7 @@ class Counter:
 
 @dataclass
 class Trace:
-    """Spans + counters + metadata. ``meta`` keys used by the metrics are documented in docs/architecture.md."""
+    """Spans + counters + metadata. ``meta`` keys used by the metrics are documented in docs/internals/trace.md."""
 
     spans: list[Span]
     meta: dict[str, Any] = field(default_factory=dict)
