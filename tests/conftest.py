@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from functools import cache
 from pathlib import Path
@@ -24,7 +25,9 @@ from ppsim.trace import Trace
 #: no per-example deadline: these are not timing tests, and on a shared two-core machine running the
 #: suite on both cores one example may take several times its usual 200 ms (a flaky failure)
 settings.register_profile("ppsim", deadline=None)
-settings.load_profile("ppsim")
+#: CI's: the same examples on every run (a failure there reproduces), printed so they can be replayed
+settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("PPSIM_HYPOTHESIS_PROFILE", "ppsim"))
 
 #: the test processes are ppsim's own, as the command's is: ppsim may pause their collector around its
 #: passes (tests/test_gc_pause.py checks the library's default, which does not)
