@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 import typer
 
+from ppexec.runtimes import RuntimeChoice, RuntimeName
 from ppsim.api import (
     PARALLEL_OPTIONS,
     PlanOverrides,
@@ -36,12 +37,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: the plan options of ppexec's commands (the send semantics are the runtime's)
 RUN_PLAN_OPTIONS = ("schedule", "stages", "microbatches", "chunks", "partition", *PARALLEL_OPTIONS)
-Runtime = Literal["auto", "deepspeed", "torch"]
 RUNTIME_HELP = ("What runs the plan: deepspeed (DeepSpeed's PipelineEngine), torch (torch.distributed.pipelining), "
                 "or auto: DeepSpeed where it can run the plan, else torch.")
 
 
-def runtime_option() -> Runtime:
+def runtime_option() -> RuntimeChoice:
     return typer.Option("auto", "--runtime", help=RUNTIME_HELP)
 
 
@@ -125,7 +125,7 @@ def run(
     profile: Path | None = typer.Option(None, "--profile", help="Plan with measured costs (as `ppsim run --profile`)."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     force: bool = replace_option("run"),
-    runtime: Runtime = runtime_option(),
+    runtime: RuntimeChoice = runtime_option(),
     plan: PlanOverrides = PlanOverrides(),
 ) -> None:
     """Train SCENARIO's plan for --steps steps and write the measured trace into --out."""
@@ -162,7 +162,7 @@ def prepare(
     seed: int = seed_option(),
     lr: float = lr_option(),
     force: bool = replace_option("run"),
-    runtime: Runtime = runtime_option(),
+    runtime: RuntimeChoice = runtime_option(),
     plan: PlanOverrides = PlanOverrides(),
 ) -> None:
     """Write RUN_DIR/run.json for any launcher (torchrun, srun, deepspeed) to start
@@ -202,7 +202,7 @@ def profile_cmd(
     keep_run: Path | None = typer.Option(None, "--keep-run", help="Keep the profiling run's folder here."),
     force: bool = typer.Option(False, "--force", help="Overwrite an --out file ppsim did not write, and replace "
                                                       "earlier profiling runs in --keep-run."),
-    runtime: Literal["deepspeed", "torch"] = typer.Option(
+    runtime: RuntimeName = typer.Option(
         "deepspeed", "--runtime", help="Whose overheads to measure: the runtime the predictions are for."),
 ) -> None:
     """Measure SCENARIO's layer times, framework overheads and link on this machine (two ranks)."""
@@ -250,7 +250,7 @@ def validate_cmd(
     timeout: float = timeout_option(120.0),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
     force: bool = replace_option("validation"),
-    runtime: Runtime = runtime_option(),
+    runtime: RuntimeChoice = runtime_option(),
     plan: PlanOverrides = PlanOverrides(),
 ) -> None:
     """Profile this machine, predict SCENARIO with the profile, run it for real and compare."""

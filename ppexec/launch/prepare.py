@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ppexec.launch.folders import check_run_folder, clear_run_folder
+from ppexec.runtimes.base import RuntimeName
 from ppexec.worker.run_spec import RunSpec
 from ppsim.api import Plan, Profile, Scenario
 from ppsim.errors import PpsimError
@@ -38,7 +39,7 @@ class Prepared:
     scenario: Scenario  #: with the runtime's send semantics and the partition made explicit
     plan: Plan  #: lowered for those semantics, its messages placed by the scenario's (or profile's) costs
     partition: list[int]
-    runtime: str
+    runtime: RuntimeName
 
 
 def check_environment(runtime: str = "deepspeed") -> None:

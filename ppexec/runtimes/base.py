@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
+from ppexec.runtimes import RuntimeChoice, RuntimeName
 from ppexec.worker.clock import ActionClock
 from ppexec.worker.run_spec import RunSpec
 from ppsim.api import Plan, Scenario
@@ -54,7 +55,7 @@ class RankProgram(Protocol):
 
 
 class Runtime(Protocol):
-    name: str
+    name: RuntimeName
     #: the send semantics of its point-to-point calls, which the plan is lowered and predicted with
     comm: str
 
@@ -73,7 +74,7 @@ def runtimes() -> dict[str, Runtime]:
     return {"deepspeed": DeepSpeedRuntime(), "torch": TorchRuntime()}
 
 
-RUNTIME_NAMES = ("auto", "deepspeed", "torch")
+RUNTIME_NAMES: tuple[str, ...] = get_args(RuntimeChoice)
 
 
 def choose(name: str, plan: Plan, s: Scenario) -> Runtime:

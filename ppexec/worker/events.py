@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from ppexec.runtimes import RuntimeName
 from ppsim.errors import PpsimError
 
 Span = tuple[str, int, int]  #: (action text, start ns, end ns) on the rank's clock
@@ -43,7 +44,7 @@ class Ready(_Event):
     clock_ns: int  #: perf_counter_ns right after the barrier: aligns the clocks of several hosts
     pid: int
     backend: str
-    runtime: str
+    runtime: RuntimeName
 
 
 class Step(_Event):

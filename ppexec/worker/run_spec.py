@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf, ValidationError
 
+from ppexec.runtimes import RuntimeName
 from ppexec.worker.events import fields_at_fault
 from ppsim.api import ModelSpec, Plan, Scenario, parse_scenario
 from ppsim.errors import PpsimError
@@ -26,7 +27,7 @@ class _RunSettings(BaseModel):
     model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
 
     partition: list[int]  #: blocks per virtual stage
-    runtime: str  #: "deepspeed" | "torch"
+    runtime: RuntimeName
     world_size: int
     steps: int = 3
     warmup: int = 1

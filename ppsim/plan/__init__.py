@@ -13,6 +13,7 @@ from ppsim.plan.action import (
     STEP_KINDS,
     Action,
     Kind,
+    Lane,
     Overlap,
     matching,
     message_kinds,
@@ -25,7 +26,7 @@ from ppsim.plan.plan import Plan, loop_placement, v_placement
 from ppsim.plan.validate import validate, validate_structure
 
 __all__ = [
-    "BACKWARD_KINDS", "COMM_KINDS", "COMPUTE_KINDS", "LANE_OF_KIND", "RECV_KINDS", "SEND_KINDS", "STEP_KINDS",
+    "BACKWARD_KINDS", "COMM_KINDS", "COMPUTE_KINDS", "LANE_OF_KIND", "Lane", "RECV_KINDS", "SEND_KINDS", "STEP_KINDS",
     "Action", "Duration", "Kind", "Overlap", "Plan", "add_comms", "add_step_end", "aligned_grid", "default_duration",
     "dependencies", "ideal_times", "loop_placement", "lower", "matching", "message_kinds", "number_steps",
     "peer_stage", "render_grid", "v_placement", "validate", "validate_structure",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from enum import Enum
 from functools import partial
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from ppsim.errors import PlanError
 
@@ -50,8 +50,10 @@ RECV_KINDS = frozenset({Kind.RECV_F, Kind.RECV_B})
 COMM_KINDS = SEND_KINDS | RECV_KINDS
 STEP_KINDS = frozenset({Kind.REDUCE_GRAD, Kind.CLIP, Kind.OPT})
 
+#: the lanes of a timeline: where a rank's work, its messages out and in, and its collectives go
+Lane = Literal["compute", "send", "recv", "collective"]
 #: the lane of the timeline each kind occupies
-LANE_OF_KIND: dict[Kind, str] = {
+LANE_OF_KIND: dict[Kind, Lane] = {
     Kind.F: "compute",
     Kind.B: "compute",
     Kind.I: "compute",
@@ -81,7 +83,7 @@ class Action(NamedTuple):
         return f"{self.stage}{self.kind.value}{mb}"
 
     @property
-    def lane(self) -> str:
+    def lane(self) -> Lane:
         return LANE_OF_KIND[self.kind]
 
     @property
@@ -154,7 +156,7 @@ class Overlap(NamedTuple):
         return self.forward, self.backward
 
     @property
-    def lane(self) -> str:
+    def lane(self) -> Lane:
         return "compute"
 
     def __str__(self) -> str:

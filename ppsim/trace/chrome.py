@@ -22,7 +22,7 @@ from typing import Any
 from ppsim.errors import PlanError, TraceError
 from ppsim.formats import CHROME_FORMAT
 from ppsim.plan import RECV_KINDS, SEND_KINDS, Action, matching
-from ppsim.trace.trace import LANES, Counter, Span, Trace
+from ppsim.trace.trace import LANES, Counter, Span, Trace, lane_of
 
 CHROME_VERSION = 1
 FLOW_CAT = "p2p"
@@ -321,7 +321,7 @@ def from_chrome_trace(doc: Any) -> Trace:
                 end = float(args["end_ms"]) if "end_ms" in args else (ev["ts"] + ev["dur"]) / 1000
                 action = Action.parse(ev["name"])
                 rank = int(ev["pid"]) - 1
-                spans.append(Span(rank, lanes[key], action, start, end, args.get("bytes"), args.get("peer")))
+                spans.append(Span(rank, lane_of(lanes[key]), action, start, end, args.get("bytes"), args.get("peer")))
             elif ph == "C":
                 series[(int(ev["pid"]) - 1, ev["name"])].append((ev["ts"] / 1000, float(ev["args"][ev["name"]])))
         except (KeyError, TypeError, ValueError, PlanError) as exc:

@@ -12,21 +12,21 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, get_args
 
 from ppsim.errors import PlanError, TraceError
 from ppsim.formats import TRACE_FORMAT
-from ppsim.plan import Action
+from ppsim.plan import Action, Lane
 
 TRACE_VERSION = 1
-LANES = ("compute", "send", "recv", "collective")
+LANES: tuple[Lane, ...] = get_args(Lane)  #: in the order views draw them
 
 
 class Span(NamedTuple):
     """One action on one rank: [start, end) in milliseconds on the trace's clock."""
 
     rank: int
-    lane: str
+    lane: Lane
     action: Action
     start: float
     end: float
@@ -43,7 +43,14 @@ class Span(NamedTuple):
     @classmethod
     def from_row(cls, row: list[Any]) -> Span:
         rank, lane, action, start, end, nbytes, peer = row
-        return cls(int(rank), str(lane), Action.parse(action), float(start), float(end), nbytes, peer)
+        return cls(int(rank), lane_of(lane), Action.parse(action), float(start), float(end), nbytes, peer)
+
+
+def lane_of(text: object) -> Lane:
+    """``text`` as a lane, or a TraceError saying which lanes there are (readers of trace files)."""
+    if text not in LANES:
+        raise TraceError(f"{text!r} is not a lane: a span's lane is one of {', '.join(LANES)}")
+    return text
 
 
 @dataclass(frozen=True, slots=True)

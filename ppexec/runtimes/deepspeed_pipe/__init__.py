@@ -10,12 +10,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from ppexec.runtimes import RuntimeName
 from ppexec.runtimes.base import BatchOf, RankContext
 from ppsim.api import Plan, Scenario
 
 
 class DeepSpeedRuntime:
-    name = "deepspeed"
+    name: RuntimeName = "deepspeed"
     comm = "rendezvous"  # DeepSpeed's p2p send blocks until the peer receives
 
     def refuses(self, plan: Plan, s: Scenario) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ppexec.runtimes import RuntimeName
 from ppsim.api import BACKWARD_KINDS, Plan, Scenario
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -19,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class TorchRuntime:
-    name = "torch"
+    name: RuntimeName = "torch"
     comm = "async"  # isend / irecv: a send is posted and the rank goes on
 
     def refuses(self, plan: Plan, s: Scenario) -> str | None:
