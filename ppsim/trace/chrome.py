@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -81,15 +82,30 @@ def _thread_copies(spans: list[Span], ns: list[tuple[int, int]]) -> tuple[list[i
 
 
 def to_chrome_trace(trace: Trace) -> dict[str, Any]:
-    """The Chrome trace (JSON object format) of ``trace``; deterministic for a given trace."""
+    """The Chrome trace (JSON object format) of ``trace``; deterministic for a given trace: a process
+    per rank and a thread per lane (overlapping spans of one lane on extra threads), a slice per span,
+    a flow arrow from each send to its receive, the counters, and ppsim's own copy of the meta."""
     spans = trace.spans
     ns = [(_ns(s.start), _ns(s.end)) for s in spans]
     copy_of, copies = _thread_copies(spans, ns)
+    meta_events, tid_of = _process_and_thread_names(trace, copies)
+    slices = _slices(spans, ns, [tid_of[(s.rank, s.lane, copy_of[i])] for i, s in enumerate(spans)])
+    return {
+        "traceEvents": meta_events + slices + _flows(spans, ns, slices) + _counter_events(trace),
+        "displayTimeUnit": "ms",
+        "otherData": _other_data(trace),
+    }
+
+
+def _process_and_thread_names(trace: Trace, copies: dict[tuple[int, str], int]
+                              ) -> tuple[list[dict[str, Any]], dict[tuple[int, str, int], int]]:
+    """The metadata events naming each rank's process (with its stages) and each lane's threads, and
+    the thread id of every (rank, lane, copy)."""
+    spans = trace.spans
     ranks = sorted(set(range(trace.num_ranks)) | {s.rank for s in spans} | {c.rank for c in trace.counters})
     stage_to_rank = trace.meta.get("stage_to_rank")
-
-    meta_events: list[dict[str, Any]] = []
-    tid_of: dict[tuple[int, str, int], int] = {}  # (rank, lane, copy) -> tid
+    events: list[dict[str, Any]] = []
+    tid_of: dict[tuple[int, str, int], int] = {}
     for rank in ranks:
         pid = rank + 1
         if stage_to_rank is not None:
@@ -98,22 +114,25 @@ def to_chrome_trace(trace: Trace) -> dict[str, Any]:
             stages = sorted({s.action.stage for s in spans if s.rank == rank})
         name = f"rank {rank} · stage {','.join(map(str, stages))}" if stages else f"rank {rank}"
         main_tid = pid * _THREADS_PER_PID + 1
-        meta_events += [
+        events += [
             {"ph": "M", "name": "process_name", "pid": pid, "tid": main_tid, "args": {"name": name}},
             {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": main_tid, "args": {"sort_index": rank}},
         ]
-        extra = sorted({lane for (r, lane) in copies if r == rank} - set(LANES))
-        threads = [(lane, c) for lane in (*LANES, *extra) for c in range(max(1, copies.get((rank, lane), 0)))]
+        threads = [(lane, c) for lane in LANES for c in range(max(1, copies.get((rank, lane), 0)))]
         if len(threads) >= _THREADS_PER_PID:
             raise TraceError(f"rank {rank} needs {len(threads)} timeline threads; at most {_THREADS_PER_PID - 1} fit")
         for pos, (lane, c) in enumerate(threads, start=1):
             tid = tid_of[(rank, lane, c)] = pid * _THREADS_PER_PID + pos
             tname = lane if c == 0 else f"{lane} #{c + 1}"
-            meta_events += [
+            events += [
                 {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": tname}},
                 {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": pos}},
             ]
+    return events, tid_of
 
+
+def _slices(spans: list[Span], ns: list[tuple[int, int]], tids: list[int]) -> list[dict[str, Any]]:
+    """A complete event per span, on its thread, with what it did in its args."""
     slices: list[dict[str, Any]] = []
     for i, s in enumerate(spans):
         a = s.action
@@ -129,10 +148,13 @@ def to_chrome_trace(trace: Trace) -> dict[str, Any]:
         if s.peer is not None:
             args["peer"] = s.peer
         start, end = ns[i]
-        tid = tid_of[(s.rank, s.lane, copy_of[i])]
         ts, dur = _us(start), _us(end - start)
-        slices.append(dict(ph="X", name=str(a), cat=a.kind.value, pid=s.rank + 1, tid=tid, ts=ts, dur=dur, args=args))
+        slices.append(dict(ph="X", name=str(a), cat=a.kind.value, pid=s.rank + 1, tid=tids[i], ts=ts, dur=dur, args=args))
+    return slices
 
+
+def _flows(spans: list[Span], ns: list[tuple[int, int]], slices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A flow arrow from each send to its receive (in order, when a message is sent more than once)."""
     recvs: dict[Action, list[int]] = defaultdict(list)
     for i, s in enumerate(spans):
         if s.action.kind in RECV_KINDS:
@@ -156,20 +178,18 @@ def to_chrome_trace(trace: Trace) -> dict[str, Any]:
             if ph == "f":
                 ev["bp"] = "e"
             flows.append(ev)
+    return flows
 
-    counter_events = [
-        dict(
-            ph="C",
-            name=c.name,
-            pid=c.rank + 1,
-            tid=(c.rank + 1) * _THREADS_PER_PID + 1,
-            ts=_us(_ns(t)),
-            args={c.name: v},
-        )
-        for c in trace.counters
-        for t, v in c.points
-    ]
 
+def _counter_events(trace: Trace) -> list[dict[str, Any]]:
+    """A counter event per point of every counter (memory per rank over time)."""
+    return [dict(ph="C", name=c.name, pid=c.rank + 1, tid=(c.rank + 1) * _THREADS_PER_PID + 1, ts=_us(_ns(t)),
+                 args={c.name: v})
+            for c in trace.counters for t, v in c.points]
+
+
+def _other_data(trace: Trace) -> dict[str, Any]:
+    """The trace's scalar meta for viewers, and ppsim's own copy of all of it (read back by load)."""
     meta = json.loads(json.dumps(trace.meta))  # a detached, JSON-normalised copy
     other: dict[str, Any] = {k: v for k, v in meta.items() if isinstance(v, (str, int, float, bool))}
     other["ppsim"] = {
@@ -180,11 +200,7 @@ def to_chrome_trace(trace: Trace) -> dict[str, Any]:
             {"rank": c.rank, "name": c.name, "unit": c.unit, "t_ms": [t for t, _ in c.points]} for c in trace.counters
         ],
     }
-    return {
-        "traceEvents": meta_events + slices + flows + counter_events,
-        "displayTimeUnit": "ms",
-        "otherData": other,
-    }
+    return other
 
 
 def write_chrome_trace(trace: Trace, path: str | Path) -> None:
@@ -204,85 +220,108 @@ def validate_chrome_trace(doc: Any) -> list[str]:
     problems: list[str] = []
     if doc.get("displayTimeUnit", "ms") not in ("ms", "ns"):
         problems.append(f"displayTimeUnit must be 'ms' or 'ns', not {doc['displayTimeUnit']!r}")
-    pids: set[Any] = set()
-    named_pids: set[Any] = set()
-    named_threads: set[tuple[Any, Any]] = set()
-    slices: dict[tuple[Any, Any], list[tuple[int, int, int]]] = defaultdict(list)
-    flows: dict[Any, dict[str, list[tuple[int, dict[str, Any]]]]] = defaultdict(lambda: {"s": [], "f": []})
+    seen = _Seen()
     for i, ev in enumerate(doc["traceEvents"]):
+        problem = seen.take(i, ev)
+        if problem:
+            problems.append(problem)
+    return problems + seen.naming_problems() + seen.nesting_problems() + seen.flow_problems()
+
+
+@dataclass
+class _Seen:
+    """What a Chrome trace's events say, gathered event by event for the checks that span them."""
+
+    pids: set[Any] = field(default_factory=set)
+    named_pids: set[Any] = field(default_factory=set)
+    named_threads: set[tuple[Any, Any]] = field(default_factory=set)
+    #: per (pid, tid): (start ns, end ns, event index) of each slice
+    slices: dict[tuple[Any, Any], list[tuple[int, int, int]]] = field(default_factory=lambda: defaultdict(list))
+    #: per flow id: its start (s) and end (f) events with their indices
+    flows: dict[Any, dict[str, list[tuple[int, dict[str, Any]]]]] = field(
+        default_factory=lambda: defaultdict(lambda: {"s": [], "f": []}))
+
+    def take(self, i: int, ev: Any) -> str | None:
+        """Record event ``i``; the problem with its own fields, if any (then it is not recorded)."""
         if not isinstance(ev, dict):
-            problems.append(f"event {i}: not an object")
-            continue
+            return f"event {i}: not an object"
         ph = ev.get("ph")
         if ph not in _REQUIRED:
-            problems.append(f"event {i}: unsupported ph {ph!r} (expected one of {', '.join(_REQUIRED)})")
-            continue
+            return f"event {i}: unsupported ph {ph!r} (expected one of {', '.join(_REQUIRED)})"
         missing = [k for k in _REQUIRED[ph] if k not in ev]
         if missing:
-            problems.append(f"event {i} ({ph}): missing {', '.join(missing)}")
-            continue
+            return f"event {i} ({ph}): missing {', '.join(missing)}"
         bad = [k for k in ("ts", "dur") if k in ev and not _is_num(ev[k])]
         bad += [k for k in ("pid", "tid") if k in ev and (not isinstance(ev[k], int) or isinstance(ev[k], bool))]
         if bad:
-            problems.append(f"event {i} ({ph}): {', '.join(bad)} must be finite numbers (pid, tid integers)")
-            continue
+            return f"event {i} ({ph}): {', '.join(bad)} must be finite numbers (pid, tid integers)"
         pid, tid = ev["pid"], ev.get("tid")
-        pids.add(pid)
+        self.pids.add(pid)
         if ph == "X":
             if ev["dur"] < 0:
-                problems.append(f"event {i} (X {ev['name']!r}): negative dur {ev['dur']}")
-                continue
+                return f"event {i} (X {ev['name']!r}): negative dur {ev['dur']}"
             start = round(ev["ts"] * 1000)
-            slices[(pid, tid)].append((start, start + round(ev["dur"] * 1000), i))
+            self.slices[(pid, tid)].append((start, start + round(ev["dur"] * 1000), i))
         elif ph == "M":
             key = _META_ARG.get(ev["name"])
             args = ev["args"]
             if key is None:
-                problems.append(f"event {i} (M): unknown metadata name {ev['name']!r}")
-            elif not isinstance(args, dict) or not isinstance(args.get(key), str if key == "name" else int):
-                problems.append(f"event {i} (M {ev['name']}): args.{key} is missing or of the wrong type")
-            elif ev["name"] == "process_name":
-                named_pids.add(pid)
+                return f"event {i} (M): unknown metadata name {ev['name']!r}"
+            if not isinstance(args, dict) or not isinstance(args.get(key), str if key == "name" else int):
+                return f"event {i} (M {ev['name']}): args.{key} is missing or of the wrong type"
+            if ev["name"] == "process_name":
+                self.named_pids.add(pid)
             elif ev["name"] == "thread_name":
+                self.named_threads.add((pid, tid))
                 if tid is None:
-                    problems.append(f"event {i} (M thread_name): missing tid")
-                named_threads.add((pid, tid))
+                    return f"event {i} (M thread_name): missing tid"
         elif ph == "C":
             args = ev["args"]
             if not isinstance(args, dict) or not args or not all(_is_num(v) for v in args.values()):
-                problems.append(f"event {i} (C {ev['name']!r}): args must be a non-empty object of numbers")
+                return f"event {i} (C {ev['name']!r}): args must be a non-empty object of numbers"
         else:
+            self.flows[ev["id"]][ph].append((i, ev))
             if ph == "f" and ev.get("bp") != "e":
-                problems.append(f"event {i} (f): bp must be 'e' (bind to the enclosing slice)")
-            flows[ev["id"]][ph].append((i, ev))
+                return f"event {i} (f): bp must be 'e' (bind to the enclosing slice)"
+        return None
 
-    for pid in sorted(pids - named_pids, key=str):
-        problems.append(f"pid {pid} has no process_name")
-    for pid, tid in sorted(set(slices) - named_threads, key=str):
-        problems.append(f"pid {pid} tid {tid} has slices but no thread_name")
-    for (pid, tid), items in sorted(slices.items(), key=lambda kv: str(kv[0])):
-        stack: list[tuple[int, int, int]] = []
-        for start, end, i in sorted(items, key=lambda x: (x[0], -x[1], x[2])):
-            while stack and stack[-1][1] <= start:
-                stack.pop()
-            if stack and end > stack[-1][1]:
-                problems.append(f"pid {pid} tid {tid}: slices of events {stack[-1][2]} and {i} overlap partially")
+    def naming_problems(self) -> list[str]:
+        """Processes without a name, and threads that hold slices without one."""
+        return ([f"pid {pid} has no process_name" for pid in sorted(self.pids - self.named_pids, key=str)]
+                + [f"pid {pid} tid {tid} has slices but no thread_name"
+                   for pid, tid in sorted(set(self.slices) - self.named_threads, key=str)])
+
+    def nesting_problems(self) -> list[str]:
+        """Slices of one thread that overlap without one holding the other."""
+        problems = []
+        for (pid, tid), items in sorted(self.slices.items(), key=lambda kv: str(kv[0])):
+            stack: list[tuple[int, int, int]] = []
+            for start, end, i in sorted(items, key=lambda x: (x[0], -x[1], x[2])):
+                while stack and stack[-1][1] <= start:
+                    stack.pop()
+                if stack and end > stack[-1][1]:
+                    problems.append(f"pid {pid} tid {tid}: slices of events {stack[-1][2]} and {i} overlap partially")
+                    continue
+                stack.append((start, end, i))
+        return problems
+
+    def flow_problems(self) -> list[str]:
+        """Flows without exactly one start and one end of the same name, or with an end in no slice."""
+        problems = []
+        for fid, ends in sorted(self.flows.items(), key=lambda kv: str(kv[0])):
+            if len(ends["s"]) != 1 or len(ends["f"]) != 1:
+                n_s, n_f = len(ends["s"]), len(ends["f"])
+                problems.append(f"flow {fid!r}: {n_s} start (s) and {n_f} end (f) events; needs one of each")
                 continue
-            stack.append((start, end, i))
-    for fid, ends in sorted(flows.items(), key=lambda kv: str(kv[0])):
-        if len(ends["s"]) != 1 or len(ends["f"]) != 1:
-            n_s, n_f = len(ends["s"]), len(ends["f"])
-            problems.append(f"flow {fid!r}: {n_s} start (s) and {n_f} end (f) events; needs one of each")
-            continue
-        (_, s), (_, f) = ends["s"][0], ends["f"][0]
-        if (s["cat"], s["name"]) != (f["cat"], f["name"]):
-            problems.append(f"flow {fid!r}: start and end differ in cat or name")
-        for i, ev in (ends["s"][0], ends["f"][0]):
-            t = round(ev["ts"] * 1000)
-            if not any(a <= t <= b for a, b, _ in slices.get((ev["pid"], ev["tid"]), ())):
-                where = f"pid {ev['pid']} tid {ev['tid']}"
-                problems.append(f"flow {fid!r}: its {ev['ph']} event {i} lies in no slice on {where}")
-    return problems
+            (_, s), (_, f) = ends["s"][0], ends["f"][0]
+            if (s["cat"], s["name"]) != (f["cat"], f["name"]):
+                problems.append(f"flow {fid!r}: start and end differ in cat or name")
+            for i, ev in (ends["s"][0], ends["f"][0]):
+                t = round(ev["ts"] * 1000)
+                if not any(a <= t <= b for a, b, _ in self.slices.get((ev["pid"], ev["tid"]), ())):
+                    where = f"pid {ev['pid']} tid {ev['tid']}"
+                    problems.append(f"flow {fid!r}: its {ev['ph']} event {i} lies in no slice on {where}")
+        return problems
 
 
 def from_chrome_trace(doc: Any) -> Trace:
