@@ -7,5 +7,5 @@ run the plan, and the model) -> ``measure`` (microbenchmarks, statistics, the pr
 -> ``results`` (the run collected into traces, compared with a prediction); ``cli`` on top. The
 worker side (``worker``, ``runtimes``, ``measure.stats``, ``measure.microbench``) never imports the
 launcher side, and ppexec uses ppsim only through ``ppsim.api`` and ``ppsim.errors``
-(``tests/test_layout_ppexec.py`` holds both).
+(``tests/ppexec/test_layout_ppexec.py`` holds both).
 """

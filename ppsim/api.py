@@ -1,5 +1,5 @@
 """What an executor uses of ppsim: ppexec imports ppsim through this module and ``ppsim.errors`` only
-(``tests/test_layout_ppexec.py`` holds it to that), so what ppexec depends on is this one list.
+(``tests/ppexec/test_layout_ppexec.py`` holds it to that), so what ppexec depends on is this one list.
 
 - the inputs: the scenario, its model, the profile ppexec measures and its parts, the device catalogue
 - the plan: Plan, Action, Kind and its groups, building and lowering a scenario's plan, the schedule registry

@@ -30,7 +30,7 @@ settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True
 settings.load_profile(os.environ.get("PPSIM_HYPOTHESIS_PROFILE", "ppsim"))
 
 #: the test processes are ppsim's own, as the command's is: ppsim may pause their collector around its
-#: passes (tests/test_gc_pause.py checks the library's default, which does not)
+#: passes (tests/cli/test_gc_pause.py checks the library's default, which does not)
 allow_gc_pauses()
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -328,7 +328,7 @@ def rewrite(q: Quoted, lines: dict[int, tuple[str, str]]) -> None:
 
 
 UPDATE = os.environ.get("PPSIM_UPDATE_DOCS", "") not in ("", "0")
-UPDATE_COMMAND = "PPSIM_UPDATE_DOCS=1 .venv/bin/python -m pytest tests/test_docs_outputs.py"
+UPDATE_COMMAND = "PPSIM_UPDATE_DOCS=1 .venv/bin/python -m pytest tests/docs/test_docs_outputs.py"
 
 
 def quoted_for(cmd: Command) -> list[Quoted]:
@@ -340,7 +340,7 @@ def quoted_for(cmd: Command) -> list[Quoted]:
 def checked_in_order(q: Quoted) -> bool:
     """Whether the slow test that runs its doc's commands in order checks ``q`` as it goes (a block
     whose command, or one run first for it, is ppexec's, and whose command is one of the doc's):
-    tests/test_docs_outputs.py then does not run those commands a second time."""
+    tests/docs/test_docs_outputs.py then does not run those commands a second time."""
     return (any(c.program == "ppexec" for c in (*prerequisites(q), q.command))
             and any(c.text == q.command.text for c in commands(q.doc)))
 

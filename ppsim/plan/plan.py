@@ -67,7 +67,7 @@ class Plan:
     def built_by_a_schedule(self) -> bool:
         """Whether this plan's actions and placement are exactly what a registered schedule built
         (:meth:`~ppsim.plan.schedules.base.ScheduleInfo.build` says so through ``built``). Such a plan
-        is valid by construction: placed, complete, ordered and free of cycles (tests/test_schedules.py
+        is valid by construction: placed, complete, ordered and free of cycles (tests/plan/test_schedules.py
         validates every schedule's plans over its sizes), so lowering checks none of that again. A
         plan read from a file, edited, or copied with other actions or placement is checked in full:
         ``built`` names the very actions it vouches for, so any change of them loses it."""

@@ -10,7 +10,7 @@ The paper's authors then move warm-up and cool-down passes into earlier free slo
 repacking that never raises the peak. ppsim keeps the plain repeated block: its steady state is
 the paper's and its peak exactly the bound, but its ends are not repacked, so it idles more (with
 F = I = W, V-Half about 0.6 of 1F1B's idle time where the paper's repacked order reaches about
-0.3-0.5, V-Min 0.6-0.75 against the paper's ~2/3; ``tests/test_schedule_formulas.py``).
+0.3-0.5, V-Min 0.6-0.75 against the paper's ~2/3; ``tests/plan/test_schedule_formulas.py``).
 """
 
 from __future__ import annotations

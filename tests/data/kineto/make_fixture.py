@@ -13,7 +13,7 @@ adds the allocator's ``[memory]`` events. The files in this folder were written 
     OMP_NUM_THREADS=1 torchrun --nproc-per-node 2 tests/data/kineto/make_fixture.py tests/data/kineto/dualpipev DualPipeV
     OMP_NUM_THREADS=1 torchrun --nproc-per-node 2 tests/data/kineto/make_fixture.py tests/data/kineto/no-schedule --no-schedule
 
-and tests/test_kineto.py reads them (and, as a slow test, makes new ones and reads those).
+and tests/trace/test_kineto.py reads them (and, as a slow test, makes new ones and reads those).
 """
 
 from __future__ import annotations

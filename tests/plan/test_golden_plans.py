@@ -1,6 +1,6 @@
 """Golden plans: every schedule's compute order, and its lowering, at a small size, stored in
 tests/data/plans as torch's CSV layout (one row per rank). A change to a schedule or to the
-lowering shows here as a readable diff; regenerate with ``PPSIM_UPDATE_GOLDEN=1 pytest tests/test_golden_plans.py``
+lowering shows here as a readable diff; regenerate with ``PPSIM_UPDATE_GOLDEN=1 pytest tests/plan/test_golden_plans.py``
 after checking the new order is right."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Every command of README.md and docs/*.md runs as written, in the order written, in a folder with
 the project's scenarios (the slow test below, which also checks each output the doc quotes for a
-command as it runs it, see tests/test_docs_outputs.py); what cannot run here is a template whose words in
+command as it runs it, see tests/docs/test_docs_outputs.py); what cannot run here is a template whose words in
 ``<angle brackets>`` or ``$VARIABLES`` the reader fills in, listed here with the reason. The fast
 tests check, without running anything, that each command's input files exist or were written by
 an earlier command of the same file, and that the lists below match the docs."""
@@ -20,8 +20,8 @@ from conftest import ROOT
 
 #: files whose commands another test runs, in their own folder
 COVERED_ELSEWHERE = {
-    "tutorial.md": "tests/test_tutorial.py runs them in a copy of docs/tutorial/",
-    "views.md": "tests/test_docs_views.py runs them and checks each picture is the one they make",
+    "tutorial.md": "tests/docs/test_tutorial.py runs them in a copy of docs/tutorial/",
+    "views.md": "tests/docs/test_docs_views.py runs them and checks each picture is the one they make",
 }
 
 #: whole shell blocks that cannot run here, by (file, the block's first line): why
@@ -30,7 +30,7 @@ SKIPPED_BLOCKS = {
                   "(Perfetto)"): "sets up .venv and runs the whole suite: what CI does before this test",
     ("calibration.md", "ppsim run <your-scenario.yaml> --comm async --save-trace predicted.json  # same stages, chunks, "
                        "micro-batches, schedule"):
-        "a template for the reader's own profiled torch job (tests/test_kineto.py compares real ones)",
+        "a template for the reader's own profiled torch job (tests/trace/test_kineto.py compares real ones)",
     ("ppexec.md", "pip install torch==2.13.0"): "installs packages (make test does)",
     ("ppexec.md", "cat hostfile"): "a GPU cluster: DeepSpeed's launcher over ssh to the hosts of a hostfile",
     ("ppexec.md", "deepspeed --hostfile hostfile --no_local_rank --master_port <port> --module ppexec.worker "
@@ -44,16 +44,16 @@ SKIPPED_BLOCKS = {
 #: single commands that cannot run here, by (file, the start of the command): why
 SKIPPED_COMMANDS = {
     ("README.md", ".venv/bin/ppsim compare <predicted.json> <traces>/"):
-        "a template for someone's own torch profiler traces (tests/test_kineto.py compares real ones)",
+        "a template for someone's own torch profiler traces (tests/trace/test_kineto.py compares real ones)",
     ("tune.md", "ppsim tune scenarios/gpt.yaml --executor ray --ray-address <head-node>:6379"):
-        "needs a running Ray cluster (tests/test_tune.py runs the Ray executor on a local one)",
+        "needs a running Ray cluster (tests/search/test_tune.py runs the Ray executor on a local one)",
 }
 
 #: runnable commands left out of CI for their time alone: (file, start of the command): why
 TOO_LONG = {
     ("tune.md", "ppsim tune scenarios/megatron-gpt3-175b.yaml "):
         "searches 5,352 plans of GPT-3 175B on 1,024 GPUs for minutes (the output quoted next to it); "
-        "tests/test_tune.py searches smaller spaces, bench/tune_speed.py times this one",
+        "tests/search/test_tune.py searches smaller spaces, bench/tune_speed.py times this one",
 }
 
 RUN_DOCS = [d for d in DOCS if commands(d) and d.name not in COVERED_ELSEWHERE]

@@ -35,7 +35,7 @@ def test_every_command_of_the_tutorial_runs(tmp_path: Path) -> None:
         pytest.skip("the tutorial's ppexec commands need torch and deepspeed (make test installs them)")
     work = tmp_path / "tutorial"
     shutil.copytree(FILES, work)
-    problems = []  # quoted outputs that differ (tests/test_docs_outputs.py): all of them reported at the end
+    problems = []  # quoted outputs that differ (tests/docs/test_docs_outputs.py): all of them reported at the end
     for cmd in doc_commands(DOC):
         code, output = run_command(cmd, work)
         assert code == 0, f"{cmd.text}\n{output[-3000:]}"

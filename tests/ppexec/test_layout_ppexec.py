@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PPEXEC = ROOT / "ppexec"
 
 #: part of ppexec -> the parts it may import besides its own (dotted, under ppexec; a part covers

@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from conftest import small_search
+from conftest import SCENARIOS, small_search
 from ppsim.cli import app
 from ppsim.inputs.scenario import load, parse_scenario
 from ppsim.search.tune import scenario_file
@@ -135,7 +135,7 @@ def test_not_written_says_how_many_fit_and_were_simulated(tmp_path: Path) -> Non
 
 def tuned(**training: object) -> object:
     """gpt.yaml's 13B model as the plan p=2 d=32 t=1 on 64 A100s, 32 micro-batches of one sequence."""
-    data = load(Path(__file__).parent.parent / "scenarios" / "gpt.yaml").model_dump(exclude_none=True)
+    data = load(SCENARIOS / "gpt.yaml").model_dump(exclude_none=True)
     data["pipeline"].update(stages=2, microbatches=32, schedule="1f1b")
     data["data_parallel"] = 32
     data["training"].pop("global_batch", None)
@@ -201,7 +201,7 @@ def test_the_local_estimate_is_the_one_ppexec_refuses_a_run_by(monkeypatch: pyte
     from ppsim.costs.layers import gpt_layers
     from ppsim.errors import PpsimError
 
-    root = Path(__file__).parent.parent / "scenarios"
+    root = SCENARIOS
     for s in [tuned(), tuned(micro_batch=2), load(root / "tiny-cpu.yaml"), load(root / "small-cpu.yaml")]:
         assert s.model is not None
         world = s.pipeline.stages * s.data_parallel * s.tensor_parallel

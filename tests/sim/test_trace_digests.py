@@ -1,7 +1,7 @@
 """Every trace of every scenario, and of every schedule under every send semantics, is exactly what it
 was when tests/data/trace_digests.json was written: spans in order with their floats to the last bit,
 counters and meta. A refactor of the simulator or of the lowering must leave it alone; a change that
-means to move a trace regenerates the file (``PPSIM_UPDATE_GOLDEN=1 pytest tests/test_trace_digests.py``)
+means to move a trace regenerates the file (``PPSIM_UPDATE_GOLDEN=1 pytest tests/sim/test_trace_digests.py``)
 and says why in its commit. The same cases run every action through the engine's handlers
 (``simulate(..., inline=False)``) and give the inline paths' traces exactly."""
 

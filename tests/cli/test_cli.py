@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GPT_YAML, SCENARIOS, invoke
+from conftest import DATA, GPT_YAML, SCENARIOS, invoke
 from ppsim.cli import app
 from ppsim.trace import Trace
 
@@ -282,7 +282,7 @@ def _fast_profile(tmp_path: Path, by: float) -> Path:
     """tests/data/tiny-cpu.profile.yaml with every layer's times and overheads divided by ``by``."""
     import yaml
 
-    doc = yaml.safe_load((Path(__file__).parent / "data" / "tiny-cpu.profile.yaml").read_text())
+    doc = yaml.safe_load((DATA / "tiny-cpu.profile.yaml").read_text())
     for part in (doc["embedding"], doc["block"], doc["head"], *doc["overheads"].values()):
         for key in part:
             if key.endswith("_ms"):

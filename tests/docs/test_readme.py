@@ -1,5 +1,5 @@
 """README.md's ppsim commands that need only the project's scenarios run as written, one by one (fast;
-``ppsim tui`` opens headless and closes). tests/test_docs_commands.py runs every command of the README
+``ppsim tui`` opens headless and closes). tests/docs/test_docs_commands.py runs every command of the README
 in order (slow: ppexec's runs, the tuner) and checks that no command reads a file no earlier one wrote."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PPSIM = ROOT / "ppsim"
 BASE = {"errors", "formats", "outputs", "gc_pause"}  #: what every package may use
 
@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "prediction": {"inputs", "costs", "plan", "sim", "trace"},
     "search": {"inputs", "costs", "plan", "sim", "trace", "views", "prediction"},
     "cli": {"inputs", "costs", "plan", "sim", "trace", "views", "prediction", "search"},
-    # what an executor (ppexec) may use of ppsim, on top of everything (tests/test_layout_ppexec.py)
+    # what an executor (ppexec) may use of ppsim, on top of everything (tests/ppexec/test_layout_ppexec.py)
     "api": {"inputs", "costs", "plan", "sim", "trace", "views", "prediction", "search", "cli"},
 }
 

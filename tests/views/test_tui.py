@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import GPT_YAML, run_schedule
+from conftest import DATA, GPT_YAML, run_schedule
 from ppsim.cli import app as cli
 from ppsim.errors import PpsimError
 from ppsim.inputs.scenario import Scenario, load
@@ -31,7 +31,6 @@ from textual.binding import Binding  # noqa: E402
 
 from ppsim.views.tui.app import PpsimTui  # noqa: E402
 
-DATA = Path(__file__).parent / "data"
 GPT = GPT_YAML
 
 

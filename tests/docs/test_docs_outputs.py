@@ -15,9 +15,9 @@ number a placeholder. Each command runs in a fresh folder holding the project's 
 what it reads; ppsim in process (fast, the normal suite), ppexec as a subprocess (marked slow). A
 block whose quoted lines start with ``error:`` expects the command to fail. A block that needs ppexec
 and quotes one of its doc's commands is checked by the slow test that runs the doc's commands in
-order (tests/test_docs_commands.py, tests/test_tutorial.py) as it goes, not here a second time.
+order (tests/docs/test_docs_commands.py, tests/docs/test_tutorial.py) as it goes, not here a second time.
 
-When figures move, ``PPSIM_UPDATE_DOCS=1 .venv/bin/python -m pytest tests/test_docs_outputs.py``
+When figures move, ``PPSIM_UPDATE_DOCS=1 .venv/bin/python -m pytest tests/docs/test_docs_outputs.py``
 rewrites each quoted line of the blocks it runs with the printed line of the same shape (the line
 with its numbers masked), so the docs follow in one command; review the diff. A line whose shape
 changed (new words, a new column) and measured blocks are left to be edited by hand: the failure

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import GPT_YAML
+from conftest import DATA, GPT_YAML
 from ppsim.errors import TraceError
 from ppsim.inputs.scenario import load
 from ppsim.plan import RECV_KINDS, SEND_KINDS, Action, Kind, matching
@@ -423,7 +423,7 @@ def test_predicted_trace_has_a_memory_counter_track_per_rank() -> None:
     assert {e["pid"] for e in events(doc, "C", "memory_bytes")} <= {e["pid"] for e in events(doc, "M", "process_name")}
 
 
-MEASURED = sorted((Path(__file__).resolve().parent / "data").glob("*.measured.trace.json"))
+MEASURED = sorted(DATA.glob("*.measured.trace.json"))
 
 
 @pytest.mark.parametrize("path", MEASURED, ids=[p.name for p in MEASURED])
@@ -437,3 +437,28 @@ def test_measured_traces_export_validly_with_flows_and_round_trip(path: Path) ->
     matched = [s for s in sends if matching(s.action) in recvs]
     assert len(events(doc, "s")) == len(events(doc, "f")) == len(matched) > 0
     _assert_same(from_chrome_trace(doc), trace)
+
+
+def test_a_lane_that_is_not_one_is_refused_in_one_line(tmp_path) -> None:
+    """A span's lane is compute, send, recv or collective (its action's kind says which); a trace
+    file naming another is refused, by ppsim's own reader and by the Chrome trace reader."""
+    import json
+
+    from ppsim.errors import TraceError
+    from ppsim.trace.chrome import from_chrome_trace, to_chrome_trace
+    from ppsim.trace.load import load_trace
+
+    trace = Trace(spans=[Span(0, "compute", Action.parse("0F0"), 0.0, 1.0)], meta={"num_ranks": 1})
+    path = tmp_path / "t.json"
+    trace.save(path)
+    doc = json.loads(path.read_text())
+    doc["spans"][0][1] = "gpu"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError, match="'gpu' is not a lane: a span's lane is one of compute, send, recv, collective"):
+        load_trace(path)
+    chrome = to_chrome_trace(trace)
+    for ev in chrome["traceEvents"]:
+        if ev.get("name") == "thread_name" and ev["args"]["name"] == "compute":
+            ev["args"]["name"] = "gpu"
+    with pytest.raises(TraceError, match="'gpu' is not a lane"):
+        from_chrome_trace(chrome)

@@ -32,7 +32,7 @@ def test_the_a100_curves_are_in_the_catalogue_with_their_source() -> None:
         assert d.efficiency == 0.6  # the flat fallback stays
     for name in ("h100-sxm", "cpu"):  # no measured sweep: no curve
         assert DEVICES[name].gemm is None and DEVICES[name].attention is None
-    h200 = DEVICES["h200"]  # measured here with `ppexec device` (tests/test_device_curves.py)
+    h200 = DEVICES["h200"]  # measured here with `ppexec device` (tests/ppexec/test_device_curves.py)
     assert h200.gemm is not None and h200.attention is not None and h200.gemm.dtypes == ("bf16",)
     assert "bench/measured/h200-2026-12-04.csv" in h200.gemm.source and h200.efficiency == 0.55
 

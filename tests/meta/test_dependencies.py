@@ -135,9 +135,12 @@ def _loaded_lazily(path: str) -> bool:
 
 
 def _first_party(imp: Import) -> bool:
-    """ppsim, ppexec, or a module beside the importing file (tests' conftest, bench's helpers)."""
+    """ppsim, ppexec, a module beside the importing file (bench's helpers), or for a test one of the
+    helpers in tests/ itself (conftest, doc_commands, browser: pyproject's ``pythonpath`` puts it on the path)."""
     folder = (ROOT / imp.path).parent
-    return imp.module in ("ppsim", "ppexec") or (folder / f"{imp.module}.py").is_file() or (folder / imp.module).is_dir()
+    helpers = ROOT / "tests" if imp.path.startswith("tests/") else folder
+    return (imp.module in ("ppsim", "ppexec") or (folder / f"{imp.module}.py").is_file() or (folder / imp.module).is_dir()
+            or (helpers / f"{imp.module}.py").is_file())
 
 
 @cache
