@@ -7,7 +7,7 @@ ZB-H2; two: ZB-V, V-Half, V-Min, DualPipeV, interleaved zero bubble) and auto, s
 schedule whose peak exceeds the budget is shown but marked ``*`` (not a fair comparison there),
 one that cannot run the case ``-``. auto must never be slower than a schedule that fits; then come
 its gain over the best one that fits, how far the passes of auto's best plan of one stage per rank
-end above a bound no such plan can beat (``auto.lower_bound``; the step less its fixed end:
+end above a bound no such plan can beat (``order_search.bound.lower_bound``; the step less its fixed end:
 clipping's all-reduce, the optimizer), and what it picked. The costs are explicit milliseconds
 per rank (F, full backward, weight grad; a rank's two chunks share them), messages pure latency.
 
@@ -46,7 +46,7 @@ def scenario(p: int, m: int, forward: object, w_share: float, p2p: float, schedu
     return parse_scenario({
         "name": "bench-auto",
         "pipeline": {"stages": p, "microbatches": m, "schedule": schedule, "memory_budget": budget, "comm": comm,
-                     "chunks": schedules.get(schedule).chunks.default},
+                     "chunks": schedules.describe(schedule).chunks.default},
         "costs": {"forward_ms": f, "backward_ms": [2 * x for x in f], "weight_grad_ms": [2 * w_share * x for x in f],
                   "p2p_ms": p2p}})
 

@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # the same names as _SOURCES below, for the type checker
     from ppsim.outputs import write_text as write_output
     from ppsim.plan import BACKWARD_KINDS, COMM_KINDS, COMPUTE_KINDS, RECV_KINDS, Action, Kind, Plan, peer_stage
     from ppsim.plan.schedules import PROFILING as PROFILING_SCHEDULE
-    from ppsim.plan.schedules import get as schedule_info
+    from ppsim.plan.schedules import SEARCHED as SEARCHED_SCHEDULE
     from ppsim.prediction import Prediction, build, lower_built, predict, scenario_workload, workload_meta
     from ppsim.sim import simulate
     from ppsim.trace import Counter, Span, Trace, plan_meta
@@ -89,7 +89,7 @@ _SOURCES: dict[str, str] = {
     "COMPUTE_KINDS": "ppsim.plan",
     "RECV_KINDS": "ppsim.plan",
     "BACKWARD_KINDS": "ppsim.plan",
-    "schedule_info": "ppsim.plan.schedules:get",
+    "SEARCHED_SCHEDULE": "ppsim.plan.schedules:SEARCHED",
     "PROFILING_SCHEDULE": "ppsim.plan.schedules:PROFILING",
     # prediction, simulation, costs
     "build": "ppsim.prediction",
@@ -138,11 +138,12 @@ __all__ = [
     "BACKWARD_KINDS", "COMM_KINDS", "COMPUTE_KINDS", "DEVICE_FILE_MARKER", "DTYPE_BYTES", "PARALLEL_OPTIONS",
     "PROFILING_SCHEDULE", "RECV_KINDS", "Action", "Comparison", "Counter", "Device", "Kind", "LayerTimes",
     "LinkProfile", "ModelSpec", "Overheads", "Plan", "PlanOverrides", "Prediction", "Profile", "QuartileTimes",
-    "RecomputeTimes", "Scenario", "Span", "Summary", "TensorParallelTimes", "Trace", "build", "compare_traces",
+    "RecomputeTimes", "SEARCHED_SCHEDULE", "Scenario", "Span", "Summary", "TensorParallelTimes", "Trace", "build",
+    "compare_traces",
     "comparison_renderable", "err", "fail", "get_device", "gpt_layers", "host_run_bytes", "load_profile_option",
     "lower_built", "output_targets", "parse_scenario", "peer_stage", "plan_meta", "plan_options", "predict",
-    "print_summary", "progress_bar", "rank_metrics", "say", "scenario_with", "scenario_workload", "schedule_info",
-    "shape_of", "simulate", "stdout_console", "step_time_ms", "summarize", "usage_error", "version_option",
+    "print_summary", "progress_bar", "rank_metrics", "say", "scenario_with", "scenario_workload", "shape_of",
+    "simulate", "stdout_console", "step_time_ms", "summarize", "usage_error", "version_option",
     "workload_meta", "write_chrome_trace", "write_compare_html", "write_output",
 ]
 

@@ -41,10 +41,10 @@ GPT_YAML = SCENARIOS / "gpt.yaml"  #: GPT-3 13B on 64 A100s, 8 stages x 8 replic
 
 @st.composite
 def built_plans(draw: st.DrawFn) -> Plan:
-    """A registered schedule's compute-only plan (a searched schedule, which builds from stage costs,
-    aside) at sizes it takes: p = 1-5 ranks (or the ranks it runs), 1-3 chunks as it takes them, and
-    p x chunks micro-batches or up to 6 more, moved to the nearest count it takes."""
-    name = draw(st.sampled_from(sorted(n for n, info in schedules.SCHEDULES.items() if not info.needs_costs)))
+    """A registered schedule's compute-only plan at sizes it takes: p = 1-5 ranks (or the ranks it
+    runs), 1-3 chunks as it takes them, and p x chunks micro-batches or up to 6 more, moved to the
+    nearest count it takes."""
+    name = draw(st.sampled_from(sorted(schedules.SCHEDULES)))
     info = schedules.get(name)
     p = info.ranks or draw(st.integers(1, 5))
     v = info.chunks_for(draw(st.integers(1, 3)))

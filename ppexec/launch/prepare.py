@@ -76,10 +76,10 @@ def prepare(s: Scenario, profile: Profile | None = None, runtime: str = "auto") 
     With a profile the partition and the order of sends and receives come from the measured costs,
     exactly as in ``ppsim run --profile``."""
     from ppexec.runtimes.base import choose
-    from ppsim.api import build, lower_built, schedule_info
+    from ppsim.api import SEARCHED_SCHEDULE, build, lower_built
 
     check_buildable(s)
-    if schedule_info(s.pipeline.schedule).needs_costs and runtime == "auto":
+    if s.pipeline.schedule == SEARCHED_SCHEDULE and runtime == "auto":
         runtime = "torch"  # its plan depends on the sends' semantics: build it once, for the runtime that runs any
     built = build(s, profile)
     chosen = choose(runtime, built.plan, s)

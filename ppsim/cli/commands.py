@@ -203,15 +203,15 @@ def _print_variants(variants: list, keys: list[str], title: str, targets: dict[s
 
 def _schedule_names(text: str) -> list[str]:
     """The names of a ``--schedules`` list; ``all``: every schedule that trains."""
-    from ppsim.plan.schedules import FILE_PREFIX, SCHEDULES
+    from ppsim.plan.schedules import FILE_PREFIX, NAMES, describe
 
     if text.strip() == "all":
-        return [n for n, info in SCHEDULES.items() if info.training]
+        return [n for n in NAMES if describe(n).training]
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in SCHEDULES and not n.startswith(FILE_PREFIX)]
+    unknown = [n for n in names if n not in NAMES and not n.startswith(FILE_PREFIX)]
     if not names or unknown or len(set(names)) != len(names):
         what = f"unknown {', '.join(map(repr, unknown))}" if unknown else "empty or repeated names"
-        raise usage_error(f"{what}; choose from {', '.join(SCHEDULES)}", "--schedules")
+        raise usage_error(f"{what}; choose from {', '.join(NAMES)}", "--schedules")
     return names
 
 
@@ -339,16 +339,16 @@ def tune(
     """Search the plans of SCENARIO's model and batch on N devices; rank those that fit by throughput."""
     from ppsim.cli.progress import progress_bar
     from ppsim.cli.tune_write import plan_files, write_plans
-    from ppsim.plan.schedules import SCHEDULES
+    from ppsim.plan.schedules import NAMES, describe
     from ppsim.search.tune import space
     from ppsim.search.tune.report import figure, print_result
     from ppsim.search.tune.run import TuneRequest, search_plans
 
     names = tuple(_schedule_names(schedules_list)) if schedules_list else space.SCHEDULES
-    forward_only = [n for n in names if not SCHEDULES[n].training]
+    forward_only = [n for n in names if not describe(n).training]
     if forward_only:
         raise usage_error(f"{', '.join(map(repr, forward_only))} does not train; choose training schedules from "
-                          f"{', '.join(n for n, i in SCHEDULES.items() if i.training)}", "--schedules")
+                          f"{', '.join(n for n in NAMES if describe(n).training)}", "--schedules")
     sizes = tuple(int_list(micro_batches, "--micro-batch-sizes") or space.MICRO_BATCHES)
     with bad_input_exits():
         targets = output_targets({"--html": html, "--png": png}, [scenario], force)

@@ -86,10 +86,10 @@ def usage_error(message: str, option: str) -> typer.BadParameter:
 def _known_schedule(name: str | None) -> str | None:
     if name is None:
         return None
-    from ppsim.plan.schedules import FILE_PREFIX, SCHEDULES
+    from ppsim.plan.schedules import FILE_PREFIX, NAMES
 
-    if name not in SCHEDULES and not name.startswith(FILE_PREFIX):
-        raise usage_error(f"unknown schedule {name!r}; choose one of: {', '.join(SCHEDULES)}, or file:PATH "
+    if name not in NAMES and not name.startswith(FILE_PREFIX):
+        raise usage_error(f"unknown schedule {name!r}; choose one of: {', '.join(NAMES)}, or file:PATH "
                           "(a plan file)", "--schedule")
     return name
 

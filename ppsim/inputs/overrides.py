@@ -90,8 +90,8 @@ def apply_overrides(s: Scenario, plan: PlanOverrides, source: str = "command-lin
     name = plan.schedule or s.pipeline.schedule
     stated = plan.chunks is not None or (plan.schedule in (None, s.pipeline.schedule)
                                          and "chunks" in s.pipeline.model_fields_set)
-    if not stated and not name.startswith(schedules.FILE_PREFIX) and name in schedules.SCHEDULES:
-        v = schedules.get(name).chunks_for(s.pipeline.chunks)
+    if not stated and not name.startswith(schedules.FILE_PREFIX) and name in schedules.NAMES:
+        v = schedules.describe(name).chunks_for(s.pipeline.chunks)
         if v != s.pipeline.chunks:
             plan = PlanOverrides(**{**plan.given(), "chunks": v})
             had = "the scenario has " + (str(s.pipeline.chunks) if "chunks" in s.pipeline.model_fields_set

@@ -3,7 +3,7 @@
 Two families compete:
 
 - plans of one stage per rank on the scenario's own costs: the hand-written ones and the list
-  scheduler's orders (:func:`ppsim.plan.schedules.auto.candidates`, ranked by their own timeline);
+  scheduler's orders (:func:`ppsim.plan.order_search.candidates.candidates`, ranked by their own timeline);
   the hand-written ones and the best :data:`SHORTLIST` of the others are simulated;
 - every hand-written schedule of several chunks per rank (interleaved, V-shaped, DualPipeV), each
   on its own layout of the model over its virtual stages (a partition the scenario lists for one
@@ -26,8 +26,9 @@ from ppsim.inputs.hardware import get_device
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan import COMPUTE_KINDS, Plan, schedules
 from ppsim.plan.held import peak_held
-from ppsim.plan.schedules import auto as orders
-from ppsim.plan.schedules.list_scheduler import Timing
+from ppsim.plan.order_search.bound import lower_bound
+from ppsim.plan.order_search.candidates import candidates
+from ppsim.plan.order_search.timeline import Timing
 from ppsim.prediction.path import Built, lower_built, scenario_workload
 from ppsim.sim import peak_memory_bytes, simulate
 from ppsim.trace.metrics import step_bounds
@@ -54,11 +55,11 @@ def auto_build(s: Scenario, workload: Workload, profile: Profile | None = None, 
                several_chunks: bool = True) -> Built:
     """The fastest plan that fits (see the module docstring), as a plan of schedule ``auto``;
     without ``several_chunks``, the fastest of one stage per rank."""
-    info = schedules.get(s.pipeline.schedule)
+    info = schedules.describe(s.pipeline.schedule)
     p, m = s.pipeline.stages, s.microbatches
     info.check(p, m, s.pipeline.chunks)
     timing, budget = auto_inputs(s, workload.costs)
-    found = orders.candidates(p, m, timing, budget)
+    found = candidates(p, m, timing, budget)
     shortlist = [c for c in found if c.hand_written] + [c for c in found if not c.hand_written][:SHORTLIST]
     timed = [_simulate(c.how, Built(s, c.plan, workload), c.hand_written) for c in shortlist]
     if several_chunks:
@@ -68,9 +69,9 @@ def auto_build(s: Scenario, workload: Workload, profile: Profile | None = None, 
     search = {"chosen": best.how, "step_ms": best.step_ms, "considered": len(found) + len(timed) - len(shortlist),
               "simulated": {t.how: t.step_ms for t in timed}, "passes_ms": best.passes_ms}
     if won.chunks == 1:  # the bound holds for plans of one stage per rank
-        search["bound_ms"] = orders.lower_bound(p, m, timing, budget)
+        search["bound_ms"] = lower_bound(p, m, timing, budget)
     # the winner's own actions and placement: built by a schedule or not, as the winner was
-    plan = Plan(schedule=orders.NAME, num_ranks=won.num_ranks, num_microbatches=won.num_microbatches,
+    plan = Plan(schedule=schedules.SEARCHED, num_ranks=won.num_ranks, num_microbatches=won.num_microbatches,
                 chunks=won.chunks, stage_to_rank=won.stage_to_rank, actions=won.actions, meta={"search": search},
                 built=won.built)
     return Built(best.built.scenario, plan, best.built.workload)
@@ -88,7 +89,7 @@ def _chunked_schedules(p: int, m: int) -> list[str]:
     out = []
     for name, info in schedules.SCHEDULES.items():
         v = info.chunks.default
-        if info.training and not info.needs_costs and v > 1 and info.microbatches.nearest(p, m, v) is None:
+        if info.training and v > 1 and info.microbatches.nearest(p, m, v) is None:
             out.append(name)
     return out
 

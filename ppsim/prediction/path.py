@@ -45,18 +45,18 @@ class Built:
 def build(s: Scenario, profile: Profile | None = None, workload: Workload | None = None) -> Built:
     """The scenario's compute-only plan and its costs (``workload``: the scenario's, when the
     caller has them already); ``auto`` searches on them."""
-    info = schedules.get(s.pipeline.schedule)
     w = workload or scenario_workload(s, profile)
-    if info.needs_costs:
+    if s.pipeline.schedule == schedules.SEARCHED:
         from ppsim.prediction.auto import auto_build
 
         return auto_build(s, w, profile)
+    info = schedules.get(s.pipeline.schedule)
     return Built(s, info.build(s.pipeline.stages, s.microbatches, s.pipeline.chunks), w)
 
 
 def stage_to_rank(s: Scenario) -> tuple[int, ...]:
     """Which rank runs each virtual stage under the scenario's schedule (its sizes checked)."""
-    info = schedules.get(s.pipeline.schedule)
+    info = schedules.describe(s.pipeline.schedule)
     info.check(s.pipeline.stages, s.microbatches, s.pipeline.chunks)
     return info.stage_to_rank(s.pipeline.stages, s.pipeline.chunks)
 
@@ -65,7 +65,7 @@ def scenario_workload(s: Scenario, profile: Profile | None = None) -> Workload:
     """The scenario's costs for its schedule's placement of the virtual stages (and, from a profile,
     its way of running backwards: split in I and W by every zero-bubble and V schedule but DualPipeV,
     which runs whole ones too)."""
-    info = schedules.get(s.pipeline.schedule)
+    info = schedules.describe(s.pipeline.schedule)
     return build_workload(s, profile, stage_to_rank(s), split_backward=info.splits_backward and not info.overlaps)
 
 
@@ -109,5 +109,5 @@ def predict(s: Scenario, profile: Profile | None = None, workload: Workload | No
     b = built or build(s, profile, workload)
     plan = lower_built(b)
     trace = simulate(plan, b.workload.costs, s.pipeline.comm, kernel=s.simulator.kernel)
-    trace.meta.update(workload_meta(s, b.workload, schedules.get(s.pipeline.schedule).training))
+    trace.meta.update(workload_meta(s, b.workload, schedules.describe(s.pipeline.schedule).training))
     return Prediction(scenario=s, plan=plan, workload=b.workload, trace=trace)

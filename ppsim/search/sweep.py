@@ -57,13 +57,13 @@ def schedule_variants(base: Scenario, names: list[str], profile: Profile | None 
     """One variant per schedule, on the same model and batch. A schedule that cannot run the
     scenario's chunks gets its own (noted); a schedule that takes several gets its default when
     the scenario has 1 (where it can run them; noted), or it would only repeat 1F1B."""
-    from ppsim.plan.schedules import get
+    from ppsim.plan.schedules import describe
 
     out = []
     for name in names:
         overrides: dict[str, Any] = {"schedule": name}
         notes: tuple[str, ...] = ()
-        chunks, have = get(name).chunks, base.pipeline.chunks
+        chunks, have = describe(name).chunks, base.pipeline.chunks
         if not chunks.allows(have):
             overrides["chunks"] = chunks.default
             notes = (f"{name} runs {chunks.words()} per rank: compared with chunks {chunks.default} "

@@ -197,14 +197,14 @@ def test_run_folder_table_matches_a_real_run(doc: str, local_run: Path) -> None:
 def test_schedule_table_matches_what_each_runtime_runs(doc: str) -> None:
     from ppexec.launch.prepare import prepare
     from ppsim.inputs.scenario import load
-    from ppsim.plan.schedules import SCHEDULES
+    from ppsim.plan.schedules import NAMES, describe
 
     rows = _table_rows(_section(doc, "## Which schedules run, and where"))
     table = {r[0].strip("`"): {"deepspeed": r[1], "torch": r[2]} for r in rows}
-    assert set(table) == set(SCHEDULES), f"schedule table {sorted(table)} != registry {sorted(SCHEDULES)}"
+    assert set(table) == set(NAMES), f"schedule table {sorted(table)} != every name {sorted(NAMES)}"
     tiny = load(SCENARIOS / "tiny-cpu.yaml")
     for name, by_runtime in table.items():
-        s = tiny.with_overrides(schedule=name, chunks=SCHEDULES[name].chunks.default)
+        s = tiny.with_overrides(schedule=name, chunks=describe(name).chunks.default)
         for runtime, runs in by_runtime.items():
             assert runs in ("yes", "refused"), (name, runtime, runs)
             if runs == "yes":

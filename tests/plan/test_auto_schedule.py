@@ -13,14 +13,15 @@ from ppsim.cli import app
 from ppsim.errors import PpsimError
 from ppsim.inputs.scenario import Scenario, parse_scenario
 from ppsim.plan import Kind, loop_placement, schedules, validate
-from ppsim.plan.schedules.list_scheduler import Timing, list_schedule
+from ppsim.plan.order_search.list_scheduler import list_schedule
+from ppsim.plan.order_search.timeline import Timing
 from ppsim.prediction import predict
 from ppsim.trace.metrics import summarize
 
 
 def _scenario(p: int, m: int, forward: list[float], budget: float, schedule: str = "auto", p2p: float = 0.1,
               w_share: float = 0.5, comm: str = "async") -> Scenario:
-    chunks = schedules.get(schedule).chunks.default
+    chunks = schedules.describe(schedule).chunks.default
     return parse_scenario({
         "name": "auto", "pipeline": {"stages": p, "microbatches": m, "schedule": schedule, "memory_budget": budget,
                                      "comm": comm, "chunks": chunks},
@@ -43,7 +44,7 @@ def test_auto_is_never_slower_than_a_hand_written_schedule_that_fits(
     auto_ms, auto_peak = _step_and_peak(_scenario(p, m, forward[:p], budget, p2p=p2p, w_share=w_share, comm=comm))
     assert auto_peak <= budget + 1e-9
     for name, info in schedules.SCHEDULES.items():  # every one, of one chunk per rank or several
-        if not info.training or info.needs_costs or info.microbatches.nearest(p, m, info.chunks.default):
+        if not info.training or info.microbatches.nearest(p, m, info.chunks.default):
             continue
         ms, peak = _step_and_peak(_scenario(p, m, forward[:p], budget, name, p2p=p2p, w_share=w_share, comm=comm))
         if peak <= budget + 1e-9:
@@ -103,8 +104,9 @@ def test_a_budget_below_one_micro_batch_is_refused_by_name() -> None:
         predict(_scenario(4, 8, [1.0] * 4, 0.5))
 
 
-def test_auto_needs_the_costs() -> None:
-    with pytest.raises(PpsimError, match="stage costs"):
+def test_auto_is_a_search_not_a_schedule_to_build() -> None:
+    assert "auto" not in schedules.SCHEDULES and "auto" in schedules.NAMES
+    with pytest.raises(PpsimError, match="a search on the stage costs"):
         schedules.build("auto", 4, 8)
 
 
@@ -115,7 +117,7 @@ def test_the_list_scheduler_never_stalls_with_one_stage_per_rank(p: int, m: int,
                                                                   rule: str) -> None:
     from ppsim.plan import Plan
     from ppsim.plan.held import peak_held
-    from ppsim.plan.schedules.auto import rules
+    from ppsim.plan.order_search.candidates import rules
 
     timing = Timing.unit(p)
     made = list_schedule(m, loop_placement(p, 1), True, timing, [float(cap)] * p, rules(p, timing, True)[rule],
@@ -142,7 +144,7 @@ def test_no_plan_beats_the_bound(p: int, extra: int, budget_share: float, forwar
                                  w_share: float) -> None:
     """The bound auto reports is one: neither auto's plan nor any hand-written one that fits ends
     its passes before it."""
-    from ppsim.plan.schedules.auto import lower_bound
+    from ppsim.plan.order_search.bound import lower_bound
     from ppsim.prediction import scenario_workload
     from ppsim.prediction.auto import auto_inputs
 

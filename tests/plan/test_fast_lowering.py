@@ -23,7 +23,7 @@ from ppsim.plan.plan import Plan
 from ppsim.plan.posted import finishes
 from ppsim.plan.validate import structure_holds
 
-NAMES = sorted(n for n in schedules.SCHEDULES if n != "auto")  # auto builds from stage costs
+NAMES = sorted(schedules.SCHEDULES)
 
 
 def _full_check_holds(plan) -> bool:

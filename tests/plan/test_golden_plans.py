@@ -18,24 +18,24 @@ RANKS, MICROBATCHES = 4, 8
 
 def _sizes(name: str) -> int:
     """Chunks: each schedule's default (2 for those that take several, else 1)."""
-    return schedules.get(name).chunks.default
+    return schedules.describe(name).chunks.default
 
 
 def _cases() -> list[tuple[str, str]]:
     out = []
-    for name in schedules.SCHEDULES:
+    for name in schedules.NAMES:
         out.append((name, "compute"))
-        if schedules.get(name).training:
+        if schedules.describe(name).training:
             out += [(name, "rendezvous"), (name, "async")]
     return out
 
 
 def _compute(name: str) -> Plan:
     """The schedule's plan; auto's is the best of its search on unit costs with a 2p budget."""
-    if not schedules.get(name).needs_costs:
+    if name != schedules.SEARCHED:
         return schedules.build(name, RANKS, MICROBATCHES, _sizes(name))
-    from ppsim.plan.schedules.auto import candidates
-    from ppsim.plan.schedules.list_scheduler import Timing
+    from ppsim.plan.order_search.candidates import candidates
+    from ppsim.plan.order_search.timeline import Timing
 
     return candidates(RANKS, MICROBATCHES, Timing.unit(RANKS), [2.0 * RANKS] * RANKS)[0].plan
 

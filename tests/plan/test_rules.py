@@ -9,9 +9,9 @@ import pytest
 
 from ppsim.plan import Action, Kind, schedules
 from ppsim.plan.deps import dependencies
+from ppsim.plan.order_search.list_scheduler import scheduled_needs, scheduled_users
 from ppsim.plan.posted import posted_order
 from ppsim.plan.rules import MAKES, MESSAGES, NEEDS, RECEIVES, SENDS, Fact, FlagLayout
-from ppsim.plan.schedules.list_scheduler import scheduled_needs, scheduled_users
 
 COMPUTE = (Kind.F, Kind.B, Kind.I, Kind.W)
 MAKER = {Fact.FORWARD: Kind.F, Fact.INPUT_GRAD: Kind.I}
@@ -68,7 +68,7 @@ def _placed_by_the_tables(plan) -> list[list[str]]:
     return out
 
 
-@pytest.mark.parametrize("name", sorted(n for n, i in schedules.SCHEDULES.items() if not i.needs_costs))
+@pytest.mark.parametrize("name", sorted(schedules.SCHEDULES))
 def test_posted_sends_and_receives_are_placed_as_the_tables_say(name: str) -> None:
     info = schedules.get(name)
     for p in (info.ranks,) if info.ranks else (1, 2, 3, 4):

@@ -22,7 +22,7 @@ from ppsim.prediction.path import lower_built
 from ppsim.sim import simulate
 from ppsim.trace import Trace
 
-TRAINING = [n for n, info in schedules.SCHEDULES.items() if info.training and not info.needs_costs]
+TRAINING = [n for n, info in schedules.SCHEDULES.items() if info.training]
 
 
 def _same(a: Trace, b: Trace) -> None:

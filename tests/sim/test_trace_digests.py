@@ -22,7 +22,7 @@ from ppsim.sim import compute_ms, simulate
 from ppsim.trace import Trace
 
 DIGESTS = DATA / "trace_digests.json"
-TRAINING = sorted(n for n, info in schedules.SCHEDULES.items() if info.training and not info.needs_costs)
+TRAINING = sorted(n for n, info in schedules.SCHEDULES.items() if info.training)
 COMMS = ("async", "eager", "rendezvous")
 
 

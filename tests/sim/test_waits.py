@@ -77,7 +77,7 @@ def test_an_async_send_blocks_nothing_and_an_eager_one_only_the_transfer() -> No
 
 
 @settings(max_examples=60, deadline=None)
-@given(name=st.sampled_from(sorted(n for n, i in schedules.SCHEDULES.items() if i.training and not i.needs_costs)),
+@given(name=st.sampled_from(sorted(n for n, i in schedules.SCHEDULES.items() if i.training)),
        p=st.integers(2, 4), extra=st.integers(0, 4), latency=st.sampled_from([0.0, 0.05, 0.4]),
        comm=st.sampled_from(["async", "eager", "rendezvous"]))
 def test_waits_fit_in_the_bubble_and_vanish_on_free_links(name: str, p: int, extra: int, latency: float,

@@ -16,7 +16,7 @@ from ppsim.cli import app as cli
 from ppsim.errors import PpsimError
 from ppsim.inputs.scenario import Scenario, load
 from ppsim.plan import Action, Kind
-from ppsim.plan.schedules import SCHEDULES
+from ppsim.plan.schedules import NAMES
 from ppsim.prediction import predict
 from ppsim.trace import Span, Trace
 from ppsim.trace.load import load_trace
@@ -239,12 +239,12 @@ def test_two_blocks_of_one_colour_that_meet_are_parted() -> None:
 def test_s_cycles_every_schedule_and_interleaving_gets_two_chunks() -> None:
     state = small()
     seen = [state.scenario.pipeline.schedule]
-    for _ in range(len(SCHEDULES)):
+    for _ in range(len(NAMES)):
         state.cycle_schedule()
         seen.append(state.scenario.pipeline.schedule)
         if state.scenario.pipeline.schedule == "interleaved-1f1b":
             assert state.scenario.pipeline.chunks == 2
-    assert set(seen) == set(SCHEDULES) and seen[-1] == seen[0]
+    assert set(seen) == set(NAMES) and seen[-1] == seen[0]
 
 
 def test_micro_batch_and_stage_keys_rerun_the_simulation() -> None:

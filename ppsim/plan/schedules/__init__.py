@@ -3,15 +3,15 @@ registered with the capabilities every consumer reads (chunks, placement, split 
 micro-batch rule, memory); no module outside this package names a schedule.
 
 To add a schedule, write a builder ``(ranks, microbatches, chunks) -> Plan`` in a module here and
-register it in ``SCHEDULES`` with its capabilities; ``file:PATH`` reads a plan from a file.
+register it in ``SCHEDULES`` with its capabilities; ``file:PATH`` reads a plan from a file. ``auto``
+is not a schedule but a search (:data:`SEARCHED`): :func:`describe` gives what it declares.
 """
 
 from __future__ import annotations
 
 from ppsim.errors import ScheduleError
 from ppsim.plan.plan import Plan
-from ppsim.plan.schedules import auto
-from ppsim.plan.schedules.base import Chunks, Microbatches, Placement, ScheduleInfo
+from ppsim.plan.schedules.base import Capabilities, Chunks, Microbatches, Placement, ScheduleInfo
 from ppsim.plan.schedules.controllable import v_half, v_min
 from ppsim.plan.schedules.dualpipe import dualpipev
 from ppsim.plan.schedules.fill_drain import gpipe, inference, looped_bfs
@@ -51,42 +51,51 @@ V_SHAPED = Chunks(minimum=2, maximum=2, default=2)
 SCHEDULES: dict[str, ScheduleInfo] = {
     info.name: info
     for info in (
-        ScheduleInfo("gpipe", "GPipe: all forwards, then all backwards", gpipe,
+        ScheduleInfo("gpipe", "GPipe: all forwards, then all backwards", build_order=gpipe,
                      memory="m", peak_activations=lambda p, m, v: m),
         ScheduleInfo("1f1b", "1F1B (PipeDream-flush, DeepSpeed TrainSchedule): stage s holds p - s",
-                     one_f_one_b, memory="p", peak_activations=lambda p, m, v: min(p, m)),
+                     build_order=one_f_one_b, memory="p", peak_activations=lambda p, m, v: min(p, m)),
         ScheduleInfo("interleaved-1f1b", "Megatron interleaved 1F1B: v chunks per rank, bubble / v, v x more messages",
-                     interleaved_1f1b, chunks=ANY_CHUNKS,
+                     build_order=interleaved_1f1b, chunks=ANY_CHUNKS,
                      microbatches=Microbatches("multiple of p (v > 1)", _multiple_of_ranks_when_interleaved),
                      memory="p + (p - 1) / v", peak_activations=_interleaved_peak),
         ScheduleInfo("looped-bfs", "Breadth-first over chunks (looped BFS): GPipe chunk by chunk",
-                     looped_bfs, chunks=TWO_OR_MORE, memory="m", peak_activations=lambda p, m, v: m),
+                     build_order=looped_bfs, chunks=TWO_OR_MORE, memory="m", peak_activations=lambda p, m, v: m),
         ScheduleInfo("zb-h1", "Zero bubble H1: split backward, W's fill the drain: 1/3 of 1F1B's bubble",
-                     zb_h1, splits_backward=True, memory="p", peak_activations=lambda p, m, v: min(p, m)),
+                     build_order=zb_h1, splits_backward=True, memory="p", peak_activations=lambda p, m, v: min(p, m)),
         ScheduleInfo("zb-h2", "Zero bubble H2: more warm-up forwards; no gap in a rank's span for m >= 2p - 1",
-                     zb_h2, splits_backward=True, memory="2p - 1", peak_activations=lambda p, m, v: min(2 * p - 1, m)),
+                     build_order=zb_h2, splits_backward=True, memory="2p - 1",
+                     peak_activations=lambda p, m, v: min(2 * p - 1, m)),
         ScheduleInfo("zb-v", "ZB-V: V placement, split backward; no gap in a span for m >= 2p - 1",
-                     zb_v, chunks=V_SHAPED, placement=Placement.V, splits_backward=True,
+                     build_order=zb_v, chunks=V_SHAPED, placement=Placement.V, splits_backward=True,
                      memory="p", peak_activations=lambda p, m, v: min(p, m)),
         ScheduleInfo("v-half", "V-Half: V placement, split backward, half of 1F1B's activations",
-                     v_half, chunks=V_SHAPED, placement=Placement.V, splits_backward=True,
+                     build_order=v_half, chunks=V_SHAPED, placement=Placement.V, splits_backward=True,
                      memory="(p + 2) // 2", peak_activations=lambda p, m, v: min((p + 2) // 2, m)),
         ScheduleInfo("v-min", "V-Min: V placement, split backward, a third of 1F1B's activations",
-                     v_min, chunks=V_SHAPED, placement=Placement.V, splits_backward=True,
+                     build_order=v_min, chunks=V_SHAPED, placement=Placement.V, splits_backward=True,
                      memory="(p + 4) // 3", peak_activations=lambda p, m, v: min((p + 4) // 3, m)),
         ScheduleInfo("dualpipev", "DualPipeV (DeepSeek): V placement, a forward and a backward overlapped as one action",
-                     dualpipev, chunks=V_SHAPED, placement=Placement.V, splits_backward=True, overlaps=True,
+                     build_order=dualpipev, chunks=V_SHAPED, placement=Placement.V, splits_backward=True, overlaps=True,
                      microbatches=Microbatches("at least 2p", _at_least_two_per_stage),
                      memory="p + 1/2", peak_activations=lambda p, m, v: p + 0.5),
         ScheduleInfo("interleaved-zb", "Interleaved zero bubble: Megatron's interleaving with split backward",
-                     interleaved_zb, chunks=TWO_OR_MORE, splits_backward=True,
+                     build_order=interleaved_zb, chunks=TWO_OR_MORE, splits_backward=True,
                      microbatches=Microbatches("max(1, m // p) equal rounds", _whole_rounds),
                      memory="p (m multiple of p)", peak_activations=_interleaved_zb_peak),
-        ScheduleInfo(auto.NAME, "Searched on the stage costs: the fastest plan that fits each rank's memory",
-                     auto.no_costs, splits_backward=True, needs_costs=True, memory="memory_budget"),
-        ScheduleInfo("inference", "Forward only, pipelined (no backward, no optimizer)", inference, training=False),
+        ScheduleInfo("inference", "Forward only, pipelined (no backward, no optimizer)", build_order=inference, training=False),
     )
 }
+
+#: the name that asks for a search instead of a schedule: the fastest plan that fits, found on the
+#: stage costs by :func:`ppsim.prediction.auto.auto_build` (its orders: :mod:`ppsim.plan.order_search`)
+SEARCHED = "auto"
+#: what the search declares before it has picked: it starts from one chunk per rank, on the loop
+#: placement, with split backwards (and may pick a schedule of several chunks)
+SEARCH = Capabilities(SEARCHED, "Searched on the stage costs: the fastest plan that fits each rank's memory",
+                      splits_backward=True, memory="memory_budget")
+#: every name ``pipeline.schedule`` takes (besides file:PATH)
+NAMES: tuple[str, ...] = (*SCHEDULES, SEARCHED)
 
 #: what a scenario runs when it names no schedule, and what one stage (gradient accumulation, where
 #: every schedule is the same) is searched with: DeepSpeed's TrainSchedule order
@@ -96,15 +105,26 @@ DEFAULT = "1f1b"
 PROFILING = "gpipe"
 
 
+def describe(name: str) -> Capabilities:
+    """What a name ``pipeline.schedule`` takes declares (a schedule, ``file:PATH`` or ``auto``);
+    an unknown name lists the known ones."""
+    return SEARCH if name == SEARCHED else get(name)
+
+
 def get(name: str) -> ScheduleInfo:
-    """Look a schedule up by name (or ``file:PATH``); an unknown name lists the known ones."""
+    """Look a schedule up by name (or ``file:PATH``) to build it; an unknown name lists the known
+    ones, and ``auto`` says it is a search."""
     if name.startswith(FILE_PREFIX):
         return from_file(name[len(FILE_PREFIX):])
     try:
         return SCHEDULES[name]
     except KeyError:
+        if name == SEARCHED:
+            raise ScheduleError("auto is a search on the stage costs, not a schedule with its own order: predict "
+                                "the scenario (ppsim run), or call ppsim.prediction.auto.auto_build",
+                                field="pipeline.schedule") from None
         raise ScheduleError(
-            f"unknown schedule {name!r}; choose one of: {', '.join(SCHEDULES)}, or file:PATH (a plan file)",
+            f"unknown schedule {name!r}; choose one of: {', '.join(NAMES)}, or file:PATH (a plan file)",
             field="pipeline.schedule",
         ) from None
 
@@ -114,5 +134,5 @@ def build(name: str, num_ranks: int, num_microbatches: int, chunks: int | None =
     return get(name).build(num_ranks, num_microbatches, chunks)
 
 
-__all__ = ["DEFAULT", "FILE_PREFIX", "PROFILING", "SCHEDULES", "Chunks", "Microbatches", "Placement", "ScheduleInfo",
-           "build", "get"]
+__all__ = ["DEFAULT", "FILE_PREFIX", "NAMES", "PROFILING", "SCHEDULES", "SEARCH", "SEARCHED", "Capabilities", "Chunks",
+           "Microbatches", "Placement", "ScheduleInfo", "build", "describe", "get"]

@@ -4,7 +4,7 @@ as typed fields (every consumer reads these, never a schedule's name), and the s
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from ppsim.errors import ScheduleError
@@ -72,12 +72,12 @@ class Microbatches:
 
 
 @dataclass(frozen=True)
-class ScheduleInfo:
-    """A registered schedule: its builder and the capabilities every consumer reads."""
+class Capabilities:
+    """What a name ``pipeline.schedule`` takes declares: what it accepts and what its plans do
+    (a registered schedule, a plan file, or ``auto``, the search)."""
 
     name: str
     summary: str
-    build_order: Builder  #: the per-rank orders; call :meth:`build`, which checks the sizes first
     chunks: Chunks = Chunks()
     placement: Placement = Placement.LOOP
     splits_backward: bool = False  #: runs I and W (input grad, weight grad) instead of one B
@@ -88,7 +88,6 @@ class ScheduleInfo:
     peak_activations: PeakActivations | None = None  #: the same as a formula, checked by the tests
     stage_to_rank_of: Callable[[int, int], tuple[int, ...]] | None = None  #: for Placement.PLAN
     ranks: int | None = None  #: the one rank count it runs (a plan file); None: any
-    needs_costs: bool = False  #: builds its order from the stage costs (``auto``): see ppsim.prediction.build
 
     def chunks_for(self, v: int) -> int:
         """The chunks this schedule runs in place of a scenario's ``v``: ``v`` where it takes it (and
@@ -116,6 +115,14 @@ class ScheduleInfo:
             raise ScheduleError(f"schedule {self.name!r} needs micro-batches: {self.microbatches.text}, with "
                                 f"p = {p} ranks; got {m}, use {use}", field="pipeline.microbatches")
 
+
+
+@dataclass(frozen=True)
+class ScheduleInfo(Capabilities):
+    """A registered schedule (or a plan file): its capabilities and the builder of its orders."""
+
+    build_order: Builder = field(kw_only=True)  #: the per-rank orders; call :meth:`build`, which checks the sizes first
+
     def build(self, p: int, m: int, v: int | None = None, *, remembered: bool = True) -> Plan:
         """The compute-only plan for p ranks, m micro-batches and v chunks (default: the schedule's).
 
@@ -126,7 +133,7 @@ class ScheduleInfo:
         valid by construction (:attr:`~ppsim.plan.plan.Plan.built_by_a_schedule`)."""
         v = self.chunks.default if v is None else v
         self.check(p, m, v)
-        if self.needs_costs or self.ranks is not None:  # searched on costs, or read from a file that may change
+        if self.ranks is not None:  # read from a file that may change
             return self.build_order(p, m, v)
         key = (self.name, p, m, v)
         plan = _BUILT.get(key) if remembered else None

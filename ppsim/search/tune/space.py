@@ -12,7 +12,7 @@ from ppsim.plan import schedules as registry
 MICRO_BATCHES = (1, 2, 4, 8)
 RECOMPUTE = ("none", "selective", "full")
 #: every training schedule but those that search on the costs themselves (auto: list it with --schedules)
-SCHEDULES = tuple(name for name, info in registry.SCHEDULES.items() if info.training and not info.needs_costs)
+SCHEDULES = tuple(name for name, info in registry.SCHEDULES.items() if info.training)
 CHUNKS = (2, 4)
 TENSOR = (1, 2, 4, 8)
 

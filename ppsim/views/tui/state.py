@@ -15,7 +15,7 @@ from typing import Any
 
 from ppsim.errors import PpsimError, TraceError
 from ppsim.inputs.scenario import Scenario
-from ppsim.plan.schedules import SCHEDULES, get
+from ppsim.plan.schedules import NAMES, describe
 from ppsim.trace import Span, Trace
 from ppsim.trace.metrics import Summary, summarize
 from ppsim.views.tui.index import TraceIndex
@@ -111,7 +111,7 @@ class TuiState:
     def from_scenario(cls, s: Scenario, predictor: Predictor) -> TuiState:
         shown, ms = _predict(s, predictor)
         return cls(shown=[shown], window=Window(*_bounds([shown])), scenario=s, rerun_ms=ms, predictor=predictor,
-                   schedules=list(SCHEDULES))
+                   schedules=list(NAMES))
 
     @classmethod
     def from_traces(cls, traces: list[tuple[str, Trace]]) -> TuiState:
@@ -160,7 +160,7 @@ class TuiState:
 
     def cycle_chunks(self) -> None:
         s = self._need_scenario()
-        chunks = get(s.pipeline.schedule).chunks
+        chunks = describe(s.pipeline.schedule).chunks
         if chunks.fixed:
             self.message = f"{s.pipeline.schedule} runs {chunks.words()} per rank; press s for another schedule"
             return

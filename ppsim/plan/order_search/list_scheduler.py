@@ -13,42 +13,19 @@ ranks first, on a timeline of the given durations and message latencies.
   (or to free memory);
 - a rank never idles while it has a ready action it may run (no look-ahead).
 
-It builds the V-Half and V-Min orders (priority: the building block's slots, cap: their bound)
-and is the inner step of the ``auto`` search (priority rules x caps, real costs). It returns None
+It is one family of the ``auto`` search's orders (priority rules x caps, real costs). It returns None
 when the cap leaves no rank anything to run (a deadlock of memory), so a caller can try another.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from ppsim.plan.action import Action, Kind
 from ppsim.plan.deps import dependencies
+from ppsim.plan.order_search.timeline import Timing
 
 Priority = Callable[[Action], tuple[float, ...]]
-
-
-@dataclass(frozen=True)
-class Timing:
-    """What the scheduler needs to know of the costs: all in one unit (ms, or unit steps)."""
-
-    forward: Sequence[float]  #: per virtual stage
-    backward: Sequence[float]  #: full backward B, per stage
-    input_grad: Sequence[float]  #: I, per stage
-    weight_grad: Sequence[float]  #: W, per stage
-    latency: Sequence[float]  #: per stage boundary (s, s + 1), both directions
-    activation: Sequence[float]  #: held from a micro-batch's F to its B (or W), per stage
-
-    @classmethod
-    def unit(cls, num_stages: int) -> Timing:
-        """F = I = W = 1 (B = 2), free messages, one unit of memory per stage and micro-batch."""
-        ones = [1.0] * num_stages
-        return cls(ones, [2.0] * num_stages, ones, ones, [0.0] * max(1, num_stages - 1), ones)
-
-    def duration(self, a: Action) -> float:
-        table = {Kind.F: self.forward, Kind.B: self.backward, Kind.I: self.input_grad, Kind.W: self.weight_grad}
-        return table[a.kind][a.stage]
 
 
 def scheduled_needs(a: Action, n_stages: int, grads: dict[tuple[int, int | None], Kind]) -> list[Action]:
