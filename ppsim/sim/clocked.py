@@ -76,7 +76,7 @@ class ClockedKernel:
         """Start ``generator`` now, before the other events of this instant."""
         start = Event(self)
         start.triggered = True
-        start.callbacks.append(partial(self._resume, generator))  # type: ignore[union-attr]
+        start.callbacks.append(partial(self._resume, generator))  # type: ignore[union-attr]  # a fresh event: its callbacks are a list until it is processed
         heappush(self._queue, (self.now, URGENT, next(self._order), start))
 
     def _resume(self, generator: Process, _event: Event) -> None:
