@@ -54,9 +54,9 @@ MODELS = {
 UNEVEN = [1, 3]
 TARGET_MEDIAN, TARGET_MAX, TARGET_BUBBLE_PP = 0.05, 0.10, 3.0
 def _torch_schedules() -> dict[str, int]:
-    from ppsim.plan.schedules import SCHEDULES as REGISTRY
+    from ppsim.plan.schedules import NAMES, describe
 
-    return {name: info.chunks.default for name, info in REGISTRY.items() if info.training}
+    return {name: describe(name).chunks.default for name in NAMES if describe(name).training}
 
 
 #: what each runtime runs of the matrix (chunks per rank of each schedule): DeepSpeed its two,
@@ -142,7 +142,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None, help="write the cases and the summary here")
     args = ap.parse_args()
     from ppexec.measure.profile import DRIFT_WARNING, drift_between_runs, measure_profile
-    from ppsim.plan.schedules import get as get_schedule
+    from ppsim.plan.schedules import describe as get_schedule
 
     models = args.models.split(",")
     unknown = [m for m in models if m not in MODELS]

@@ -142,9 +142,9 @@ def test_tensor_parallel_blocks_train_like_one_process(tmp_path: Path, stages: i
 
 # ----- the torch runtime: every schedule, both placements of work, the same training ------------------
 def _torch_tiny(schedule: str, stages: int, dp: int = 1, **kw: object):
-    from ppsim.plan.schedules import get
+    from ppsim.plan.schedules import describe
 
-    info = get(schedule)
+    info = describe(schedule)
     chunks = info.chunks.default
     s = tiny(schedule, stages, dp, **kw)  # type: ignore[arg-type]
     layers = max(4, stages * chunks)
