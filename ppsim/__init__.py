@@ -49,8 +49,8 @@ def load_scenario(path: str | Path, ds_config: str | Path | None = None, **overr
     """The scenario of a YAML file (with a DeepSpeed config, if given or named), validated, with
     ``overrides`` laid over it as the command line's plan options are (``schedule``, ``stages``,
     ``microbatches``, ``chunks``, ``partition``, ``comm``, ``data_parallel``, ``tensor_parallel``,
-    ``micro_batch``, ``recompute``, ``zero_stage``): ``schedule="interleaved-1f1b"`` runs its 2
-    chunks, as ``--schedule interleaved-1f1b`` does. Bad input raises
+    ``micro_batch``, ``recompute``, ``zero_stage``): a schedule named without chunks runs the chunks
+    its registry entry takes by default, as ``--schedule`` does. Bad input raises
     :class:`ppsim.errors.ScenarioError` naming the key."""
     from ppsim.inputs.scenario import load
 

@@ -9,8 +9,8 @@ sweep's points, schedule ``auto``'s candidates and the scenario files ``ppsim tu
 same scenario every way in.
 
 A schedule named without chunks runs the chunks it takes: the scenario's where it takes them (and
-they are not 1 for a schedule that needs several), else its default (interleaved-1f1b: 2, as one
-chunk only repeats 1F1B).
+they are not 1 for a schedule that needs several), else its registry entry's default (2 for an
+interleaved schedule, whose one chunk would only repeat 1F1B).
 
 The global batch: a new micro-batch count sets it to micro-batch size x count x data parallelism;
 a new data parallelism or micro-batch size without a count keeps the scenario's global batch (the

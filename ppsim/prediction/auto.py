@@ -2,9 +2,10 @@
 
 Two families compete:
 
-- plans of one stage per rank on the scenario's own costs: the hand-written ones and the list
-  scheduler's orders (:func:`ppsim.plan.order_search.candidates.candidates`, ranked by their own timeline);
-  the hand-written ones and the best :data:`SHORTLIST` of the others are simulated;
+- plans of one stage per rank on the scenario's own costs: the hand-written ones and the orders
+  the search makes (:func:`ppsim.plan.order_search.candidates.candidates`: the list scheduler,
+  the zero-bubble authors' greedy, the local search, ranked by their own timeline); the
+  hand-written ones and the best :data:`SHORTLIST` of the others are simulated;
 - every hand-written schedule of several chunks per rank (interleaved, V-shaped, DualPipeV), each
   on its own layout of the model over its virtual stages (a partition the scenario lists for one
   chunk per rank is balanced again), where its sizes allow.

@@ -8,12 +8,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ppsim.plan import Kind, Plan, loop_placement, schedules, validate
+from ppsim.plan import Kind, schedules, validate
 from ppsim.plan.deps import ideal_times
+from ppsim.plan.held import peak_held
 from ppsim.plan.order_search.bound import lower_bound
 from ppsim.plan.order_search.candidates import _caps, candidates
 from ppsim.plan.order_search.improve import improve
-from ppsim.plan.order_search.timeline import Timing, fits, peak_activations, timeline
+from ppsim.plan.order_search.timeline import Timing, as_plan, fits, timeline
 from ppsim.plan.order_search.wavefront import VARIANTS, wavefront
 
 
@@ -25,12 +26,6 @@ def timings(draw: st.DrawFn, p: int) -> Timing:
     weight = [g * draw(st.sampled_from([0.5, 1.0])) for g in grad]
     latency = draw(st.lists(st.sampled_from([0.0, 0.1, 0.5]), min_size=max(1, p - 1), max_size=max(1, p - 1)))
     return Timing(forward, [g + w for g, w in zip(grad, weight, strict=True)], grad, weight, latency, [1.0] * p)
-
-
-def _plan(orders: list[list]) -> Plan:
-    p = len(orders)
-    m = sum(1 for a in orders[0] if a.kind is Kind.F)
-    return Plan("auto", p, m, 1, loop_placement(p, 1), tuple(tuple(o) for o in orders))
 
 
 @settings(max_examples=40, deadline=None)
@@ -65,8 +60,8 @@ def test_every_wavefront_is_complete_valid_and_within_its_cap(data: st.DataObjec
             continue
         orders, makespan = made
         built += 1
-        validate(_plan(orders))  # every action once, each consumer after its producer
-        assert max(peak_activations(orders, timing)) <= cap
+        validate(as_plan(orders))  # every action once, each consumer after its producer
+        assert max(peak_held(as_plan(orders), timing.activation)) <= cap
         t = timeline(orders, timing)
         assert t is not None and t.makespan == pytest.approx(makespan)
         assert makespan >= lower_bound(p, m, timing, budget) - 1e-9
@@ -91,11 +86,11 @@ def test_the_local_search_only_shortens_and_keeps_the_cap(data: st.DataObject, p
                                                           name: str) -> None:
     timing = data.draw(timings(p))
     plan = schedules.build(name, p, m, 1)
-    budget = [float(max(cap, max(peak_activations(plan.actions, timing))))] * p
+    budget = [float(max(cap, max(peak_held(plan, timing.activation))))] * p
     before = timeline(plan.actions, timing)
     assert before is not None
     orders, after, kept = improve(plan.actions, timing, budget, tries=60)
-    validate(_plan(orders))
+    validate(as_plan(orders))
     assert fits(orders, timing, budget)
     assert after.makespan <= before.makespan + 1e-9
     assert (kept == 0) == (orders == [list(o) for o in plan.actions])

@@ -9,7 +9,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -262,15 +264,22 @@ def test_a_plan_that_deadlocks_ends_within_the_timeout(tmp_path: Path) -> None:
     assert _no_workers_left(tmp_path)
 
 
-@pytest.mark.slow  # starts ranks
-def test_a_crashed_rank_stops_the_run_and_keeps_what_was_recorded(tmp_path: Path) -> None:
+def _kill_after_a_step(rank: int) -> Callable[[Any], None]:
+    """A watcher that kills ``rank`` (SIGKILL) once, after it has reported a step."""
     killed: list[int] = []
 
-    def kill_rank1_after_first_step(states) -> None:
-        st = states[1]
+    def watch(states: Any) -> None:
+        st = states[rank]
         if st.steps and not killed and st.ready:
             os.kill(st.ready.pid, signal.SIGKILL)
             killed.append(st.ready.pid)
+
+    return watch
+
+
+@pytest.mark.slow  # starts ranks
+def test_a_crashed_rank_stops_the_run_and_keeps_what_was_recorded(tmp_path: Path) -> None:
+    kill_rank1_after_first_step = _kill_after_a_step(1)
 
     with pytest.raises(RunFailed, match=r"rank 1 exited with code -9 after step \d+ \(last action 1\w+\)") as exc:
         execute(load(TINY), RunOptions(out=tmp_path, steps=20, warmup=0, timeout_s=20), kill_rank1_after_first_step)
@@ -417,13 +426,7 @@ def test_torchrun_starts_the_torch_runtime_from_a_prepared_folder(tmp_path: Path
 
 @pytest.mark.slow  # starts ranks
 def test_a_killed_torch_rank_stops_the_run_naming_it(tmp_path: Path) -> None:
-    killed: list[int] = []
-
-    def kill_rank0_after_a_step(states) -> None:
-        st = states[0]
-        if st.steps and not killed and st.ready:
-            os.kill(st.ready.pid, signal.SIGKILL)
-            killed.append(st.ready.pid)
+    kill_rank0_after_a_step = _kill_after_a_step(0)
 
     s = load(TINY).with_overrides(schedule="interleaved-1f1b", chunks=2)
     with pytest.raises(RunFailed, match=r"rank 0 exited with code -9 after step \d+") as exc:

@@ -55,8 +55,11 @@ class Candidate:
     how: str
     plan: Plan
     makespan: float
-    hand_written: bool = False
     family: str = "hand-written"  #: what made it: hand-written, list scheduler, wavefront, local search
+
+    @property
+    def hand_written(self) -> bool:
+        return self.family == "hand-written"
 
 
 def remaining_path(p: int, timing: Timing, split: bool) -> dict[tuple[int, Kind], float]:
@@ -110,12 +113,11 @@ def candidates(p: int, m: int, timing: Timing, budget: Sequence[float]) -> list[
     out: list[Candidate] = []
     for name, plan in hand_written(p, m):
         if fits(plan.actions, timing, budget):
-            out.append(Candidate(name, plan, _makespan(plan.actions, timing), hand_written=True))
+            out.append(Candidate(name, plan, _makespan(plan.actions, timing)))
     for cap_name, per_rank in _caps(p, m, timing, budget):
         for how, orders, makespan in _greedy_orders(p, m, timing, per_rank):
             family = "wavefront" if how.startswith("wavefront") else "list scheduler"
-            out.append(Candidate(f"{how}, {cap_name}", make_plan(SEARCHED, p, m, 1, orders), makespan,
-                                 family=family))
+            out.append(Candidate(f"{how}, {cap_name}", make_plan(SEARCHED, p, m, 1, orders), makespan, family))
     ranked = _distinct(out)
     if ranked[0].makespan <= lower_bound(p, m, timing, budget) * (1 + 1e-9):
         return ranked  # the best is as short as any can be
@@ -124,7 +126,7 @@ def candidates(p: int, m: int, timing: Timing, budget: Sequence[float]) -> list[
         orders, t, kept = improve(c.plan.actions, timing, budget, tries)
         if kept:
             how = f"{c.how}, improved by {kept} swap{'s' if kept > 1 else ''}"
-            ranked.append(Candidate(how, make_plan(SEARCHED, p, m, 1, orders), t.makespan, family="local search"))
+            ranked.append(Candidate(how, make_plan(SEARCHED, p, m, 1, orders), t.makespan, "local search"))
     return _distinct(ranked)
 
 

@@ -66,7 +66,7 @@ def improve(orders: Orders, timing: Timing, budget: Sequence[float], tries: int 
         current = score(now)
         for r, i in critical_pairs(now, best):
             moved = _swapped(best, r, i)
-            if moved is None or not fits([moved[r]], timing, [budget[r]]):  # only rank r's changed
+            if moved is None or not fits(moved, timing, budget):
                 continue
             tries -= 1
             after = timeline(moved, timing)

@@ -12,6 +12,10 @@ from dataclasses import dataclass
 
 from ppsim.plan.action import Action, Kind
 from ppsim.plan.deps import dependencies
+from ppsim.plan.held import peak_held
+from ppsim.plan.plan import Plan
+from ppsim.plan.schedules import SEARCHED
+from ppsim.plan.schedules.base import make_plan
 
 Orders = Sequence[Sequence[Action]]  #: per rank, the compute actions in the order it runs them
 Key = tuple[int, Kind, int | None]  #: an action as a plain tuple (equal to, and hashed like, the Action)
@@ -34,9 +38,12 @@ class Timing:
         ones = [1.0] * num_stages
         return cls(ones, [2.0] * num_stages, ones, ones, [0.0] * max(1, num_stages - 1), ones)
 
+    def by_kind(self) -> dict[Kind, Sequence[float]]:
+        """Each compute kind's durations, per stage."""
+        return {Kind.F: self.forward, Kind.B: self.backward, Kind.I: self.input_grad, Kind.W: self.weight_grad}
+
     def duration(self, a: Action) -> float:
-        table = {Kind.F: self.forward, Kind.B: self.backward, Kind.I: self.input_grad, Kind.W: self.weight_grad}
-        return table[a.kind][a.stage]
+        return self.by_kind()[a.kind][a.stage]
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,7 @@ def timeline(orders: Orders, timing: Timing) -> Timeline | None:
     p = len(orders)
     grads: dict[tuple[int, int | None], Kind] = {(a.stage, a.microbatch): a.kind for o in orders for a in o
                                                  if a.kind is Kind.B or a.kind is Kind.I}
-    took = {Kind.F: timing.forward, Kind.B: timing.backward, Kind.I: timing.input_grad, Kind.W: timing.weight_grad}
+    took = timing.by_kind()
     latency = timing.latency
     done: dict[Key, float] = {}
     starts: list[list[float]] = [[] for _ in range(p)]
@@ -112,22 +119,12 @@ def timeline(orders: Orders, timing: Timing) -> Timeline | None:
     return Timeline(starts, ends, waited)
 
 
-def peak_activations(orders: Orders, timing: Timing) -> list[float]:
-    """Each rank's most activations held at once: a forward holds its micro-batch's until its
-    weight grad (or whole backward) frees them."""
-    out = []
-    for order in orders:
-        held = peak = 0.0
-        for a in order:
-            if a.kind is Kind.F:
-                held += timing.activation[a.stage]
-                peak = max(peak, held)
-            elif a.kind is Kind.W or a.kind is Kind.B:
-                held -= timing.activation[a.stage]
-        out.append(peak)
-    return out
+def as_plan(orders: Orders) -> Plan:
+    """The orders as a compute-only plan of one stage per rank (named after the search)."""
+    m = sum(1 for a in orders[0] if a.kind is Kind.F) if orders else 0
+    return make_plan(SEARCHED, len(orders), m, 1, [list(o) for o in orders])
 
 
 def fits(orders: Orders, timing: Timing, budget: Sequence[float]) -> bool:
-    """Whether every rank's activations stay within its budget."""
-    return all(h <= b + 1e-9 for h, b in zip(peak_activations(orders, timing), budget, strict=True))
+    """Whether every rank's activations stay within its budget (the rule of :mod:`ppsim.plan.held`)."""
+    return all(h <= b + 1e-9 for h, b in zip(peak_held(as_plan(orders), timing.activation), budget, strict=True))

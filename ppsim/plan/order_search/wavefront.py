@@ -55,7 +55,7 @@ class _Waves:
         self.idle = [0.0] * p  #: time a stage waited for an input since its first forward
         #: when each (kind, stage, micro-batch) ends
         self.end = {k: [[0.0] * m for _ in range(p)] for k in (Kind.F, Kind.I, Kind.W)}
-        self.took = {Kind.F: timing.forward, Kind.I: timing.input_grad, Kind.W: timing.weight_grad}
+        self.took = timing.by_kind()
         self.orders: list[list[Action]] = [[] for _ in range(p)]
 
     def arrival(self, s: int, kind: Kind) -> float:
