@@ -405,7 +405,7 @@ def _report(result: RunResult, out: Path, json_out: bool) -> None:
 
     print_summary(result.summary)
     err.print(f"runtime: {result.runtime}")
-    err.print(f"losses: {', '.join(f'{x:.4f}' for x in result.losses)}")
+    err.print(f"losses: {', '.join('-' if x is None else f'{x:.4f}' for x in result.losses)}")
     err.print(f"wrote {out}/trace.json, {out}/trace.chrome.json, {out}/summary.json, {out}/steps/")
 
 

@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # the same names as _SOURCES below, for the type checker
     from ppsim.plan.schedules import SEARCHED as SEARCHED_SCHEDULE
     from ppsim.prediction import Prediction, build, lower_built, predict, scenario_workload, workload_meta
     from ppsim.sim import simulate
-    from ppsim.trace import Counter, Span, Trace, plan_meta
+    from ppsim.trace import Counter, MemorySource, Span, Trace, TraceMeta, plan_meta
     from ppsim.trace.chrome import write_chrome_trace
     from ppsim.trace.compare import Comparison, compare_traces
     from ppsim.trace.metrics import Summary, rank_metrics, step_time_ms, summarize
@@ -103,6 +103,8 @@ _SOURCES: dict[str, str] = {
     "gpt_layers": "ppsim.costs.layers",
     # the trace
     "Trace": "ppsim.trace",
+    "TraceMeta": "ppsim.trace",
+    "MemorySource": "ppsim.trace",
     "Span": "ppsim.trace",
     "Counter": "ppsim.trace",
     "plan_meta": "ppsim.trace",
@@ -137,8 +139,8 @@ _SOURCES: dict[str, str] = {
 __all__ = [
     "BACKWARD_KINDS", "COMM_KINDS", "COMPUTE_KINDS", "DEVICE_FILE_MARKER", "DTYPE_BYTES", "PARALLEL_OPTIONS",
     "PROFILING_SCHEDULE", "RECV_KINDS", "Action", "Comparison", "Counter", "Device", "Kind", "LayerTimes",
-    "LinkProfile", "ModelSpec", "Overheads", "Plan", "PlanOverrides", "Prediction", "Profile", "QuartileTimes",
-    "RecomputeTimes", "SEARCHED_SCHEDULE", "Scenario", "Span", "Summary", "TensorParallelTimes", "Trace", "build",
+    "LinkProfile", "MemorySource", "ModelSpec", "Overheads", "Plan", "PlanOverrides", "Prediction", "Profile", "QuartileTimes",
+    "RecomputeTimes", "SEARCHED_SCHEDULE", "Scenario", "Span", "Summary", "TensorParallelTimes", "Trace", "TraceMeta", "build",
     "compare_traces",
     "comparison_renderable", "err", "fail", "get_device", "gpt_layers", "host_run_bytes", "load_profile_option",
     "lower_built", "output_targets", "parse_scenario", "peer_stage", "plan_meta", "plan_options", "predict",

@@ -14,7 +14,6 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ppexec.launch.cluster import run_deepspeed
 from ppexec.launch.local import run_local
@@ -22,7 +21,21 @@ from ppexec.launch.prepare import RunOptions, check_environment, check_fits, dea
 from ppexec.launch.pulse import hang_limit_s
 from ppexec.worker.events import RankState, events_path, read_events
 from ppexec.worker.run_spec import RunSpec
-from ppsim.api import COMM_KINDS, Action, Counter, Plan, Profile, Scenario, Span, Summary, Trace, peer_stage, plan_meta, summarize
+from ppsim.api import (
+    COMM_KINDS,
+    Action,
+    Counter,
+    Plan,
+    Profile,
+    Scenario,
+    Span,
+    Summary,
+    Trace,
+    TraceMeta,
+    peer_stage,
+    plan_meta,
+    summarize,
+)
 from ppsim.errors import PpsimError
 
 
@@ -33,7 +46,7 @@ class RunResult:
     runtime: str
     plan: Plan
     traces: list[Trace]  #: one per recorded step (replica 0)
-    losses: list[float]
+    losses: list[float | None]  #: None where no rank recorded the step's loss
     representative: Trace  #: the step with the median step time
     summary: Summary
     states: list[RankState]
@@ -49,7 +62,7 @@ def clock_offsets(states: list[RankState]) -> tuple[dict[int, int], str]:
     return {st.rank: (st.ready.clock_ns - ref) if st.ready else 0 for st in states}, "aligned at a barrier across hosts"
 
 
-def step_trace(states: list[RankState], plan: Plan, step: int, meta: dict[str, Any], message_bytes: int,
+def step_trace(states: list[RankState], plan: Plan, step: int, meta: TraceMeta, message_bytes: int,
                comm: str, replica: int = 0) -> Trace:
     """The measured Trace of recorded step ``step`` of data-parallel replica ``replica``."""
     offsets, clock = clock_offsets(states)
@@ -80,8 +93,8 @@ def step_trace(states: list[RankState], plan: Plan, step: int, meta: dict[str, A
     for r in records:  # how often the blocks and their attention cores ran, recomputation included
         for name, n in r.forwards.items():
             forwards[name] = forwards.get(name, 0) + n
-    full_meta = dict(meta)
-    full_meta.update(plan_meta(plan, source="measured", clock=clock, comm=comm, message_bytes=message_bytes))
+    full_meta: TraceMeta = {**meta, **plan_meta(plan, source="measured", clock=clock, comm=comm,
+                                                 message_bytes=message_bytes)}
     full_meta.update({
         "step": step,
         "loss": losses[0] if losses else None,
@@ -127,12 +140,12 @@ def collect(out: Path, states: list[RankState] | None = None) -> RunResult:
     check_recorded(out, spec, states)
     workload = scenario_workload(s)
     meta = workload_meta(s, workload, training=True)
-    meta.update(backend=spec.backend, runtime=spec.runtime)
+    meta.update({"backend": spec.backend, "runtime": spec.runtime})
     traces = [step_trace(states, plan, k, meta, workload.costs.message_bytes, s.pipeline.comm)
               for k in range(spec.steps)]
     times = [step_time_ms(t) for t in traces]
     rep = traces[times.index(statistics.median_low(times))]
-    losses = [t.meta["loss"] for t in traces]
+    losses = [t.meta.get("loss") for t in traces]
     return RunResult(runtime=spec.runtime, plan=plan, traces=traces, losses=losses, representative=rep,
                      summary=summarize(rep), states=states)
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ppexec.worker.events import Span
+from ppsim.api import MemorySource
 
 
 def resident_bytes() -> int:
@@ -33,7 +34,7 @@ class ActionClock:
     (what a failure names)."""
 
     def __init__(self, synchronize: Callable[[], None] | None = None,
-                 memory_now: Callable[[], int] = resident_bytes, memory_source: str = "rss") -> None:
+                 memory_now: Callable[[], int] = resident_bytes, memory_source: MemorySource = "rss") -> None:
         self.synchronize = synchronize
         self.memory_now = memory_now
         self.memory_source = memory_source

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ppexec.runtimes import RuntimeName
+from ppsim.api import MemorySource
 from ppsim.errors import PpsimError
 
 Span = tuple[str, int, int]  #: (action text, start ns, end ns) on the rank's clock
@@ -56,7 +57,7 @@ class Step(_Event):
     spans: list[Span]
     marks: list[tuple[str, int]] = Field(default_factory=list)  #: named moments inside actions (ns)
     memory: list[tuple[int, int]] = Field(default_factory=list)  #: (ns, bytes) at the end of every action
-    memory_source: str | None = None  #: "rss" (a CPU process) or "allocator" (a GPU's bytes in use)
+    memory_source: MemorySource | None = None  #: "rss" (a CPU process) or "allocator" (a GPU's bytes in use)
     forwards: dict[str, int] = Field(default_factory=dict)  #: block and attention-core forwards run
 
 

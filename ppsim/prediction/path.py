@@ -10,14 +10,14 @@ takes the plan and its costs together from one Built.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ppsim.costs import Workload, build_workload
 from ppsim.inputs.hardware import get_device
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan import Plan, lower, schedules
 from ppsim.sim import compute_ms, simulate
-from ppsim.trace import Trace
+from ppsim.trace import Trace, TraceMeta
 
 if TYPE_CHECKING:  # pragma: no cover - a profile's reader is imported where a profile is read
     from ppsim.inputs.profile import Profile
@@ -77,7 +77,7 @@ def lower_built(b: Built) -> Plan:
                  clip=s.training.grad_clip > 0)
 
 
-def workload_meta(s: Scenario, w: Workload, training: bool) -> dict[str, Any]:
+def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
     """Trace metadata the metrics read (what a step does, on how many devices)."""
     return {
         "scenario": s.name,

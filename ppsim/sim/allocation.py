@@ -8,6 +8,7 @@ from __future__ import annotations
 from ppsim.costs.table import CostTable
 from ppsim.plan import Kind, Plan
 from ppsim.plan.held import held_deltas, peak_held, trains
+from ppsim.trace.meta import StaticMemory
 
 
 def memory_deltas(plan: Plan, costs: CostTable) -> dict[tuple[int, Kind], tuple[int, int]]:
@@ -15,7 +16,7 @@ def memory_deltas(plan: Plan, costs: CostTable) -> dict[tuple[int, Kind], tuple[
     return held_deltas(plan, [c.activation_bytes for c in costs.stages])
 
 
-def static_memory_bytes(plan: Plan, costs: CostTable) -> list[dict[str, int]] | None:
+def static_memory_bytes(plan: Plan, costs: CostTable) -> list[StaticMemory] | None:
     """Per rank, what its stages hold all step (weights, gradients, optimizer, buffers, total)."""
     memory = [c.memory for c in costs.stages if c.memory is not None]
     if len(memory) < len(costs.stages):
@@ -24,9 +25,10 @@ def static_memory_bytes(plan: Plan, costs: CostTable) -> list[dict[str, int]] | 
     out = []
     for r in range(plan.num_ranks):
         mine = [m if keeps else m.forward_only() for m in (memory[s] for s in plan.stages_of_rank(r))]
-        parts = {k: sum(getattr(m, k) for m in mine) for k in ("weights", "gradients", "optimizer", "buffers")}
-        parts["total"] = sum(parts.values())
-        out.append(parts)
+        weights, gradients = sum(m.weights for m in mine), sum(m.gradients for m in mine)
+        optimizer, buffers = sum(m.optimizer for m in mine), sum(m.buffers for m in mine)
+        out.append(StaticMemory(weights=weights, gradients=gradients, optimizer=optimizer, buffers=buffers,
+                                total=weights + gradients + optimizer + buffers))
     return out
 
 

@@ -4,7 +4,8 @@ and its files (ppsim JSON, Chrome trace / Perfetto).
 Imports plan (and errors, formats); metrics are functions of a Trace alone.
 """
 
-from ppsim.trace.meta import plan_meta
+from ppsim.trace.meta import MemorySource, SearchRecord, TraceMeta, plan_meta, read_meta
 from ppsim.trace.trace import LANES, TRACE_VERSION, Counter, Span, Trace
 
-__all__ = ["LANES", "TRACE_VERSION", "Counter", "Span", "Trace", "plan_meta"]
+__all__ = ["LANES", "TRACE_VERSION", "Counter", "MemorySource", "SearchRecord", "Span", "Trace", "TraceMeta", "plan_meta",
+           "read_meta"]

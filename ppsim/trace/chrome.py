@@ -23,6 +23,7 @@ from typing import Any
 from ppsim.errors import PlanError, TraceError
 from ppsim.formats import CHROME_FORMAT
 from ppsim.plan import RECV_KINDS, SEND_KINDS, Action, matching
+from ppsim.trace.meta import TraceMeta, read_meta
 from ppsim.trace.trace import LANES, Counter, Span, Trace, lane_of
 
 CHROME_VERSION = 1
@@ -379,5 +380,4 @@ def from_chrome_trace(doc: Any) -> Trace:
     except (KeyError, TypeError, ValueError) as exc:
         raise TraceError(f"otherData.ppsim.counters is malformed ({type(exc).__name__}: {exc})") from None
     counters += [Counter(r, n, "", tuple(p)) for (r, n), p in series.items() if p]
-    meta = dict(blob.get("meta", {})) if blob else {}
-    return Trace(spans=spans, meta=meta, counters=counters)
+    return Trace(spans=spans, meta=read_meta(blob.get("meta", {})) if blob else TraceMeta(), counters=counters)

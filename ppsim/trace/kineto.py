@@ -49,6 +49,7 @@ from typing import Any
 
 from ppsim.errors import PlanError, TraceError
 from ppsim.plan import Action, Kind
+from ppsim.trace.meta import TraceMeta
 from ppsim.trace.trace import Counter, Span, Trace
 
 PREFIX = "PP:"
@@ -316,7 +317,7 @@ def _trace(pipeline: list[_RankFile], step: int, steps: list[int], times: dict[i
                 for r, f in enumerate(pipeline) if f.memory.get(step)]
     microbatches = 1 + max((a.microbatch for f in pipeline for a, _, _ in f.spans[step] if a.microbatch is not None),
                            default=-1)
-    meta = {
+    meta: TraceMeta = {
         "source": "measured",
         "clock": "torch profiler (Unix-epoch ns: baseTimeNanoseconds + ts)",
         "time_unit": "ms",

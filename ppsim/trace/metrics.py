@@ -25,6 +25,7 @@ from typing import Any
 
 from ppsim.plan import Kind
 from ppsim.trace.intervals import union_length
+from ppsim.trace.meta import StaticMemory, TraceMeta
 from ppsim.trace.trace import Span, Trace
 from ppsim.trace.waits import busy_times, rank_times
 
@@ -44,7 +45,7 @@ class RankMetrics:
     peer_wait_ms: float | None  #: blocked outside compute until a peer produced, sent or asked for the data
     peak_memory_bytes: float | None = None  #: highest ``memory_bytes`` counter value (simulated traces)
     peak_memory_at: str | None = None  #: the action running when the peak was reached
-    static_memory_bytes: dict[str, int] | None = None  #: weights, gradients, optimizer, buffers, total
+    static_memory_bytes: StaticMemory | None = None  #: weights, gradients, optimizer, buffers, total
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class Summary:
     tokens_per_s: float | None
     mfu: float | None
     per_rank: tuple[RankMetrics, ...]
-    meta: dict[str, Any]
+    meta: TraceMeta
     memory_capacity_bytes: float | None = None  #: the device's memory
     fits: bool | None = None  #: every rank's peak within the capacity (None: memory not modelled)
     mfu_above_peak: str | None = None  #: why MFU exceeds 100 %, when it does (:func:`mfu_above_peak`)
@@ -229,7 +230,7 @@ def headline(trace: Trace) -> Headline:
     return _headline(meta, hi - lo if trace.spans else 0.0, tuple(union_length(c) for c in compute))
 
 
-def _headline(meta: dict[str, Any], step: float, busy: tuple[float, ...]) -> Headline:
+def _headline(meta: TraceMeta, step: float, busy: tuple[float, ...]) -> Headline:
     """The headline figures from the step time and each rank's busy time."""
     p = len(busy)
     bubble = (1.0 - sum(busy) / (p * step)) if step > 0 and p else 0.0
@@ -245,7 +246,7 @@ def _headline(meta: dict[str, Any], step: float, busy: tuple[float, ...]) -> Hea
     return Headline(step, busy, bubble, sps, tps, mfu)
 
 
-def mfu_above_peak(meta: dict[str, Any], mfu: float | None) -> str | None:
+def mfu_above_peak(meta: TraceMeta, mfu: float | None) -> str | None:
     """Why MFU is above 100 % (None when it is not): the step ran faster than the device's nominal
     peak allows, so that peak, not the step, is wrong for what was measured or given."""
     if mfu is None or mfu <= 1.0:
@@ -276,8 +277,8 @@ def summarize(trace: Trace, *, waits: bool = True) -> Summary:
     sps, tps, mfu = head.throughput_samples_per_s, head.tokens_per_s, head.mfu
     p = len(per_rank)
     capacity = meta.get("device_memory_bytes")
-    peaks = [r.peak_memory_bytes for r in per_rank]
-    fits = None if not capacity or any(p is None for p in peaks) else all(p <= capacity for p in peaks)
+    peaks = [r.peak_memory_bytes for r in per_rank if r.peak_memory_bytes is not None]
+    fits = all(p <= capacity for p in peaks) if capacity and len(peaks) == len(per_rank) else None
     return Summary(
         memory_capacity_bytes=capacity,
         fits=fits,

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, get_args
 from ppsim.errors import PlanError, TraceError
 from ppsim.formats import TRACE_FORMAT
 from ppsim.plan import Action, Lane
+from ppsim.trace.meta import TraceMeta, read_meta
 
 TRACE_VERSION = 1
 LANES: tuple[Lane, ...] = get_args(Lane)  #: in the order views draw them
@@ -68,7 +69,7 @@ class Trace:
     """Spans + counters + metadata. ``meta`` keys used by the metrics are documented in docs/internals/trace.md."""
 
     spans: list[Span]
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: TraceMeta = field(default_factory=lambda: TraceMeta())
     counters: list[Counter] = field(default_factory=list)
 
     # ----- convenience -------------------------------------------------------------------------
@@ -116,10 +117,7 @@ class Trace:
             ]
         except (KeyError, ValueError, TypeError, PlanError) as exc:
             raise TraceError(f"trace has a malformed span or counter: {exc}") from None
-        meta = data.get("meta", {})
-        if not isinstance(meta, dict):
-            raise TraceError(f"the trace's 'meta' must be an object, got {type(meta).__name__}")
-        return cls(spans=spans, meta=dict(meta), counters=counters)
+        return cls(spans=spans, meta=read_meta(data.get("meta", {})), counters=counters)
 
     def check(self) -> None:
         """A TraceError naming the first value no real step can have: a time that is NaN or infinite,

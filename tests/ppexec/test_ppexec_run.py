@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import pytest
 
@@ -29,7 +29,7 @@ from ppexec.worker.events import Done, Event, Failure, Ready, encode  # noqa: E4
 from ppsim.errors import PpsimError  # noqa: E402
 from ppsim.inputs.scenario import load, parse_scenario  # noqa: E402
 from ppsim.plan import Plan  # noqa: E402
-from ppsim.trace import Trace  # noqa: E402
+from ppsim.trace import Trace, TraceMeta  # noqa: E402
 from ppsim.trace.chrome import validate_chrome_trace  # noqa: E402
 from ppsim.trace.metrics import summarize  # noqa: E402
 
@@ -125,6 +125,7 @@ def test_measured_trace_is_the_plans_actions(tiny_run: Path) -> None:
     trace = Trace.load(tiny_run / "trace.json")
     plan = Plan.from_dict(json.loads((tiny_run / "plan.json").read_text()))
     assert trace.meta["source"] == "measured"
+    assert set(trace.meta) <= set(get_type_hints(TraceMeta))  # every key ppexec writes is declared
     assert [list(map(str, r)) for r in trace.actions_by_rank()] == [list(map(str, r)) for r in plan.actions]
     # the same actions as the prediction of the same scenario, action by action
     from ppexec.launch.prepare import prepare

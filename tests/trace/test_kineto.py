@@ -28,7 +28,7 @@ from ppsim.errors import TraceError
 from ppsim.inputs.scenario import parse_scenario
 from ppsim.plan import COMPUTE_KINDS, Kind
 from ppsim.prediction import predict
-from ppsim.trace import Trace, kineto
+from ppsim.trace import Trace, kineto, read_meta
 from ppsim.trace.load import load_trace, load_traces
 from ppsim.trace.metrics import step_time_ms, summarize
 
@@ -58,6 +58,7 @@ def test_the_folder_is_one_measured_trace_of_the_pipeline(measured: Trace) -> No
     assert (m["source"], m["trace_format"], m["runtime"]) == ("measured", "kineto", "torch")
     assert (m["num_ranks"], m["chunks"], m["num_microbatches"], m["stage_to_rank"]) == (2, 2, 4, [0, 1, 0, 1])
     assert m["profiled_steps"] == [2, 3, 4]
+    assert read_meta(json.loads(json.dumps(m))) == m  # declared keys of their declared types
     # the median step of the three, as ppexec chooses
     times = dict(zip(m["profiled_steps"], m["step_times_ms"]))
     assert times[m["step"]] == sorted(times.values())[1]

@@ -6,12 +6,13 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from ppsim.trace.meta import SearchRecord
 from ppsim.trace.metrics import RankMetrics, Summary
 from ppsim.views.render.console import stdout_console
 from ppsim.views.text import gib, or_dash
 
 
-def search_line(search: dict) -> str:
+def search_line(search: SearchRecord) -> str:
     """What schedule ``auto`` chose, against the next best plan it simulated and (for a plan of one
     stage per rank) against a bound no such plan can beat."""
     others = sorted((ms, how) for how, ms in search.get("simulated", {}).items() if how != search["chosen"])
@@ -51,8 +52,8 @@ def summary_renderable(s: Summary) -> Group:
     head.add_row("plan", plan)
     if meta.get("search"):
         head.add_row("search", search_line(meta["search"]))
-    if meta.get("partition"):
-        head.add_row("partition", " ".join(str(c) for c in meta["partition"]) + " layers per stage")
+    if partition := meta.get("partition"):
+        head.add_row("partition", " ".join(str(c) for c in partition) + " layers per stage")
     if meta.get("comm"):
         head.add_row("communication", str(meta["comm"]))
     if meta.get("costs_source") and s.source == "simulated":
