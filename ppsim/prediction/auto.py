@@ -13,7 +13,8 @@ Two families compete:
 A plan competes only if it fits: its activations within ``pipeline.memory_budget`` micro-batches
 per rank (when given) and its peak within the device's memory (when the costs know bytes). The
 fastest simulated step wins; ``plan.meta["search"]`` records it, the runners-up, and for a plan of
-one stage per rank a bound no such plan can beat.
+one stage per rank a bound no such plan can beat (and, where the exact search finished, the
+shortest timeline any such plan has).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ppsim.plan.order_search.candidates import candidates
 from ppsim.plan.order_search.timeline import Timing
 from ppsim.prediction.path import Built, lower_built, scenario_workload
 from ppsim.sim import peak_memory_bytes, simulate
+from ppsim.trace import SearchRecord
 from ppsim.trace.metrics import step_bounds
 
 if TYPE_CHECKING:  # pragma: no cover - a profile's reader is imported where a profile is read
@@ -67,10 +69,14 @@ def auto_build(s: Scenario, workload: Workload, profile: Profile | None = None, 
         timed += [t for t in (_several_chunks(s, name, profile) for name in _chunked_schedules(p, m)) if t is not None]
     best = min(timed, key=lambda t: (t.step_ms, not t.hand_written))
     won = best.built.plan
-    search = {"chosen": best.how, "step_ms": best.step_ms, "considered": len(found) + len(timed) - len(shortlist),
-              "simulated": {t.how: t.step_ms for t in timed}, "passes_ms": best.passes_ms}
+    search: SearchRecord = {"chosen": best.how, "step_ms": best.step_ms,
+                            "considered": len(found) + len(timed) - len(shortlist),
+                            "simulated": {t.how: t.step_ms for t in timed}, "passes_ms": best.passes_ms}
     if won.chunks == 1:  # the bound holds for plans of one stage per rank
         search["bound_ms"] = lower_bound(p, m, timing, budget)
+        shortest = [c.makespan for c in found if c.proven]
+        if shortest:  # the exact search (or the bound itself) proved no order's timeline is shorter
+            search["shortest_ms"] = shortest[0]
     # the winner's own actions and placement: built by a schedule or not, as the winner was
     plan = Plan(schedule=schedules.SEARCHED, num_ranks=won.num_ranks, num_microbatches=won.num_microbatches,
                 chunks=won.chunks, stage_to_rank=won.stage_to_rank, actions=won.actions, meta={"search": search},

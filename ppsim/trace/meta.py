@@ -18,7 +18,8 @@ MemorySource = Literal["rss", "allocator"]
 
 
 class SearchRecord(TypedDict, total=False):
-    """What schedule ``auto`` chose and against what (``bound_ms``: plans of one stage per rank)."""
+    """What schedule ``auto`` chose and against what (``bound_ms``: a step no plan of one stage per
+    rank can beat; ``shortest_ms``: the shortest such a plan's timeline is, where that is proven)."""
 
     chosen: str
     step_ms: float
@@ -26,6 +27,7 @@ class SearchRecord(TypedDict, total=False):
     simulated: dict[str, float]
     passes_ms: float
     bound_ms: float
+    shortest_ms: float
 
 
 class StaticMemory(TypedDict):

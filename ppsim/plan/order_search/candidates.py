@@ -11,7 +11,9 @@ own costs and message latencies:
     :func:`rules` (backward first, oldest micro-batch first, forward first, longest remaining
     path first), with weight grads deferred to the gaps or not;
   - the authors' greedy itself, all eight variants (:mod:`~ppsim.plan.order_search.wavefront`);
-- the best few of all these, improved by the local search of :mod:`~ppsim.plan.order_search.improve`.
+- the best few of all these, improved by the local search of :mod:`~ppsim.plan.order_search.improve`;
+- for a plan small enough, the exact search (:mod:`~ppsim.plan.order_search.exact`): orders shorter
+  than the best so far, or the proof that there are none, within a budget of decisions.
 
 Each candidate comes with the makespan of its own timeline (durations and latencies, messages
 free of bandwidth); the caller (:func:`ppsim.prediction.auto.auto_build`) simulates the best of
@@ -23,11 +25,12 @@ of one stage per rank can beat.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ppsim.errors import ScheduleError
 from ppsim.plan.action import Action, Kind
 from ppsim.plan.order_search.bound import lower_bound
+from ppsim.plan.order_search.exact import exact
 from ppsim.plan.order_search.improve import improve
 from ppsim.plan.order_search.list_scheduler import Priority, list_schedule
 from ppsim.plan.order_search.timeline import Orders, Timing, fits, timeline
@@ -55,7 +58,8 @@ class Candidate:
     how: str
     plan: Plan
     makespan: float
-    family: str = "hand-written"  #: what made it: hand-written, list scheduler, wavefront, local search
+    family: str = "hand-written"  #: what made it: hand-written, list scheduler, wavefront, local search, exact search
+    proven: bool = False  #: no orders of one stage per rank have a shorter timeline
 
     @property
     def hand_written(self) -> bool:
@@ -102,6 +106,10 @@ def caps_to_try(p: int, m: int, largest: float) -> list[float]:
 #: the actions the local search may time for each (its timelines x the plan's actions), so that
 #: its cost does not grow with the plan
 WORK = 60_000
+#: the exact search runs on plans of at most this many compute actions, for at most EXACT_WORK
+#: decisions x actions (docs/internals/plan.md has its cost and what it finds)
+EXACT_ACTIONS = 400
+EXACT_WORK = 3_000_000
 
 
 def candidates(p: int, m: int, timing: Timing, budget: Sequence[float]) -> list[Candidate]:
@@ -120,14 +128,24 @@ def candidates(p: int, m: int, timing: Timing, budget: Sequence[float]) -> list[
             out.append(Candidate(f"{how}, {cap_name}", make_plan(SEARCHED, p, m, 1, orders), makespan, family))
     ranked = _distinct(out)
     if ranked[0].makespan <= lower_bound(p, m, timing, budget) * (1 + 1e-9):
-        return ranked  # the best is as short as any can be
+        return [replace(ranked[0], proven=True), *ranked[1:]]  # the best is as short as any can be
     tries = max(10, WORK // (3 * p * m))
     for c in _best_of_each_family(ranked):  # orders of one family tend to stick where the others do not
         orders, t, kept = improve(c.plan.actions, timing, budget, tries)
         if kept:
             how = f"{c.how}, improved by {kept} swap{'s' if kept > 1 else ''}"
             ranked.append(Candidate(how, make_plan(SEARCHED, p, m, 1, orders), t.makespan, "local search"))
-    return _distinct(ranked)
+    ranked = _distinct(ranked)
+    if 3 * p * m > EXACT_ACTIONS:
+        return ranked
+    found = exact(p, m, timing, budget, beat=ranked[0].makespan, nodes=EXACT_WORK // (3 * p * m))
+    if found.orders is not None:
+        how = "exact search" + (", proven shortest" if found.proven else f", best of {found.nodes:,} decisions")
+        ranked.insert(0, Candidate(how, make_plan(SEARCHED, p, m, 1, found.orders), found.makespan, "exact search",
+                                   proven=found.proven))
+    elif found.proven:  # nothing is shorter than the best already found
+        ranked[0] = replace(ranked[0], proven=True)
+    return ranked
 
 
 def _best_of_each_family(ranked: list[Candidate], each: int = 2) -> list[Candidate]:

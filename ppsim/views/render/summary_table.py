@@ -18,11 +18,15 @@ def search_line(search: SearchRecord) -> str:
     others = sorted((ms, how) for how, ms in search.get("simulated", {}).items() if how != search["chosen"])
     line = f"picked {search['chosen']}, the best of {search['considered']} plans ({search['step_ms']:,.1f} ms"
     line += f"; next {others[0][1]}: {others[0][0]:,.1f} ms)" if others else ")"
-    if "bound_ms" in search and search["bound_ms"] > 0:  # traces of an older ppsim lack it
-        gap = max(0.0, search["passes_ms"] / search["bound_ms"] - 1)
+    shortest, bound = search.get("shortest_ms", 0.0), search.get("bound_ms", 0.0)  # older traces lack them
+    if shortest > 0 or bound > 0:
+        gap = max(0.0, search["passes_ms"] / max(shortest, bound) - 1)
         where = "at" if gap < 5e-4 else f"{100 * gap:.1f} % above"
-        line += (f"; its passes end {where} a bound no plan of one stage per rank can beat "
-                 f"({search['bound_ms']:,.1f} ms)")
+        if shortest > bound * (1 + 1e-9):
+            line += (f"; its passes end {where} the shortest any plan of one stage per rank can have, "
+                     f"proven by exhaustive search ({shortest:,.1f} ms with messages at their latency)")
+        else:
+            line += f"; its passes end {where} a bound no plan of one stage per rank can beat ({bound:,.1f} ms)"
     return line
 
 
