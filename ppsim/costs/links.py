@@ -83,6 +83,7 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank
         inter=cl.LinkSpeed(inter.bandwidth_gb_s, inter.latency_us) if inter
         else cl.LinkSpeed(device.inter_node_gb_s, device.inter_node_latency_us),
         nics_per_node=spec.nics_per_node or spec.devices_per_node,
+        nvlink_domain=spec.nvlink_domain,
     )
     p, d, t = s.pipeline.stages, s.data_parallel, s.tensor_parallel
     cl.check_fits(cluster, p, d, t)

@@ -2,9 +2,11 @@
 
 Graph (:meth:`Cluster.graph` gives it as a networkx graph, to draw or search; the cost model
 reads the same edges from :func:`edges`, a plain table, so that predicting does not import
-networkx): each node has a switch (NVSwitch / NVLink fabric) that its devices reach over their
-intra-node link, and NICs that reach the cluster's network switch over the inter-node link;
-device j of a node uses NIC ``j * nics // devices_per_node``. A transfer takes the shortest route
+networkx): each NVLink domain has a switch (NVSwitch / NVLink fabric) that its devices reach over
+their NVLink ("intra-node") link, and each node has NICs that reach the cluster's network switch
+over the inter-node link; device j of a node uses NIC ``j * nics // devices_per_node``. An NVLink
+domain is a node (an HGX board of 8) unless the cluster says it spans several (``nvlink_domain``
+devices: a GB200 NVL72 rack is 18 trays of 4 GPUs in one domain of 72). A transfer takes the shortest route
 between its two devices. Placement maps (stage, replica, tensor rank) to a device index, node by
 node: ``megatron`` (Megatron-LM's and DeepSpeed's order: tensor rank fastest, then data-parallel
 replica, then pipeline stage) or ``pipeline-inner`` (tensor, then stage, then replica: a replica's
@@ -49,13 +51,25 @@ FREE = LinkSpeed(float("inf"), 0.0)  #: a route within one device: no transfer a
 class Cluster:
     nodes: int
     devices_per_node: int
-    intra: LinkSpeed
-    inter: LinkSpeed
+    intra: LinkSpeed  #: a device's NVLink port to its domain's switch
+    inter: LinkSpeed  #: a NIC to the network
     nics_per_node: int
+    nvlink_domain: int | None = None  #: devices per NVLink domain (whole nodes); None: one node
 
     @property
     def devices(self) -> int:
         return self.nodes * self.devices_per_node
+
+    @property
+    def domain_size(self) -> int:
+        """Devices one NVLink switch connects: a node, or several nodes' worth."""
+        return self.nvlink_domain or self.devices_per_node
+
+    def fabric_name(self, device: int) -> str:
+        """The NVLink switch of ``device``'s domain (named after the node where a domain is one)."""
+        if self.nvlink_domain is None or self.nvlink_domain == self.devices_per_node:
+            return f"node{device // self.devices_per_node}/fabric"
+        return f"nvlink{device // self.nvlink_domain}/fabric"
 
     def graph(self) -> nx.Graph[str]:
         """Devices, node fabrics, NICs and the network as a networkx graph, with bandwidth (GB/s) and
@@ -84,12 +98,12 @@ def edges(cluster: Cluster) -> dict[tuple[str, str], LinkSpeed]:
     out: dict[tuple[str, str], LinkSpeed] = {}
     to_fabric = LinkSpeed(cluster.intra.bandwidth_gb_s, cluster.intra.latency_us / 2)
     for n in range(cluster.nodes):
-        fabric = f"node{n}/fabric"
         for k in range(cluster.nics_per_node):
             out[(f"node{n}/nic{k}", SPINE)] = cluster.inter
         for j in range(cluster.devices_per_node):
-            dev = cluster.device_name(n * cluster.devices_per_node + j)
-            out[(dev, fabric)] = to_fabric
+            index = n * cluster.devices_per_node + j
+            dev = cluster.device_name(index)
+            out[(dev, cluster.fabric_name(index))] = to_fabric
             out[(dev, f"node{n}/nic{j * cluster.nics_per_node // cluster.devices_per_node}")] = FREE
     return out
 
@@ -118,10 +132,11 @@ def check_fits(cluster: Cluster, p: int, d: int, t: int) -> None:
             f"{cluster.nodes} x {cluster.devices_per_node} = {cluster.devices}; add nodes or shrink the plan",
             field="cluster.nodes",
         )
-    if t > cluster.devices_per_node:
+    if t > cluster.domain_size:
+        where = "a node has" if cluster.nvlink_domain is None else "an NVLink domain holds (cluster.nvlink_domain)"
         raise ScenarioError(
-            f"tensor_parallel ({t}) spans more devices than a node has ({cluster.devices_per_node}); tensor "
-            "parallelism stays inside a node", field="tensor_parallel")
+            f"tensor_parallel ({t}) spans more devices than {where} ({cluster.domain_size}); tensor "
+            "parallelism stays inside an NVLink domain", field="tensor_parallel")
 
 
 class _Router:
@@ -130,15 +145,16 @@ class _Router:
 
     def __init__(self, cluster: Cluster) -> None:
         per, nics = cluster.devices_per_node, cluster.nics_per_node
-        self.per_node = per
+        self.per_domain = cluster.domain_size
         self.device = [cluster.device_name(d) for d in range(cluster.devices)]
-        self.fabric = [f"node{n}/fabric" for n in range(cluster.nodes)]
+        self.fabric = [cluster.fabric_name(d) for d in range(0, cluster.devices, self.per_domain)]
         self.nic = [f"node{d // per}/nic{(d % per) * nics // per}" for d in range(cluster.devices)]
-        # a route's latency: the sum along its hops, the same for every route inside a node and for
-        # every route between two nodes (summed here as flow_load would, hop by hop)
+        # a route's latency: the sum along its hops, the same for every route inside an NVLink domain
+        # and for every route between two domains (summed here as flow_load would, hop by hop)
         links = _directed(cluster)
-        self.intra_us = sum(links[hop].latency_us for hop in self.hops(0, 1)) if per > 1 else 0.0
-        self.inter_us = sum(links[hop].latency_us for hop in self.hops(0, per)) if cluster.nodes > 1 else 0.0
+        self.intra_us = sum(links[hop].latency_us for hop in self.hops(0, 1)) if self.per_domain > 1 else 0.0
+        self.inter_us = (sum(links[hop].latency_us for hop in self.hops(0, self.per_domain))
+                         if cluster.devices > self.per_domain else 0.0)
 
     def path(self, a: int, b: int) -> list[str]:
         """The nodes of the cluster graph from a to b, both ends included."""
@@ -148,13 +164,13 @@ class _Router:
         """The latency of the route from a to b (the sum of its hops')."""
         if a == b:
             return 0
-        return self.intra_us if a // self.per_node == b // self.per_node else self.inter_us
+        return self.intra_us if a // self.per_domain == b // self.per_domain else self.inter_us
 
     def hops(self, a: int, b: int) -> tuple[Hop, ...]:
         """The directed links of the path from a to b, in order."""
         if a == b:
             return ()
-        na, nb = a // self.per_node, b // self.per_node
+        na, nb = a // self.per_domain, b // self.per_domain
         da, db = self.device[a], self.device[b]
         if na == nb:
             f = self.fabric[na]
@@ -169,7 +185,7 @@ def _router(cluster: Cluster) -> _Router:
 
 
 def route(cluster: Cluster, a: int, b: int) -> list[str]:
-    """The path from device a to device b: through the node's fabric inside a node, else out of
+    """The path from device a to device b: through the NVLink switch inside a domain, else out of
     a's NIC, over the network and into b's NIC (the graph's shortest path, without a search)."""
     return _router(cluster).path(a, b)
 
@@ -228,15 +244,15 @@ def ring_flows(cluster: Cluster, group: list[int]) -> list[tuple[int, int, float
     """The flows of a ring collective over ``group`` as NCCL lays it out: (sender, receiver, the
     share of a device's ring traffic the flow carries).
 
-    Inside one node, one ring through the devices. Across nodes holding k members each, k rings
-    (NCCL's channels), each carrying 1/k of the data: ring c enters a node at its c-th member,
-    passes through the others over the node's fabric and leaves from the member before it, so the
-    k rings leave every node through k different devices (and their NICs). A group spread unevenly
-    over nodes gets one ring."""
+    Inside one NVLink domain, one ring through the devices. Across domains holding k members each,
+    k rings (NCCL's channels), each carrying 1/k of the data: ring c enters a domain at its c-th
+    member, passes through the others over NVLink and leaves from the member before it, so the k
+    rings leave every domain through k different devices (and their NICs). A group spread
+    unevenly over domains gets one ring."""
     members = sorted(group)
     by_node: dict[int, list[int]] = {}
     for dev in members:
-        by_node.setdefault(dev // cluster.devices_per_node, []).append(dev)
+        by_node.setdefault(dev // cluster.domain_size, []).append(dev)
     nodes = list(by_node.values())
     k = len(nodes[0])
     if len(nodes) == 1 or any(len(node) != k for node in nodes):

@@ -53,7 +53,7 @@ class Curve:
 class Device:
     name: str
     description: str
-    peak_tflops: dict[str, float]  #: dense peak per dtype (bf16, fp16, fp32)
+    peak_tflops: dict[str, float]  #: dense peak per dtype (bf16, fp16, fp32; fp8 where the device has it)
     memory_gb: float
     hbm_gb_s: float  #: memory bandwidth, used for the (memory-bound) optimizer step
     efficiency: float  #: achievable fraction of peak on GPT-sized matmuls
@@ -89,6 +89,8 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "peak_tflops": (1e-9, 1e6, True), "memory_gb": (0.0, 1e5, False), "hbm_gb_s": (1e-6, 1e6, True),
     "efficiency": (1e-6, 1.0, True), "bandwidth_gb_s": (1e-6, 1e6, True), "latency_us": (0.0, 1e7, True),
 }
+REQUIRED_PEAKS = ("bf16", "fp16", "fp32")  #: every device has these
+OPTIONAL_PEAKS = ("fp8",)  #: a device with FP8 Tensor Cores (Hopper, Blackwell) also this
 _KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "intra_node", "inter_node", "gemm",
          "attention"}
 _CURVE_KEYS = {"source", "dtypes", "points"}
@@ -168,7 +170,8 @@ def _device(name: str, entry: Any, source: str) -> Device:
         return Device(
             name=name,
             description=str(entry.get("description", name)),
-            peak_tflops={k: float(entry["peak_tflops"][k]) for k in ("bf16", "fp16", "fp32")},
+            peak_tflops={k: float(entry["peak_tflops"][k]) for k in (*REQUIRED_PEAKS, *OPTIONAL_PEAKS)
+                         if k in REQUIRED_PEAKS or k in entry["peak_tflops"]},
             memory_gb=float(entry["memory_gb"]),
             hbm_gb_s=float(entry["hbm_gb_s"]),
             efficiency=float(entry["efficiency"]),

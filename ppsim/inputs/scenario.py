@@ -129,6 +129,8 @@ class ClusterSpec(_Strict):
     nodes: int = Field(gt=0, le=MAX_CLUSTER_DEVICES)
     devices_per_node: int = Field(default=8, gt=0, le=1_024)
     nics_per_node: int | None = Field(default=None, gt=0, le=1_024, description="default: one per device")
+    #: devices one NVLink switch connects, whole nodes (GB200 NVL72: 72, in trays of 4); default: a node
+    nvlink_domain: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_DEVICES)
     intra_node: LinkSpec | None = None  #: default: the device's NVLink figures
     inter_node: LinkSpec | None = None  #: per NIC; default: the device's NIC figures
     placement: Literal["megatron", "pipeline-inner"] = "megatron"
@@ -371,6 +373,10 @@ def _check_sizes(s: Scenario) -> None:
     c = s.cluster
     if c is None:
         return
+    if c.nvlink_domain is not None and c.nvlink_domain % c.devices_per_node:
+        raise ScenarioError(
+            f"cluster.nvlink_domain ({c.nvlink_domain}) must be whole nodes of cluster.devices_per_node "
+            f"({c.devices_per_node}) devices: a multiple of {c.devices_per_node}", field="cluster.nvlink_domain")
     for key, count in (("devices_per_node", c.devices_per_node), ("nics_per_node", c.nics_per_node or 0)):
         if c.nodes * count > MAX_CLUSTER_DEVICES:
             raise ScenarioError(

@@ -30,11 +30,13 @@ def test_the_a100_curves_are_in_the_catalogue_with_their_source() -> None:
         assert "h_sweep.out" in d.attention.source
         assert d.gemm.dtypes == ("fp16", "bf16")
         assert d.efficiency == 0.6  # the flat fallback stays
-    for name in ("h100-sxm", "cpu"):  # no measured sweep: no curve
+    for name in ("b200", "b300", "gb200", "gb300", "cpu"):  # no measured sweep: no curve
         assert DEVICES[name].gemm is None and DEVICES[name].attention is None
     h200 = DEVICES["h200"]  # measured here with `ppexec device` (tests/ppexec/test_device_curves.py)
     assert h200.gemm is not None and h200.attention is not None and h200.gemm.dtypes == ("bf16",)
     assert "bench/measured/h200-2026-12-04.csv" in h200.gemm.source and h200.efficiency == 0.55
+    for name in ("h100-sxm", "h800"):  # the same Hopper compute: the H200's curves, said so where they are given
+        assert DEVICES[name].gemm == h200.gemm and DEVICES[name].attention == h200.attention
 
 
 @pytest.mark.parametrize("curve", [A100.gemm, A100.attention], ids=["gemm", "attention"])
@@ -71,7 +73,8 @@ def test_a_gemm_efficiency_comes_from_its_flops_and_dtype() -> None:
     w = math.log(flops / 5.50e11) / math.log(1.10e12 / 5.50e11)
     assert A100.gemm(flops) == pytest.approx(0.765 + w * (0.782 - 0.765))
     assert A100.attention_efficiency(128, "fp16") == pytest.approx(0.396)
-    assert DEVICES["h100-sxm"].gemm_efficiency(8192, 12288, 4608, "bf16") == 0.55
+    assert DEVICES["b200"].gemm_efficiency(8192, 12288, 4608, "bf16") == 0.55  # no curve: the flat figure
+    assert DEVICES["h100-sxm"].gemm_efficiency(8192, 12288, 4608, "fp16") == 0.55  # the curve is bf16 only
 
 
 def test_a_hand_computed_gemm_time() -> None:

@@ -170,3 +170,42 @@ def test_the_edge_table_is_the_graphs_edges_and_predicting_does_not_import_netwo
             f"predict(load({str(SCENARIOS / 'megatron-gpt3-175b.yaml')!r})); print('networkx' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+# ----- NVLink domains that span several nodes (GB200 / GB300 NVL72) --------------------------------
+NVL72 = cl.Cluster(nodes=32, devices_per_node=4, intra=cl.LinkSpeed(900.0, 2.0), inter=cl.LinkSpeed(50.0, 5.0),
+                   nics_per_node=4, nvlink_domain=72)
+
+
+def test_an_nvl72_rack_routes_every_pair_of_its_72_gpus_over_nvlink() -> None:
+    """128 GPUs in trays of 4: GPUs 0-71 are one NVLink domain (18 trays), 72-127 a second. A
+    transfer between two trays of one rack goes device -> NVLink switch -> device at 900 GB/s and
+    2 us; between racks out of a NIC at 50 GB/s (NIC, network, NIC: two 5 us hops)."""
+    across_trays = cl.route_links(NVL72, [(0, 70)])[0]
+    assert cl.route(NVL72, 0, 70) == ["node0/gpu0", "nvlink0/fabric", "node17/gpu2"]
+    assert (across_trays.bandwidth_gb_s, across_trays.latency_us) == (900.0, pytest.approx(2.0))
+    across_racks = cl.route_links(NVL72, [(0, 72)])[0]
+    assert cl.route(NVL72, 0, 72) == ["node0/gpu0", "node0/nic0", "network", "node18/nic0", "node18/gpu0"]
+    assert (across_racks.bandwidth_gb_s, across_racks.latency_us) == (50.0, pytest.approx(10.0))
+    g = NVL72.graph()
+    for a, b in [(0, 70), (5, 71), (3, 100), (72, 127)]:
+        assert len(cl.route(NVL72, a, b)) == len(nx.shortest_path(g, NVL72.device_name(a), NVL72.device_name(b)))
+
+
+def test_a_ring_inside_the_rack_never_touches_a_nic_and_across_racks_takes_one_channel_per_member() -> None:
+    """A data-parallel group of 64 inside one rack is one NVLink ring (900 GB/s); 8 members in each
+    of two racks make 8 channels, each leaving its rack through its own device's NIC: 8 x 50 GB/s."""
+    inside = cl.ring_flows(NVL72, list(range(0, 64)))
+    assert len(inside) == 64 and all(cl.route(NVL72, a, b)[1] == "nvlink0/fabric" for a, b, _ in inside)
+    assert cl.group_link(NVL72, [list(range(64))]).bandwidth_gb_s == pytest.approx(900)
+    racks = list(range(0, 8)) + list(range(72, 80))
+    assert cl.group_link(NVL72, [racks]).bandwidth_gb_s == pytest.approx(8 * 50)
+
+
+def test_tensor_parallelism_may_span_trays_of_one_domain_but_a_domain_is_whole_nodes() -> None:
+    cl.check_fits(NVL72, 2, 8, 8)  # t = 8 over two trays of 4: one NVLink domain
+    with pytest.raises(ScenarioError, match=r"an NVLink domain holds \(cluster.nvlink_domain\) \(72\)"):
+        cl.check_fits(NVL72, 1, 1, 128)
+    with pytest.raises(ScenarioError, match=r"cluster.nvlink_domain \(70\) must be whole nodes") as err:
+        _scenario(nodes=18, devices_per_node=4, nvlink_domain=70)
+    assert err.value.field == "cluster.nvlink_domain"

@@ -75,14 +75,14 @@ def candidates(s: Scenario, space: SearchSpace) -> list[Candidate]:
     gb = s.global_batch
     if space.gpus < 1:
         raise PpsimError(f"--gpus must be at least 1, got {space.gpus}", field="--gpus")
-    per_node = s.cluster.devices_per_node if s.cluster else 8
+    per_domain = (s.cluster.nvlink_domain or s.cluster.devices_per_node) if s.cluster else 8  # TP's reach
     if s.cluster is not None and space.gpus > s.cluster.nodes * s.cluster.devices_per_node:
         raise PpsimError(f"--gpus {space.gpus} is more than the cluster's {s.cluster.nodes} x "
                          f"{s.cluster.devices_per_node} devices; enlarge cluster.nodes or ask for fewer", field="--gpus")
     m = s.model
     out: list[Candidate] = []
     for t in space.tensor_parallel:
-        if space.gpus % t or t > per_node or m.heads % t or m.ffn % t or m.kv % t:
+        if space.gpus % t or t > per_domain or m.heads % t or m.ffn % t or m.kv % t:
             continue
         for p in _divisors(space.gpus // t):
             if p > m.layers or (space.max_stages and p > space.max_stages):
