@@ -113,6 +113,9 @@ def check_buildable(s: Scenario) -> None:
         raise PpsimError("ppexec's tensor parallelism keeps whole activations outside the split matmuls, without "
                          "Megatron's sequence parallelism; ppsim predicts it, for a run use sequence_parallel: false",
                          field="training.sequence_parallel")
+    if s.training.fp8:
+        raise PpsimError("ppexec's models multiply in the model's dtype, without Transformer Engine's FP8; ppsim "
+                         "predicts FP8 training, for a run leave training.fp8 out", field="training.fp8")
     if s.training.zero_stage >= 2:
         raise PpsimError(f"pipelines run ZeRO stage 0 or 1 (DeepSpeed's PipelineEngine refuses stage "
                          f"{s.training.zero_stage} even with one stage); use zero_stage: 1 (optimizer states "

@@ -48,10 +48,11 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
 
     def matmuls(st: StageShape) -> tuple[float, float, float]:
         """The stage's matmul milliseconds: forward, backward (input and weight grads), weight grad."""
-        if not curves:
+        if not curves and not training.fp8:
             return (st.forward_flops / flops_per_ms, (st.input_grad_flops + st.weight_grad_flops) / flops_per_ms,
                     st.weight_grad_flops / flops_per_ms)
-        fwd, inp, wgt = (matmul_ms(part, device, model.dtype, flash_attention=training.flash_attention)
+        fwd, inp, wgt = (matmul_ms(part, device, model.dtype, flash_attention=training.flash_attention,
+                                   efficiency=None if curves else efficiency, fp8=training.fp8 is not None)
                          for part in (st.gemms.forward, st.gemms.input_grad, st.gemms.weight_grad))
         return fwd, inp + wgt, wgt
 
@@ -69,7 +70,7 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
             forward_ms=forward_mm + st.forward_bytes / hbm_bytes_per_ms + st.blocks * tp.forward_ms,
             backward_ms=backward_mm + st.backward_bytes / hbm_bytes_per_ms + st.blocks * tp.backward_ms,
             weight_grad_ms=weight_grad_mm,
-            optimizer_ms=st.params * OPTIMIZER_BYTES_PER_PARAM / hbm_bytes_per_ms,
+            optimizer_ms=(st.params * OPTIMIZER_BYTES_PER_PARAM + st.step_bytes) / hbm_bytes_per_ms,
             clip_ms=st.params * layout.dtype_bytes / hbm_bytes_per_ms,
             allreduce_ms=reduce_ms,
             allreduce_buckets=buckets,
@@ -99,21 +100,25 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
                      overlap_grad_reduce=training.overlap_grad_reduce, fabric=fabric)
 
 
-def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_attention: bool = False) -> float:
+def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_attention: bool = False,
+              efficiency: float | None = None, fp8: bool = False) -> float:
     """Milliseconds of ``gemms`` on ``device``: each GEMM's FLOPs over the peak times its efficiency —
     the device's ``gemm`` curve at its FLOPs, the ``attention`` curve at its head dimension for the
     attention matmuls, the flat ``efficiency`` where there is no curve (and for FlashAttention's fused
-    kernel, which no curve describes)."""
-    peak_per_ms = device.peak_flops(dtype) / 1e3
+    kernel, which no curve describes), or ``efficiency`` for every GEMM when given. With ``fp8`` the
+    blocks' linear layers run at the device's FP8 peak (a curve measured in 16 bits does not price them)."""
     ms = 0.0
     for g in gemms:
-        if not g.head_dim:
-            eff = device.gemm_efficiency(g.m, g.n, g.k, dtype)
+        kind = "fp8" if fp8 and g.linear else dtype
+        if efficiency is not None:
+            eff = efficiency
+        elif not g.head_dim:
+            eff = device.gemm_efficiency(g.m, g.n, g.k, kind)
         elif flash_attention:
             eff = device.efficiency
         else:
-            eff = device.attention_efficiency(g.head_dim, dtype)
-        ms += g.flops / (peak_per_ms * eff)
+            eff = device.attention_efficiency(g.head_dim, kind)
+        ms += g.flops / (device.peak_flops(kind) / 1e3 * eff)
     return ms
 
 

@@ -33,6 +33,7 @@ class Gemm:
     k: float
     count: float = 1.0
     head_dim: float = 0.0
+    linear: bool = False  #: one of a block's linear layers (what FP8 training multiplies in FP8)
 
     @property
     def flops(self) -> float:
@@ -69,7 +70,7 @@ def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_head
     d = h / a
     # (in, out) of each dense weight, per tensor rank
     weights = [(h, (1 + 2 * g) * h / t), (h / t, h)] + [(h, f / t)] * (2 if swiglu else 1) + [(f / t, h)]
-    dense = tuple(Gemm(tokens, i, o) for i, o in weights)
+    dense = tuple(Gemm(tokens, i, o, linear=True) for i, o in weights)
     per_head = b * a / t
     scores = Gemm(s, d, s, per_head, head_dim=d)
     context = Gemm(s, s, d, per_head, head_dim=d)
@@ -80,8 +81,9 @@ def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_head
         again = {"none": (), "selective": attention, "full": dense + attention}[recompute]
     return PassGemms(
         forward=dense + attention,
-        input_grad=tuple(Gemm(tokens, o, i) for i, o in weights) + tuple(x.times(2) for x in attention) + again,
-        weight_grad=tuple(Gemm(i, tokens, o) for i, o in weights),
+        input_grad=tuple(Gemm(tokens, o, i, linear=True) for i, o in weights) + tuple(x.times(2) for x in attention)
+        + again,
+        weight_grad=tuple(Gemm(i, tokens, o, linear=True) for i, o in weights),
     )
 
 

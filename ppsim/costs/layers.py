@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppsim.costs.elementwise import block_traffic, embedding_traffic, head_traffic
+from ppsim.costs.elementwise import Traffic, block_traffic, embedding_traffic, head_traffic
+from ppsim.costs.fp8 import Fp8
 from ppsim.costs.gemms import PassGemms, block_gemms, head_gemms
 from ppsim.costs.memory import Recompute, block_activation_bytes
 from ppsim.inputs.scenario import DTYPE_BYTES, ModelSpec
@@ -35,6 +36,10 @@ class LayerCost:
     params: int
     activation_bytes: int
     recompute_flops: float = 0.0  #: the part of input_grad_flops that recomputes the forward
+    #: HBM bytes once per step beside the optimizer's (FP8 training's weight casts: ppsim.costs.fp8)
+    step_bytes: float = 0.0
+    #: weight bytes per parameter beyond the dtype's (FP8 training's copies: ppsim.costs.fp8)
+    extra_weight_bytes: float = 0.0
     #: HBM bytes of the elementwise (memory-bound) work: forward, and backward with what a
     #: recomputed forward runs again (:mod:`ppsim.costs.elementwise`)
     forward_bytes: float = 0.0
@@ -48,12 +53,14 @@ class LayerCost:
 
 
 def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none", tensor_parallel: int = 1, *,
-               sequence_parallel: bool = False, flash_attention: bool = False
+               sequence_parallel: bool = False, flash_attention: bool = False, fp8: Fp8 | None = None
                ) -> tuple[LayerCost, LayerCost, LayerCost]:
     """(embedding, one transformer block, LM head) for one micro-batch, per device of a tensor-
     parallel group of ``tensor_parallel`` (Megatron: the matmuls, the vocabulary and the heads are
     split t ways). With recompute, the block's input-grad pass also runs the recomputed forward
-    (all of it, or the attention core); FlashAttention's backward recomputes the scores (QK^T)."""
+    (all of it, or the attention core); FlashAttention's backward recomputes the scores (QK^T).
+    With ``fp8`` the block's linear layers add their casts, keep their inputs in FP8 and their
+    weights' FP8 copies (:mod:`ppsim.costs.fp8`); their GEMMs are marked ``linear``."""
     b, s, h, f, a, V = micro_batch, model.seq_len, model.hidden, model.ffn, model.heads, model.vocab
     t = tensor_parallel
     g = model.kv / a  # K and V projections are g x the size of Q's (grouped-query attention)
@@ -70,22 +77,35 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         block_params = int((2 + 2 * g) * h * h + 3 * h * f) // t + 2 * h
     else:  # GPT-style block: biases, two LayerNorms
         block_params = int((2 + 2 * g) * h * h + 2 * h * f + (2 + 2 * g) * h + f) // t + 5 * h
-    traffic = block_traffic(s, b, h, a, f, DTYPE_BYTES[model.dtype], tensor_parallel=t,
+    e = DTYPE_BYTES[model.dtype]
+    traffic = block_traffic(s, b, h, a, f, e, tensor_parallel=t,
                             sequence_parallel=sequence_parallel, flash_attention=flash_attention,
                             dropout=model.dropout, swiglu=model.mlp == "swiglu", recompute=recompute)
+    casts, weight_casts, extra_weight = Traffic(0.0, 0.0), 0.0, 0.0
+    if fp8 is not None:  # QKV, attention output, MLP up (gate and up together), MLP down: (in, out) widths
+        linears = [(h, (1 + 2 * g) * h / t), (h / t, h), (h, (mlp_mats - 1) * f / t), (f / t, h)]
+        casts = fp8.cast_traffic(linears, b * s, e)
+        linear_params = int((2 + 2 * g) * h * h + mlp_mats * h * f) // t
+        weight_casts = fp8.weight_cast_bytes(linear_params, e)
+        extra_weight = linear_params * (fp8.weight_bytes_per_param(e) - e)
     block = LayerCost(
         name="block",
         forward_flops=matmul + attention,
         input_grad_flops=matmul + 2 * attention + recomputed,
         weight_grad_flops=matmul,
         params=block_params,
-        activation_bytes=block_activation_bytes(s, b, h, a, DTYPE_BYTES[model.dtype], recompute, t,
+        activation_bytes=block_activation_bytes(s, b, h, a, e, recompute, t,
                                                 kv_heads=model.kv, ffn_hidden=f, mlp=model.mlp,
                                                 sequence_parallel=sequence_parallel, flash_attention=flash_attention,
-                                                dropout=model.dropout),
+                                                dropout=model.dropout,
+                                                linear_input_bytes=fp8.value_bytes if fp8 else None),
         recompute_flops=recomputed,
-        forward_bytes=traffic.forward,
-        backward_bytes=traffic.backward + traffic.recompute,
+        forward_bytes=traffic.forward + casts.forward,
+        # a fully recomputed forward casts its inputs again
+        backward_bytes=traffic.backward + traffic.recompute + casts.backward
+        + (casts.forward if recompute == "full" else 0.0),
+        step_bytes=weight_casts,
+        extra_weight_bytes=extra_weight,
         gemms=block_gemms(s, b, h, a, model.kv, f, swiglu=model.mlp == "swiglu", tensor_parallel=t,
                           recompute=recompute, flash_attention=flash_attention),
     )

@@ -51,6 +51,7 @@ class StageShape:
     forward_bytes: float = 0.0  #: HBM bytes of the elementwise work (ppsim.costs.elementwise)
     backward_bytes: float = 0.0
     gemms: PassGemms = PassGemms()  #: the matmuls behind the FLOPs, with their shapes (ppsim.costs.gemms)
+    step_bytes: float = 0.0  #: HBM bytes once per step beside the optimizer's (FP8 weight casts)
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,9 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
             forward_bytes=sum(x.forward_bytes for x in parts),
             backward_bytes=sum(x.backward_bytes for x in parts),
             gemms=sum((x.gemms for x in parts[count:]), block.gemms.times(count)),
+            step_bytes=sum(x.step_bytes for x in parts),
             memory=static_memory(params, dtype_bytes, zero_stage=s.training.zero_stage, data_parallel=s.data_parallel,
-                                 message_bytes=message, neighbours=(k > 0) + (k < n - 1)),
+                                 message_bytes=message, neighbours=(k > 0) + (k < n - 1),
+                                 extra_weight_bytes=int(sum(x.extra_weight_bytes for x in parts))),
         ))
     return Layout(tuple(stages), message, whole, dtype_bytes)

@@ -46,10 +46,13 @@ def block_activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: i
                            recompute: Recompute = "none", tensor_parallel: int = 1, *,
                            kv_heads: int | None = None, ffn_hidden: int | None = None, mlp: str = "gelu",
                            sequence_parallel: bool = False, flash_attention: bool = False,
-                           dropout: bool = True) -> int:
+                           dropout: bool = True, linear_input_bytes: float | None = None) -> int:
     """Bytes one transformer block keeps per micro-batch between its forward and its backward, on
     each of ``tensor_parallel`` devices (Megatron's tensor parallelism: the layer norms' and
-    dropouts' 10 sbh stay whole unless ``sequence_parallel`` splits them too)."""
+    dropouts' 10 sbh stay whole unless ``sequence_parallel`` splits them too). With
+    ``linear_input_bytes`` (FP8 training) the inputs of the four linear layers are kept at that many
+    bytes per value instead of the dtype's: QKV's and the MLP up projection's (2 sbh of the whole
+    part), the attention output's and the down projection's (sbh and sbf of the split part)."""
     if recompute not in RECOMPUTE_MODES:
         raise ScenarioError(f"unknown recompute mode {recompute!r}; use one of {', '.join(RECOMPUTE_MODES)}",
                             field="training.recompute")
@@ -66,7 +69,11 @@ def block_activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: i
     kept = (10 if dropout else 8) * sbh / whole_t + split / t
     if recompute == "none" and not flash_attention:
         kept += (5 if dropout else 2) * heads * seq_len * sbh / (hidden * t)
-    return int(kept * scale)
+    saved = 0.0
+    if linear_input_bytes is not None:  # values of the linear layers' inputs, each kept in fewer bytes
+        values = 2 * sbh / whole_t + (sbh + seq_len * micro_batch * ffn) / t
+        saved = values * (dtype_bytes - linear_input_bytes)
+    return int(kept * scale - saved)
 
 
 def model_state_bytes_per_param(dtype_bytes: int) -> tuple[int, int, int]:
@@ -96,14 +103,15 @@ class StaticMemory:
 
 
 def static_memory(params: int, dtype_bytes: int, *, zero_stage: int = 0, data_parallel: int = 1,
-                  message_bytes: int = 0, neighbours: int = 0) -> StaticMemory:
+                  message_bytes: int = 0, neighbours: int = 0, extra_weight_bytes: int = 0) -> StaticMemory:
     """Model states of ``params`` parameters, sharded over ``data_parallel`` replicas as ZeRO's
     stage says (1: the optimizer state, 2: also the gradients, 3: also the weights), plus send and
-    receive buffers for each of ``neighbours`` neighbouring stages."""
+    receive buffers for each of ``neighbours`` neighbouring stages; ``extra_weight_bytes`` (FP8
+    training's weight copies) count with the weights, unsharded."""
     w, g, o = model_state_bytes_per_param(dtype_bytes)
 
     def sharded(total: int, stage: int) -> int:
         return -(-total // data_parallel) if zero_stage >= stage else total
 
-    return StaticMemory(weights=sharded(params * w, 3), gradients=sharded(params * g, 2),
+    return StaticMemory(weights=sharded(params * w, 3) + extra_weight_bytes, gradients=sharded(params * g, 2),
                         optimizer=sharded(params * o, 1), buffers=2 * message_bytes * neighbours)

@@ -61,6 +61,7 @@ class Device:
     intra_node_latency_us: float
     inter_node_gb_s: float  #: per-device NIC bandwidth to another node
     inter_node_latency_us: float
+    mx_formats: bool = False  #: Tensor Cores with MX block-scaled formats (MXFP8: Blackwell)
     gemm: Curve | None = None  #: fraction of peak per GEMM, by its FLOPs (2mnk)
     attention: Curve | None = None  #: fraction of peak of the unfused attention matmuls, by head dimension
 
@@ -92,7 +93,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
 REQUIRED_PEAKS = ("bf16", "fp16", "fp32")  #: every device has these
 OPTIONAL_PEAKS = ("fp8",)  #: a device with FP8 Tensor Cores (Hopper, Blackwell) also this
 _KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "intra_node", "inter_node", "gemm",
-         "attention"}
+         "attention", "mx_formats"}
 _CURVE_KEYS = {"source", "dtypes", "points"}
 
 
@@ -130,6 +131,13 @@ def _curve(name: str, key: str, entry: Any, source: str) -> Curve | None:
     if any(b[0] <= a[0] for a, b in zip(pairs, pairs[1:])):
         raise bad("points must have strictly increasing sizes")
     return Curve(points=tuple(pairs), source=where.strip(), dtypes=tuple(dtypes))
+
+
+def _flag(name: str, key: str, value: Any, source: str) -> bool:
+    if not isinstance(value, bool):
+        raise ScenarioError(f"{source}: device {name!r}: {key} is {value!r}; it must be true or false",
+                            field="hardware.device_file")
+    return value
 
 
 def _check_ranges(name: str, entry: dict[str, Any], source: str) -> None:
@@ -179,6 +187,7 @@ def _device(name: str, entry: Any, source: str) -> Device:
             intra_node_latency_us=float(entry["intra_node"]["latency_us"]),
             inter_node_gb_s=float(entry["inter_node"]["bandwidth_gb_s"]),
             inter_node_latency_us=float(entry["inter_node"]["latency_us"]),
+            mx_formats=_flag(name, "mx_formats", entry.get("mx_formats", False), source),
             gemm=_curve(name, "gemm", entry.get("gemm"), source),
             attention=_curve(name, "attention", entry.get("attention"), source),
         )

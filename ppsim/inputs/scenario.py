@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ppsim.errors import ScenarioError, file_error, shown_path
-from ppsim.inputs.choices import Comm, Dtype, KernelChoice, PartitionMode, Recompute
+from ppsim.inputs.choices import Comm, Dtype, Fp8Recipe, KernelChoice, PartitionMode, Recompute
 from ppsim.inputs.yaml_files import load_yaml, problem
 from ppsim.plan import schedules
 
@@ -86,6 +86,9 @@ class TrainingSpec(_Strict):
     bucket_mb: float = Field(default=25.0, ge=1, le=1e6, description="gradient all-reduce bucket, MB (1e6 bytes)")
     sequence_parallel: bool = False  #: Megatron's: layer norms and dropouts split over the tensor-parallel group
     flash_attention: bool = False  #: no s x s scores kept; the backward recomputes them
+    #: the blocks' linear layers in FP8 by this Transformer Engine recipe (ppsim.costs.fp8); None: all 16-bit
+    fp8: Fp8Recipe | None = None
+    fp8_params: bool = False  #: weights kept in FP8 (Megatron's --fp8-param-gather); needs fp8
 
 
 class PipelineSpec(_Strict):

@@ -78,8 +78,8 @@ def lower_built(b: Built) -> Plan:
 
 
 def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
-    """Trace metadata the metrics read (what a step does, on how many devices)."""
-    return {
+    """Trace metadata the metrics read (what a step does, on how many devices); ``fp8`` only when on."""
+    meta: TraceMeta = {
         "scenario": s.name,
         "device": s.hardware.device,
         "dtype": s.model.dtype if s.model else None,
@@ -100,6 +100,9 @@ def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
         "recompute": s.training.recompute,
         "zero_stage": s.training.zero_stage,
     }
+    if s.training.fp8:
+        meta["fp8"] = s.training.fp8
+    return meta
 
 
 def predict(s: Scenario, profile: Profile | None = None, workload: Workload | None = None,

@@ -78,6 +78,7 @@ class TraceMeta(TypedDict, total=False):
     costs_source: str | None
     device_memory_bytes: float | None
     recompute: str | None
+    fp8: str | None
     zero_stage: int
     # a measured run (ppexec) or a profiler's trace read back
     backend: str

@@ -51,6 +51,8 @@ def summary_renderable(s: Summary) -> Group:
         plan += f" ({meta['num_devices']:,} devices)"
     if meta.get("recompute") not in (None, "none"):
         plan += f", recompute {meta['recompute']}"
+    if meta.get("fp8"):
+        plan += f", FP8 ({meta['fp8']} scaling)"
     if meta.get("zero_stage"):
         plan += f", ZeRO-{meta['zero_stage']}"
     head.add_row("plan", plan)

@@ -1,0 +1,112 @@
+"""FP8 training (training.fp8): the blocks' linear layers at the FP8 peak, their casts as HBM work,
+their inputs kept in FP8, the weights' FP8 copies; what cannot run is refused naming the key. Every
+figure here is worked out by hand from ppsim/costs/fp8.py's docstring."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from ppsim.costs.fp8 import Fp8
+from ppsim.costs.layers import gpt_layers
+from ppsim.costs.memory import block_activation_bytes
+from ppsim.errors import PpsimError, ScenarioError
+from ppsim.inputs.hardware import DEVICES
+from ppsim.inputs.scenario import ModelSpec, parse_scenario
+from ppsim.prediction import build
+
+#: h = 1024, f = 4096, 16 heads, s = 1024, b = 2, GELU, no dropout: 2,048 tokens
+MODEL = ModelSpec(layers=8, hidden=1024, heads=16, seq_len=1024, vocab=32768, dropout=False)
+TOKENS, H, F = 2048, 1024, 4096
+
+
+def scenario(**training: Any) -> dict[str, Any]:
+    return {"name": "fp8", "model": MODEL.model_dump(exclude_none=True),
+            "pipeline": {"stages": 2, "microbatches": 4, "partition": "uniform"},
+            "training": {"micro_batch": 2, "flash_attention": True, **training},
+            "hardware": {"device": "h100-sxm", "efficiency": 0.5}}
+
+
+def test_the_casts_are_each_linear_inputs_and_output_grads_bytes() -> None:
+    """Per value cast: read 2 bytes, write 1 row-wise and 1 column-wise; current scaling reads it
+    once more for its amax; MXFP8 adds a 1-byte scale per 32 values to each FP8 copy."""
+    linears = [(H, 3 * H), (H, H), (H, F), (F, H)]  # QKV, attention output, up, down (t = 1)
+    inputs, grads = TOKENS * (3 * H + F), TOKENS * (5 * H + F)
+    delayed = Fp8("delayed").cast_traffic(linears, TOKENS, 2)
+    assert (delayed.forward, delayed.backward) == (4 * inputs, 4 * grads)
+    current = Fp8("tensorwise").cast_traffic(linears, TOKENS, 2)
+    assert (current.forward, current.backward) == (6 * inputs, 6 * grads)
+    mx = Fp8("mxfp8").cast_traffic(linears, TOKENS, 2)
+    assert mx.forward == pytest.approx((2 + 2 * (1 + 1 / 32)) * inputs)
+
+
+def test_the_linear_layers_run_at_the_fp8_peak_and_the_rest_at_bf16() -> None:
+    """A block's forward, flat efficiency 0.5 on the H100 (989 bf16, 1,979 fp8 TFLOP/s): the four
+    linear GEMMs' 2T(3h^2 + h^2 + 2hf) FLOPs at the FP8 peak, FlashAttention's 4Ts h at bf16, plus
+    the elementwise bytes and the casts at 3,350 GB/s."""
+    bf16 = build(parse_scenario(scenario())).workload.costs.stages[0]
+    fp8 = build(parse_scenario(scenario(fp8="delayed"))).workload.costs.stages[0]
+    linear = 2 * TOKENS * (4 * H * H + 2 * H * F)
+    blocks = 4  # the attention and the elementwise work take the same time on both sides
+    hbm = 3350e9 / 1e3
+    casts = 4 * TOKENS * (3 * H + F)
+    expected_saving = blocks * (linear / (989e12 / 1e3 * 0.5) - linear / (1979e12 / 1e3 * 0.5) - casts / hbm)
+    assert bf16.forward_ms - fp8.forward_ms == pytest.approx(expected_saving, rel=1e-9)
+
+
+def test_the_linear_inputs_are_kept_in_one_byte() -> None:
+    """Of sbh(34 ...): QKV's and the up projection's inputs (2 sbh), the attention output's (sbh)
+    and the down projection's (sbf) drop from 2 bytes to 1 (plus 1/32 of a byte with MXFP8)."""
+    s, b, h, a, f = 1024, 2, 1024, 16, 4096
+    plain = block_activation_bytes(s, b, h, a, 2, "selective", ffn_hidden=f, dropout=False)
+    fp8 = block_activation_bytes(s, b, h, a, 2, "selective", ffn_hidden=f, dropout=False, linear_input_bytes=1.0)
+    assert plain - fp8 == 3 * s * b * h + s * b * f
+    assert block_activation_bytes(s, b, h, a, 2, "full", linear_input_bytes=1.0) == 2 * s * b * h  # the input only
+
+
+def test_the_weights_carry_fp8_copies_or_are_fp8() -> None:
+    """Linear weights 4h^2 + 2hf of a GELU block: 2 bytes more each for the row- and column-wise
+    FP8 copies; with fp8_params the 2-byte weight itself is FP8 (1 + 1 column-wise): no more."""
+    linear_params = 4 * H * H + 2 * H * F
+    _, plain, _ = gpt_layers(MODEL, 2)
+    _, fp8, _ = gpt_layers(MODEL, 2, fp8=Fp8("tensorwise"))
+    _, fp8_weights, _ = gpt_layers(MODEL, 2, fp8=Fp8("tensorwise", params=True))
+    assert (plain.extra_weight_bytes, fp8.extra_weight_bytes, fp8_weights.extra_weight_bytes) == (0, 2 * linear_params, 0)
+    assert fp8.step_bytes == linear_params * 4 and fp8_weights.step_bytes == 0  # the weights cast once per step
+    stage = build(parse_scenario(scenario(fp8="tensorwise"))).workload.costs.stages[1]
+    plain_stage = build(parse_scenario(scenario())).workload.costs.stages[1]
+    assert stage.memory.weights - plain_stage.memory.weights == 4 * 2 * linear_params
+
+
+@pytest.mark.parametrize("change, field, says", [
+    ({"hardware": {"device": "a100-80g"}, "training": {"fp8": "delayed"}}, "training.fp8", "a100-80g has none"),
+    ({"training": {"fp8": "mxfp8"}}, "training.fp8", "mxfp8 needs Blackwell"),
+    ({"training": {"fp8_params": True}}, "training.fp8_params", "needs training.fp8"),
+    ({"model": {"dtype": "fp32"}, "training": {"fp8": "delayed"}}, "model.dtype", "set it to bf16"),
+])
+def test_what_cannot_run_is_refused_naming_the_key(change: dict[str, Any], field: str, says: str) -> None:
+    data = scenario()
+    for section, values in change.items():
+        data[section] = {**copy.deepcopy(data[section]), **values}
+    with pytest.raises(ScenarioError, match=says) as err:
+        build(parse_scenario(data))
+    assert err.value.field == field
+
+
+def test_mxfp8_runs_on_blackwell() -> None:
+    assert DEVICES["b200"].mx_formats and not DEVICES["h100-sxm"].mx_formats
+    data = scenario(fp8="mxfp8")
+    data["hardware"] = {"device": "b200", "efficiency": 0.5}
+    costs = build(parse_scenario(data)).workload.costs.stages[0]
+    assert costs.forward_ms > 0
+
+
+def test_ppexec_refuses_fp8_naming_the_key() -> None:
+    pytest.importorskip("torch")
+    from ppexec.launch.prepare import check_buildable
+
+    with pytest.raises(PpsimError, match="Transformer Engine's FP8") as err:
+        check_buildable(parse_scenario(scenario(fp8="delayed")))
+    assert err.value.field == "training.fp8"
