@@ -1,0 +1,221 @@
+"""ppsim against NVIDIA's published training runs of 2024-2026: issue 32's development set.
+
+The rows are ``bench/data/published_modern.yaml``: every dense pretraining row of the NeMo and
+Megatron-Bridge performance tables (H100, B200, GB200, GB300; BF16-free: FP8, MXFP8, NVFP4), with
+the recipe settings that ran them. Each row is turned into a ppsim scenario by the rules below, the
+same for every row, and its step time predicted; the published step is the global batch's tokens
+over the published tokens/s/GPU and the GPU count. Printed: per row the published and predicted
+step and the error, then the median |error|, the largest, how many rows are within 15 %, and every
+row ppsim cannot express yet with the reason. Nothing is fitted to any row.
+
+The rules (what ppsim assumes where a row is silent is printed with it):
+
+- the model: the architecture of the row's model (the table below; the recipes' files, with the
+  vocabulary where they are silent); Llama and Nemotron without dropout, GPT-3 with it;
+- the device: the catalogue's ``h100-sxm``, ``b200`` (8 per node) or ``gb200`` / ``gb300`` (trays
+  of 4 in NVLink domains of 72), its datasheet peaks and flat efficiency, links as the catalogue gives;
+- the layout: TP, PP, VP (the interleaved schedule with VP chunks, else 1F1B), data parallelism
+  the rest of the GPUs, micro-batches GBS / (MBS x DP); sequence parallelism where the recipe sets
+  it (else with TP > 1, as Megatron-Bridge's performance recipes do); FlashAttention (Transformer
+  Engine's fused attention); the distributed optimizer as ZeRO-1 with reduce-scatter, its gradient
+  reduction overlapped with the backward where the recipe says so;
+- precision: FP8 and FP8-CS are current scaling (``tensorwise``; NeMo 24.07's FP8 is ``delayed``,
+  the only recipe of its time), MXFP8 / FP8-MX ``mxfp8``; a 25.09 row without a precision is
+  ``tensorwise`` (its parenthesized variant ``mxfp8``); FP8 weights where the recipe sets
+  ``fp8_param_gather``;
+- not expressible yet (reported, not predicted): context parallelism, NVFP4, Megatron FSDP,
+  activation offloading to the CPU, recomputation of some of the layers.
+
+    .venv/bin/python bench/published_modern.py [--rows ID_PREFIX] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ppsim.errors import PpsimError  # noqa: E402
+from ppsim.inputs.scenario import parse_scenario  # noqa: E402
+
+DATA = ROOT / "bench" / "data" / "published_modern.yaml"
+
+
+@dataclass(frozen=True)
+class Arch:
+    layers: int
+    hidden: int
+    heads: int
+    ffn: int
+    kv_heads: int | None
+    vocab: int
+    llama: bool  #: SwiGLU, RoPE, RMSNorm, untied, no dropout (else GPT: GELU, learned positions, tied, dropout)
+    assumed: str = ""  #: what the row's sources do not say
+
+
+LLAMA3_VOCAB = 128256
+MODELS: dict[str, Arch] = {
+    "Llama3-8B": Arch(32, 4096, 32, 14336, 8, LLAMA3_VOCAB, True),
+    "Llama3-70B": Arch(80, 8192, 64, 28672, 8, LLAMA3_VOCAB, True),
+    "Llama3.1-405B": Arch(126, 16384, 128, 53248, 8, LLAMA3_VOCAB, True),
+    "LLAMA2-7B": Arch(32, 4096, 32, 11008, None, 32000, True, "vocabulary 32,000 (Llama 2's tokenizer)"),
+    "LLAMA2-13B": Arch(40, 5120, 40, 13824, None, 32000, True, "vocabulary 32,000 (Llama 2's tokenizer)"),
+    "LLAMA2-70B": Arch(80, 8192, 64, 28672, 8, 32000, True, "vocabulary 32,000 (Llama 2's tokenizer)"),
+    "GPT3-5B": Arch(24, 4096, 32, 16384, None, 51200, False, "vocabulary 51,200 (GPT-2's, padded); GELU"),
+    "GPT3-20B": Arch(44, 6144, 48, 24576, None, 51200, False, "vocabulary 51,200 (GPT-2's, padded); GELU"),
+    "GPT3-175B": Arch(96, 12288, 96, 49152, None, 51200, False, "vocabulary 51,200 (GPT-2's, padded); GELU"),
+    # squared-ReLU MLPs: two matrices, as ppsim's GELU MLP (the same matmuls)
+    "Nemotron-8B": Arch(32, 4096, 32, 16384, None, 256000, True,
+                        "vocabulary 256,000; squared ReLU priced as a two-matrix MLP"),
+    "Nemotron-22B": Arch(40, 6144, 48, 24576, None, 256000, True,
+                         "vocabulary 256,000; squared ReLU priced as a two-matrix MLP"),
+    "Nemotron-340B": Arch(96, 18432, 96, 73728, 8, 256000, True,
+                          "vocabulary 256,000; squared ReLU priced as a two-matrix MLP"),
+}
+ALIASES = {"LLAMA3-8B": "Llama3-8B", "LLAMA3-70B": "Llama3-70B"}
+DEVICES = {"H100": ("h100-sxm", 8, None), "B200": ("b200", 8, None), "GB200": ("gb200", 4, 72), "GB300": ("gb300", 4, 72)}
+
+
+def unexpressible(row: dict[str, Any]) -> str | None:
+    """Why ppsim cannot describe the row yet, or None."""
+    settings = row.get("recipe_settings", {})
+    if row["tokens_per_s_per_gpu"] is None:
+        return "published as model TFLOP/s alone, whose FLOP count the table does not state"
+    if row["cp"] > 1:
+        return "context parallelism"
+    if row["precision"] == "NVFP4":
+        return "NVFP4"
+    if row["fsdp"] or settings.get("use_megatron_fsdp"):
+        return "Megatron FSDP"
+    if settings.get("activation_cpu_offloading"):
+        return "activation offloading to the CPU"
+    if "recompute_num_layers" in str(settings.get("recompute", "")):
+        return "recomputation of some of the layers"
+    return None
+
+
+def fp8_recipe(row: dict[str, Any]) -> str:
+    precision, variant = row["precision"], row["variant"]
+    if precision in ("MXFP8", "FP8-MX") or (precision is None and variant == "parenthesized"):
+        return "mxfp8"
+    if row["release"] == "24.07":
+        return "delayed"
+    return "tensorwise"
+
+
+def scenario_data(row: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The row as a ppsim scenario, and what was assumed where the row's sources are silent."""
+    arch = MODELS[ALIASES.get(row["model"], row["model"])]
+    device, per_node, domain = DEVICES[row["gpu"]]
+    settings = row.get("recipe_settings", {})
+    tp, pp, vp, gpus = row["tp"], row["pp"], row["vp"] or 1, row["gpus"]
+    dp = gpus // (tp * pp)
+    assumed = [arch.assumed] if arch.assumed else []
+    sp = settings.get("sequence_parallel")
+    if sp is None:
+        sp = tp > 1
+        assumed.append(f"sequence parallel {'on' if sp else 'off'} (TP {tp})")
+    if "recompute" not in settings:
+        assumed.append("no recomputation")
+    overlap = settings.get("overlap_grad_reduce")
+    if overlap is None:
+        overlap = True
+        assumed.append("gradient reduce-scatter overlapped with the backward")
+    fp8 = fp8_recipe(row)
+    fp8_params = "fp8_param_gather=True" in str(settings.get("precision_recipe", ""))
+    model: dict[str, Any] = {
+        "layers": arch.layers, "hidden": arch.hidden, "heads": arch.heads, "ffn_hidden": arch.ffn,
+        "seq_len": row["seq_len"], "vocab": arch.vocab, "dtype": "bf16",
+    }
+    if arch.kv_heads:
+        model["kv_heads"] = arch.kv_heads
+    if arch.llama:
+        model.update(mlp="swiglu" if "Nemotron" not in row["model"] else "gelu", positions="rope", dropout=False)
+    else:
+        model.update(tie_embeddings=True)
+    cluster: dict[str, Any] = {"nodes": gpus // per_node, "devices_per_node": per_node}
+    if domain:
+        cluster["nvlink_domain"] = domain
+    data = {
+        "name": row["id"],
+        "model": model,
+        "pipeline": {"stages": pp, "chunks": vp, "schedule": "interleaved-1f1b" if vp > 1 else "1f1b"},
+        "training": {"global_batch": row["gbs"], "micro_batch": row["mbs"], "sequence_parallel": sp and tp > 1,
+                     "flash_attention": True, "fp8": fp8, "fp8_params": fp8_params, "zero_stage": 1 if dp > 1 else 0,
+                     "zero_reduce": "reduce_scatter", "overlap_grad_reduce": overlap},
+        "tensor_parallel": tp,
+        "data_parallel": dp,
+        "hardware": {"device": device},
+        "cluster": cluster,
+    }
+    return data, assumed
+
+
+def published_step_s(row: dict[str, Any]) -> float:
+    return row["gbs"] * row["seq_len"] / (row["tokens_per_s_per_gpu"] * row["gpus"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default="", help="only rows whose id starts with this")
+    ap.add_argument("--json", type=Path, help="write every row's figures to this file")
+    args = ap.parse_args()
+    from ppsim.prediction import predict
+    from ppsim.trace.metrics import summarize
+
+    rows = [r for r in yaml.safe_load(DATA.read_text()) if r["id"].startswith(args.rows)]
+    t0 = time.perf_counter()
+    errors: list[float] = []
+    skipped: dict[str, list[str]] = {}
+    results = []
+    print(f"{'row':58s} {'GPUs':>5s} {'TP PP VP':>9s} {'prec':>6s} {'published s':>11s} {'ppsim s':>8s} "
+          f"{'error':>7s}  fits")
+    for row in rows:
+        why = unexpressible(row)
+        if why:
+            skipped.setdefault(why, []).append(row["id"])
+            continue
+        data, assumed = scenario_data(row)
+        published = published_step_s(row)
+        try:
+            pred = predict(parse_scenario(data))
+        except PpsimError as exc:
+            skipped.setdefault(f"refused: {exc}", []).append(row["id"])
+            continue
+        summary = summarize(pred.trace, waits=False)
+        step = summary.step_time_ms / 1e3
+        error = step / published - 1
+        errors.append(error)
+        layout = f"{row['tp']} {row['pp']} {row['vp'] or 1}"
+        print(f"{row['id'][:58]:58s} {row['gpus']:5d} {layout:>9s} {data['training']['fp8']:>6.6s} {published:11.2f} "
+              f"{step:8.2f} {100 * error:+6.1f}%  {'yes' if summary.fits else 'NO' if summary.fits is False else '?'}")
+        results.append({"id": row["id"], "source": row["source"], "published_step_s": published,
+                        "predicted_step_s": step, "error": error, "fits": summary.fits, "assumed": assumed})
+    if errors:
+        within = sum(abs(e) <= 0.15 for e in errors)
+        print(f"\n{len(errors)} of {len(rows)} rows predicted in {time.perf_counter() - t0:.0f} s: median |error| "
+              f"{100 * statistics.median(abs(e) for e in errors):.1f} %, median error "
+              f"{100 * statistics.median(errors):+.1f} %, largest |error| {100 * max(abs(e) for e in errors):.1f} %, "
+              f"{within} within 15 %")
+    print(f"\nnot expressible yet ({sum(len(v) for v in skipped.values())} rows):")
+    for why, ids in sorted(skipped.items(), key=lambda kv: -len(kv[1])):
+        print(f"  {len(ids):3d}  {why}")
+    assumptions = sorted({a for r in results for a in r["assumed"]})
+    if assumptions:
+        print("\nassumed where a row's sources are silent: " + "; ".join(assumptions))
+    if args.json:
+        args.json.write_text(json.dumps({"rows": results, "not_expressible": skipped}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
