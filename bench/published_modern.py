@@ -16,7 +16,8 @@ The rules (what ppsim assumes where a row is silent is printed with it):
   of 4 in NVLink domains of 72), its datasheet peaks and flat efficiency, links as the catalogue gives;
 - the layout: TP, PP, VP (the interleaved schedule with VP chunks, else 1F1B), data parallelism
   the rest of the GPUs, micro-batches GBS / (MBS x DP); sequence parallelism where the recipe sets
-  it (else with TP > 1, as Megatron-Bridge's performance recipes do); FlashAttention (Transformer
+  it (else with TP > 1, as Megatron-Bridge's performance recipes do), and with it the tensor-parallel
+  communication overlapped with the GEMMs where the recipe says so (else on); FlashAttention (Transformer
   Engine's fused attention); the distributed optimizer as ZeRO-1 with reduce-scatter, its gradient
   reduction overlapped with the backward where the recipe says so;
 - precision: FP8 and FP8-CS are current scaling (``tensorwise``; NeMo 24.07's FP8 is ``delayed``,
@@ -131,6 +132,11 @@ def scenario_data(row: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     if overlap is None:
         overlap = True
         assumed.append("gradient reduce-scatter overlapped with the backward")
+    tp_overlap = settings.get("tp_comm_overlap_effective")
+    if tp_overlap is None:
+        tp_overlap = sp and tp > 1
+        if tp > 1:
+            assumed.append(f"tensor-parallel communication overlap {'on' if tp_overlap else 'off'} (TP {tp})")
     fp8 = fp8_recipe(row)
     fp8_params = "fp8_param_gather=True" in str(settings.get("precision_recipe", ""))
     model: dict[str, Any] = {
@@ -151,8 +157,9 @@ def scenario_data(row: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         "model": model,
         "pipeline": {"stages": pp, "chunks": vp, "schedule": "interleaved-1f1b" if vp > 1 else "1f1b"},
         "training": {"global_batch": row["gbs"], "micro_batch": row["mbs"], "sequence_parallel": sp and tp > 1,
-                     "flash_attention": True, "fp8": fp8, "fp8_params": fp8_params, "zero_stage": 1 if dp > 1 else 0,
-                     "zero_reduce": "reduce_scatter", "overlap_grad_reduce": overlap},
+                     "flash_attention": True, "tp_comm_overlap": bool(tp_overlap and sp and tp > 1), "fp8": fp8,
+                     "fp8_params": fp8_params, "zero_stage": 1 if dp > 1 else 0, "zero_reduce": "reduce_scatter",
+                     "overlap_grad_reduce": overlap},
         "tensor_parallel": tp,
         "data_parallel": dp,
         "hardware": {"device": device},

@@ -18,6 +18,7 @@ stage-to-stage message (:mod:`~ppsim.costs.tensor_parallel`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from ppsim.costs.collectives import GRAD_NORM_BYTES, Collective, grad_allreduce, ring_allreduce_ms, traffic
@@ -25,7 +26,7 @@ from ppsim.costs.gemms import Gemm
 from ppsim.costs.layout import Layout, StageShape
 from ppsim.costs.links import Links
 from ppsim.costs.table import CostTable, Link
-from ppsim.costs.tensor_parallel import gathering, tensor_parallel_comm
+from ppsim.costs.tensor_parallel import exposed_comm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
 from ppsim.inputs.hardware import Device
 from ppsim.inputs.scenario import ModelSpec, Scenario
@@ -57,12 +58,17 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
         return fwd, inp + wgt, wgt
 
     hbm_bytes_per_ms = device.hbm_gb_s * 1e9 / 1e3
-    tp = tensor_parallel_comm(layout.activation_bytes, t, links.tensor_parallel,
-                              sequence_parallel=training.sequence_parallel, full_recompute=training.recompute == "full",
-                              scatter_gather=s.pipeline.scatter_gather)
+    whole_tp = tensor_parallel_comm(layout.activation_bytes, t, links.tensor_parallel,
+                                    sequence_parallel=training.sequence_parallel,
+                                    full_recompute=training.recompute == "full", scatter_gather=s.pipeline.scatter_gather)
     stages = []
     for k, st in enumerate(layout.stages):
         forward_mm, backward_mm, weight_grad_mm = matmuls(st)
+        tp = whole_tp
+        if training.tp_comm_overlap and st.blocks:
+            tp = exposed_comm(whole_tp, t, *linear_gemm_ms(st, lambda g: matmul_ms(
+                g, device, model.dtype, efficiency=None if curves else efficiency, fp8=training.fp8 is not None),
+                swiglu=model.mlp == "swiglu"))
         reduce_ms, buckets = grad_allreduce(st.params * layout.dtype_bytes, d, links.data_parallel,
                                             training.allreduce, training.bucket_mb * 1e6)
         stages.append(layout.stage_cost(
@@ -84,7 +90,7 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
     if tied_ms > 0:
         stages[0] = replace(stages[0], optimizer_ms=stages[0].optimizer_ms + tied_ms)
         stages[-1] = replace(stages[-1], optimizer_ms=stages[-1].optimizer_ms + tied_ms)
-    boundaries = gathering(links.boundaries, tp)
+    boundaries = gathering(links.boundaries, whole_tp)
     fabric = None
     if links.fabric is not None:
         kind: Collective = ("reduce_scatter" if training.zero_stage >= 1 and training.zero_reduce == "reduce_scatter"
@@ -120,6 +126,22 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
             eff = device.attention_efficiency(g.head_dim, kind)
         ms += g.flops / (device.peak_flops(kind) / 1e3 * eff)
     return ms
+
+
+def linear_gemm_ms(st: StageShape, priced: Callable[[tuple[Gemm, ...]], float], swiglu: bool
+                   ) -> tuple[list[float], list[float]]:
+    """One block's linear layers' GEMM milliseconds (QKV, attention output, MLP up, MLP down; SwiGLU's
+    two up projections as one, as Megatron fuses them): in the forward, and in the backward (input
+    and weight grads together; a recomputed forward's GEMMs, listed after the grads, hide nothing)."""
+    raw = 5 if swiglu else 4  # the linear GEMMs of one pass as block_gemms lists them
+
+    def per_layer(gemms: tuple[Gemm, ...]) -> list[float]:
+        linear = [priced((g,)) / st.blocks for g in gemms if g.linear][:raw]
+        return [linear[0], linear[1], linear[2] + linear[3], linear[4]] if swiglu else linear
+
+    forward = per_layer(st.gemms.forward)
+    backward = [a + b for a, b in zip(per_layer(st.gemms.input_grad), per_layer(st.gemms.weight_grad), strict=True)]
+    return forward, backward
 
 
 def tied_embedding_allreduce_ms(s: Scenario, layout: Layout, link: Link | None) -> float:

@@ -85,6 +85,9 @@ class TrainingSpec(_Strict):
     #: at least 1 MB: every bucket is simulated, and a 175B model's gradients are 350,000 of them
     bucket_mb: float = Field(default=25.0, ge=1, le=1e6, description="gradient all-reduce bucket, MB (1e6 bytes)")
     sequence_parallel: bool = False  #: Megatron's: layer norms and dropouts split over the tensor-parallel group
+    #: Megatron's --tp-comm-overlap: the tensor-parallel collectives run beside the linear layers' GEMMs
+    #: (userbuffers; needs sequence_parallel): ppsim.costs.tensor_parallel
+    tp_comm_overlap: bool = False
     flash_attention: bool = False  #: no s x s scores kept; the backward recomputes them
     #: the blocks' linear layers in FP8 by this Transformer Engine recipe (ppsim.costs.fp8); None: all 16-bit
     fp8: Fp8Recipe | None = None
@@ -429,6 +432,11 @@ def _check_tensor_parallel(s: Scenario) -> None:
             f"the MLP width ({m.ffn}); choose a divisor of all three",
             field="tensor_parallel",
         )
+    if s.training.tp_comm_overlap and not (tp > 1 and s.training.sequence_parallel):
+        raise ScenarioError(
+            "training.tp_comm_overlap overlaps the tensor-parallel all-gathers and reduce-scatters of sequence "
+            f"parallelism with the GEMMs; it needs tensor_parallel > 1 (it is {tp}) and training.sequence_parallel: "
+            "true", field="training.tp_comm_overlap")
 
 
 def _check_links(s: Scenario) -> None:
