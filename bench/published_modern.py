@@ -14,7 +14,9 @@ The rules (what ppsim assumes where a row is silent is printed with it):
   vocabulary where they are silent); Llama and Nemotron without dropout, GPT-3 with it;
 - the device: the catalogue's ``h100-sxm``, ``b200`` (8 per node) or ``gb200`` / ``gb300`` (trays
   of 4 in NVLink domains of 72), its datasheet peaks and flat efficiency, links as the catalogue gives;
-- the layout: TP, PP, VP (the interleaved schedule with VP chunks, else 1F1B), data parallelism
+- the layout: TP, PP, VP (the interleaved schedule with VP chunks, else 1F1B), the blocks split
+  evenly over the virtual stages as Megatron does (Llama 3.1 405B's recipe counts the embedding and
+  the loss as one layer each: the first and last virtual stage hold one block fewer), data parallelism
   the rest of the GPUs, micro-batches GBS / (MBS x DP); sequence parallelism where the recipe sets
   it (else with TP > 1, as Megatron-Bridge's performance recipes do), and with it the tensor-parallel
   communication overlapped with the GEMMs where the recipe says so (else on); FlashAttention (Transformer
@@ -27,7 +29,7 @@ The rules (what ppsim assumes where a row is silent is printed with it):
 - not expressible yet (reported, not predicted): context parallelism, NVFP4, Megatron FSDP,
   activation offloading to the CPU, recomputation of some of the layers.
 
-    .venv/bin/python bench/published_modern.py [--rows ID_PREFIX] [--json FILE]
+    .venv/bin/python bench/published_modern.py [--rows ID_PREFIX] [--json FILE] [--gemm-curves]
 """
 
 from __future__ import annotations
@@ -62,13 +64,14 @@ class Arch:
     vocab: int
     llama: bool  #: SwiGLU, RoPE, RMSNorm, untied, no dropout (else GPT: GELU, learned positions, tied, dropout)
     assumed: str = ""  #: what the row's sources do not say
+    accounted: bool = False  #: the recipe counts the embedding and the loss as layers of the pipeline split
 
 
 LLAMA3_VOCAB = 128256
 MODELS: dict[str, Arch] = {
     "Llama3-8B": Arch(32, 4096, 32, 14336, 8, LLAMA3_VOCAB, True),
     "Llama3-70B": Arch(80, 8192, 64, 28672, 8, LLAMA3_VOCAB, True),
-    "Llama3.1-405B": Arch(126, 16384, 128, 53248, 8, LLAMA3_VOCAB, True),
+    "Llama3.1-405B": Arch(126, 16384, 128, 53248, 8, LLAMA3_VOCAB, True, accounted=True),
     "LLAMA2-7B": Arch(32, 4096, 32, 11008, None, 32000, True, "vocabulary 32,000 (Llama 2's tokenizer)"),
     "LLAMA2-13B": Arch(40, 5120, 40, 13824, None, 32000, True, "vocabulary 32,000 (Llama 2's tokenizer)"),
     "LLAMA2-70B": Arch(80, 8192, 64, 28672, 8, 32000, True, "vocabulary 32,000 (Llama 2's tokenizer)"),
@@ -114,7 +117,7 @@ def fp8_recipe(row: dict[str, Any]) -> str:
     return "tensorwise"
 
 
-def scenario_data(row: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[str, Any], list[str]]:
     """The row as a ppsim scenario, and what was assumed where the row's sources are silent."""
     arch = MODELS[ALIASES.get(row["model"], row["model"])]
     device, per_node, domain = DEVICES[row["gpu"]]
@@ -155,17 +158,31 @@ def scenario_data(row: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     data = {
         "name": row["id"],
         "model": model,
-        "pipeline": {"stages": pp, "chunks": vp, "schedule": "interleaved-1f1b" if vp > 1 else "1f1b"},
+        "pipeline": {"stages": pp, "chunks": vp, "schedule": "interleaved-1f1b" if vp > 1 else "1f1b",
+                     "partition": megatron_partition(arch.layers, pp * vp, arch.accounted)},
         "training": {"global_batch": row["gbs"], "micro_batch": row["mbs"], "sequence_parallel": sp and tp > 1,
                      "flash_attention": True, "tp_comm_overlap": bool(tp_overlap and sp and tp > 1), "fp8": fp8,
                      "fp8_params": fp8_params, "zero_stage": 1 if dp > 1 else 0, "zero_reduce": "reduce_scatter",
                      "overlap_grad_reduce": overlap},
         "tensor_parallel": tp,
         "data_parallel": dp,
-        "hardware": {"device": device},
+        "hardware": {"device": device, "gemm_curves": gemm_curves},
         "cluster": cluster,
     }
     return data, assumed
+
+
+def megatron_partition(layers: int, virtual_stages: int, accounted: bool) -> list[int] | str:
+    """Blocks per virtual stage as Megatron splits them: evenly (``uniform``), or with the embedding
+    and the loss each counted as a layer (``account_for_embedding/loss_in_pipeline_split``): the
+    first and the last virtual stage one block fewer."""
+    if not accounted:
+        return "uniform"
+    each, rest = divmod(layers + 2, virtual_stages)
+    if rest:
+        raise PpsimError(f"{layers} layers and the embedding and loss do not split evenly over {virtual_stages} "
+                         "virtual stages", field="pipeline.partition")
+    return [each - 1] + [each] * (virtual_stages - 2) + [each - 1] if virtual_stages > 1 else [layers]
 
 
 def published_step_s(row: dict[str, Any]) -> float:
@@ -176,6 +193,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="", help="only rows whose id starts with this")
     ap.add_argument("--json", type=Path, help="write every row's figures to this file")
+    ap.add_argument("--gemm-curves", action="store_true",
+                    help="price the 16-bit matmuls by the devices' measured curves (hardware.gemm_curves)")
     args = ap.parse_args()
     from ppsim.prediction import predict
     from ppsim.trace.metrics import summarize
@@ -192,7 +211,7 @@ def main() -> None:
         if why:
             skipped.setdefault(why, []).append(row["id"])
             continue
-        data, assumed = scenario_data(row)
+        data, assumed = scenario_data(row, args.gemm_curves)
         published = published_step_s(row)
         try:
             pred = predict(parse_scenario(data))
