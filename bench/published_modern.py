@@ -26,8 +26,9 @@ The rules (what ppsim assumes where a row is silent is printed with it):
   the only recipe of its time), MXFP8 / FP8-MX ``mxfp8``; a 25.09 row without a precision is
   ``tensorwise`` (its parenthesized variant ``mxfp8``); FP8 weights where the recipe sets
   ``fp8_param_gather``;
-- not expressible yet (reported, not predicted): context parallelism, NVFP4, Megatron FSDP,
-  activation offloading to the CPU, recomputation of some of the layers.
+- context parallelism: CP ranks, their K/V by Megatron's default p2p ring;
+- not expressible yet (reported, not predicted): NVFP4, Megatron FSDP, activation offloading to the
+  CPU, recomputation of some of the layers.
 
     .venv/bin/python bench/published_modern.py [--rows ID_PREFIX] [--json FILE] [--gemm-curves]
 """
@@ -95,8 +96,6 @@ def unexpressible(row: dict[str, Any]) -> str | None:
     settings = row.get("recipe_settings", {})
     if row["tokens_per_s_per_gpu"] is None:
         return "published as model TFLOP/s alone, whose FLOP count the table does not state"
-    if row["cp"] > 1:
-        return "context parallelism"
     if row["precision"] == "NVFP4":
         return "NVFP4"
     if row["fsdp"] or settings.get("use_megatron_fsdp"):
@@ -122,8 +121,8 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
     arch = MODELS[ALIASES.get(row["model"], row["model"])]
     device, per_node, domain = DEVICES[row["gpu"]]
     settings = row.get("recipe_settings", {})
-    tp, pp, vp, gpus = row["tp"], row["pp"], row["vp"] or 1, row["gpus"]
-    dp = gpus // (tp * pp)
+    tp, pp, vp, cp, gpus = row["tp"], row["pp"], row["vp"] or 1, row["cp"] or 1, row["gpus"]
+    dp = gpus // (tp * pp * cp)
     assumed = [arch.assumed] if arch.assumed else []
     sp = settings.get("sequence_parallel")
     if sp is None:
@@ -131,6 +130,8 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
         assumed.append(f"sequence parallel {'on' if sp else 'off'} (TP {tp})")
     if "recompute" not in settings:
         assumed.append("no recomputation")
+    if cp > 1:
+        assumed.append("context parallelism's K/V by the p2p ring (Megatron's default cp_comm_type; no recipe sets it)")
     overlap = settings.get("overlap_grad_reduce")
     if overlap is None:
         overlap = True
@@ -162,9 +163,10 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
                      "partition": megatron_partition(arch.layers, pp * vp, arch.accounted)},
         "training": {"global_batch": row["gbs"], "micro_batch": row["mbs"], "sequence_parallel": sp and tp > 1,
                      "flash_attention": True, "tp_comm_overlap": bool(tp_overlap and sp and tp > 1), "fp8": fp8,
-                     "fp8_params": fp8_params, "zero_stage": 1 if dp > 1 else 0, "zero_reduce": "reduce_scatter",
+                     "fp8_params": fp8_params, "zero_stage": 1 if dp * cp > 1 else 0, "zero_reduce": "reduce_scatter",
                      "overlap_grad_reduce": overlap},
         "tensor_parallel": tp,
+        "context_parallel": cp,
         "data_parallel": dp,
         "hardware": {"device": device, "gemm_curves": gemm_curves},
         "cluster": cluster,

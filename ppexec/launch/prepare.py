@@ -113,6 +113,9 @@ def check_buildable(s: Scenario) -> None:
         raise PpsimError("ppexec's tensor parallelism keeps whole activations outside the split matmuls, without "
                          "Megatron's sequence parallelism; ppsim predicts it, for a run use sequence_parallel: false",
                          field="training.sequence_parallel")
+    if s.context_parallel > 1:
+        raise PpsimError("ppexec's models see whole sequences, without context parallelism; ppsim predicts it, for "
+                         "a run use context_parallel: 1", field="context_parallel")
     if s.training.fp8:
         raise PpsimError("ppexec's models multiply in the model's dtype, without Transformer Engine's FP8; ppsim "
                          "predicts FP8 training, for a run leave training.fp8 out", field="training.fp8")

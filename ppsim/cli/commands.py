@@ -290,7 +290,7 @@ def sweep(
         from ppsim.views.render.sweep_html import sweep_figure
 
         write_pages(targets, lambda: sweep_figure(variants, x_key, line_key, s.name or "scenario"))
-    gpus, batch = s.pipeline.stages * s.data_parallel * s.tensor_parallel, s.global_batch
+    gpus, batch = s.devices, s.global_batch
     held = (f"{gpus} GPUs and a global batch of {batch} held" if fixed == "gpus" else
             f"one replica held: data parallel {s.data_parallel}, micro-batch size {s.training.micro_batch}")
     if json_out:
@@ -354,7 +354,7 @@ def tune(
         targets = output_targets({"--html": html, "--png": png}, [scenario], force)
         plan_targets = plan_files(write, write_top, scenario, force)
         s = scenario_with(scenario)
-        request = TuneRequest(gpus=gpus if gpus is not None else s.pipeline.stages * s.data_parallel * s.tensor_parallel,
+        request = TuneRequest(gpus=gpus if gpus is not None else s.devices,
                               micro_batches=sizes, schedules=names, max_stages=max_stages,
                               exact=max(top, len(plan_targets)), drawn=bool(html or png), exhaustive=exhaustive,
                               executor=executor, jobs=jobs, ray_address=ray_address)

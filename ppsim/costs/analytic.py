@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ppsim.costs.collectives import GRAD_NORM_BYTES, Collective, grad_allreduce, ring_allreduce_ms, traffic
+from ppsim.costs.context_parallel import ContextParallelComm, context_parallel_comm
 from ppsim.costs.gemms import Gemm
 from ppsim.costs.layout import Layout, StageShape
 from ppsim.costs.links import Links
@@ -29,7 +30,7 @@ from ppsim.costs.table import CostTable, Link
 from ppsim.costs.tensor_parallel import exposed_comm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
 from ppsim.inputs.hardware import Device
-from ppsim.inputs.scenario import ModelSpec, Scenario
+from ppsim.inputs.scenario import DTYPE_BYTES, ModelSpec, Scenario
 
 OPTIMIZER_BYTES_PER_PARAM = 32
 
@@ -42,7 +43,7 @@ def uses_curves(s: Scenario, device: Device) -> bool:
 
 def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device, links: Links) -> CostTable:
     """Per virtual stage costs of ``layout`` on ``device``, its links as ``links`` say."""
-    training, d, t = s.training, s.data_parallel, s.tensor_parallel
+    training, d, t = s.training, s.weight_replicas, s.tensor_parallel  # gradients reduce over data x context
     efficiency = s.hardware.efficiency or device.efficiency
     flops_per_ms = device.peak_flops(model.dtype) * efficiency / 1e3
     curves = uses_curves(s, device)
@@ -58,6 +59,11 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
         return fwd, inp + wgt, wgt
 
     hbm_bytes_per_ms = device.hbm_gb_s * 1e9 / 1e3
+
+    def price(gemms: tuple[Gemm, ...]) -> float:
+        return matmul_ms(gemms, device, model.dtype, flash_attention=training.flash_attention,
+                         efficiency=None if curves else efficiency, fp8=training.fp8 is not None)
+
     whole_tp = tensor_parallel_comm(layout.activation_bytes, t, links.tensor_parallel,
                                     sequence_parallel=training.sequence_parallel,
                                     full_recompute=training.recompute == "full", scatter_gather=s.pipeline.scatter_gather)
@@ -66,9 +72,9 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
         forward_mm, backward_mm, weight_grad_mm = matmuls(st)
         tp = whole_tp
         if training.tp_comm_overlap and st.blocks:
-            tp = exposed_comm(whole_tp, t, *linear_gemm_ms(st, lambda g: matmul_ms(
-                g, device, model.dtype, efficiency=None if curves else efficiency, fp8=training.fp8 is not None),
-                swiglu=model.mlp == "swiglu"))
+            tp = exposed_comm(whole_tp, t, *linear_gemm_ms(st, price, swiglu=model.mlp == "swiglu"))
+        cp = block_context_comm(s, model, st, links.context_parallel, price)
+        tp = replace(tp, forward_ms=tp.forward_ms + cp.forward_ms, backward_ms=tp.backward_ms + cp.backward_ms)
         reduce_ms, buckets = grad_allreduce(st.params * layout.dtype_bytes, d, links.data_parallel,
                                             training.allreduce, training.bucket_mb * 1e6)
         stages.append(layout.stage_cost(
@@ -126,6 +132,27 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
             eff = device.attention_efficiency(g.head_dim, kind)
         ms += g.flops / (device.peak_flops(kind) / 1e3 * eff)
     return ms
+
+
+def block_context_comm(s: Scenario, model: ModelSpec, st: StageShape, link: Link,
+                       price: Callable[[tuple[Gemm, ...]], float]) -> ContextParallelComm:
+    """One block's exposed context-parallel communication (:mod:`~ppsim.costs.context_parallel`),
+    beside the block's attention matmuls as priced."""
+    cp = s.context_parallel
+    if cp <= 1 or not st.blocks:
+        return ContextParallelComm()
+    tokens = s.training.micro_batch * model.seq_len // cp
+    e = DTYPE_BYTES[model.dtype]
+    head_dim = model.hidden // model.heads
+    kv_bytes = 2 * tokens * model.kv * head_dim // s.tensor_parallel * e
+    q_bytes = tokens * model.hidden // s.tensor_parallel * e
+
+    def attention(gemms: tuple[Gemm, ...]) -> float:
+        return price(tuple(g for g in gemms if g.head_dim)) / st.blocks
+
+    return context_parallel_comm(s.training.cp_comm, cp, link, kv_bytes=kv_bytes, q_bytes=q_bytes,
+                                 attention_forward_ms=attention(st.gemms.forward),
+                                 attention_backward_ms=attention(st.gemms.input_grad))
 
 
 def linear_gemm_ms(st: StageShape, priced: Callable[[tuple[Gemm, ...]], float], swiglu: bool

@@ -62,9 +62,11 @@ class PassGemms:
 
 def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_heads: int, ffn_hidden: int, *,
                 swiglu: bool = False, tensor_parallel: int = 1, recompute: str = "none",
-                flash_attention: bool = False) -> PassGemms:
-    """A transformer block's GEMMs (see the module docstring)."""
+                flash_attention: bool = False, kv_len: int | None = None) -> PassGemms:
+    """A transformer block's GEMMs (see the module docstring); ``kv_len``: the keys each query sees
+    when it is not ``seq_len`` (context parallelism: a rank's queries, every key)."""
     s, b, h, a, f, t = seq_len, micro_batch, hidden, heads, ffn_hidden, tensor_parallel
+    keys = kv_len or s
     tokens = b * s
     g = kv_heads / a
     d = h / a
@@ -72,8 +74,8 @@ def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_head
     weights = [(h, (1 + 2 * g) * h / t), (h / t, h)] + [(h, f / t)] * (2 if swiglu else 1) + [(f / t, h)]
     dense = tuple(Gemm(tokens, i, o, linear=True) for i, o in weights)
     per_head = b * a / t
-    scores = Gemm(s, d, s, per_head, head_dim=d)
-    context = Gemm(s, s, d, per_head, head_dim=d)
+    scores = Gemm(s, d, keys, per_head, head_dim=d)
+    context = Gemm(s, keys, d, per_head, head_dim=d)
     attention = (scores, context)
     if flash_attention:  # the backward recomputes the scores; full recompute runs the forward again
         again = (dense + attention if recompute == "full" else ()) + (scores,)

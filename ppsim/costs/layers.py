@@ -53,20 +53,23 @@ class LayerCost:
 
 
 def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none", tensor_parallel: int = 1, *,
-               sequence_parallel: bool = False, flash_attention: bool = False, fp8: Fp8 | None = None
-               ) -> tuple[LayerCost, LayerCost, LayerCost]:
+               sequence_parallel: bool = False, flash_attention: bool = False, fp8: Fp8 | None = None,
+               context_parallel: int = 1) -> tuple[LayerCost, LayerCost, LayerCost]:
     """(embedding, one transformer block, LM head) for one micro-batch, per device of a tensor-
     parallel group of ``tensor_parallel`` (Megatron: the matmuls, the vocabulary and the heads are
     split t ways). With recompute, the block's input-grad pass also runs the recomputed forward
     (all of it, or the attention core); FlashAttention's backward recomputes the scores (QK^T).
     With ``fp8`` the block's linear layers add their casts, keep their inputs in FP8 and their
-    weights' FP8 copies (:mod:`ppsim.costs.fp8`); their GEMMs are marked ``linear``."""
-    b, s, h, f, a, V = micro_batch, model.seq_len, model.hidden, model.ffn, model.heads, model.vocab
+    weights' FP8 copies (:mod:`ppsim.costs.fp8`); their GEMMs are marked ``linear``. With
+    ``context_parallel`` cp each device holds s / cp of each sequence's tokens, whose queries
+    attend to all s keys (Megatron's load-balanced causal split: every rank an equal share)."""
+    b, h, f, a, V = micro_batch, model.hidden, model.ffn, model.heads, model.vocab
+    s, keys = model.seq_len // context_parallel, model.seq_len  # a device's tokens; the keys they see
     t = tensor_parallel
     g = model.kv / a  # K and V projections are g x the size of Q's (grouped-query attention)
     mlp_mats = 3 if model.mlp == "swiglu" else 2
     matmul = ((4 + 4 * g) * b * s * h * h + 2 * mlp_mats * b * s * h * f) / t
-    attention = 4 * b * s * s * h / t
+    attention = 4 * b * s * keys * h / t
     # what the backward runs again: the recomputed forward (all of it, or the attention core), and
     # under FlashAttention half the attention core (the scores) whatever the recompute mode
     if flash_attention:
@@ -80,7 +83,7 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     e = DTYPE_BYTES[model.dtype]
     traffic = block_traffic(s, b, h, a, f, e, tensor_parallel=t,
                             sequence_parallel=sequence_parallel, flash_attention=flash_attention,
-                            dropout=model.dropout, swiglu=model.mlp == "swiglu", recompute=recompute)
+                            dropout=model.dropout, swiglu=model.mlp == "swiglu", recompute=recompute, kv_len=keys)
     casts, weight_casts, extra_weight = Traffic(0.0, 0.0), 0.0, 0.0
     if fp8 is not None:  # QKV, attention output, MLP up (gate and up together), MLP down: (in, out) widths
         linears = [(h, (1 + 2 * g) * h / t), (h / t, h), (h, (mlp_mats - 1) * f / t), (f / t, h)]
@@ -98,7 +101,7 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
                                                 kv_heads=model.kv, ffn_hidden=f, mlp=model.mlp,
                                                 sequence_parallel=sequence_parallel, flash_attention=flash_attention,
                                                 dropout=model.dropout,
-                                                linear_input_bytes=fp8.value_bytes if fp8 else None),
+                                                linear_input_bytes=fp8.value_bytes if fp8 else None, kv_len=keys),
         recompute_flops=recomputed,
         forward_bytes=traffic.forward + casts.forward,
         # a fully recomputed forward casts its inputs again
@@ -107,14 +110,14 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         step_bytes=weight_casts,
         extra_weight_bytes=extra_weight,
         gemms=block_gemms(s, b, h, a, model.kv, f, swiglu=model.mlp == "swiglu", tensor_parallel=t,
-                          recompute=recompute, flash_attention=flash_attention),
+                          recompute=recompute, flash_attention=flash_attention, kv_len=keys),
     )
     embedding = LayerCost(
         name="embedding",
         forward_flops=0.0,
         input_grad_flops=0.0,
         weight_grad_flops=0.0,
-        params=V * h // t + (s * h if model.positions == "learned" else 0),
+        params=V * h // t + (keys * h if model.positions == "learned" else 0),  # a table of every position
         # its output is the first block's input, which the block holds; the embedding keeps its
         # dropout mask (1 byte per element, split t ways under sequence parallelism) and the token
         # ids (int64), as Megatron-LM's theoretical_memory_usage counts them

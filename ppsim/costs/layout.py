@@ -84,7 +84,8 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
     reuses the embedding's table, and only the embedding counts it."""
     model = s.model
     dtype_bytes = DTYPE_BYTES[model.dtype] if model else 2
-    whole = model.seq_len * s.training.micro_batch * model.hidden * dtype_bytes if model else 0
+    # one device's s x b x h activation: its s / cp tokens under context parallelism
+    whole = model.seq_len // s.context_parallel * s.training.micro_batch * model.hidden * dtype_bytes if model else 0
     message = whole // message_split(s.tensor_parallel, sequence_parallel=s.training.sequence_parallel,
                                      scatter_gather=s.pipeline.scatter_gather)
     if blocks is None or layers is None:
@@ -109,7 +110,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
             backward_bytes=sum(x.backward_bytes for x in parts),
             gemms=sum((x.gemms for x in parts[count:]), block.gemms.times(count)),
             step_bytes=sum(x.step_bytes for x in parts),
-            memory=static_memory(params, dtype_bytes, zero_stage=s.training.zero_stage, data_parallel=s.data_parallel,
+            memory=static_memory(params, dtype_bytes, zero_stage=s.training.zero_stage, data_parallel=s.weight_replicas,
                                  message_bytes=message, neighbours=(k > 0) + (k < n - 1),
                                  extra_weight_bytes=int(sum(x.extra_weight_bytes for x in parts))),
         ))

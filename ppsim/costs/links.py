@@ -17,6 +17,7 @@ class Links:
     boundaries: tuple[Link, ...]  #: between virtual stages s and s + 1; one link for all when it has one
     data_parallel: Link
     tensor_parallel: Link
+    context_parallel: Link  #: a ring over a context-parallel group (its K/V exchange)
     #: between the ranks of the first and the last virtual stage (the tied embedding's gradient
     #: all-reduce); None when they are one rank
     embedding: Link | None = None
@@ -58,6 +59,7 @@ def scenario_links(s: Scenario, device: Device, stage_to_rank: tuple[int, ...]) 
         boundaries=(boundary,),
         data_parallel=_link(hw.dp_link, device.intra_node_gb_s, device.intra_node_latency_us),
         tensor_parallel=_link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
+        context_parallel=_link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
         embedding=boundary if stage_to_rank[0] != stage_to_rank[-1] else None,
     )
 
@@ -85,7 +87,9 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank
         nics_per_node=spec.nics_per_node or spec.devices_per_node,
         nvlink_domain=spec.nvlink_domain,
     )
-    p, d, t = s.pipeline.stages, s.data_parallel, s.tensor_parallel
+    # context-parallel ranks sit between the tensor ranks and the replicas (Megatron's order): to the
+    # cluster they are d x cp replicas of each stage, each sending its own messages
+    p, d, t, cp = s.pipeline.stages, s.weight_replicas, s.tensor_parallel, s.context_parallel
     cl.check_fits(cluster, p, d, t)
     boundaries, dp, tp = cl.plan_links(cluster, stage_to_rank, p, d, t, spec.placement)
     first, last = stage_to_rank[0], stage_to_rank[-1]
@@ -99,4 +103,5 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank
         forward, backward, reduce, pipeline = cl.plan_routes(cluster, stage_to_rank, p, d, t, spec.placement)
         fabric = FabricRoutes(cl.capacities(cluster), tuple(map(_route, forward)), tuple(map(_route, backward)),
                               tuple(map(_route, reduce)), _route(pipeline))
-    return Links(tuple(as_link(b) for b in boundaries), as_link(dp), as_link(tp), embedding, fabric)
+    context = as_link(cl.context_parallel_link(cluster, p, d, t, cp, spec.placement))
+    return Links(tuple(as_link(b) for b in boundaries), as_link(dp), as_link(tp), context, embedding, fabric)

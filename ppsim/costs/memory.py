@@ -46,13 +46,16 @@ def block_activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: i
                            recompute: Recompute = "none", tensor_parallel: int = 1, *,
                            kv_heads: int | None = None, ffn_hidden: int | None = None, mlp: str = "gelu",
                            sequence_parallel: bool = False, flash_attention: bool = False,
-                           dropout: bool = True, linear_input_bytes: float | None = None) -> int:
+                           dropout: bool = True, linear_input_bytes: float | None = None,
+                           kv_len: int | None = None) -> int:
     """Bytes one transformer block keeps per micro-batch between its forward and its backward, on
     each of ``tensor_parallel`` devices (Megatron's tensor parallelism: the layer norms' and
     dropouts' 10 sbh stay whole unless ``sequence_parallel`` splits them too). With
     ``linear_input_bytes`` (FP8 training) the inputs of the four linear layers are kept at that many
     bytes per value instead of the dtype's: QKV's and the MLP up projection's (2 sbh of the whole
-    part), the attention output's and the down projection's (sbh and sbf of the split part)."""
+    part), the attention output's and the down projection's (sbh and sbf of the split part).
+    ``kv_len``: the keys each query sees when it is not ``seq_len`` (context parallelism: s / cp
+    queries per rank, s keys), for the scores' term."""
     if recompute not in RECOMPUTE_MODES:
         raise ScenarioError(f"unknown recompute mode {recompute!r}; use one of {', '.join(RECOMPUTE_MODES)}",
                             field="training.recompute")
@@ -68,7 +71,7 @@ def block_activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: i
     split = (4 + 4 * kv / heads) * sbh + mlp_values * seq_len * micro_batch * ffn
     kept = (10 if dropout else 8) * sbh / whole_t + split / t
     if recompute == "none" and not flash_attention:
-        kept += (5 if dropout else 2) * heads * seq_len * sbh / (hidden * t)
+        kept += (5 if dropout else 2) * heads * (kv_len or seq_len) * sbh / (hidden * t)
     saved = 0.0
     if linear_input_bytes is not None:  # values of the linear layers' inputs, each kept in fewer bytes
         values = 2 * sbh / whole_t + (sbh + seq_len * micro_batch * ffn) / t

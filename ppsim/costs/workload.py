@@ -108,7 +108,7 @@ def model_layers(s: Scenario, profile: Profile | None = None) -> tuple[LayerCost
     fp8 = Fp8(training.fp8, training.fp8_params) if training.fp8 else None
     layers = gpt_layers(s.model, training.micro_batch, training.recompute, t,
                         sequence_parallel=training.sequence_parallel, flash_attention=training.flash_attention,
-                        fp8=fp8)
+                        fp8=fp8, context_parallel=s.context_parallel)
     if profile is not None and t > 1:
         whole_emb, _, whole_head = gpt_layers(s.model, training.micro_batch, training.recompute, 1)
         emb, block, head = layers
@@ -120,6 +120,9 @@ def _check_profile(s: Scenario, profile: Profile) -> None:
     if s.costs is not None:
         raise ScenarioError("the scenario gives explicit costs; a profile replaces model-based costs only: "
                             "remove the 'costs' section or the --profile option", field="--profile")
+    if s.context_parallel > 1:
+        raise ScenarioError("a profile measures blocks on whole sequences; predict context_parallel > 1 from the "
+                            "model (no --profile)", field="--profile")
     profile.check_applies(s)
     if s.tensor_parallel > 1 and "allreduce" not in profile.collectives:
         raise ScenarioError("this profile has no measured all-reduce, which tensor parallelism needs; measure a new "
@@ -132,7 +135,7 @@ def _with_figures(s: Scenario, costs: CostTable, layout: Layout, peak_flops: flo
     leave out the recomputed forward."""
     m, d, t = s.microbatches, s.data_parallel, s.tensor_parallel
     samples = s.training.micro_batch * m * d
-    per_step = m * d * t
+    per_step = m * d * t * s.context_parallel  # every device's FLOPs: the costs are one device's
     stages = layout.stages
     flops = sum(st.forward_flops + st.input_grad_flops + st.weight_grad_flops - st.recompute_flops
                 for st in stages) * per_step if stages else None

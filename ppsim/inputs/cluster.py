@@ -363,6 +363,16 @@ def data_parallel_link(cluster: Cluster, p: int, d: int, t: int, placement: Plac
     return group_link(cluster, groups)
 
 
+def context_parallel_link(cluster: Cluster, p: int, d: int, t: int, cp: int, placement: Placement) -> LinkSpeed:
+    """The link of a ring over each context-parallel group, all groups at once: ``d`` counts the
+    replicas with the context-parallel ranks (d x cp), a group being cp consecutive ones."""
+    if cp <= 1:
+        return FREE
+    groups = [[device_of(s, r * cp + c, k, p, d, t, placement) for c in range(cp)]
+              for s in range(p) for r in range(d // cp) for k in range(t)]
+    return group_link(cluster, groups)
+
+
 def tensor_parallel_link(cluster: Cluster, p: int, d: int, t: int, placement: Placement) -> LinkSpeed:
     groups = [[device_of(s, r, k, p, d, t, placement) for k in range(t)] for s in range(p) for r in range(d)]
     return group_link(cluster, groups)

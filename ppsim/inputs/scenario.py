@@ -89,6 +89,8 @@ class TrainingSpec(_Strict):
     #: (userbuffers; needs sequence_parallel): ppsim.costs.tensor_parallel
     tp_comm_overlap: bool = False
     flash_attention: bool = False  #: no s x s scores kept; the backward recomputes them
+    #: how context parallelism exchanges keys and values (Megatron's --cp-comm-type): ppsim.costs.context_parallel
+    cp_comm: Literal["p2p", "all_gather", "a2a"] = "p2p"
     #: the blocks' linear layers in FP8 by this Transformer Engine recipe (ppsim.costs.fp8); None: all 16-bit
     fp8: Fp8Recipe | None = None
     fp8_params: bool = False  #: weights kept in FP8 (Megatron's --fp8-param-gather); needs fp8
@@ -171,6 +173,8 @@ class Scenario(_Strict):
     pipeline: PipelineSpec = PipelineSpec()
     data_parallel: int = Field(default=1, gt=0, le=10**6)
     tensor_parallel: int = Field(default=1, gt=0, le=8, description="Megatron tensor parallelism inside a node")
+    #: Megatron's context parallelism: each sequence's tokens split over cp devices (ppsim.costs.context_parallel)
+    context_parallel: int = Field(default=1, gt=0, le=1_024)
     hardware: HardwareSpec = HardwareSpec()
     costs: CostsSpec | None = None
     cluster: ClusterSpec | None = None
@@ -196,6 +200,16 @@ class Scenario(_Strict):
     @property
     def global_batch(self) -> int:
         return self.microbatches * self.training.micro_batch * self.data_parallel
+
+    @property
+    def weight_replicas(self) -> int:
+        """The devices of a stage that hold the same weights (tensor ranks aside): data x context
+        parallel; gradients are reduced and ZeRO shards over them."""
+        return self.data_parallel * self.context_parallel
+
+    @property
+    def devices(self) -> int:
+        return self.pipeline.stages * self.data_parallel * self.tensor_parallel * self.context_parallel
 
     def with_overrides(self, **overrides: Any) -> Scenario:
         """A copy with plan options laid over it (``schedule``, ``stages``, ``microbatches``,
@@ -432,6 +446,16 @@ def _check_tensor_parallel(s: Scenario) -> None:
             f"the MLP width ({m.ffn}); choose a divisor of all three",
             field="tensor_parallel",
         )
+    cp = s.context_parallel
+    if cp > 1 and m is not None and m.seq_len % (2 * cp):
+        raise ScenarioError(
+            f"context_parallel ({cp}) cuts each sequence in 2 x cp = {2 * cp} chunks (two per rank, for the causal "
+            f"mask's balance); model.seq_len ({m.seq_len}) must be a multiple of {2 * cp}", field="context_parallel")
+    if cp > 1 and m is not None and s.training.cp_comm == "a2a" and (m.heads % (tp * cp) or m.kv % (tp * cp)):
+        raise ScenarioError(
+            f"training.cp_comm: a2a splits the heads over tensor x context parallel ({tp} x {cp}); model.heads "
+            f"({m.heads}) and model.kv_heads ({m.kv}) must be multiples of {tp * cp}: use p2p or all_gather",
+            field="training.cp_comm")
     if s.training.tp_comm_overlap and not (tp > 1 and s.training.sequence_parallel):
         raise ScenarioError(
             "training.tp_comm_overlap overlaps the tensor-parallel all-gathers and reduce-scatters of sequence "

@@ -73,7 +73,7 @@ def lower_built(b: Built) -> Plan:
     """The built plan with sends, receives and the end-of-step actions. Messages are placed by the
     ideal timeline of its own costs and ordered for the scenario's send semantics."""
     s = b.scenario
-    return lower(b.plan, s.data_parallel, compute_ms(b.workload.costs), rendezvous=s.pipeline.comm == "rendezvous",
+    return lower(b.plan, s.weight_replicas, compute_ms(b.workload.costs), rendezvous=s.pipeline.comm == "rendezvous",
                  clip=s.training.grad_clip > 0)
 
 
@@ -91,7 +91,7 @@ def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
         "tokens_per_step": w.tokens_per_step,
         "model_flops_per_step": w.model_flops_per_step if training else w.forward_flops_per_step,
         "peak_flops_per_device": w.peak_flops_per_device,
-        "num_devices": s.pipeline.stages * s.data_parallel * s.tensor_parallel,
+        "num_devices": s.devices,
         "tensor_parallel": s.tensor_parallel,
         "partition": w.partition,
         "costs_from": w.costs_from,
@@ -102,6 +102,8 @@ def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
     }
     if s.training.fp8:
         meta["fp8"] = s.training.fp8
+    if s.context_parallel > 1:
+        meta["context_parallel"] = s.context_parallel
     return meta
 
 

@@ -103,7 +103,7 @@ def grid_variants(base: Scenario, stages: list[int] | None, microbatches: list[i
                 out.append(Variant(label, given, error=str(exc)))
                 continue
             shape = {"stages": s.pipeline.stages, "microbatches": s.microbatches, "d": s.data_parallel,
-                     "b": s.training.micro_batch, "GPUs": s.pipeline.stages * s.data_parallel * s.tensor_parallel,
+                     "b": s.training.micro_batch, "GPUs": s.devices,
                      "global batch": s.global_batch}
             try:
                 trace = predict(s, profile).trace

@@ -65,6 +65,7 @@ class TraceMeta(TypedDict, total=False):
     dtype: str | None
     data_parallel: int
     tensor_parallel: int
+    context_parallel: int
     micro_batch: int
     global_batch: int
     seq_len: int | None

@@ -51,7 +51,7 @@ def machine_memory_bytes() -> int | None:
 
 def devices(s: Scenario) -> int:
     """The devices the plan runs on: t x p x d, one rank each."""
-    return s.pipeline.stages * s.data_parallel * s.tensor_parallel
+    return s.devices
 
 
 def next_lines(s: Scenario, path: Path) -> list[str]:

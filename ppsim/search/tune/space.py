@@ -72,6 +72,9 @@ def candidates(s: Scenario, space: SearchSpace) -> list[Candidate]:
     if s.model is None:
         raise PpsimError("tune needs a 'model' section: it prices plans from the model's FLOPs and memory",
                          field="model")
+    if s.context_parallel > 1:
+        raise PpsimError("tune does not search context parallelism yet; set context_parallel: 1 to tune the rest "
+                         "of the plan", field="context_parallel")
     gb = s.global_batch
     if space.gpus < 1:
         raise PpsimError(f"--gpus must be at least 1, got {space.gpus}", field="--gpus")

@@ -51,6 +51,8 @@ def summary_renderable(s: Summary) -> Group:
         plan += f" ({meta['num_devices']:,} devices)"
     if meta.get("recompute") not in (None, "none"):
         plan += f", recompute {meta['recompute']}"
+    if (meta.get("context_parallel") or 1) > 1:
+        plan += f", context parallel {meta['context_parallel']}"
     if meta.get("fp8"):
         plan += f", FP8 ({meta['fp8']} scaling)"
     if meta.get("zero_stage"):

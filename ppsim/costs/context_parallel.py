@@ -1,0 +1,61 @@
+"""The communication context parallelism adds to a transformer block, as Megatron-Core runs it.
+
+With cp-way context parallelism each device holds s / cp of every sequence's tokens (Megatron cuts
+the sequence in 2cp chunks and gives rank i chunks i and 2cp - 1 - i, so that under the causal
+mask every rank does the same attention work); its queries need every other rank's keys and
+values. Per block and micro-batch, with a rank's K and V of ``kv_bytes`` (2 x b x s/cp x kv heads
+/ t x head dim x dtype bytes), by ``training.cp_comm`` (Megatron's ``--cp-comm-type``):
+
+- ``p2p``: a ring of cp steps. At each step a rank computes attention on the K/V block it holds
+  while it passes that block on and receives the next, so only what a step's transfer takes
+  beyond a step's attention (1 / cp of the block's attention) is exposed, cp - 1 times. The
+  backward passes the K/V blocks round again with their gradients (twice the bytes per step)
+  beside the backward's attention;
+- ``all_gather``: the K/V all-gathered before the attention (exposed), and in the backward
+  gathered again and their gradients reduce-scattered;
+- ``a2a`` (DeepSpeed-Ulysses): all-to-alls that trade the sequence split for a split of the
+  heads: Q, K, V before the attention and its output after it, each a rank sending (cp - 1) / cp
+  of its tensor; the backward the same four; exposed (heads must divide by t x cp).
+
+The time of a transfer is the CP group's link (inside a node before data parallelism, as
+Megatron orders its groups: ``ppsim.inputs.cluster``). Not modelled: the hierarchical a2a+p2p
+type, the K/V buffers' memory, and attention kernels slowed by the copies beside them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppsim.costs.collectives import ring_allgather_ms
+from ppsim.costs.table import Link
+
+
+@dataclass(frozen=True)
+class ContextParallelComm:
+    """One block's exposed context-parallel communication in each pass, per micro-batch."""
+
+    forward_ms: float = 0.0
+    backward_ms: float = 0.0
+
+
+def context_parallel_comm(kind: str, cp: int, link: Link, *, kv_bytes: float, q_bytes: float,
+                          attention_forward_ms: float, attention_backward_ms: float) -> ContextParallelComm:
+    """The exposed communication of one block's passes (``q_bytes``: a rank's queries, as its
+    attention output is, for the all-to-alls)."""
+    if cp <= 1:
+        return ContextParallelComm()
+    if kind == "p2p":
+        def ring(step_bytes: float, attention_ms: float) -> float:
+            return (cp - 1) * max(0.0, link.transfer_ms(step_bytes) - attention_ms / cp)
+
+        return ContextParallelComm(ring(kv_bytes, attention_forward_ms), ring(2 * kv_bytes, attention_backward_ms))
+    if kind == "all_gather":
+        gather = ring_allgather_ms(cp * kv_bytes, cp, link)  # everyone's K/V: cp x a rank's
+        return ContextParallelComm(gather, 2 * gather)  # the backward: gather again, reduce-scatter the grads
+    if kind == "a2a":
+        def a2a(nbytes: float) -> float:
+            return link.latency_ms * (cp - 1) + link.serialization_ms(nbytes * (cp - 1) / cp)
+
+        per_pass = a2a(q_bytes) + a2a(kv_bytes) + a2a(q_bytes)  # Q, K and V, the output
+        return ContextParallelComm(per_pass, per_pass)
+    raise ValueError(f"unknown context-parallel communication {kind!r}")

@@ -1,0 +1,127 @@
+"""Context parallelism (context_parallel, training.cp_comm): a device's share of a sequence, the
+keys and values it exchanges, where its ranks sit, and what cannot run. Figures worked by hand
+from ppsim/costs/context_parallel.py's docstring."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ppsim.costs.context_parallel import context_parallel_comm
+from ppsim.costs.layers import gpt_layers
+from ppsim.costs.table import Link
+from ppsim.errors import PpsimError, ScenarioError
+from ppsim.inputs import cluster as cl
+from ppsim.inputs.scenario import ModelSpec, parse_scenario
+from ppsim.plan import Kind
+from ppsim.prediction import build, lower_built
+
+#: h = 2048, 16 heads of 128, 4 kv heads, s = 8192, b = 1: Llama-like
+MODEL = ModelSpec(layers=8, hidden=2048, heads=16, kv_heads=4, seq_len=8192, vocab=32768, mlp="swiglu",
+                  positions="rope", dropout=False)
+
+
+def scenario(cp: int, **extra: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {"name": "cp", "model": MODEL.model_dump(exclude_none=True),
+                            "pipeline": {"stages": 2, "microbatches": 4, "partition": "uniform"},
+                            "training": {"micro_batch": 1, "flash_attention": True},
+                            "context_parallel": cp, "hardware": {"device": "h100-sxm", "efficiency": 0.5}}
+    for key, value in extra.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+    return data
+
+
+def test_a_device_does_a_cp_th_of_the_work_and_holds_a_cp_th_of_the_activations() -> None:
+    """s / cp queries against all s keys: every FLOP term and (with FlashAttention) every
+    activation term is linear in the device's tokens."""
+    _, whole, _ = gpt_layers(MODEL, 1, flash_attention=True)
+    _, half, _ = gpt_layers(MODEL, 1, flash_attention=True, context_parallel=2)
+    assert half.forward_flops == pytest.approx(whole.forward_flops / 2)
+    assert half.input_grad_flops == pytest.approx(whole.input_grad_flops / 2)
+    assert half.weight_grad_flops == pytest.approx(whole.weight_grad_flops / 2)
+    assert half.activation_bytes == whole.activation_bytes // 2
+    assert half.params == whole.params
+
+
+def test_the_step_does_the_same_model_flops_on_cp_times_the_devices() -> None:
+    one, two = build(parse_scenario(scenario(1))), build(parse_scenario(scenario(2)))
+    assert two.workload.model_flops_per_step == pytest.approx(one.workload.model_flops_per_step)
+    assert two.workload.samples_per_step == one.workload.samples_per_step
+    assert two.workload.costs.message_bytes == one.workload.costs.message_bytes // 2
+    assert parse_scenario(scenario(2)).devices == 4
+
+
+def test_the_ring_exposes_what_a_step_transfer_takes_beyond_its_attention() -> None:
+    """cp = 4, a rank's K and V of 8 MB on a 100 GB/s (1e8 bytes per ms), 10 us link: a step moves
+    8 MB in 0.08 ms + 0.01 ms; the attention's 0.2 ms forward is 0.05 ms a step: 3 x 0.04 ms exposed.
+    The backward moves twice the bytes (0.17 ms) beside 0.4 / 4 = 0.1 ms: 3 x 0.07 ms."""
+    link = Link(latency_ms=0.01, bandwidth_bytes_per_ms=1e8)
+    comm = context_parallel_comm("p2p", 4, link, kv_bytes=8e6, q_bytes=16e6, attention_forward_ms=0.2,
+                                 attention_backward_ms=0.4)
+    assert comm.forward_ms == pytest.approx(3 * 0.04)
+    assert comm.backward_ms == pytest.approx(3 * 0.07)
+    hidden = context_parallel_comm("p2p", 4, link, kv_bytes=8e6, q_bytes=16e6, attention_forward_ms=2.0,
+                                   attention_backward_ms=4.0)
+    assert (hidden.forward_ms, hidden.backward_ms) == (0.0, 0.0)  # each step's transfer under its attention
+
+
+def test_all_gather_and_all_to_all_are_exposed() -> None:
+    """all_gather: everyone's K/V (cp x 8 MB) ring-gathered, (cp-1)/cp of it through each link;
+    a2a: Q, K/V and the output, each sending (cp-1)/cp of the tensor, one latency per peer."""
+    link = Link(latency_ms=0.01, bandwidth_bytes_per_ms=1e8)
+    gather = context_parallel_comm("all_gather", 4, link, kv_bytes=8e6, q_bytes=16e6, attention_forward_ms=1.0,
+                                   attention_backward_ms=2.0)
+    assert gather.forward_ms == pytest.approx(3 * 0.01 + 0.75 * 32e6 / 1e8)
+    assert gather.backward_ms == pytest.approx(2 * gather.forward_ms)
+    a2a = context_parallel_comm("a2a", 4, link, kv_bytes=8e6, q_bytes=16e6, attention_forward_ms=1.0,
+                                attention_backward_ms=2.0)
+    assert a2a.forward_ms == pytest.approx(3 * (3 * 0.01) + 0.75 * (16e6 + 8e6 + 16e6) / 1e8)
+    assert a2a.backward_ms == a2a.forward_ms
+
+
+def test_context_parallel_ranks_sit_between_the_tensor_ranks_and_the_replicas() -> None:
+    """t = 2, cp = 2, d = 2 on nodes of 8: stage 0's tensor rank 0 of replica 0 is device 0, its
+    context-parallel peer device 2, the next replica's devices 4 and 6; the rings over each cp pair
+    stay inside the node: NVLink's 450 GB/s."""
+    c = cl.Cluster(nodes=2, devices_per_node=8, intra=cl.LinkSpeed(450.0, 3.0), inter=cl.LinkSpeed(50.0, 5.0),
+                   nics_per_node=8)
+    assert [cl.device_of(0, r, 0, 2, 4, 2, "megatron") for r in range(4)] == [0, 2, 4, 6]
+    assert cl.context_parallel_link(c, 2, 4, 2, 2, "megatron").bandwidth_gb_s == pytest.approx(450)
+
+
+def test_gradients_reduce_over_data_and_context_parallel_ranks() -> None:
+    """d = 1 and cp = 2: two devices hold the same weights, so the step ends with a reduction."""
+    b = build(parse_scenario(scenario(2)))
+    plan = lower_built(b)
+    assert any(a.kind is Kind.REDUCE_GRAD for rank in plan.actions for a in rank)
+    one = lower_built(build(parse_scenario(scenario(1))))
+    assert not any(a.kind is Kind.REDUCE_GRAD for rank in one.actions for a in rank)
+
+
+@pytest.mark.parametrize("change, field, says", [
+    ({"context_parallel": 3}, "context_parallel", "must be a multiple of 6"),
+    ({"context_parallel": 8, "training": {"cp_comm": "a2a"}}, "training.cp_comm", "multiples of 8"),
+])
+def test_what_cannot_split_is_refused_naming_the_key(change: dict[str, Any], field: str, says: str) -> None:
+    cp = change.pop("context_parallel")
+    with pytest.raises(ScenarioError, match=says) as err:
+        parse_scenario(scenario(cp, **change))
+    assert err.value.field == field
+
+
+def test_ppexec_and_tune_refuse_context_parallelism_naming_the_key() -> None:
+    s = parse_scenario(scenario(2))
+    from ppsim.search.tune.space import SearchSpace, candidates
+
+    with pytest.raises(PpsimError, match="context parallelism") as err:
+        candidates(s, SearchSpace(gpus=4))
+    assert err.value.field == "context_parallel"
+    pytest.importorskip("torch")
+    from ppexec.launch.prepare import check_buildable
+
+    gpt = scenario(2)  # a model ppexec builds, so that context parallelism is what it refuses
+    gpt["model"] = {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 256, "vocab": 512}
+    with pytest.raises(PpsimError, match="without context parallelism") as err:
+        check_buildable(parse_scenario(gpt))
+    assert err.value.field == "context_parallel"
