@@ -27,8 +27,9 @@ The rules (what ppsim assumes where a row is silent is printed with it):
   ``tensorwise`` (its parenthesized variant ``mxfp8``); FP8 weights where the recipe sets
   ``fp8_param_gather``;
 - context parallelism: CP ranks, their K/V by Megatron's default p2p ring;
-- not expressible yet (reported, not predicted): NVFP4, Megatron FSDP, activation offloading to the
-  CPU, recomputation of some of the layers.
+- NVFP4 is ``training.fp4: nvfp4``;
+- not expressible yet (reported, not predicted): Megatron FSDP, activation offloading to the CPU,
+  recomputation of some of the layers.
 
     .venv/bin/python bench/published_modern.py [--rows ID_PREFIX] [--json FILE] [--gemm-curves]
 """
@@ -96,8 +97,6 @@ def unexpressible(row: dict[str, Any]) -> str | None:
     settings = row.get("recipe_settings", {})
     if row["tokens_per_s_per_gpu"] is None:
         return "published as model TFLOP/s alone, whose FLOP count the table does not state"
-    if row["precision"] == "NVFP4":
-        return "NVFP4"
     if row["fsdp"] or settings.get("use_megatron_fsdp"):
         return "Megatron FSDP"
     if settings.get("activation_cpu_offloading"):
@@ -107,11 +106,18 @@ def unexpressible(row: dict[str, Any]) -> str | None:
     return None
 
 
-def fp8_recipe(row: dict[str, Any]) -> str:
+def narrow_recipe(row: dict[str, Any]) -> tuple[str, str]:
+    """(the scenario key, the recipe) of the row's precision."""
     precision, variant = row["precision"], row["variant"]
+    if precision == "NVFP4":
+        return "fp4", "nvfp4"
+    return "fp8", fp8_recipe(precision, variant, row["release"])
+
+
+def fp8_recipe(precision: str | None, variant: str, release: str) -> str:
     if precision in ("MXFP8", "FP8-MX") or (precision is None and variant == "parenthesized"):
         return "mxfp8"
-    if row["release"] == "24.07":
+    if release == "24.07":
         return "delayed"
     return "tensorwise"
 
@@ -141,8 +147,9 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
         tp_overlap = sp and tp > 1
         if tp > 1:
             assumed.append(f"tensor-parallel communication overlap {'on' if tp_overlap else 'off'} (TP {tp})")
-    fp8 = fp8_recipe(row)
-    fp8_params = "fp8_param_gather=True" in str(settings.get("precision_recipe", ""))
+    key, recipe = narrow_recipe(row)
+    low_precision_params = any(f"{k}_param_gather=True" in str(settings.get("precision_recipe", ""))
+                               for k in ("fp8", "fp4"))
     model: dict[str, Any] = {
         "layers": arch.layers, "hidden": arch.hidden, "heads": arch.heads, "ffn_hidden": arch.ffn,
         "seq_len": row["seq_len"], "vocab": arch.vocab, "dtype": "bf16",
@@ -162,9 +169,9 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
         "pipeline": {"stages": pp, "chunks": vp, "schedule": "interleaved-1f1b" if vp > 1 else "1f1b",
                      "partition": megatron_partition(arch.layers, pp * vp, arch.accounted)},
         "training": {"global_batch": row["gbs"], "micro_batch": row["mbs"], "sequence_parallel": sp and tp > 1,
-                     "flash_attention": True, "tp_comm_overlap": bool(tp_overlap and sp and tp > 1), "fp8": fp8,
-                     "fp8_params": fp8_params, "zero_stage": 1 if dp * cp > 1 else 0, "zero_reduce": "reduce_scatter",
-                     "overlap_grad_reduce": overlap},
+                     "flash_attention": True, "tp_comm_overlap": bool(tp_overlap and sp and tp > 1), key: recipe,
+                     "low_precision_params": low_precision_params, "zero_stage": 1 if dp * cp > 1 else 0,
+                     "zero_reduce": "reduce_scatter", "overlap_grad_reduce": overlap},
         "tensor_parallel": tp,
         "context_parallel": cp,
         "data_parallel": dp,
@@ -225,7 +232,7 @@ def main() -> None:
         error = step / published - 1
         errors.append(error)
         layout = f"{row['tp']} {row['pp']} {row['vp'] or 1}"
-        print(f"{row['id'][:58]:58s} {row['gpus']:5d} {layout:>9s} {data['training']['fp8']:>6.6s} {published:11.2f} "
+        print(f"{row['id'][:58]:58s} {row['gpus']:5d} {layout:>9s} {narrow_recipe(row)[1]:>6.6s} {published:11.2f} "
               f"{step:8.2f} {100 * error:+6.1f}%  {'yes' if summary.fits else 'NO' if summary.fits is False else '?'}")
         results.append({"id": row["id"], "source": row["source"], "published_step_s": published,
                         "predicted_step_s": step, "error": error, "fits": summary.fits, "assumed": assumed})

@@ -26,6 +26,7 @@ from ppsim.costs.context_parallel import ContextParallelComm, context_parallel_c
 from ppsim.costs.gemms import Gemm
 from ppsim.costs.layout import Layout, StageShape
 from ppsim.costs.links import Links
+from ppsim.costs.low_precision import scenario_precision
 from ppsim.costs.table import CostTable, Link
 from ppsim.costs.tensor_parallel import exposed_comm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
@@ -47,14 +48,16 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
     efficiency = s.hardware.efficiency or device.efficiency
     flops_per_ms = device.peak_flops(model.dtype) * efficiency / 1e3
     curves = uses_curves(s, device)
+    precision = scenario_precision(training.fp8, training.fp4, training.low_precision_params)
+    narrow = precision.peak if precision else None  # the peak the blocks' linear layers run at
 
     def matmuls(st: StageShape) -> tuple[float, float, float]:
         """The stage's matmul milliseconds: forward, backward (input and weight grads), weight grad."""
-        if not curves and not training.fp8:
+        if not curves and narrow is None:
             return (st.forward_flops / flops_per_ms, (st.input_grad_flops + st.weight_grad_flops) / flops_per_ms,
                     st.weight_grad_flops / flops_per_ms)
         fwd, inp, wgt = (matmul_ms(part, device, model.dtype, flash_attention=training.flash_attention,
-                                   efficiency=None if curves else efficiency, fp8=training.fp8 is not None)
+                                   efficiency=None if curves else efficiency, narrow=narrow)
                          for part in (st.gemms.forward, st.gemms.input_grad, st.gemms.weight_grad))
         return fwd, inp + wgt, wgt
 
@@ -62,7 +65,7 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
 
     def price(gemms: tuple[Gemm, ...]) -> float:
         return matmul_ms(gemms, device, model.dtype, flash_attention=training.flash_attention,
-                         efficiency=None if curves else efficiency, fp8=training.fp8 is not None)
+                         efficiency=None if curves else efficiency, narrow=narrow)
 
     whole_tp = tensor_parallel_comm(layout.activation_bytes, t, links.tensor_parallel,
                                     sequence_parallel=training.sequence_parallel,
@@ -113,15 +116,16 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
 
 
 def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_attention: bool = False,
-              efficiency: float | None = None, fp8: bool = False) -> float:
+              efficiency: float | None = None, narrow: str | None = None) -> float:
     """Milliseconds of ``gemms`` on ``device``: each GEMM's FLOPs over the peak times its efficiency —
     the device's ``gemm`` curve at its FLOPs, the ``attention`` curve at its head dimension for the
     attention matmuls, the flat ``efficiency`` where there is no curve (and for FlashAttention's fused
-    kernel, which no curve describes), or ``efficiency`` for every GEMM when given. With ``fp8`` the
-    blocks' linear layers run at the device's FP8 peak (a curve measured in 16 bits does not price them)."""
+    kernel, which no curve describes), or ``efficiency`` for every GEMM when given. With ``narrow``
+    (``fp8`` or ``fp4``) the blocks' linear layers run at that peak of the device (a curve measured
+    in 16 bits does not price them)."""
     ms = 0.0
     for g in gemms:
-        kind = "fp8" if fp8 and g.linear else dtype
+        kind = narrow if narrow and g.linear else dtype
         if efficiency is not None:
             eff = efficiency
         elif not g.head_dim:

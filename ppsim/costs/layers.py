@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ppsim.costs.elementwise import Traffic, block_traffic, embedding_traffic, head_traffic
-from ppsim.costs.fp8 import Fp8
 from ppsim.costs.gemms import PassGemms, block_gemms, head_gemms
+from ppsim.costs.low_precision import LowPrecision
 from ppsim.costs.memory import Recompute, block_activation_bytes
 from ppsim.inputs.scenario import DTYPE_BYTES, ModelSpec
 
@@ -36,9 +36,9 @@ class LayerCost:
     params: int
     activation_bytes: int
     recompute_flops: float = 0.0  #: the part of input_grad_flops that recomputes the forward
-    #: HBM bytes once per step beside the optimizer's (FP8 training's weight casts: ppsim.costs.fp8)
+    #: HBM bytes once per step beside the optimizer's (FP8 training's weight casts: ppsim.costs.low_precision)
     step_bytes: float = 0.0
-    #: weight bytes per parameter beyond the dtype's (FP8 training's copies: ppsim.costs.fp8)
+    #: weight bytes per parameter beyond the dtype's (FP8 training's copies: ppsim.costs.low_precision)
     extra_weight_bytes: float = 0.0
     #: HBM bytes of the elementwise (memory-bound) work: forward, and backward with what a
     #: recomputed forward runs again (:mod:`ppsim.costs.elementwise`)
@@ -53,14 +53,14 @@ class LayerCost:
 
 
 def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none", tensor_parallel: int = 1, *,
-               sequence_parallel: bool = False, flash_attention: bool = False, fp8: Fp8 | None = None,
+               sequence_parallel: bool = False, flash_attention: bool = False, narrow: LowPrecision | None = None,
                context_parallel: int = 1) -> tuple[LayerCost, LayerCost, LayerCost]:
     """(embedding, one transformer block, LM head) for one micro-batch, per device of a tensor-
     parallel group of ``tensor_parallel`` (Megatron: the matmuls, the vocabulary and the heads are
     split t ways). With recompute, the block's input-grad pass also runs the recomputed forward
     (all of it, or the attention core); FlashAttention's backward recomputes the scores (QK^T).
-    With ``fp8`` the block's linear layers add their casts, keep their inputs in FP8 and their
-    weights' FP8 copies (:mod:`ppsim.costs.fp8`); their GEMMs are marked ``linear``. With
+    With ``narrow`` (FP8 or FP4) the block's linear layers add their casts, keep their inputs and
+    their weights' copies narrow (:mod:`ppsim.costs.low_precision`); their GEMMs are marked ``linear``. With
     ``context_parallel`` cp each device holds s / cp of each sequence's tokens, whose queries
     attend to all s keys (Megatron's load-balanced causal split: every rank an equal share)."""
     b, h, f, a, V = micro_batch, model.hidden, model.ffn, model.heads, model.vocab
@@ -85,12 +85,12 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
                             sequence_parallel=sequence_parallel, flash_attention=flash_attention,
                             dropout=model.dropout, swiglu=model.mlp == "swiglu", recompute=recompute, kv_len=keys)
     casts, weight_casts, extra_weight = Traffic(0.0, 0.0), 0.0, 0.0
-    if fp8 is not None:  # QKV, attention output, MLP up (gate and up together), MLP down: (in, out) widths
+    if narrow is not None:  # QKV, attention output, MLP up (gate and up together), MLP down: (in, out) widths
         linears = [(h, (1 + 2 * g) * h / t), (h / t, h), (h, (mlp_mats - 1) * f / t), (f / t, h)]
-        casts = fp8.cast_traffic(linears, b * s, e)
+        casts = narrow.cast_traffic(linears, b * s, e)
         linear_params = int((2 + 2 * g) * h * h + mlp_mats * h * f) // t
-        weight_casts = fp8.weight_cast_bytes(linear_params, e)
-        extra_weight = linear_params * (fp8.weight_bytes_per_param(e) - e)
+        weight_casts = narrow.weight_cast_bytes(linear_params, e)
+        extra_weight = linear_params * (narrow.weight_bytes_per_param(e) - e)
     block = LayerCost(
         name="block",
         forward_flops=matmul + attention,
@@ -101,7 +101,7 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
                                                 kv_heads=model.kv, ffn_hidden=f, mlp=model.mlp,
                                                 sequence_parallel=sequence_parallel, flash_attention=flash_attention,
                                                 dropout=model.dropout,
-                                                linear_input_bytes=fp8.value_bytes if fp8 else None, kv_len=keys),
+                                                linear_input_bytes=narrow.value_bytes if narrow else None, kv_len=keys),
         recompute_flops=recomputed,
         forward_bytes=traffic.forward + casts.forward,
         # a fully recomputed forward casts its inputs again

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 from ppsim.costs.analytic import analytic_costs, uses_curves
 from ppsim.costs.explicit import explicit_costs
-from ppsim.costs.fp8 import Fp8, check_fp8
 from ppsim.costs.layers import LayerCost, gpt_layers
 from ppsim.costs.layout import Layout, lay_out
 from ppsim.costs.links import scenario_links
+from ppsim.costs.low_precision import check_low_precision, scenario_precision
 from ppsim.costs.partition import blocks_per_stage
 from ppsim.costs.table import CostTable
 from ppsim.errors import ScenarioError
@@ -49,8 +49,9 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
     if profile is not None:
         _check_profile(s, profile)
     device = get_device(s.hardware.device, s.hardware.device_file)
-    check_fp8(s.training.fp8, device_name=s.hardware.device, peaks=device.peak_tflops, mx_formats=device.mx_formats,
-              dtype=s.model.dtype if s.model else "bf16", fp8_params=s.training.fp8_params)
+    check_low_precision(s.training.fp8, s.training.fp4, device_name=s.hardware.device, peaks=device.peak_tflops,
+                        mx_formats=device.mx_formats, dtype=s.model.dtype if s.model else "bf16",
+                        params=s.training.low_precision_params)
     p, v = s.pipeline.stages, s.pipeline.chunks
     if stage_to_rank is None:
         stage_to_rank = tuple(k % p for k in range(p * v))
@@ -91,8 +92,10 @@ def datasheet_source(s: Scenario, device: Device) -> str:
     measured curves (the same choice :func:`~ppsim.costs.analytic.analytic_costs` makes)."""
     dtype = s.model.dtype if s.model else "bf16"
     peak = f"{s.hardware.device}'s {device.peak_tflops[dtype]:,g} TFLOP/s {dtype} peak"
-    if s.training.fp8:
-        peak += f" ({device.peak_tflops['fp8']:,g} fp8 for the blocks' linear layers, {s.training.fp8} scaling)"
+    narrow = scenario_precision(s.training.fp8, s.training.fp4, s.training.low_precision_params)
+    if narrow:
+        peak += (f" ({device.peak_tflops[narrow.peak]:,g} {narrow.peak} for the blocks' linear layers, "
+                 f"{narrow.recipe} scaling)")
     if uses_curves(s, device):
         return f"datasheet: {peak}, matmuls at its measured GEMM curves"
     whose = "hardware.efficiency" if s.hardware.efficiency else "the device's"
@@ -105,10 +108,10 @@ def model_layers(s: Scenario, profile: Profile | None = None) -> tuple[LayerCost
     if s.model is None:
         return None
     t, training = s.tensor_parallel, s.training
-    fp8 = Fp8(training.fp8, training.fp8_params) if training.fp8 else None
+    narrow = scenario_precision(training.fp8, training.fp4, training.low_precision_params)
     layers = gpt_layers(s.model, training.micro_batch, training.recompute, t,
                         sequence_parallel=training.sequence_parallel, flash_attention=training.flash_attention,
-                        fp8=fp8, context_parallel=s.context_parallel)
+                        narrow=narrow, context_parallel=s.context_parallel)
     if profile is not None and t > 1:
         whole_emb, _, whole_head = gpt_layers(s.model, training.micro_batch, training.recompute, 1)
         emb, block, head = layers

@@ -13,8 +13,9 @@ PartitionMode = Literal["uniform", "balanced"]
 #: arrived, or not at all (posted)
 Comm = Literal["rendezvous", "eager", "async"]
 #: activation recomputation: none, the attention core, or the whole block
-#: Transformer Engine's FP8 recipes (ppsim.costs.fp8)
+#: Transformer Engine's FP8 recipes (ppsim.costs.low_precision)
 Fp8Recipe = Literal["tensorwise", "delayed", "blockwise", "mxfp8"]
+Fp4Recipe = Literal["nvfp4"]
 Recompute = Literal["none", "selective", "full"]
 #: what runs the simulation's processes: auto (the clock-free kernel on static links, the clocked one
 #: on a fabric), clocked, immediate (no clock: static links only), simpy (SimPy itself, the reference

@@ -53,7 +53,7 @@ class Curve:
 class Device:
     name: str
     description: str
-    peak_tflops: dict[str, float]  #: dense peak per dtype (bf16, fp16, fp32; fp8 where the device has it)
+    peak_tflops: dict[str, float]  #: dense peak per dtype (bf16, fp16, fp32; fp8, fp4 where the device has them)
     memory_gb: float
     hbm_gb_s: float  #: memory bandwidth, used for the (memory-bound) optimizer step
     efficiency: float  #: achievable fraction of peak on GPT-sized matmuls
@@ -91,7 +91,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "efficiency": (1e-6, 1.0, True), "bandwidth_gb_s": (1e-6, 1e6, True), "latency_us": (0.0, 1e7, True),
 }
 REQUIRED_PEAKS = ("bf16", "fp16", "fp32")  #: every device has these
-OPTIONAL_PEAKS = ("fp8",)  #: a device with FP8 Tensor Cores (Hopper, Blackwell) also this
+OPTIONAL_PEAKS = ("fp8", "fp4")  #: a device with FP8 (Hopper, Blackwell) or FP4 (Blackwell) Tensor Cores
 _KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "intra_node", "inter_node", "gemm",
          "attention", "mx_formats"}
 _CURVE_KEYS = {"source", "dtypes", "points"}

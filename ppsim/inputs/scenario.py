@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ppsim.errors import ScenarioError, file_error, shown_path
-from ppsim.inputs.choices import Comm, Dtype, Fp8Recipe, KernelChoice, PartitionMode, Recompute
+from ppsim.inputs.choices import Comm, Dtype, Fp4Recipe, Fp8Recipe, KernelChoice, PartitionMode, Recompute
 from ppsim.inputs.yaml_files import load_yaml, problem
 from ppsim.plan import schedules
 
@@ -91,9 +91,11 @@ class TrainingSpec(_Strict):
     flash_attention: bool = False  #: no s x s scores kept; the backward recomputes them
     #: how context parallelism exchanges keys and values (Megatron's --cp-comm-type): ppsim.costs.context_parallel
     cp_comm: Literal["p2p", "all_gather", "a2a"] = "p2p"
-    #: the blocks' linear layers in FP8 by this Transformer Engine recipe (ppsim.costs.fp8); None: all 16-bit
+    #: the blocks' linear layers in FP8 by this Transformer Engine recipe (ppsim.costs.low_precision); None: all 16-bit
     fp8: Fp8Recipe | None = None
-    fp8_params: bool = False  #: weights kept in FP8 (Megatron's --fp8-param-gather); needs fp8
+    fp4: Fp4Recipe | None = None  #: the linear layers in FP4 (Megatron's --fp4-recipe; Blackwell)
+    #: weights kept in the fp8 / fp4 format (Megatron's --fp8-param-gather / --fp4-param-gather)
+    low_precision_params: bool = False
 
 
 class PipelineSpec(_Strict):

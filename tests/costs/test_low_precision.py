@@ -1,6 +1,7 @@
-"""FP8 training (training.fp8): the blocks' linear layers at the FP8 peak, their casts as HBM work,
-their inputs kept in FP8, the weights' FP8 copies; what cannot run is refused naming the key. Every
-figure here is worked out by hand from ppsim/costs/fp8.py's docstring."""
+"""FP8 and FP4 training (training.fp8, training.fp4): the blocks' linear layers at the narrow peak,
+their casts as HBM work, their inputs kept narrow, the weights' narrow copies; what cannot run is
+refused naming the key. Every figure here is worked out by hand from ppsim/costs/low_precision.py's
+docstring."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from ppsim.costs.fp8 import Fp8
 from ppsim.costs.layers import gpt_layers
+from ppsim.costs.low_precision import LowPrecision
 from ppsim.costs.memory import block_activation_bytes
 from ppsim.errors import PpsimError, ScenarioError
 from ppsim.inputs.hardware import DEVICES
@@ -34,11 +35,11 @@ def test_the_casts_are_each_linear_inputs_and_output_grads_bytes() -> None:
     once more for its amax; MXFP8 adds a 1-byte scale per 32 values to each FP8 copy."""
     linears = [(H, 3 * H), (H, H), (H, F), (F, H)]  # QKV, attention output, up, down (t = 1)
     inputs, grads = TOKENS * (3 * H + F), TOKENS * (5 * H + F)
-    delayed = Fp8("delayed").cast_traffic(linears, TOKENS, 2)
+    delayed = LowPrecision("delayed").cast_traffic(linears, TOKENS, 2)
     assert (delayed.forward, delayed.backward) == (4 * inputs, 4 * grads)
-    current = Fp8("tensorwise").cast_traffic(linears, TOKENS, 2)
+    current = LowPrecision("tensorwise").cast_traffic(linears, TOKENS, 2)
     assert (current.forward, current.backward) == (6 * inputs, 6 * grads)
-    mx = Fp8("mxfp8").cast_traffic(linears, TOKENS, 2)
+    mx = LowPrecision("mxfp8").cast_traffic(linears, TOKENS, 2)
     assert mx.forward == pytest.approx((2 + 2 * (1 + 1 / 32)) * inputs)
 
 
@@ -68,11 +69,11 @@ def test_the_linear_inputs_are_kept_in_one_byte() -> None:
 
 def test_the_weights_carry_fp8_copies_or_are_fp8() -> None:
     """Linear weights 4h^2 + 2hf of a GELU block: 2 bytes more each for the row- and column-wise
-    FP8 copies; with fp8_params the 2-byte weight itself is FP8 (1 + 1 column-wise): no more."""
+    FP8 copies; with low_precision_params the 2-byte weight itself is FP8 (1 + 1 column-wise): no more."""
     linear_params = 4 * H * H + 2 * H * F
     _, plain, _ = gpt_layers(MODEL, 2)
-    _, fp8, _ = gpt_layers(MODEL, 2, fp8=Fp8("tensorwise"))
-    _, fp8_weights, _ = gpt_layers(MODEL, 2, fp8=Fp8("tensorwise", params=True))
+    _, fp8, _ = gpt_layers(MODEL, 2, narrow=LowPrecision("tensorwise"))
+    _, fp8_weights, _ = gpt_layers(MODEL, 2, narrow=LowPrecision("tensorwise", params=True))
     assert (plain.extra_weight_bytes, fp8.extra_weight_bytes, fp8_weights.extra_weight_bytes) == (0, 2 * linear_params, 0)
     assert fp8.step_bytes == linear_params * 4 and fp8_weights.step_bytes == 0  # the weights cast once per step
     stage = build(parse_scenario(scenario(fp8="tensorwise"))).workload.costs.stages[1]
@@ -83,7 +84,9 @@ def test_the_weights_carry_fp8_copies_or_are_fp8() -> None:
 @pytest.mark.parametrize("change, field, says", [
     ({"hardware": {"device": "a100-80g"}, "training": {"fp8": "delayed"}}, "training.fp8", "a100-80g has none"),
     ({"training": {"fp8": "mxfp8"}}, "training.fp8", "mxfp8 needs Blackwell"),
-    ({"training": {"fp8_params": True}}, "training.fp8_params", "needs training.fp8"),
+    ({"training": {"low_precision_params": True}}, "training.low_precision_params", "needs training.fp8"),
+    ({"training": {"fp4": "nvfp4"}}, "training.fp4", "h100-sxm has none"),
+    ({"hardware": {"device": "b200"}, "training": {"fp4": "nvfp4", "fp8": "mxfp8"}}, "training.fp4", "keep one"),
     ({"model": {"dtype": "fp32"}, "training": {"fp8": "delayed"}}, "model.dtype", "set it to bf16"),
 ])
 def test_what_cannot_run_is_refused_naming_the_key(change: dict[str, Any], field: str, says: str) -> None:
@@ -110,3 +113,24 @@ def test_ppexec_refuses_fp8_naming_the_key() -> None:
     with pytest.raises(PpsimError, match="Transformer Engine's FP8") as err:
         check_buildable(parse_scenario(scenario(fp8="delayed")))
     assert err.value.field == "training.fp8"
+
+
+def test_nvfp4_runs_the_linear_layers_at_the_fp4_peak_with_half_byte_values() -> None:
+    """On the B200 (2,250 bf16, 9,000 fp4 TFLOP/s, 8,000 GB/s), flat efficiency 0.5: against BF16 a
+    block's forward saves its linear GEMMs' time at bf16 less at fp4, less the casts: per value read
+    2 bytes, write two half-byte copies and their 1-byte scale per 16 (2 + 2 x 0.5625 bytes)."""
+    def stage(**training: Any):
+        data = scenario(**training)
+        data["hardware"] = {"device": "b200", "efficiency": 0.5}
+        return build(parse_scenario(data)).workload.costs.stages[0]
+
+    bf16, fp4 = stage(), stage(fp4="nvfp4")
+    linear = 2 * TOKENS * (4 * H * H + 2 * H * F)
+    casts = (2 + 2 * 0.5625) * TOKENS * (3 * H + F)
+    saving = 4 * (linear / (2250e12 / 1e3 * 0.5) - linear / (9000e12 / 1e3 * 0.5) - casts / (8000e9 / 1e3))
+    assert bf16.forward_ms - fp4.forward_ms == pytest.approx(saving, rel=1e-9)
+    s, b = 1024, 2
+    saved = block_activation_bytes(s, b, H, 16, 2, "none", ffn_hidden=F, dropout=False, flash_attention=True) - \
+        block_activation_bytes(s, b, H, 16, 2, "none", ffn_hidden=F, dropout=False, flash_attention=True,
+                               linear_input_bytes=0.5625)
+    assert saved == pytest.approx((2 - 0.5625) * (3 * s * b * H + s * b * F), abs=1)

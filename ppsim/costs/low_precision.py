@@ -1,0 +1,114 @@
+"""FP8 and FP4 training as Transformer Engine runs it under Megatron-LM / NeMo (``training.fp8``,
+``training.fp4``).
+
+What runs narrow: the transformer blocks' linear layers (QKV, attention output, the MLP's up and
+down projections), forward, input grad and weight grad, at the device's FP8 or FP4 peak. What
+stays in 16 bits: the attention core, norms, activations, the embedding, the LM head; the optimizer
+keeps its fp32 master weights.
+
+Recipes (Megatron's ``--fp8-recipe`` and ``--fp4-recipe``):
+
+- ``tensorwise`` (FP8 current scaling): a scale per tensor from its amax, found right before the
+  cast, so each cast reads its tensor once more;
+- ``delayed`` (FP8): the scale from the amax history of earlier steps: no extra read (the amaxes'
+  reduction once per step is a few latency-bound all-reduces, not modelled);
+- ``blockwise`` (FP8): a 4-byte scale per block of 128 values (DeepSeek-V3's recipe), found in the
+  cast kernel;
+- ``mxfp8``: a 1-byte scale per 32 values, in Blackwell's Tensor Cores (MX formats);
+- ``nvfp4``: 4-bit values (half a byte) with a 1-byte scale per 16, in Blackwell's Tensor Cores;
+  the weight grad's inputs pass a 16-point Hadamard transform, done in the cast kernel.
+
+Casts are memory-bound work at the device's HBM bandwidth. Per linear layer and micro-batch the
+forward casts its input and the backward its output gradient: each read in 16 bits and written
+twice narrow (row-wise for the GEMM that follows, column-wise for the weight grad), plus, for
+``tensorwise``, one more read for the amax. Weights are cast once per step (read 2 bytes, write
+the two narrow copies), unless ``low_precision_params`` keeps them narrow.
+
+Memory: a linear layer's input kept for the backward is its column-wise narrow copy (with its
+scales) instead of 16 bits; weights gain their two narrow copies, or with ``low_precision_params``
+hold the two narrow copies instead of the 16-bit weight (the fp32 master copy stays in the optimizer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import get_args
+
+from ppsim.costs.elementwise import Traffic
+from ppsim.errors import ScenarioError
+from ppsim.inputs.choices import Fp4Recipe, Fp8Recipe
+
+FP8_RECIPES: tuple[str, ...] = get_args(Fp8Recipe)
+FP4_RECIPES: tuple[str, ...] = get_args(Fp4Recipe)
+#: bytes of one narrow value, and of its scales per value
+VALUE_BYTES = {"tensorwise": 1.0, "delayed": 1.0, "blockwise": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
+SCALE_BYTES = {"tensorwise": 0.0, "delayed": 0.0, "blockwise": 4 / 128, "mxfp8": 1 / 32, "nvfp4": 1 / 16}
+#: recipes whose block scales need Blackwell's MX Tensor Cores
+MX_RECIPES = ("mxfp8", "nvfp4")
+
+
+@dataclass(frozen=True)
+class LowPrecision:
+    """The narrow format a scenario asks for: the recipe, and whether the weights are kept narrow."""
+
+    recipe: Fp8Recipe | Fp4Recipe
+    params: bool = False
+
+    @property
+    def peak(self) -> str:
+        """The device peak its GEMMs run at: ``fp8`` or ``fp4``."""
+        return "fp4" if self.recipe in FP4_RECIPES else "fp8"
+
+    @property
+    def value_bytes(self) -> float:
+        """Bytes of one narrow value with its share of the scales."""
+        return VALUE_BYTES[self.recipe] + SCALE_BYTES[self.recipe]
+
+    def cast_traffic(self, linears: list[tuple[float, float]], tokens: float, dtype_bytes: int) -> Traffic:
+        """HBM bytes of the casts of linear layers of (input, output) widths at ``tokens`` tokens:
+        the forward's inputs, the backward's output gradients."""
+        per_value = dtype_bytes + 2 * self.value_bytes + (dtype_bytes if self.recipe == "tensorwise" else 0)
+        forward = sum(tokens * i for i, _ in linears) * per_value
+        backward = sum(tokens * o for _, o in linears) * per_value
+        return Traffic(forward=forward, backward=backward, recompute=0.0)
+
+    def weight_cast_bytes(self, params: int, dtype_bytes: int) -> float:
+        """HBM bytes of casting ``params`` weights once per step (none when they are kept narrow)."""
+        return 0.0 if self.params else params * (dtype_bytes + 2 * self.value_bytes)
+
+    def weight_bytes_per_param(self, dtype_bytes: int) -> float:
+        """Bytes a linear layer's weight takes: its narrow copies beside the 16-bit weight, or with
+        ``params`` the narrow copies alone."""
+        return 2 * self.value_bytes if self.params else dtype_bytes + 2 * self.value_bytes
+
+
+def scenario_precision(fp8: Fp8Recipe | None, fp4: Fp4Recipe | None, params: bool) -> LowPrecision | None:
+    """The scenario's narrow format (checked by :func:`check_low_precision`), or None."""
+    if fp4 is not None:
+        return LowPrecision(fp4, params)
+    return LowPrecision(fp8, params) if fp8 is not None else None
+
+
+def check_low_precision(fp8: str | None, fp4: str | None, *, device_name: str, peaks: dict[str, float],
+                        mx_formats: bool, dtype: str, params: bool) -> None:
+    """A ScenarioError naming the key when FP8 or FP4 cannot run as asked."""
+    if fp8 and fp4:
+        raise ScenarioError(f"training.fp8 ({fp8}) and training.fp4 ({fp4}) both set the linear layers' format; keep "
+                            "one", field="training.fp4")
+    recipe, key = (fp4, "training.fp4") if fp4 else (fp8, "training.fp8")
+    if recipe is None:
+        if params:
+            raise ScenarioError("training.low_precision_params keeps the weights in FP8 or FP4, which needs "
+                                "training.fp8 or training.fp4", field="training.low_precision_params")
+        return
+    peak = "fp4" if fp4 else "fp8"
+    if peak not in peaks:
+        raise ScenarioError(f"{key} needs a device with {peak.upper()} Tensor Cores; {device_name} has none: choose "
+                            f"another hardware.device or drop {key}", field=key)
+    if recipe in MX_RECIPES and not mx_formats:
+        raise ScenarioError(f"{key}: {recipe} needs Blackwell's MX formats; {device_name} has none: use a Blackwell "
+                            "device (b200, b300, gb200, gb300)" + (", or tensorwise, delayed or blockwise" if not fp4
+                                                                   else ""), field=key)
+    if dtype not in ("bf16", "fp16"):
+        raise ScenarioError(f"{key} runs the linear layers narrow beside 16-bit values; model.dtype is {dtype}: set it "
+                            "to bf16", field="model.dtype")
