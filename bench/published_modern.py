@@ -21,7 +21,8 @@ The rules (what ppsim assumes where a row is silent is printed with it):
   it (else with TP > 1, as Megatron-Bridge's performance recipes do), and with it the tensor-parallel
   communication overlapped with the GEMMs where the recipe says so (else on); FlashAttention (Transformer
   Engine's fused attention); the distributed optimizer as ZeRO-1 with reduce-scatter, its gradient
-  reduction overlapped with the backward where the recipe says so;
+  reduction overlapped with the backward and its parameter all-gather with the next forward where
+  the recipe says so (else both on);
 - precision: FP8 and FP8-CS are current scaling (``tensorwise``; NeMo 24.07's FP8 is ``delayed``,
   the only recipe of its time), MXFP8 / FP8-MX ``mxfp8``; a 25.09 row without a precision is
   ``tensorwise`` (its parenthesized variant ``mxfp8``); FP8 weights where the recipe sets
@@ -142,6 +143,10 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
     if overlap is None:
         overlap = True
         assumed.append("gradient reduce-scatter overlapped with the backward")
+    param_overlap = settings.get("overlap_param_gather")
+    if param_overlap is None:
+        param_overlap = True
+        assumed.append("parameter all-gather overlapped with the next forward")
     tp_overlap = settings.get("tp_comm_overlap_effective")
     if tp_overlap is None:
         tp_overlap = sp and tp > 1
@@ -171,7 +176,8 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
         "training": {"global_batch": row["gbs"], "micro_batch": row["mbs"], "sequence_parallel": sp and tp > 1,
                      "flash_attention": True, "tp_comm_overlap": bool(tp_overlap and sp and tp > 1), key: recipe,
                      "low_precision_params": low_precision_params, "zero_stage": 1 if dp * cp > 1 else 0,
-                     "zero_reduce": "reduce_scatter", "overlap_grad_reduce": overlap},
+                     "zero_reduce": "reduce_scatter", "overlap_grad_reduce": overlap,
+                     "overlap_param_gather": bool(param_overlap and dp * cp > 1)},
         "tensor_parallel": tp,
         "context_parallel": cp,
         "data_parallel": dp,

@@ -93,7 +93,8 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
             backward_comm_ms=st.blocks * tp.backward_ms,
         ))
     if training.zero_stage >= 1:
-        stages = [shard_optimizer(c, d, links.data_parallel, links.data_parallel, training.zero_reduce)
+        stages = [shard_optimizer(c, d, links.data_parallel, links.data_parallel, training.zero_reduce,
+                                  overlap_gather=training.overlap_param_gather)
                   for c in stages]
     tied_ms = tied_embedding_allreduce_ms(s, layout, links.embedding)
     if tied_ms > 0:

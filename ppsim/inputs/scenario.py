@@ -82,6 +82,8 @@ class TrainingSpec(_Strict):
     zero_reduce: Literal["allreduce", "reduce_scatter"] = "allreduce"
     allreduce: Literal["ring", "tree"] = "ring"
     overlap_grad_reduce: bool = False
+    #: ZeRO-1's parameter all-gather during the next step's first forward (Megatron's --overlap-param-gather)
+    overlap_param_gather: bool = False
     #: at least 1 MB: every bucket is simulated, and a 175B model's gradients are 350,000 of them
     bucket_mb: float = Field(default=25.0, ge=1, le=1e6, description="gradient all-reduce bucket, MB (1e6 bytes)")
     sequence_parallel: bool = False  #: Megatron's: layer norms and dropouts split over the tensor-parallel group
@@ -479,6 +481,9 @@ def _check_links(s: Scenario) -> None:
 
 
 def _check_zero(s: Scenario) -> None:
+    if s.training.overlap_param_gather and s.training.zero_stage < 1:
+        raise ScenarioError("training.overlap_param_gather overlaps ZeRO-1's all-gather of the updated parameters; it "
+                            "needs training.zero_stage: 1", field="training.overlap_param_gather")
     if s.training.zero_stage >= 2 and s.pipeline.stages > 1:
         raise ScenarioError(
             f"ZeRO stage {s.training.zero_stage} cannot be used with pipeline parallelism (DeepSpeed refuses it: "

@@ -224,3 +224,22 @@ def test_the_elementwise_work_costs_its_bytes_at_hbm_bandwidth() -> None:
     rate = DEVICES["h100-sxm"].peak_flops("bf16") * 0.5 / 1e3
     hbm = DEVICES["h100-sxm"].hbm_gb_s * 1e6
     assert last.forward_ms - middle.forward_ms == pytest.approx(head.forward_flops / rate + head.forward_bytes / hbm)
+
+
+def test_an_overlapped_parameter_gather_exposes_what_the_first_forward_cannot_cover() -> None:
+    """ZeRO-1 over 4 replicas of 1 GB of gradients in 10 buckets on a 100 GB/s link: the all-gather
+    is 3/4 x 1 GB / 100 GB/s = 7.5 ms. At the step's end it is all exposed; beside a 5 ms forward
+    2.5 ms stay; beside a 50 ms forward only its first bucket's 0.75 ms."""
+    from ppsim.costs.table import Link, StageCost
+    from ppsim.costs.zero import shard_optimizer
+
+    link = Link(latency_ms=0.0, bandwidth_bytes_per_ms=1e8)
+
+    def step(forward_ms: float, overlap: bool) -> float:
+        cost = StageCost(forward_ms=forward_ms, backward_ms=2 * forward_ms, optimizer_ms=4.0, grad_bytes=1e9,
+                         allreduce_buckets=10)
+        return shard_optimizer(cost, 4, link, link, "reduce_scatter", overlap_gather=overlap).optimizer_ms
+
+    assert step(5.0, False) == pytest.approx(1.0 + 7.5)
+    assert step(5.0, True) == pytest.approx(1.0 + 2.5)
+    assert step(50.0, True) == pytest.approx(1.0 + 0.75)
