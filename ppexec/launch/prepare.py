@@ -116,9 +116,15 @@ def check_buildable(s: Scenario) -> None:
     if s.context_parallel > 1:
         raise PpsimError("ppexec's models see whole sequences, without context parallelism; ppsim predicts it, for "
                          "a run use context_parallel: 1", field="context_parallel")
-    if s.training.fp8:
-        raise PpsimError("ppexec's models multiply in the model's dtype, without Transformer Engine's FP8; ppsim "
-                         "predicts FP8 training, for a run leave training.fp8 out", field="training.fp8")
+    for key, on in (("fp8", s.training.fp8), ("fp4", s.training.fp4)):
+        if on:
+            raise PpsimError(f"ppexec's models multiply in the model's dtype, without Transformer Engine's "
+                             f"{key.upper()}; ppsim predicts it, for a run leave training.{key} out",
+                             field=f"training.{key}")
+    if s.training.overlap_param_gather:
+        raise PpsimError("ppexec's runtimes all-gather ZeRO-1's parameters at the end of the step; ppsim predicts "
+                         "the overlapped gather, for a run leave training.overlap_param_gather out",
+                         field="training.overlap_param_gather")
     if s.training.zero_stage >= 2:
         raise PpsimError(f"pipelines run ZeRO stage 0 or 1 (DeepSpeed's PipelineEngine refuses stage "
                          f"{s.training.zero_stage} even with one stage); use zero_stage: 1 (optimizer states "

@@ -102,6 +102,8 @@ def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
     }
     if s.training.fp8:
         meta["fp8"] = s.training.fp8
+    if s.training.fp4:
+        meta["fp4"] = s.training.fp4
     if s.context_parallel > 1:
         meta["context_parallel"] = s.context_parallel
     return meta

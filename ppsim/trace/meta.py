@@ -80,6 +80,7 @@ class TraceMeta(TypedDict, total=False):
     device_memory_bytes: float | None
     recompute: str | None
     fp8: str | None
+    fp4: str | None
     zero_stage: int
     # a measured run (ppexec) or a profiler's trace read back
     backend: str

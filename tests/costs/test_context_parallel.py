@@ -125,3 +125,17 @@ def test_ppexec_and_tune_refuse_context_parallelism_naming_the_key() -> None:
     with pytest.raises(PpsimError, match="without context parallelism") as err:
         check_buildable(parse_scenario(gpt))
     assert err.value.field == "context_parallel"
+
+
+def test_the_summary_says_the_plan_has_context_parallelism_and_fp4() -> None:
+    from rich.console import Console
+
+    from ppsim.prediction import predict
+    from ppsim.trace.metrics import summarize
+    from ppsim.views.render.summary_table import print_summary
+
+    data = scenario(2, training={"fp4": "nvfp4"}, hardware={"device": "b200"})
+    console = Console(record=True, width=300)
+    print_summary(summarize(predict(parse_scenario(data)).trace), console)
+    text = console.export_text()
+    assert "tensor parallel" not in text and "context parallel 2 (4 devices), FP4 (nvfp4)" in text

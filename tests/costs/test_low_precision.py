@@ -113,6 +113,11 @@ def test_ppexec_refuses_fp8_naming_the_key() -> None:
     with pytest.raises(PpsimError, match="Transformer Engine's FP8") as err:
         check_buildable(parse_scenario(scenario(fp8="delayed")))
     assert err.value.field == "training.fp8"
+    blackwell = scenario(fp4="nvfp4")
+    blackwell["hardware"] = {"device": "b200"}
+    with pytest.raises(PpsimError, match="Transformer Engine's FP4") as err:
+        check_buildable(parse_scenario(blackwell))
+    assert err.value.field == "training.fp4"
 
 
 def test_nvfp4_runs_the_linear_layers_at_the_fp4_peak_with_half_byte_values() -> None:

@@ -47,14 +47,16 @@ def summary_renderable(s: Summary) -> Group:
     plan += f", data parallel {s.data_parallel}"
     if (meta.get("tensor_parallel") or 1) > 1:
         plan += f", tensor parallel {meta['tensor_parallel']}"
+    if (meta.get("context_parallel") or 1) > 1:
+        plan += f", context parallel {meta['context_parallel']}"
     if meta.get("num_devices"):
         plan += f" ({meta['num_devices']:,} devices)"
     if meta.get("recompute") not in (None, "none"):
         plan += f", recompute {meta['recompute']}"
-    if (meta.get("context_parallel") or 1) > 1:
-        plan += f", context parallel {meta['context_parallel']}"
     if meta.get("fp8"):
         plan += f", FP8 ({meta['fp8']} scaling)"
+    if meta.get("fp4"):
+        plan += f", FP4 ({meta['fp4']})"
     if meta.get("zero_stage"):
         plan += f", ZeRO-{meta['zero_stage']}"
     head.add_row("plan", plan)
