@@ -90,7 +90,7 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank
     # context-parallel ranks sit between the tensor ranks and the replicas (Megatron's order): to the
     # cluster they are d x cp replicas of each stage, each sending its own messages
     p, d, t, cp = s.pipeline.stages, s.weight_replicas, s.tensor_parallel, s.context_parallel
-    cl.check_fits(cluster, p, d, t)
+    cl.check_fits(cluster, p, d, t, cp)
     boundaries, dp, tp = cl.plan_links(cluster, stage_to_rank, p, d, t, spec.placement)
     first, last = stage_to_rank[0], stage_to_rank[-1]
     embedding = None

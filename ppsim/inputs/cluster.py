@@ -124,11 +124,15 @@ def device_of(stage: int, replica: int, tp_rank: int, p: int, d: int, t: int, pl
     return (stage * d + replica) * t + tp_rank
 
 
-def check_fits(cluster: Cluster, p: int, d: int, t: int) -> None:
+def check_fits(cluster: Cluster, p: int, d: int, t: int, cp: int = 1) -> None:
+    """A ScenarioError when the plan needs more devices than the cluster has, or tensor parallelism
+    spans more than an NVLink domain (``d``: the replicas of a stage, context-parallel ranks included)."""
     need = p * d * t
     if need > cluster.devices:
+        sizes = (f"tensor x context x stages x data-parallel = {t} x {cp} x {p} x {d // cp}" if cp > 1
+                 else f"tensor x stages x data-parallel = {t} x {p} x {d}")
         raise ScenarioError(
-            f"the plan needs tensor x stages x data-parallel = {t} x {p} x {d} = {need} devices and the cluster has "
+            f"the plan needs {sizes} = {need} devices and the cluster has "
             f"{cluster.nodes} x {cluster.devices_per_node} = {cluster.devices}; add nodes or shrink the plan",
             field="cluster.nodes",
         )

@@ -139,3 +139,12 @@ def test_the_summary_says_the_plan_has_context_parallelism_and_fp4() -> None:
     print_summary(summarize(predict(parse_scenario(data)).trace), console)
     text = console.export_text()
     assert "tensor parallel" not in text and "context parallel 2 (4 devices), FP4 (nvfp4)" in text
+
+
+def test_a_plan_too_big_for_the_cluster_counts_its_context_parallel_ranks() -> None:
+    data = scenario(2, data_parallel=2, tensor_parallel=2)
+    data["cluster"] = {"nodes": 1, "devices_per_node": 8}
+    with pytest.raises(ScenarioError, match=r"tensor x context x stages x data-parallel = 2 x 2 x 2 x 2 = 16 "
+                                            r"devices and the cluster has 1 x 8 = 8") as err:
+        build(parse_scenario(data))
+    assert err.value.field == "cluster.nodes"
