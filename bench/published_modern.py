@@ -13,7 +13,8 @@ The rules (what ppsim assumes where a row is silent is printed with it):
 - the model: the architecture of the row's model (the table below; the recipes' files, with the
   vocabulary where they are silent); Llama and Nemotron without dropout, GPT-3 with it;
 - the device: the catalogue's ``h100-sxm``, ``b200`` (8 per node) or ``gb200`` / ``gb300`` (trays
-  of 4 in NVLink domains of 72), its datasheet peaks and flat efficiency, links as the catalogue gives;
+  of 4 in NVLink racks of 72, of which a job larger than one rack uses 16 trays, 64 GPUs, so that its
+  ranks split evenly over the racks), its datasheet peaks and flat efficiency, links as the catalogue gives;
 - the layout: TP, PP, VP (the interleaved schedule with VP chunks, else 1F1B), the blocks split
   evenly over the virtual stages as Megatron does (Llama 3.1 405B's recipe counts the embedding and
   the loss as one layer each: the first and last virtual stage hold one block fewer), data parallelism
@@ -29,8 +30,10 @@ The rules (what ppsim assumes where a row is silent is printed with it):
   ``fp8_param_gather``;
 - context parallelism: CP ranks, their K/V by Megatron's default p2p ring;
 - NVFP4 is ``training.fp4: nvfp4``;
-- not expressible yet (reported, not predicted): Megatron FSDP, activation offloading to the CPU,
-  recomputation of some of the layers.
+- Megatron FSDP is ZeRO-3 over the data-parallel replicas, activation offloading
+  ``training.offload_layers`` (the recipe's ``cpu_offloading_num_layers``);
+- not expressible yet (reported, not predicted): FSDP with pipeline parallelism, recomputation of
+  some of the layers.
 
     .venv/bin/python bench/published_modern.py [--rows ID_PREFIX] [--json FILE] [--gemm-curves]
 """
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -98,10 +102,8 @@ def unexpressible(row: dict[str, Any]) -> str | None:
     settings = row.get("recipe_settings", {})
     if row["tokens_per_s_per_gpu"] is None:
         return "published as model TFLOP/s alone, whose FLOP count the table does not state"
-    if row["fsdp"] or settings.get("use_megatron_fsdp"):
-        return "Megatron FSDP"
-    if settings.get("activation_cpu_offloading"):
-        return "activation offloading to the CPU"
+    if (row["fsdp"] or settings.get("use_megatron_fsdp")) and row["pp"] > 1:
+        return "Megatron FSDP with pipeline parallelism"
     if "recompute_num_layers" in str(settings.get("recompute", "")):
         return "recomputation of some of the layers"
     return None
@@ -152,6 +154,8 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
         tp_overlap = sp and tp > 1
         if tp > 1:
             assumed.append(f"tensor-parallel communication overlap {'on' if tp_overlap else 'off'} (TP {tp})")
+    fsdp = bool(row["fsdp"] or settings.get("use_megatron_fsdp"))
+    offloaded = re.search(r"cpu_offloading_num_layers=(\d+)", str(settings.get("activation_cpu_offloading") or ""))
     key, recipe = narrow_recipe(row)
     low_precision_params = any(f"{k}_param_gather=True" in str(settings.get("precision_recipe", ""))
                                for k in ("fp8", "fp4"))
@@ -167,7 +171,9 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
         model.update(tie_embeddings=True)
     cluster: dict[str, Any] = {"nodes": gpus // per_node, "devices_per_node": per_node}
     if domain:
-        cluster["nvlink_domain"] = domain
+        cluster["nvlink_domain"] = domain if gpus <= domain else 64
+        if gpus > domain:
+            assumed.append("a job larger than an NVL72 rack uses 64 GPUs (16 trays) of each")
     data = {
         "name": row["id"],
         "model": model,
@@ -175,9 +181,11 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
                      "partition": megatron_partition(arch.layers, pp * vp, arch.accounted)},
         "training": {"global_batch": row["gbs"], "micro_batch": row["mbs"], "sequence_parallel": sp and tp > 1,
                      "flash_attention": True, "tp_comm_overlap": bool(tp_overlap and sp and tp > 1), key: recipe,
-                     "low_precision_params": low_precision_params, "zero_stage": 1 if dp * cp > 1 else 0,
+                     "low_precision_params": low_precision_params,
+                     "zero_stage": 3 if fsdp else 1 if dp * cp > 1 else 0,
+                     "offload_layers": int(offloaded.group(1)) if offloaded else 0,
                      "zero_reduce": "reduce_scatter", "overlap_grad_reduce": overlap,
-                     "overlap_param_gather": bool(param_overlap and dp * cp > 1)},
+                     "overlap_param_gather": bool(param_overlap and dp * cp > 1 and not fsdp)},
         "tensor_parallel": tp,
         "context_parallel": cp,
         "data_parallel": dp,

@@ -121,6 +121,9 @@ def check_buildable(s: Scenario) -> None:
             raise PpsimError(f"ppexec's models multiply in the model's dtype, without Transformer Engine's "
                              f"{key.upper()}; ppsim predicts it, for a run leave training.{key} out",
                              field=f"training.{key}")
+    if s.training.offload_layers:
+        raise PpsimError("ppexec keeps every activation on the device; ppsim predicts offloading, for a run leave "
+                         "training.offload_layers out", field="training.offload_layers")
     if s.training.overlap_param_gather:
         raise PpsimError("ppexec's runtimes all-gather ZeRO-1's parameters at the end of the step; ppsim predicts "
                          "the overlapped gather, for a run leave training.overlap_param_gather out",

@@ -23,10 +23,11 @@ from dataclasses import replace
 
 from ppsim.costs.collectives import GRAD_NORM_BYTES, Collective, grad_allreduce, ring_allreduce_ms, traffic
 from ppsim.costs.context_parallel import ContextParallelComm, context_parallel_comm
+from ppsim.costs.fsdp import Exposed, fsdp_stage, offload
 from ppsim.costs.gemms import Gemm
 from ppsim.costs.layout import Layout, StageShape
 from ppsim.costs.links import Links
-from ppsim.costs.low_precision import scenario_precision
+from ppsim.costs.low_precision import LowPrecision, scenario_precision
 from ppsim.costs.table import CostTable, Link
 from ppsim.costs.tensor_parallel import exposed_comm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
@@ -80,21 +81,28 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
         tp = replace(tp, forward_ms=tp.forward_ms + cp.forward_ms, backward_ms=tp.backward_ms + cp.backward_ms)
         reduce_ms, buckets = grad_allreduce(st.params * layout.dtype_bytes, d, links.data_parallel,
                                             training.allreduce, training.bucket_mb * 1e6)
+        compute_forward = forward_mm + st.forward_bytes / hbm_bytes_per_ms
+        compute_backward = backward_mm + st.backward_bytes / hbm_bytes_per_ms
+        more = sharded_and_offloaded(s, st, layout.dtype_bytes, precision, links, device, compute_forward,
+                                     compute_backward)
+        # what runs beside the compute and is not hidden by it: the collectives and copies left exposed
+        forward_comm = st.blocks * tp.forward_ms + more.forward_ms
+        backward_comm = st.blocks * tp.backward_ms + more.backward_ms
         stages.append(layout.stage_cost(
             k,
-            forward_ms=forward_mm + st.forward_bytes / hbm_bytes_per_ms + st.blocks * tp.forward_ms,
-            backward_ms=backward_mm + st.backward_bytes / hbm_bytes_per_ms + st.blocks * tp.backward_ms,
+            forward_ms=compute_forward + forward_comm,
+            backward_ms=compute_backward + backward_comm,
             weight_grad_ms=weight_grad_mm,
             optimizer_ms=(st.params * OPTIMIZER_BYTES_PER_PARAM + st.step_bytes) / hbm_bytes_per_ms,
             clip_ms=st.params * layout.dtype_bytes / hbm_bytes_per_ms,
             allreduce_ms=reduce_ms,
             allreduce_buckets=buckets,
-            forward_comm_ms=st.blocks * tp.forward_ms,
-            backward_comm_ms=st.blocks * tp.backward_ms,
+            forward_comm_ms=forward_comm,
+            backward_comm_ms=backward_comm,
         ))
     if training.zero_stage >= 1:
         stages = [shard_optimizer(c, d, links.data_parallel, links.data_parallel, training.zero_reduce,
-                                  overlap_gather=training.overlap_param_gather)
+                                  overlap_gather=training.overlap_param_gather, fully_sharded=training.zero_stage >= 3)
                   for c in stages]
     tied_ms = tied_embedding_allreduce_ms(s, layout, links.embedding)
     if tied_ms > 0:
@@ -107,7 +115,8 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
                 else "tree" if training.allreduce == "tree" else "ring")
         p = s.pipeline.stages
         fabric = links.fabric.fabric(tuple(
-            (*traffic(kind, c.grad_bytes / c.allreduce_buckets, d), c.allreduce_buckets) if d > 1 and c.grad_bytes else None
+            (*traffic(kind, c.grad_bytes / c.allreduce_buckets, d), c.allreduce_buckets)
+            if d > 1 and c.grad_bytes and training.zero_stage < 3 else None  # ZeRO-3 reduced them layer by layer
             for c in stages), traffic("ring", GRAD_NORM_BYTES, p) if p > 1 else None)
     # the gradient norm's ring all-reduce over the pipeline, at the pace of its slowest boundary
     slowest = max(boundaries, key=lambda x: x.latency_ms)
@@ -137,6 +146,21 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
             eff = device.attention_efficiency(g.head_dim, kind)
         ms += g.flops / (device.peak_flops(kind) / 1e3 * eff)
     return ms
+
+
+def sharded_and_offloaded(s: Scenario, st: StageShape, dtype_bytes: int, precision: LowPrecision | None,
+                          links: Links, device: Device, forward_ms: float, backward_ms: float) -> Exposed:
+    """A stage's exposed FSDP collectives (ZeRO-3) and activation copies to the host, per micro-batch,
+    beside its compute of ``forward_ms`` and ``backward_ms`` (:mod:`~ppsim.costs.fsdp`)."""
+    out = Exposed()
+    if s.training.zero_stage >= 3:
+        weight_bytes = precision.value_bytes if precision and precision.params else dtype_bytes
+        out = fsdp_stage(st.params, st.blocks + 1, weight_bytes, dtype_bytes, s.weight_replicas, links.data_parallel,
+                         forward_ms, backward_ms)
+    if st.offloaded_bytes and device.host_link_gb_s:
+        copies = offload(st.offloaded_bytes, Link.from_gb_s(device.host_link_gb_s, 5.0), forward_ms, backward_ms)
+        out = Exposed(out.forward_ms + copies.forward_ms, out.backward_ms + copies.backward_ms)
+    return out
 
 
 def block_context_comm(s: Scenario, model: ModelSpec, st: StageShape, link: Link,

@@ -52,6 +52,7 @@ class StageShape:
     backward_bytes: float = 0.0
     gemms: PassGemms = PassGemms()  #: the matmuls behind the FLOPs, with their shapes (ppsim.costs.gemms)
     step_bytes: float = 0.0  #: HBM bytes once per step beside the optimizer's (FP8 weight casts)
+    offloaded_bytes: int = 0  #: activations per micro-batch copied to host and back (training.offload_layers)
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,9 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
             weight_grad_flops=sum(x.weight_grad_flops for x in parts),
             recompute_flops=sum(x.recompute_flops for x in parts),
             params=params,
-            activation_bytes=sum(x.activation_bytes for x in parts),
+            activation_bytes=sum(x.activation_bytes for x in parts) - min(s.training.offload_layers, count)
+            * block.activation_bytes,
+            offloaded_bytes=min(s.training.offload_layers, count) * block.activation_bytes,
             forward_bytes=sum(x.forward_bytes for x in parts),
             backward_bytes=sum(x.backward_bytes for x in parts),
             gemms=sum((x.gemms for x in parts[count:]), block.gemms.times(count)),

@@ -49,6 +49,10 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
     if profile is not None:
         _check_profile(s, profile)
     device = get_device(s.hardware.device, s.hardware.device_file)
+    if s.training.offload_layers and device.host_link_gb_s is None:
+        raise ScenarioError(f"training.offload_layers copies activations to host memory, and {s.hardware.device} has no "
+                            "host link (host_link_gb_s in its device entry): give one in a hardware.device_file or "
+                            "drop training.offload_layers", field="training.offload_layers")
     check_low_precision(s.training.fp8, s.training.fp4, device_name=s.hardware.device, peaks=device.peak_tflops,
                         mx_formats=device.mx_formats, dtype=s.model.dtype if s.model else "bf16",
                         params=s.training.low_precision_params)
@@ -125,6 +129,9 @@ def _check_profile(s: Scenario, profile: Profile) -> None:
                             "remove the 'costs' section or the --profile option", field="--profile")
     if s.context_parallel > 1:
         raise ScenarioError("a profile measures blocks on whole sequences; predict context_parallel > 1 from the "
+                            "model (no --profile)", field="--profile")
+    if s.training.offload_layers:
+        raise ScenarioError("a profile does not time copies to the host; predict training.offload_layers from the "
                             "model (no --profile)", field="--profile")
     profile.check_applies(s)
     if s.tensor_parallel > 1 and "allreduce" not in profile.collectives:

@@ -11,7 +11,8 @@ from ppsim.costs.table import Link, StageCost
 
 
 def shard_optimizer(cost: StageCost, data_parallel: int, link: Link, gather_link: Link,
-                    reduce: str = "allreduce", fixed_ms: float = 0.0, overlap_gather: bool = False) -> StageCost:
+                    reduce: str = "allreduce", fixed_ms: float = 0.0, overlap_gather: bool = False,
+                    fully_sharded: bool = False) -> StageCost:
     """The stage's step with ZeRO-1: each replica steps the optimizer over its 1/d of the parameters
     and the updated parameters are all-gathered (on ``gather_link``) before the next forward; the
     all-gather is charged to the optimizer step, which ends when the parameters are whole again.
@@ -21,9 +22,14 @@ def shard_optimizer(cost: StageCost, data_parallel: int, link: Link, gather_link
     (a framework's own overhead, measured) does not shrink with the shard. With ``overlap_gather``
     the all-gather runs bucket by bucket beside the next step's first forward of the stage, each
     bucket just ahead of the layers that need it: exposed are its first bucket and whatever of the
-    rest outlasts that forward (charged to the step, as the simulated step has no next one)."""
+    rest outlasts that forward (charged to the step, as the simulated step has no next one).
+    ``fully_sharded`` (ZeRO-3 / FSDP): the gradients were reduce-scattered and the weights are
+    gathered layer by layer in the passes (:mod:`ppsim.costs.fsdp`): nothing is left for the step's end."""
     if data_parallel <= 1 or cost.grad_bytes <= 0:
         return cost
+    if fully_sharded:
+        sharded = (cost.optimizer_ms - fixed_ms) / data_parallel
+        return replace(cost, optimizer_ms=max(0.0, fixed_ms + sharded), allreduce_ms=0.0)
     gather = ring_allgather_ms(cost.grad_bytes, data_parallel, gather_link)
     if reduce == "reduce_scatter":
         per_bucket = cost.grad_bytes / cost.allreduce_buckets

@@ -62,6 +62,7 @@ class Device:
     inter_node_gb_s: float  #: per-device NIC bandwidth to another node
     inter_node_latency_us: float
     mx_formats: bool = False  #: Tensor Cores with MX block-scaled formats (MXFP8: Blackwell)
+    host_link_gb_s: float | None = None  #: per direction to host memory (PCIe, NVLink-C2C): activation offloading
     gemm: Curve | None = None  #: fraction of peak per GEMM, by its FLOPs (2mnk)
     attention: Curve | None = None  #: fraction of peak of the unfused attention matmuls, by head dimension
 
@@ -89,11 +90,12 @@ class Device:
 _RANGES: dict[str, tuple[float, float, bool]] = {
     "peak_tflops": (1e-9, 1e6, True), "memory_gb": (0.0, 1e5, False), "hbm_gb_s": (1e-6, 1e6, True),
     "efficiency": (1e-6, 1.0, True), "bandwidth_gb_s": (1e-6, 1e6, True), "latency_us": (0.0, 1e7, True),
+    "host_link_gb_s": (1e-6, 1e6, True),
 }
 REQUIRED_PEAKS = ("bf16", "fp16", "fp32")  #: every device has these
 OPTIONAL_PEAKS = ("fp8", "fp4")  #: a device with FP8 (Hopper, Blackwell) or FP4 (Blackwell) Tensor Cores
 _KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "intra_node", "inter_node", "gemm",
-         "attention", "mx_formats"}
+         "attention", "mx_formats", "host_link_gb_s"}
 _CURVE_KEYS = {"source", "dtypes", "points"}
 
 
@@ -156,7 +158,7 @@ def _check_ranges(name: str, entry: dict[str, Any], source: str) -> None:
             raise ScenarioError(f"{source}: device {name!r}: {key} is {value!r}; it must be a number {bound}",
                                 field="hardware.device_file")
 
-    for key in ("memory_gb", "hbm_gb_s", "efficiency"):
+    for key in ("memory_gb", "hbm_gb_s", "efficiency", "host_link_gb_s"):
         if key in entry:
             check(key, entry[key], key)
     if isinstance(entry.get("peak_tflops"), dict):
@@ -188,6 +190,7 @@ def _device(name: str, entry: Any, source: str) -> Device:
             inter_node_gb_s=float(entry["inter_node"]["bandwidth_gb_s"]),
             inter_node_latency_us=float(entry["inter_node"]["latency_us"]),
             mx_formats=_flag(name, "mx_formats", entry.get("mx_formats", False), source),
+            host_link_gb_s=float(entry["host_link_gb_s"]) if "host_link_gb_s" in entry else None,
             gemm=_curve(name, "gemm", entry.get("gemm"), source),
             attention=_curve(name, "attention", entry.get("attention"), source),
         )

@@ -76,7 +76,7 @@ class TrainingSpec(_Strict):
     micro_batch: int = Field(default=1, gt=0, le=10**6, description="sequences per micro-batch")
     grad_clip: float = Field(default=1.0, ge=0, description="gradient clipping norm; 0: off (no gradient-norm sync)")
     recompute: Recompute = "none"
-    zero_stage: int = Field(default=0, ge=0, le=3, description="DeepSpeed ZeRO stage; pipelines allow 0 or 1")
+    zero_stage: int = Field(default=0, ge=0, le=3, description="DeepSpeed ZeRO stage (3: FSDP); pipelines allow 0 or 1")
     #: how ZeRO-1 reduces the gradients: all-reduce, each replica keeping its part (DeepSpeed's default),
     #: or reduce-scatter (Megatron's distributed optimizer; DeepSpeed's use_multi_rank_bucket_allreduce: false)
     zero_reduce: Literal["allreduce", "reduce_scatter"] = "allreduce"
@@ -84,6 +84,8 @@ class TrainingSpec(_Strict):
     overlap_grad_reduce: bool = False
     #: ZeRO-1's parameter all-gather during the next step's first forward (Megatron's --overlap-param-gather)
     overlap_param_gather: bool = False
+    #: blocks of each virtual stage whose activations go to host memory (Megatron's --cpu-offloading-num-layers)
+    offload_layers: int = Field(default=0, ge=0, le=10_000)
     #: at least 1 MB: every bucket is simulated, and a 175B model's gradients are 350,000 of them
     bucket_mb: float = Field(default=25.0, ge=1, le=1e6, description="gradient all-reduce bucket, MB (1e6 bytes)")
     sequence_parallel: bool = False  #: Megatron's: layer norms and dropouts split over the tensor-parallel group
@@ -481,6 +483,10 @@ def _check_links(s: Scenario) -> None:
 
 
 def _check_zero(s: Scenario) -> None:
+    if s.model is not None and s.training.offload_layers > s.model.layers:
+        raise ScenarioError(f"training.offload_layers ({s.training.offload_layers}) is more than model.layers "
+                            f"({s.model.layers}); it counts the blocks of each virtual stage whose activations go to "
+                            "the host", field="training.offload_layers")
     if s.training.overlap_param_gather and s.training.zero_stage < 1:
         raise ScenarioError("training.overlap_param_gather overlaps ZeRO-1's all-gather of the updated parameters; it "
                             "needs training.zero_stage: 1", field="training.overlap_param_gather")
