@@ -151,11 +151,12 @@ class TuiState:
         if p < 1:
             self.message = "one stage is the least"
             return
-        before = s.pipeline.stages * s.data_parallel * s.tensor_parallel
+        before = s.devices
         if self._apply({"stages": p}):
-            d, t = s.data_parallel, s.tensor_parallel
-            self.message = (f"stages {p - delta} -> {p}: GPUs {before} -> {p * d * t} ({p} stages x {d} replicas"
-                            + (f" x {t} tensor-parallel" if t > 1 else "") + "): data parallelism and "
+            d, t, cp = s.data_parallel, s.tensor_parallel, s.context_parallel
+            self.message = (f"stages {p - delta} -> {p}: GPUs {before} -> {p * d * t * cp} ({p} stages x {d} replicas"
+                            + (f" x {t} tensor-parallel" if t > 1 else "")
+                            + (f" x {cp} context-parallel" if cp > 1 else "") + "): data parallelism and "
                             "micro-batches stay, so the GPU count follows the stages")
 
     def cycle_chunks(self) -> None:
