@@ -110,13 +110,23 @@ def test_what_cannot_split_is_refused_naming_the_key(change: dict[str, Any], fie
     assert err.value.field == field
 
 
-def test_ppexec_and_tune_refuse_context_parallelism_naming_the_key() -> None:
-    s = parse_scenario(scenario(2))
-    from ppsim.search.tune.space import SearchSpace, candidates
+def test_tune_keeps_the_scenarios_context_parallelism_and_counts_its_devices() -> None:
+    """cp = 2 on 16 GPUs: every candidate is t x cp x p x d = 16, and the scenario it writes keeps
+    cp (and drops the tensor-parallel overlap where its candidate has no tensor parallelism)."""
+    from ppsim.search.tune.space import SearchSpace, apply, candidates
 
-    with pytest.raises(PpsimError, match="context parallelism") as err:
-        candidates(s, SearchSpace(gpus=4))
-    assert err.value.field == "context_parallel"
+    s = parse_scenario(scenario(2, training={"sequence_parallel": True, "tp_comm_overlap": True},
+                                tensor_parallel=2))
+    found = candidates(s, SearchSpace(gpus=16))
+    assert found and all(c.tensor_parallel * 2 * c.stages * c.data_parallel == 16 for c in found)
+    base = s.model_dump(exclude_none=True)
+    for c in found:
+        written = parse_scenario(apply(base, c))
+        assert written.context_parallel == 2 and written.devices == 16
+        assert written.training.tp_comm_overlap == (c.tensor_parallel > 1)
+
+
+def test_ppexec_refuses_context_parallelism_naming_the_key() -> None:
     pytest.importorskip("torch")
     from ppexec.launch.prepare import check_buildable
 

@@ -72,9 +72,6 @@ def candidates(s: Scenario, space: SearchSpace) -> list[Candidate]:
     if s.model is None:
         raise PpsimError("tune needs a 'model' section: it prices plans from the model's FLOPs and memory",
                          field="model")
-    if s.context_parallel > 1:
-        raise PpsimError("tune does not search context parallelism yet; set context_parallel: 1 to tune the rest "
-                         "of the plan", field="context_parallel")
     gb = s.global_batch
     if space.gpus < 1:
         raise PpsimError(f"--gpus must be at least 1, got {space.gpus}", field="--gpus")
@@ -83,14 +80,15 @@ def candidates(s: Scenario, space: SearchSpace) -> list[Candidate]:
         raise PpsimError(f"--gpus {space.gpus} is more than the cluster's {s.cluster.nodes} x "
                          f"{s.cluster.devices_per_node} devices; enlarge cluster.nodes or ask for fewer", field="--gpus")
     m = s.model
+    cp = s.context_parallel  # the scenario's: kept, not searched
     out: list[Candidate] = []
     for t in space.tensor_parallel:
-        if space.gpus % t or t > per_domain or m.heads % t or m.ffn % t or m.kv % t:
+        if space.gpus % (t * cp) or t > per_domain or m.heads % t or m.ffn % t or m.kv % t:
             continue
-        for p in _divisors(space.gpus // t):
+        for p in _divisors(space.gpus // (t * cp)):
             if p > m.layers or (space.max_stages and p > space.max_stages):
                 continue
-            d = space.gpus // (t * p)
+            d = space.gpus // (t * cp * p)
             for b in space.micro_batches:
                 if gb % (b * d):
                     continue
@@ -98,7 +96,7 @@ def candidates(s: Scenario, space: SearchSpace) -> list[Candidate]:
                 for schedule, v in _schedules(p, mb, m.layers, space):
                     for rc in space.recompute:
                         for z in space.zero:
-                            if z and d == 1:
+                            if z and d * cp == 1:
                                 continue  # ZeRO-1 shards over replicas: with one it is the same plan
                             out.append(Candidate(p, d, t, b, mb, schedule, v, rc, z))
     if not out:
@@ -130,6 +128,9 @@ def apply(base: dict[str, Any], c: Candidate) -> dict[str, Any]:
     data["tensor_parallel"] = c.tensor_parallel
     training = dict(data.get("training", {}))
     training.update(micro_batch=c.micro_batch, recompute=c.recompute, zero_stage=c.zero_stage)
+    # what the scenario asks of tensor parallelism and ZeRO, where the candidate still has them
+    training["tp_comm_overlap"] = bool(training.get("tp_comm_overlap")) and c.tensor_parallel > 1
+    training["overlap_param_gather"] = bool(training.get("overlap_param_gather")) and c.zero_stage >= 1
     training.pop("global_batch", None)
     data["training"] = training
     pipeline = dict(data.get("pipeline", {}))
