@@ -116,6 +116,9 @@ PLAN_OPTIONS: dict[str, _PlanOption] = {
                                              "micro-batch count follows).")),
     "tensor_parallel": _PlanOption(int | None, lambda: typer.Option(
         None, "--tensor-parallel", min=1, help="Tensor-parallel devices per stage t (inside a node).")),
+    "context_parallel": _PlanOption(int | None, lambda: typer.Option(
+        None, "--context-parallel", min=1, help="Context-parallel devices cp sharing each sequence (the global "
+                                                "batch holds).")),
     "micro_batch": _PlanOption(int | None, lambda: typer.Option(
         None, "--micro-batch-size", min=1, help="Sequences per micro-batch b (the global batch holds).")),
     "recompute": _PlanOption(Recompute | None, lambda: typer.Option(
@@ -127,7 +130,7 @@ PLAN_OPTIONS: dict[str, _PlanOption] = {
                                "reference; pip install 'ppsim[reference]'): the same trace, at different speeds.")),
 }
 #: the options that shape the plan beyond the pipeline (every command that takes a plan takes these)
-PARALLEL_OPTIONS = ("data_parallel", "tensor_parallel", "micro_batch", "recompute", "zero_stage")
+PARALLEL_OPTIONS = ("data_parallel", "tensor_parallel", "context_parallel", "micro_batch", "recompute", "zero_stage")
 
 
 def plan_options(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 PIPELINE_KEYS = ("schedule", "stages", "microbatches", "chunks", "partition", "comm")
 #: plan option -> key of the training section
 TRAINING_KEYS = {"micro_batch": "micro_batch", "recompute": "recompute", "zero_stage": "zero_stage"}
-TOP_KEYS = ("data_parallel", "tensor_parallel")
+TOP_KEYS = ("data_parallel", "tensor_parallel", "context_parallel")
 #: plan option -> key of the simulator section
 SIMULATOR_KEYS = {"kernel": "kernel"}
 
@@ -46,6 +46,7 @@ class PlanOverrides:
     comm: str | None = None
     data_parallel: int | None = None
     tensor_parallel: int | None = None
+    context_parallel: int | None = None
     micro_batch: int | None = None
     recompute: str | None = None
     zero_stage: int | None = None

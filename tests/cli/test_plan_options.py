@@ -183,6 +183,7 @@ WAYS_IN = [
     {"data_parallel": 16},  # the global batch holds: the micro-batch count follows
     {"micro_batch": 2, "recompute": "selective", "zero_stage": 1},
     {"schedule": "zb-v", "stages": 4, "microbatches": 8},
+    {"context_parallel": 2},  # a sequence's tokens over 2 devices: the global batch holds
 ]
 
 

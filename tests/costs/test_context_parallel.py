@@ -158,3 +158,4 @@ def test_a_plan_too_big_for_the_cluster_counts_its_context_parallel_ranks() -> N
                                             r"devices and the cluster has 1 x 8 = 8") as err:
         build(parse_scenario(data))
     assert err.value.field == "cluster.nodes"
+
