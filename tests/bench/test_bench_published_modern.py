@@ -1,0 +1,57 @@
+"""bench/published_modern.py: the development set's rows are read, turned into scenarios by the
+bench's rules and predicted; the published step is the table's tokens/s converted by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+BENCH = ROOT / "bench" / "published_modern.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("published_modern", BENCH)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules["published_modern"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_every_row_names_its_source_and_its_published_figures() -> None:
+    rows = yaml.safe_load((ROOT / "bench" / "data" / "published_modern.yaml").read_text())
+    assert len(rows) == 118 and len({r["id"] for r in rows}) == 118
+    for r in rows:
+        assert "@" in r["source"] and "#L" in r["source"], r["id"]  # repository@commit:file#Lline
+        assert r["tokens_per_s_per_gpu"] or r["model_tflops_per_gpu"], r["id"]
+
+
+def test_a_row_becomes_the_scenario_its_recipe_describes() -> None:
+    """The 26.04.01 H100 405B row: TP8 PP8 CP2 VP8 on 1,024 GPUs is 8 replicas; GBS 1,536 of 8,192
+    tokens at 328 tokens/s/GPU is a 37.46 s step; the embedding and loss count as layers."""
+    b = _bench()
+    rows = {r["id"]: r for r in yaml.safe_load(b.DATA.read_text())}
+    row = rows["mb-26.04.01-pretrain-llama3.1_405b-h100-fp8-1024g"]
+    data, _ = b.scenario_data(row)
+    assert (data["tensor_parallel"], data["context_parallel"], data["data_parallel"]) == (8, 2, 8)
+    assert data["pipeline"]["partition"] == [1] + [2] * 62 + [1]
+    assert data["training"]["fp8"] == "tensorwise" and data["training"]["low_precision_params"]
+    assert b.published_step_s(row) == pytest.approx(1536 * 8192 / (328 * 1024))
+
+
+def test_the_bench_predicts_the_nemo_rows_and_says_what_it_assumed(tmp_path: Path) -> None:
+    out = tmp_path / "modern.json"
+    res = subprocess.run([sys.executable, str(BENCH), "--rows", "nemo-24.07", "--json", str(out)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert len(doc["rows"]) == 12 and all(r["predicted_step_s"] > 0 for r in doc["rows"])
+    assert "assumed where a row's sources are silent" in res.stdout
+    assert all(r["assumed"] for r in doc["rows"] if r["id"].startswith("nemo-24.07-pretrain-llama2"))
