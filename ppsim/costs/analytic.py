@@ -181,7 +181,7 @@ def block_context_comm(s: Scenario, model: ModelSpec, st: StageShape, link: Link
 
     return context_parallel_comm(s.training.cp_comm, cp, link, kv_bytes=kv_bytes, q_bytes=q_bytes,
                                  attention_forward_ms=attention(st.gemms.forward),
-                                 attention_backward_ms=attention(st.gemms.input_grad))
+                                 attention_backward_ms=attention(st.gemms.input_grad), a2a_size=s.training.cp_a2a_size)
 
 
 def linear_gemm_ms(st: StageShape, priced: Callable[[tuple[Gemm, ...]], float], swiglu: bool

@@ -15,11 +15,15 @@ values. Per block and micro-batch, with a rank's K and V of ``kv_bytes`` (2 x b 
   gathered again and their gradients reduce-scattered;
 - ``a2a`` (DeepSpeed-Ulysses): all-to-alls that trade the sequence split for a split of the
   heads: Q, K, V before the attention and its output after it, each a rank sending (cp - 1) / cp
-  of its tensor; the backward the same four; exposed (heads must divide by t x cp).
+  of its tensor; the backward the same four; exposed (heads must divide by t x cp);
+- ``a2a+p2p`` (hierarchical): all-to-alls inside groups of ``a2a`` ranks as above (with a2a for
+  cp), then the ``p2p`` ring over the cp / a2a groups: a rank's K/V block holds the same bytes
+  (a2a times the tokens, 1 / a2a of the heads), each of the cp / a2a steps beside 1 / (cp / a2a)
+  of the attention.
 
 The time of a transfer is the CP group's link (inside a node before data parallelism, as
-Megatron orders its groups: ``ppsim.inputs.cluster``). Not modelled: the hierarchical a2a+p2p
-type, the K/V buffers' memory, and attention kernels slowed by the copies beside them.
+Megatron orders its groups: ``ppsim.inputs.cluster``); both levels of ``a2a+p2p`` run on it. Not
+modelled: the K/V buffers' memory, and attention kernels slowed by the copies beside them.
 """
 
 from __future__ import annotations
@@ -39,11 +43,22 @@ class ContextParallelComm:
 
 
 def context_parallel_comm(kind: str, cp: int, link: Link, *, kv_bytes: float, q_bytes: float,
-                          attention_forward_ms: float, attention_backward_ms: float) -> ContextParallelComm:
+                          attention_forward_ms: float, attention_backward_ms: float,
+                          a2a_size: int | None = None) -> ContextParallelComm:
     """The exposed communication of one block's passes (``q_bytes``: a rank's queries, as its
-    attention output is, for the all-to-alls)."""
+    attention output is, for the all-to-alls; ``a2a_size``: the all-to-all groups of ``a2a+p2p``)."""
     if cp <= 1:
         return ContextParallelComm()
+    if kind == "a2a+p2p":
+        if not a2a_size or cp % a2a_size:
+            raise ValueError(f"a2a+p2p needs all-to-all groups that divide cp = {cp}, not {a2a_size}")
+        inner = context_parallel_comm("a2a", a2a_size, link, kv_bytes=kv_bytes, q_bytes=q_bytes,
+                                      attention_forward_ms=attention_forward_ms,
+                                      attention_backward_ms=attention_backward_ms)
+        outer = context_parallel_comm("p2p", cp // a2a_size, link, kv_bytes=kv_bytes, q_bytes=q_bytes,
+                                      attention_forward_ms=attention_forward_ms,
+                                      attention_backward_ms=attention_backward_ms)
+        return ContextParallelComm(inner.forward_ms + outer.forward_ms, inner.backward_ms + outer.backward_ms)
     if kind == "p2p":
         def ring(step_bytes: float, attention_ms: float) -> float:
             return (cp - 1) * max(0.0, link.transfer_ms(step_bytes) - attention_ms / cp)

@@ -94,7 +94,9 @@ class TrainingSpec(_Strict):
     tp_comm_overlap: bool = False
     flash_attention: bool = False  #: no s x s scores kept; the backward recomputes them
     #: how context parallelism exchanges keys and values (Megatron's --cp-comm-type): ppsim.costs.context_parallel
-    cp_comm: Literal["p2p", "all_gather", "a2a"] = "p2p"
+    cp_comm: Literal["p2p", "all_gather", "a2a", "a2a+p2p"] = "p2p"
+    #: with cp_comm a2a+p2p: the all-to-all groups' size (Megatron's --hierarchical-context-parallel-sizes' first)
+    cp_a2a_size: int | None = Field(default=None, gt=1, le=1_024)
     #: the blocks' linear layers in FP8 by this Transformer Engine recipe (ppsim.costs.low_precision); None: all 16-bit
     fp8: Fp8Recipe | None = None
     fp4: Fp4Recipe | None = None  #: the linear layers in FP4 (Megatron's --fp4-recipe; Blackwell)
@@ -457,11 +459,20 @@ def _check_tensor_parallel(s: Scenario) -> None:
         raise ScenarioError(
             f"context_parallel ({cp}) cuts each sequence in 2 x cp = {2 * cp} chunks (two per rank, for the causal "
             f"mask's balance); model.seq_len ({m.seq_len}) must be a multiple of {2 * cp}", field="context_parallel")
-    if cp > 1 and m is not None and s.training.cp_comm == "a2a" and (m.heads % (tp * cp) or m.kv % (tp * cp)):
+    if s.training.cp_a2a_size is not None and s.training.cp_comm != "a2a+p2p":
+        raise ScenarioError(f"training.cp_a2a_size sizes the all-to-all groups of cp_comm a2a+p2p; cp_comm is "
+                            f"{s.training.cp_comm}: drop it or set cp_comm: a2a+p2p", field="training.cp_a2a_size")
+    a2a = {"a2a": cp, "a2a+p2p": s.training.cp_a2a_size or 0}.get(s.training.cp_comm, 1)
+    if s.training.cp_comm == "a2a+p2p" and not (a2a and cp % a2a == 0 and 1 < a2a < cp):
         raise ScenarioError(
-            f"training.cp_comm: a2a splits the heads over tensor x context parallel ({tp} x {cp}); model.heads "
-            f"({m.heads}) and model.kv_heads ({m.kv}) must be multiples of {tp * cp}: use p2p or all_gather",
-            field="training.cp_comm")
+            f"training.cp_comm: a2a+p2p needs training.cp_a2a_size, the all-to-all groups' size: a divisor of "
+            f"context_parallel ({cp}) between 2 and {cp // 2} (it is {s.training.cp_a2a_size})",
+            field="training.cp_a2a_size")
+    if cp > 1 and m is not None and a2a > 1 and (m.heads % (tp * a2a) or m.kv % (tp * a2a)):
+        raise ScenarioError(
+            f"training.cp_comm: {s.training.cp_comm} splits the heads over tensor parallel x its all-to-all group "
+            f"({tp} x {a2a}); model.heads ({m.heads}) and model.kv_heads ({m.kv}) must be multiples of {tp * a2a}: "
+            "use p2p or all_gather", field="training.cp_comm")
     if s.training.tp_comm_overlap and not (tp > 1 and s.training.sequence_parallel):
         raise ScenarioError(
             "training.tp_comm_overlap overlaps the tensor-parallel all-gathers and reduce-scatters of sequence "

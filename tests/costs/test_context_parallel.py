@@ -159,3 +159,33 @@ def test_a_plan_too_big_for_the_cluster_counts_its_context_parallel_ranks() -> N
         build(parse_scenario(data))
     assert err.value.field == "cluster.nodes"
 
+
+
+def test_the_hierarchical_exchange_is_all_to_alls_in_groups_then_a_ring_over_them() -> None:
+    """cp = 8 in all-to-all groups of 2: the a2a part of 2 ranks (each sending half its tensors),
+    then a p2p ring over 4 groups, each step beside a quarter of the attention."""
+    link = Link(latency_ms=0.01, bandwidth_bytes_per_ms=1e8)
+    kw = {"kv_bytes": 8e6, "q_bytes": 16e6, "attention_forward_ms": 0.2, "attention_backward_ms": 0.4}
+    both = context_parallel_comm("a2a+p2p", 8, link, a2a_size=2, **kw)
+    a2a = 3 * 0.01 + 0.5 * (16e6 + 8e6 + 16e6) / 1e8
+    ring_forward = 3 * max(0.0, 0.01 + 8e6 / 1e8 - 0.2 / 4)
+    ring_backward = 3 * max(0.0, 0.01 + 16e6 / 1e8 - 0.4 / 4)
+    assert both.forward_ms == pytest.approx(a2a + ring_forward)
+    assert both.backward_ms == pytest.approx(a2a + ring_backward)
+
+
+@pytest.mark.parametrize("training, says", [
+    ({"cp_comm": "a2a+p2p"}, "needs training.cp_a2a_size"),
+    ({"cp_comm": "a2a+p2p", "cp_a2a_size": 3}, "a divisor of context_parallel"),
+    ({"cp_a2a_size": 2}, "cp_comm is p2p"),
+])
+def test_the_hierarchical_groups_are_checked_naming_the_key(training: dict[str, Any], says: str) -> None:
+    with pytest.raises(ScenarioError, match=says) as err:
+        parse_scenario(scenario(4, training=training))
+    assert err.value.field == "training.cp_a2a_size"
+
+
+def test_a_scenario_with_the_hierarchical_exchange_prices_it() -> None:
+    ring = build(parse_scenario(scenario(4))).workload.costs.stages[0]
+    both = build(parse_scenario(scenario(4, training={"cp_comm": "a2a+p2p", "cp_a2a_size": 2}))).workload.costs.stages[0]
+    assert both.forward_comm_ms > ring.forward_comm_ms  # the all-to-alls are exposed; the ring's steps were hidden
