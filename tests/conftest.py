@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
+import sys
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import typer
@@ -54,6 +57,17 @@ def built_plans(draw: st.DrawFn) -> Plan:
         return info.build(p, m, v)
     except ScheduleError:  # none today at these sizes; a schedule that refuses some is not a passing example
         reject()
+
+
+def bench_module(name: str) -> ModuleType:
+    """bench/NAME.py loaded as a module (its rules and data, to check them by hand)."""
+    path = ROOT / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 @cache

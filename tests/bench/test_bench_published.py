@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,23 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, bench_module
 
 BENCH = ROOT / "bench" / "published.py"
-
-
-def _bench():  # the module, to check its formula against the paper's own worked figure
-    spec = importlib.util.spec_from_file_location("published", BENCH)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules["published"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
 
 
 def test_the_flop_convention_is_the_papers() -> None:
     # Narayanan et al., sec. 5.1: the 1T model at batch 3072 on 3072 GPUs at 163 TFLOP/s per GPU
     # reaches 502 PFLOP/s in all; its FLOPs per iteration over that rate give the iteration time
-    b = _bench()
+    b = bench_module("published")
     one_t = next(c for c in b.CASES if c.row == "Table 1, 1008.0B")
     assert 3072 * 163e12 == pytest.approx(502e15, rel=0.01)
     assert b.narayanan_flops(one_t) == pytest.approx(96 * 3072 * 2048 * 128 * 25600**2 * (1 + 2048 / (6 * 25600)
@@ -41,7 +32,7 @@ def test_the_bench_prints_every_case(tmp_path: Path) -> None:
                          timeout=600, cwd=ROOT)
     assert res.returncode == 0, res.stdout + res.stderr
     doc = json.loads(out.read_text())
-    assert len(doc["cases"]) == len(_bench().CASES)
+    assert len(doc["cases"]) == len(bench_module("published").CASES)
     assert all(c["predicted_tflops"] > 0 and c["fits"] for c in doc["cases"])
     assert "median |error|" in res.stdout
 
@@ -49,7 +40,7 @@ def test_the_bench_prints_every_case(tmp_path: Path) -> None:
 def test_each_run_has_the_configuration_of_megatrons_own_scripts() -> None:
     # Megatron-LM examples/sc21/run_table_1.sh: 530B runs MBS=1 with one layer per virtual stage
     # (105 layers / 35 stages = 3 chunks), 1T MBS=1 without interleaving, 1.7B MBS=16 with torch DDP
-    b = _bench()
+    b = bench_module("published")
     case = {c.row: c for c in b.CASES}
     s = b.scenario(case["Table 1, 529.6B"])
     assert (s.pipeline.schedule, s.pipeline.chunks, s.data_parallel, s.microbatches) == ("interleaved-1f1b", 3, 9, 280)

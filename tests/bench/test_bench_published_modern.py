@@ -3,7 +3,6 @@ bench's rules and predicted; the published step is the table's tokens/s converte
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,17 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, bench_module
 
 BENCH = ROOT / "bench" / "published_modern.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("published_modern", BENCH)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules["published_modern"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
 
 
 def test_every_row_names_its_source_and_its_published_figures() -> None:
@@ -36,7 +27,7 @@ def test_every_row_names_its_source_and_its_published_figures() -> None:
 def test_a_row_becomes_the_scenario_its_recipe_describes() -> None:
     """The 26.04.01 H100 405B row: TP8 PP8 CP2 VP8 on 1,024 GPUs is 8 replicas; GBS 1,536 of 8,192
     tokens at 328 tokens/s/GPU is a 37.46 s step; the embedding and loss count as layers."""
-    b = _bench()
+    b = bench_module("published_modern")
     rows = {r["id"]: r for r in yaml.safe_load(b.DATA.read_text())}
     row = rows["mb-26.04.01-pretrain-llama3.1_405b-h100-fp8-1024g"]
     data, _ = b.scenario_data(row)
