@@ -52,21 +52,20 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
     precision = scenario_precision(training.fp8, training.fp4, training.low_precision_params)
     narrow = precision.peak if precision else None  # the peak the blocks' linear layers run at
 
+    def price(gemms: tuple[Gemm, ...]) -> float:
+        """Milliseconds of ``gemms``, one by one (curves, or narrow linear layers beside 16-bit ones)."""
+        return matmul_ms(gemms, device, model.dtype, flash_attention=training.flash_attention,
+                         efficiency=None if curves else efficiency, narrow=narrow)
+
     def matmuls(st: StageShape) -> tuple[float, float, float]:
         """The stage's matmul milliseconds: forward, backward (input and weight grads), weight grad."""
         if not curves and narrow is None:
             return (st.forward_flops / flops_per_ms, (st.input_grad_flops + st.weight_grad_flops) / flops_per_ms,
                     st.weight_grad_flops / flops_per_ms)
-        fwd, inp, wgt = (matmul_ms(part, device, model.dtype, flash_attention=training.flash_attention,
-                                   efficiency=None if curves else efficiency, narrow=narrow)
-                         for part in (st.gemms.forward, st.gemms.input_grad, st.gemms.weight_grad))
+        fwd, inp, wgt = (price(part) for part in (st.gemms.forward, st.gemms.input_grad, st.gemms.weight_grad))
         return fwd, inp + wgt, wgt
 
     hbm_bytes_per_ms = device.hbm_gb_s * 1e9 / 1e3
-
-    def price(gemms: tuple[Gemm, ...]) -> float:
-        return matmul_ms(gemms, device, model.dtype, flash_attention=training.flash_attention,
-                         efficiency=None if curves else efficiency, narrow=narrow)
 
     whole_tp = tensor_parallel_comm(layout.activation_bytes, t, links.tensor_parallel,
                                     sequence_parallel=training.sequence_parallel,

@@ -8,7 +8,9 @@ grads (I) and weight grads (W). The search enumerates every such combination onc
   stage): some shortest plan keeps them in order;
 - a rank decides its next action when its previous one ends, the earliest such rank first; the
   action starts when its rank is free and its inputs have arrived (the dependency rule of
-  :func:`ppsim.plan.deps.dependencies`, messages their latency), so a combination of orders has
+  :func:`ppsim.plan.deps.dependencies`, written out here on plain integers for speed; the test that
+  tries every order of small plans on :mod:`~ppsim.plan.order_search.timeline`, which reads that
+  rule, holds the two to the same answers), messages their latency, so a combination of orders has
   exactly one timeline and one path through the search;
 - a forward is allowed only while the rank holds fewer micro-batches than its budget allows
   (activations are held from F to the end of W, the rule of :mod:`ppsim.plan.held`).
