@@ -121,6 +121,9 @@ def check_buildable(s: Scenario) -> None:
             raise PpsimError(f"ppexec's models multiply in the model's dtype, without Transformer Engine's "
                              f"{key.upper()}; ppsim predicts it, for a run leave training.{key} out",
                              field=f"training.{key}")
+    if s.training.recompute_layers is not None:
+        raise PpsimError("ppexec recomputes every block or none; ppsim predicts recomputing some of them, for a run "
+                         "leave training.recompute_layers out", field="training.recompute_layers")
     if s.training.offload_layers:
         raise PpsimError("ppexec keeps every activation on the device; ppsim predicts offloading, for a run leave "
                          "training.offload_layers out", field="training.offload_layers")

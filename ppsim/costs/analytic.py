@@ -29,7 +29,7 @@ from ppsim.costs.layout import Layout, StageShape
 from ppsim.costs.links import Links
 from ppsim.costs.low_precision import LowPrecision, scenario_precision
 from ppsim.costs.table import CostTable, Link
-from ppsim.costs.tensor_parallel import exposed_comm, gathering, tensor_parallel_comm
+from ppsim.costs.tensor_parallel import TensorParallelComm, exposed_comm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
 from ppsim.inputs.hardware import Device
 from ppsim.inputs.scenario import DTYPE_BYTES, ModelSpec, Scenario
@@ -67,15 +67,24 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
 
     hbm_bytes_per_ms = device.hbm_gb_s * 1e9 / 1e3
 
-    whole_tp = tensor_parallel_comm(layout.activation_bytes, t, links.tensor_parallel,
-                                    sequence_parallel=training.sequence_parallel,
-                                    full_recompute=training.recompute == "full", scatter_gather=s.pipeline.scatter_gather)
+    def whole_tp_comm(full_recompute: bool) -> TensorParallelComm:
+        return tensor_parallel_comm(layout.activation_bytes, t, links.tensor_parallel,
+                                    sequence_parallel=training.sequence_parallel, full_recompute=full_recompute,
+                                    scatter_gather=s.pipeline.scatter_gather)
+
+    whole_tp = whole_tp_comm(training.recompute == "full")
+    whole_plain = whole_tp_comm(False)  # the blocks beyond training.recompute_layers
     stages = []
     for k, st in enumerate(layout.stages):
         forward_mm, backward_mm, weight_grad_mm = matmuls(st)
-        tp = whole_tp
+        tp, plain = whole_tp, whole_plain
         if training.tp_comm_overlap and st.blocks:
-            tp = exposed_comm(whole_tp, t, *linear_gemm_ms(st, price, swiglu=model.mlp == "swiglu"))
+            gemm_ms = linear_gemm_ms(st, price, swiglu=model.mlp == "swiglu")
+            tp, plain = exposed_comm(whole_tp, t, *gemm_ms), exposed_comm(whole_plain, t, *gemm_ms)
+        if st.plain_blocks:  # one block's average over the stage's recomputed and plain blocks
+            recomputed = st.blocks - st.plain_blocks
+            tp = replace(tp, backward_ms=(recomputed * tp.backward_ms + st.plain_blocks * plain.backward_ms)
+                         / st.blocks)
         cp = block_context_comm(s, model, st, links.context_parallel, price)
         tp = replace(tp, forward_ms=tp.forward_ms + cp.forward_ms, backward_ms=tp.backward_ms + cp.backward_ms)
         reduce_ms, buckets = grad_allreduce(st.params * layout.dtype_bytes, d, links.data_parallel,

@@ -53,6 +53,7 @@ class StageShape:
     gemms: PassGemms = PassGemms()  #: the matmuls behind the FLOPs, with their shapes (ppsim.costs.gemms)
     step_bytes: float = 0.0  #: HBM bytes once per step beside the optimizer's (FP8 weight casts)
     offloaded_bytes: int = 0  #: activations per micro-batch copied to host and back (training.offload_layers)
+    plain_blocks: int = 0  #: blocks beyond training.recompute_layers: not recomputed though the scenario recomputes
 
 
 @dataclass(frozen=True)
@@ -79,10 +80,11 @@ class Layout:
 
 
 def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, LayerCost, LayerCost] | None,
-            stage_to_rank: Sequence[int] = (0,)) -> Layout:
+            stage_to_rank: Sequence[int] = (0,), plain: LayerCost | None = None) -> Layout:
     """The layout of ``blocks`` per virtual stage of the (embedding, block, head) ``layers``; with
     tied embeddings and the first and last virtual stage on one rank (``stage_to_rank``) the head
-    reuses the embedding's table, and only the embedding counts it."""
+    reuses the embedding's table, and only the embedding counts it. ``plain``: the block without
+    recomputation, which the blocks of a virtual stage beyond ``training.recompute_layers`` are."""
     model = s.model
     dtype_bytes = DTYPE_BYTES[model.dtype] if model else 2
     # one device's s x b x h activation: its s / cp tokens under context parallelism
@@ -97,7 +99,10 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
         head = replace(head, params=head.params - model.vocab * model.hidden // s.tensor_parallel)
     stages = []
     for k, count in enumerate(blocks):
-        parts = [block] * count + ([emb] if k == 0 else []) + ([head] if k == n - 1 else [])
+        recomputed = count if plain is None else min(count, s.training.recompute_layers or count)
+        kinds = [block] * recomputed + [plain or block] * (count - recomputed)
+        parts = kinds + ([emb] if k == 0 else []) + ([head] if k == n - 1 else [])
+        offloaded = sum(x.activation_bytes for x in kinds[:s.training.offload_layers])
         params = sum(x.params for x in parts)
         stages.append(StageShape(
             blocks=count,
@@ -106,15 +111,27 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
             weight_grad_flops=sum(x.weight_grad_flops for x in parts),
             recompute_flops=sum(x.recompute_flops for x in parts),
             params=params,
-            activation_bytes=sum(x.activation_bytes for x in parts) - min(s.training.offload_layers, count)
-            * block.activation_bytes,
-            offloaded_bytes=min(s.training.offload_layers, count) * block.activation_bytes,
+            activation_bytes=sum(x.activation_bytes for x in parts) - offloaded,
+            offloaded_bytes=offloaded,
+            plain_blocks=count - recomputed,
             forward_bytes=sum(x.forward_bytes for x in parts),
             backward_bytes=sum(x.backward_bytes for x in parts),
-            gemms=sum((x.gemms for x in parts[count:]), block.gemms.times(count)),
+            gemms=sum((x.gemms for x in parts[count:]), block_gemms(block, plain, count, recomputed)),
             step_bytes=sum(x.step_bytes for x in parts),
             memory=static_memory(params, dtype_bytes, zero_stage=s.training.zero_stage, data_parallel=s.weight_replicas,
                                  message_bytes=message, neighbours=(k > 0) + (k < n - 1),
                                  extra_weight_bytes=int(sum(x.extra_weight_bytes for x in parts))),
         ))
     return Layout(tuple(stages), message, whole, dtype_bytes)
+
+
+def block_gemms(block: LayerCost, plain: LayerCost | None, count: int, recomputed: int) -> PassGemms:
+    """The GEMMs of ``count`` blocks of which ``recomputed`` run their forward again: every block's
+    own GEMMs first, then what the recomputed ones add to their input grad (the order
+    :func:`~ppsim.costs.analytic.linear_gemm_ms` reads one block's GEMMs in)."""
+    if plain is None or recomputed == count:
+        return block.gemms.times(count)
+    again = list(block.gemms.input_grad)
+    for g in plain.gemms.input_grad:
+        again.remove(g)
+    return plain.gemms.times(count) + PassGemms(input_grad=tuple(g.times(recomputed) for g in again))

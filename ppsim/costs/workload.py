@@ -17,6 +17,7 @@ from ppsim.costs.low_precision import check_low_precision, scenario_precision
 from ppsim.costs.partition import blocks_per_stage
 from ppsim.costs.table import CostTable
 from ppsim.errors import ScenarioError
+from ppsim.inputs.choices import Recompute
 from ppsim.inputs.hardware import Device, get_device
 from ppsim.inputs.scenario import Scenario
 
@@ -73,7 +74,7 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
         else:
             loads = (block.total_flops, emb.total_flops, head.total_flops)
         blocks = blocks_per_stage(s, stage_to_rank, *loads)
-    layout = lay_out(s, blocks, layers, stage_to_rank)
+    layout = lay_out(s, blocks, layers, stage_to_rank, plain_block(s))
     if s.costs is not None:
         costs = explicit_costs(s, s.costs, layout, stage_to_rank)
         source = ("explicit", "explicit: the scenario's costs section")
@@ -106,14 +107,16 @@ def datasheet_source(s: Scenario, device: Device) -> str:
     return f"datasheet: {peak} at {100 * (s.hardware.efficiency or device.efficiency):g} % efficiency ({whose})"
 
 
-def model_layers(s: Scenario, profile: Profile | None = None) -> tuple[LayerCost, LayerCost, LayerCost] | None:
+def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompute | None = None
+                 ) -> tuple[LayerCost, LayerCost, LayerCost] | None:
     """(embedding, block, head) of the scenario's model for one micro-batch, per tensor-parallel
-    device; with a profile the embedding's and head's parameters are whole, as ppexec holds them."""
+    device, in the scenario's recompute mode or ``recompute``; with a profile the embedding's and
+    head's parameters are whole, as ppexec holds them."""
     if s.model is None:
         return None
     t, training = s.tensor_parallel, s.training
     narrow = scenario_precision(training.fp8, training.fp4, training.low_precision_params)
-    layers = gpt_layers(s.model, training.micro_batch, training.recompute, t,
+    layers = gpt_layers(s.model, training.micro_batch, recompute or training.recompute, t,
                         sequence_parallel=training.sequence_parallel, flash_attention=training.flash_attention,
                         narrow=narrow, context_parallel=s.context_parallel)
     if profile is not None and t > 1:
@@ -123,6 +126,13 @@ def model_layers(s: Scenario, profile: Profile | None = None) -> tuple[LayerCost
     return layers
 
 
+def plain_block(s: Scenario) -> LayerCost | None:
+    """The block without recomputation, which the blocks beyond ``training.recompute_layers`` are
+    (None when every block runs the scenario's recompute mode)."""
+    layers = model_layers(s, recompute="none") if s.training.recompute_layers is not None else None
+    return layers[1] if layers else None
+
+
 def _check_profile(s: Scenario, profile: Profile) -> None:
     if s.costs is not None:
         raise ScenarioError("the scenario gives explicit costs; a profile replaces model-based costs only: "
@@ -130,6 +140,9 @@ def _check_profile(s: Scenario, profile: Profile) -> None:
     if s.context_parallel > 1:
         raise ScenarioError("a profile measures blocks on whole sequences; predict context_parallel > 1 from the "
                             "model (no --profile)", field="--profile")
+    if s.training.recompute_layers is not None:
+        raise ScenarioError("a profile times every block in one recompute mode; predict training.recompute_layers "
+                            "from the model (no --profile)", field="--profile")
     if s.training.offload_layers:
         raise ScenarioError("a profile does not time copies to the host; predict training.offload_layers from the "
                             "model (no --profile)", field="--profile")

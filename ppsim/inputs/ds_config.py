@@ -6,10 +6,9 @@ the precision (``fp16`` / ``bf16``), the ZeRO stage with ``overlap_comm`` and ``
 (elements), ``gradient_clipping`` and activation
 checkpointing (``pipeline.activation_checkpoint_interval`` > 0: every block recomputed, i.e.
 ``recompute: full``). The rules are DeepSpeed's: train_batch_size = micro-batch x accumulation x
-data-parallel, any two giving the third; fp16 and bf16 not both; ZeRO 2 and 3 not with a pipeline
-(checked with the rest of the scenario). Keys DeepSpeed silently ignores — above all
-``pipeline.stages`` and ``pipeline.stage_id``, which many tutorials show — come back as notes that
-say how the stage count is really set.
+data-parallel, any two giving the third; fp16 and bf16 not both; ZeRO 2 and 3 not with a pipeline.
+Keys DeepSpeed silently ignores — above all ``pipeline.stages`` and ``pipeline.stage_id``, which
+many tutorials show — come back as notes that say how the stage count is really set.
 
 Every key read is checked: a value of the wrong type, out of range, NaN or infinite is one error
 naming the key (``"auto"``, as the Hugging Face Trainer writes, counts as not given; ``null`` does
@@ -160,6 +159,10 @@ def apply_ds_config(data: dict[str, Any], ds: dict[str, Any], name: str) -> tupl
         stage = zero["stage"]
         if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
             raise _bad(name, "zero_optimization.stage", "0, 1, 2 or 3", stage)
+        if stage >= 2 and data.get("pipeline", {}).get("stages", 1) > 1:
+            raise ScenarioError(f"{name}: zero_optimization.stage is {stage}, and DeepSpeed's pipeline engine "
+                                "refuses stages 2 and 3 (they partition the gradients a pipeline accumulates); "
+                                "use 0 or 1", field="deepspeed")
         _set(data, "training", "zero_stage", stage, "zero_optimization.stage", name)
     multi = _flag(zero, "use_multi_rank_bucket_allreduce", name, "zero_optimization.")
     if multi is not None:

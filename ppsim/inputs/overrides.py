@@ -66,6 +66,7 @@ def plan_mapping(data: dict[str, Any], plan: PlanOverrides) -> dict[str, Any]:
         pipeline["partition"] = "balanced"  # a listed partition only fits its own virtual stages
     pipeline.update({k: v for k, v in given.items() if k in PIPELINE_KEYS})
     training.update({TRAINING_KEYS[k]: v for k, v in given.items() if k in TRAINING_KEYS})
+    drop_partial_recompute(training)
     out.update({k: v for k, v in given.items() if k in TOP_KEYS})
     if any(k in SIMULATOR_KEYS for k in given):
         out["simulator"] = {**out.get("simulator", {}), **{SIMULATOR_KEYS[k]: v for k, v in given.items()
@@ -78,6 +79,13 @@ def plan_mapping(data: dict[str, Any], plan: PlanOverrides) -> dict[str, Any]:
         pipeline.pop("microbatches", None)  # the global batch holds: the count follows
     out["pipeline"], out["training"] = pipeline, training
     return out
+
+
+def drop_partial_recompute(training: dict[str, Any]) -> None:
+    """Drop ``recompute_layers`` from a training mapping whose recompute mode is no longer ``full``
+    (it counts fully recomputed blocks; a plan that recomputes otherwise has none)."""
+    if training.get("recompute", "none") != "full":
+        training.pop("recompute_layers", None)
 
 
 def apply_overrides(s: Scenario, plan: PlanOverrides, source: str = "command-line options") -> tuple[Scenario, list[str]]:

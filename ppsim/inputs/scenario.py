@@ -76,7 +76,10 @@ class TrainingSpec(_Strict):
     micro_batch: int = Field(default=1, gt=0, le=10**6, description="sequences per micro-batch")
     grad_clip: float = Field(default=1.0, ge=0, description="gradient clipping norm; 0: off (no gradient-norm sync)")
     recompute: Recompute = "none"
-    zero_stage: int = Field(default=0, ge=0, le=3, description="DeepSpeed ZeRO stage (3: FSDP); pipelines allow 0 or 1")
+    #: with recompute: full, only the first this many blocks of each virtual stage are recomputed, the
+    #: rest keep their activations (Megatron's --recompute-method block --recompute-num-layers); None: all
+    recompute_layers: int | None = Field(default=None, ge=1, le=10_000)
+    zero_stage: int = Field(default=0, ge=0, le=3, description="DeepSpeed ZeRO stage (3: FSDP); pipelines allow 0, 1 or 3")
     #: how ZeRO-1 reduces the gradients: all-reduce, each replica keeping its part (DeepSpeed's default),
     #: or reduce-scatter (Megatron's distributed optimizer; DeepSpeed's use_multi_rank_bucket_allreduce: false)
     zero_reduce: Literal["allreduce", "reduce_scatter"] = "allreduce"
@@ -370,7 +373,8 @@ def _read_yaml(path: str | Path) -> tuple[dict[str, Any], Path]:
 def check(s: Scenario) -> None:
     """Cross-field rules that pydantic's per-field checks cannot see; each raises a ScenarioError
     naming the key and the fix."""
-    for rule in (_check_sizes, _check_batch, _check_tensor_parallel, _check_links, _check_zero, _check_partition, _check_costs):
+    for rule in (_check_sizes, _check_batch, _check_tensor_parallel, _check_links, _check_zero, _check_recompute,
+                 _check_partition, _check_costs):
         rule(s)
     from ppsim.inputs.hardware import get_device  # local: keeps the catalogue out of schema import time
 
@@ -493,18 +497,33 @@ def _check_links(s: Scenario) -> None:
         )
 
 
+def _check_recompute(s: Scenario) -> None:
+    layers = s.training.recompute_layers
+    if layers is None:
+        return
+    if s.training.recompute != "full":
+        raise ScenarioError(f"recomputes that many blocks of each virtual stage in full, and needs "
+                            f"training.recompute: full (here {s.training.recompute!r})",
+                            field="training.recompute_layers")
+    if s.model is not None and layers > s.model.layers:
+        raise ScenarioError(f"{layers} is more than model.layers ({s.model.layers}); it counts the blocks of each "
+                            "virtual stage that are recomputed",
+                            field="training.recompute_layers")
+
+
 def _check_zero(s: Scenario) -> None:
     if s.model is not None and s.training.offload_layers > s.model.layers:
-        raise ScenarioError(f"training.offload_layers ({s.training.offload_layers}) is more than model.layers "
+        raise ScenarioError(f"{s.training.offload_layers} is more than model.layers "
                             f"({s.model.layers}); it counts the blocks of each virtual stage whose activations go to "
                             "the host", field="training.offload_layers")
     if s.training.overlap_param_gather and s.training.zero_stage < 1:
         raise ScenarioError("training.overlap_param_gather overlaps ZeRO-1's all-gather of the updated parameters; it "
                             "needs training.zero_stage: 1", field="training.overlap_param_gather")
-    if s.training.zero_stage >= 2 and s.pipeline.stages > 1:
+    if s.training.zero_stage == 2 and s.pipeline.stages > 1:
         raise ScenarioError(
-            f"ZeRO stage {s.training.zero_stage} cannot be used with pipeline parallelism (DeepSpeed refuses it: "
-            "stages 2 and 3 partition gradients, which the pipeline engine does not support); use 0 or 1",
+            "ZeRO stage 2 cannot be used with pipeline parallelism (DeepSpeed's pipeline engine refuses it: it "
+            "partitions the gradients each micro-batch accumulates into); use 1 (the optimizer states sharded), "
+            "or 3 (fully sharded, as Megatron FSDP and torch's FSDP2 run beside a pipeline)",
             field="training.zero_stage",
         )
 

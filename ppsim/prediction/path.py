@@ -100,6 +100,8 @@ def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
         "recompute": s.training.recompute,
         "zero_stage": s.training.zero_stage,
     }
+    if s.training.recompute_layers is not None:
+        meta["recompute_layers"] = s.training.recompute_layers
     if s.training.fp8:
         meta["fp8"] = s.training.fp8
     if s.training.fp4:

@@ -79,6 +79,7 @@ class TraceMeta(TypedDict, total=False):
     costs_source: str | None
     device_memory_bytes: float | None
     recompute: str | None
+    recompute_layers: int  #: only that many blocks of each virtual stage recomputed
     fp8: str | None
     fp4: str | None
     zero_stage: int

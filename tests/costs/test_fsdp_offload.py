@@ -99,3 +99,19 @@ def test_fsdp_on_a_cluster_leaves_no_reduction_for_the_network_at_the_steps_end(
     assert pred.workload.costs.fabric is not None and pred.workload.costs.fabric.reduce == (None,)
     passes = 4 * (c.forward_ms + c.backward_ms)
     assert step_time_ms(pred.trace) == pytest.approx(passes + c.optimizer_ms + c.clip_ms, rel=0.02)
+
+
+def test_fsdp_runs_beside_a_pipeline_each_stage_sharding_its_own_blocks() -> None:
+    """Megatron FSDP and torch's FSDP2 run beside pipeline stages (DeepSpeed's engine does not):
+    each stage shards its own weights over the 8 replicas, exactly 1/8 of ZeRO-1's, and gathers
+    them per micro-batch beside its own compute; ZeRO-2 stays refused with the fix named."""
+    data = scenario(zero_stage=1, zero_reduce="reduce_scatter")
+    data["pipeline"] = {"stages": 2, "microbatches": 4}
+    one = build(parse_scenario(data)).workload.costs.stages
+    three = build(parse_scenario({**data, "training": {**data["training"], "zero_stage": 3}})).workload.costs.stages
+    for a, b in zip(one, three, strict=True):
+        assert b.memory.weights * 8 == pytest.approx(a.memory.weights, rel=1e-6)
+        assert b.allreduce_ms == 0.0 < a.allreduce_ms and b.forward_ms > a.forward_ms
+    with pytest.raises(ScenarioError, match="use 1 .*or 3 .*fully sharded") as err:
+        parse_scenario({**data, "training": {**data["training"], "zero_stage": 2}})
+    assert err.value.field == "training.zero_stage"

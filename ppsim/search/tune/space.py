@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ppsim.errors import PpsimError
+from ppsim.inputs.overrides import drop_partial_recompute
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan import schedules as registry
 
@@ -128,6 +129,7 @@ def apply(base: dict[str, Any], c: Candidate) -> dict[str, Any]:
     data["tensor_parallel"] = c.tensor_parallel
     training = dict(data.get("training", {}))
     training.update(micro_batch=c.micro_batch, recompute=c.recompute, zero_stage=c.zero_stage)
+    drop_partial_recompute(training)
     # what the scenario asks of tensor parallelism and ZeRO, where the candidate still has them
     training["tp_comm_overlap"] = bool(training.get("tp_comm_overlap")) and c.tensor_parallel > 1
     training["overlap_param_gather"] = bool(training.get("overlap_param_gather")) and c.zero_stage >= 1

@@ -53,6 +53,8 @@ def summary_renderable(s: Summary) -> Group:
         plan += f" ({meta['num_devices']:,} devices)"
     if meta.get("recompute") not in (None, "none"):
         plan += f", recompute {meta['recompute']}"
+        if meta.get("recompute_layers"):
+            plan += f" (the first {meta['recompute_layers']} blocks of each stage)"
     if meta.get("fp8"):
         plan += f", FP8 ({meta['fp8']} scaling)"
     if meta.get("fp4"):
