@@ -32,8 +32,10 @@ The rules (what ppsim assumes where a row is silent is printed with it):
 - NVFP4 is ``training.fp4: nvfp4``;
 - Megatron FSDP is ZeRO-3 over the data-parallel replicas, activation offloading
   ``training.offload_layers`` (the recipe's ``cpu_offloading_num_layers``);
-- not expressible yet (reported, not predicted): FSDP with pipeline parallelism, recomputation of
-  some of the layers.
+- recomputation as the recipe sets it (Megatron's block method: ``training.recompute_layers``);
+- the long-sequence tables publish model TFLOP/s alone: the published step is the batch's model
+  FLOPs as NeMo counted them in that release (``nemo_flops_per_token``: the attention's s x s in
+  full, as NeMo did until 2025-08) over those, micro-batch 1, FP8 NeMo's default ``delayed``.
 
     .venv/bin/python bench/published_modern.py [--rows ID_PREFIX] [--json FILE] [--gemm-curves]
 """
@@ -99,14 +101,35 @@ DEVICES = {"H100": ("h100-sxm", 8, None), "B200": ("b200", 8, None), "GB200": ("
 
 def unexpressible(row: dict[str, Any]) -> str | None:
     """Why ppsim cannot describe the row yet, or None."""
-    settings = row.get("recipe_settings", {})
-    if row["tokens_per_s_per_gpu"] is None:
-        return "published as model TFLOP/s alone, whose FLOP count the table does not state"
-    if (row["fsdp"] or settings.get("use_megatron_fsdp")) and row["pp"] > 1:
-        return "Megatron FSDP with pipeline parallelism"
-    if "recompute_num_layers" in str(settings.get("recompute", "")):
-        return "recomputation of some of the layers"
+    if row["tokens_per_s_per_gpu"] is None and not row["release"].startswith(NEMO_FULL_ATTENTION_RELEASES):
+        return "published as model TFLOP/s alone, whose FLOP count is not known for its release"
     return None
+
+
+#: NeMo's releases whose model FLOPs (nemo/utils/flops_formulas.py) counted the attention in full,
+#: before NVIDIA/NeMo@6251117f (2025-08-09, "Discount FLOPs in dot-product att") halved it for causal masks
+NEMO_FULL_ATTENTION_RELEASES = ("24.03", "24.07", "25.04")
+
+
+def nemo_flops_per_token(arch: Arch, seq_len: int) -> float:
+    """Model FLOPs per token (forward and backward) as NeMo's llama2 / llama3 formulas counted them
+    up to 2025-08: the linear layers (with grouped-query K and V and a gated MLP), the attention's
+    two matmuls over the whole s x s (not halved for the causal mask), the LM head."""
+    h, layers, heads = arch.hidden, arch.layers, arch.heads
+    groups = arch.kv_heads or heads
+    return layers * h * h * (12 + 12 * groups / heads + 18 * arch.ffn / h + 12 * seq_len / h
+                             + 6 * arch.vocab / (layers * h))
+
+
+def recompute_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The training keys of a recipe's recomputation (Megatron's granularity, method, layer count)."""
+    text = str(settings.get("recompute", ""))
+    if "recompute_granularity=full" not in text:
+        return {}
+    count = re.search(r"recompute_num_layers=(\d+)", text)
+    if "recompute_method=block" in text and count:
+        return {"recompute": "full", "recompute_layers": int(count.group(1))}
+    return {"recompute": "full"}
 
 
 def narrow_recipe(row: dict[str, Any]) -> tuple[str, str]:
@@ -120,7 +143,7 @@ def narrow_recipe(row: dict[str, Any]) -> tuple[str, str]:
 def fp8_recipe(precision: str | None, variant: str, release: str) -> str:
     if precision in ("MXFP8", "FP8-MX") or (precision is None and variant == "parenthesized"):
         return "mxfp8"
-    if release == "24.07":
+    if release.startswith(NEMO_FULL_ATTENTION_RELEASES):  # NeMo's only FP8 recipe then, its default after
         return "delayed"
     return "tensorwise"
 
@@ -139,6 +162,13 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
         assumed.append(f"sequence parallel {'on' if sp else 'off'} (TP {tp})")
     if "recompute" not in settings:
         assumed.append("no recomputation")
+    micro_batch = row["mbs"]
+    if micro_batch is None:
+        micro_batch = 1
+        assumed.append("micro-batch 1 (the long-sequence tables give none)")
+    if row["tokens_per_s_per_gpu"] is None:
+        assumed.append("the published step from its model TFLOP/s and NeMo's FLOP count of its release (the "
+                       "attention counted in full)")
     if cp > 1:
         assumed.append("context parallelism's K/V by the p2p ring (Megatron's default cp_comm_type; no recipe sets it)")
     overlap = settings.get("overlap_grad_reduce")
@@ -169,7 +199,7 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
         model.update(mlp="swiglu" if "Nemotron" not in row["model"] else "gelu", positions="rope", dropout=False)
     else:
         model.update(tie_embeddings=True)
-    cluster: dict[str, Any] = {"nodes": gpus // per_node, "devices_per_node": per_node}
+    cluster: dict[str, Any] = {"nodes": max(1, gpus // per_node), "devices_per_node": min(per_node, gpus)}
     if domain:
         cluster["nvlink_domain"] = domain if gpus <= domain else 64
         if gpus > domain:
@@ -179,13 +209,14 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
         "model": model,
         "pipeline": {"stages": pp, "chunks": vp, "schedule": "interleaved-1f1b" if vp > 1 else "1f1b",
                      "partition": megatron_partition(arch.layers, pp * vp, arch.accounted)},
-        "training": {"global_batch": row["gbs"], "micro_batch": row["mbs"], "sequence_parallel": sp and tp > 1,
+        "training": {"global_batch": row["gbs"], "micro_batch": micro_batch, "sequence_parallel": sp and tp > 1,
                      "flash_attention": True, "tp_comm_overlap": bool(tp_overlap and sp and tp > 1), key: recipe,
                      "low_precision_params": low_precision_params,
                      "zero_stage": 3 if fsdp else 1 if dp * cp > 1 else 0,
                      "offload_layers": int(offloaded.group(1)) if offloaded else 0,
                      "zero_reduce": "reduce_scatter", "overlap_grad_reduce": overlap,
-                     "overlap_param_gather": bool(param_overlap and dp * cp > 1 and not fsdp)},
+                     "overlap_param_gather": bool(param_overlap and dp * cp > 1 and not fsdp),
+                     **recompute_settings(settings)},
         "tensor_parallel": tp,
         "context_parallel": cp,
         "data_parallel": dp,
@@ -209,7 +240,13 @@ def megatron_partition(layers: int, virtual_stages: int, accounted: bool) -> lis
 
 
 def published_step_s(row: dict[str, Any]) -> float:
-    return row["gbs"] * row["seq_len"] / (row["tokens_per_s_per_gpu"] * row["gpus"])
+    """The published step: the global batch's tokens over the published tokens/s of all GPUs, or,
+    where only model TFLOP/s are published, the batch's model FLOPs as NeMo counted them over those."""
+    tokens = row["gbs"] * row["seq_len"]
+    if row["tokens_per_s_per_gpu"] is not None:
+        return tokens / (row["tokens_per_s_per_gpu"] * row["gpus"])
+    flops = nemo_flops_per_token(MODELS[ALIASES.get(row["model"], row["model"])], row["seq_len"]) * tokens
+    return flops / (row["model_tflops_per_gpu"] * 1e12 * row["gpus"])
 
 
 def main() -> None:
