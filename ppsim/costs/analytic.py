@@ -39,8 +39,9 @@ OPTIMIZER_BYTES_PER_PARAM = 32
 
 def uses_curves(s: Scenario, device: Device) -> bool:
     """The matmuls are priced by the device's measured curves: asked for, not overridden by a flat
-    ``hardware.efficiency``, and the device has a curve."""
-    return s.hardware.gemm_curves and s.hardware.efficiency is None and (device.gemm is not None or device.attention is not None)
+    ``hardware.efficiency``, and the device has a curve (or fused attention figures)."""
+    measured = (device.gemm, device.attention, device.flash_attention)
+    return s.hardware.gemm_curves and s.hardware.efficiency is None and any(m is not None for m in measured)
 
 
 def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device, links: Links) -> CostTable:
@@ -52,17 +53,18 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
     precision = scenario_precision(training.fp8, training.fp4, training.low_precision_params)
     narrow = precision.peak if precision else None  # the peak the blocks' linear layers run at
 
-    def price(gemms: tuple[Gemm, ...]) -> float:
-        """Milliseconds of ``gemms``, one by one (curves, or narrow linear layers beside 16-bit ones)."""
+    def price(gemms: tuple[Gemm, ...], backward: bool = False) -> float:
+        """Milliseconds of ``gemms`` of one pass, one by one (curves, or narrow linear layers beside
+        16-bit ones)."""
         return matmul_ms(gemms, device, model.dtype, flash_attention=training.flash_attention,
-                         efficiency=None if curves else efficiency, narrow=narrow)
+                         efficiency=None if curves else efficiency, narrow=narrow, backward=backward)
 
     def matmuls(st: StageShape) -> tuple[float, float, float]:
         """The stage's matmul milliseconds: forward, backward (input and weight grads), weight grad."""
         if not curves and narrow is None:
             return (st.forward_flops / flops_per_ms, (st.input_grad_flops + st.weight_grad_flops) / flops_per_ms,
                     st.weight_grad_flops / flops_per_ms)
-        fwd, inp, wgt = (price(part) for part in (st.gemms.forward, st.gemms.input_grad, st.gemms.weight_grad))
+        fwd, inp, wgt = price(st.gemms.forward), price(st.gemms.input_grad, True), price(st.gemms.weight_grad, True)
         return fwd, inp + wgt, wgt
 
     hbm_bytes_per_ms = device.hbm_gb_s * 1e9 / 1e3
@@ -134,11 +136,12 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
 
 
 def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_attention: bool = False,
-              efficiency: float | None = None, narrow: str | None = None) -> float:
-    """Milliseconds of ``gemms`` on ``device``: each GEMM's FLOPs over the peak times its efficiency —
-    the device's ``gemm`` curve at its FLOPs, the ``attention`` curve at its head dimension for the
-    attention matmuls, the flat ``efficiency`` where there is no curve (and for FlashAttention's fused
-    kernel, which no curve describes), or ``efficiency`` for every GEMM when given. With ``narrow``
+              efficiency: float | None = None, narrow: str | None = None, backward: bool = False) -> float:
+    """Milliseconds of ``gemms`` of one pass (the forward, or a ``backward`` one) on ``device``: each
+    GEMM's FLOPs over the peak times its efficiency — the device's ``gemm`` curve at its FLOPs, the
+    ``attention`` curve at its head dimension for the unfused attention matmuls, the fused kernel's
+    figure of that pass under FlashAttention, the flat ``efficiency`` where the device has no such
+    figure, or ``efficiency`` for every GEMM when given. With ``narrow``
     (``fp8`` or ``fp4``) the blocks' linear layers run at that peak of the device (a curve measured
     in 16 bits does not price them)."""
     ms = 0.0
@@ -149,7 +152,7 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
         elif not g.head_dim:
             eff = device.gemm_efficiency(g.m, g.n, g.k, kind)
         elif flash_attention:
-            eff = device.efficiency
+            eff = device.flash_attention_efficiency(kind, backward=backward)
         else:
             eff = device.attention_efficiency(g.head_dim, kind)
         ms += g.flops / (device.peak_flops(kind) / 1e3 * eff)
@@ -172,7 +175,7 @@ def sharded_and_offloaded(s: Scenario, st: StageShape, dtype_bytes: int, precisi
 
 
 def block_context_comm(s: Scenario, model: ModelSpec, st: StageShape, link: Link,
-                       price: Callable[[tuple[Gemm, ...]], float]) -> ContextParallelComm:
+                       price: Callable[[tuple[Gemm, ...], bool], float]) -> ContextParallelComm:
     """One block's exposed context-parallel communication (:mod:`~ppsim.costs.context_parallel`),
     beside the block's attention matmuls as priced."""
     cp = s.context_parallel
@@ -184,12 +187,13 @@ def block_context_comm(s: Scenario, model: ModelSpec, st: StageShape, link: Link
     kv_bytes = 2 * tokens * model.kv * head_dim // s.tensor_parallel * e
     q_bytes = tokens * model.hidden // s.tensor_parallel * e
 
-    def attention(gemms: tuple[Gemm, ...]) -> float:
-        return price(tuple(g for g in gemms if g.head_dim)) / st.blocks
+    def attention(gemms: tuple[Gemm, ...], backward: bool) -> float:
+        return price(tuple(g for g in gemms if g.head_dim), backward) / st.blocks
 
     return context_parallel_comm(s.training.cp_comm, cp, link, kv_bytes=kv_bytes, q_bytes=q_bytes,
-                                 attention_forward_ms=attention(st.gemms.forward),
-                                 attention_backward_ms=attention(st.gemms.input_grad), a2a_size=s.training.cp_a2a_size)
+                                 attention_forward_ms=attention(st.gemms.forward, False),
+                                 attention_backward_ms=attention(st.gemms.input_grad, True),
+                                 a2a_size=s.training.cp_a2a_size)
 
 
 def linear_gemm_ms(st: StageShape, priced: Callable[[tuple[Gemm, ...]], float], swiglu: bool

@@ -6,7 +6,9 @@ of a t-way tensor-parallel group, as Megatron-LM splits them):
 
 - forward: QKV (T x h) x (h x (1 + 2g)h/t); attention output (T x h/t) x (h/t x h); the MLP's
   up projection(s) (T x h) x (h x f/t), two of them for SwiGLU; its down projection (T x f/t) x (f/t x h);
-  and per head (b x a / t of them) the scores (s x d) x (d x s) and the context (s x s) x (s x d);
+  and per head (b x a / t of them) the scores (s x d) x (d x s) and the context (s x s) x (s x d),
+  every score computed and the causal mask applied after; a FlashAttention kernel skips the tiles
+  above the diagonal, half of them: s / 2 keys per query on average;
 - input grad: each dense GEMM's data gradient (T x out) x (out x in), the same FLOPs; the attention
   matmuls twice (the gradient of both operands of each);
 - weight grad: each dense GEMM's weight gradient (in x T) x (T x out);
@@ -74,8 +76,10 @@ def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_head
     weights = [(h, (1 + 2 * g) * h / t), (h / t, h)] + [(h, f / t)] * (2 if swiglu else 1) + [(f / t, h)]
     dense = tuple(Gemm(tokens, i, o, linear=True) for i, o in weights)
     per_head = b * a / t
-    scores = Gemm(s, d, keys, per_head, head_dim=d)
-    context = Gemm(s, keys, d, per_head, head_dim=d)
+    # a causal FlashAttention kernel works on half the keys on average (the tiles it skips)
+    keys_run = keys / 2 if flash_attention else keys
+    scores = Gemm(s, d, keys_run, per_head, head_dim=d)
+    context = Gemm(s, keys_run, d, per_head, head_dim=d)
     attention = (scores, context)
     if flash_attention:  # the backward recomputes the scores; full recompute runs the forward again
         again = (dense + attention if recompute == "full" else ()) + (scores,)

@@ -36,6 +36,8 @@ class LayerCost:
     params: int
     activation_bytes: int
     recompute_flops: float = 0.0  #: the part of input_grad_flops that recomputes the forward
+    #: executed but not the model's: the masked half of unfused causal attention (forward, input grad)
+    masked_flops: float = 0.0
     #: HBM bytes once per step beside the optimizer's (FP8 training's weight casts: ppsim.costs.low_precision)
     step_bytes: float = 0.0
     #: weight bytes per parameter beyond the dtype's (FP8 training's copies: ppsim.costs.low_precision)
@@ -69,7 +71,11 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     g = model.kv / a  # K and V projections are g x the size of Q's (grouped-query attention)
     mlp_mats = 3 if model.mlp == "swiglu" else 2
     matmul = ((4 + 4 * g) * b * s * h * h + 2 * mlp_mats * b * s * h * f) / t
-    attention = 4 * b * s * keys * h / t
+    # the scores and context matmuls over every key; the model is causal: a FlashAttention kernel
+    # skips the tiles above the diagonal (half the work), the unfused path computes them all and masks
+    whole = 4 * b * s * keys * h / t
+    attention = whole / 2 if flash_attention else whole
+    masked = 0.0 if flash_attention else 1.5 * whole  # half of the forward's and of the input grad's
     # what the backward runs again: the recomputed forward (all of it, or the attention core), and
     # under FlashAttention half the attention core (the scores) whatever the recompute mode
     if flash_attention:
@@ -103,6 +109,7 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
                                                 dropout=model.dropout,
                                                 linear_input_bytes=narrow.value_bytes if narrow else None, kv_len=keys),
         recompute_flops=recomputed,
+        masked_flops=masked,
         forward_bytes=traffic.forward + casts.forward,
         # a fully recomputed forward casts its inputs again
         backward_bytes=traffic.backward + traffic.recompute + casts.backward

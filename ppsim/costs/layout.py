@@ -45,6 +45,7 @@ class StageShape:
     input_grad_flops: float
     weight_grad_flops: float
     recompute_flops: float  #: the part of input_grad_flops that recomputes the forward
+    masked_flops: float  #: executed, not the model's (ppsim.costs.layers.LayerCost.masked_flops)
     params: int
     activation_bytes: int
     memory: StaticMemory
@@ -110,6 +111,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
             input_grad_flops=sum(x.input_grad_flops for x in parts),
             weight_grad_flops=sum(x.weight_grad_flops for x in parts),
             recompute_flops=sum(x.recompute_flops for x in parts),
+            masked_flops=sum(x.masked_flops for x in parts),
             params=params,
             activation_bytes=sum(x.activation_bytes for x in parts) - offloaded,
             offloaded_bytes=offloaded,

@@ -155,12 +155,12 @@ def _check_profile(s: Scenario, profile: Profile) -> None:
 
 def _with_figures(s: Scenario, costs: CostTable, layout: Layout, peak_flops: float | None) -> Workload:
     """The workload of ``costs``: per device figures x t devices; model FLOPs (what MFU counts)
-    leave out the recomputed forward."""
+    leave out the recomputed forward and the masked half of unfused causal attention."""
     m, d, t = s.microbatches, s.data_parallel, s.tensor_parallel
     samples = s.training.micro_batch * m * d
     per_step = m * d * t * s.context_parallel  # every device's FLOPs: the costs are one device's
     stages = layout.stages
-    flops = sum(st.forward_flops + st.input_grad_flops + st.weight_grad_flops - st.recompute_flops
+    flops = sum(st.forward_flops + st.input_grad_flops + st.weight_grad_flops - st.recompute_flops - st.masked_flops
                 for st in stages) * per_step if stages else None
     forward = sum(st.forward_flops for st in stages) * per_step if stages else None
     return Workload(

@@ -5,9 +5,10 @@ large GPT matmul reaches in practice; a scenario may override it (``hardware.eff
 device may also carry measured curves (:class:`Curve`, each with its ``source``): ``gemm``, the
 fraction of peak one GEMM reaches as a function of its FLOPs (2mnk), and ``attention``, that of the
 attention's score and context matmuls (unfused, one per head) as a function of the head dimension;
-with ``hardware.gemm_curves`` the analytic cost model prices each matmul by them, falling back to
-``efficiency`` where a device has no curve, for a dtype the curve was not measured in and for
-FlashAttention's fused kernel; ``hardware.efficiency`` overrides both. A scenario may also describe its own device in
+and ``flash_attention`` (:class:`FusedAttention`), the fraction of peak of the fused attention
+kernel in its forward and its backward; with ``hardware.gemm_curves`` the analytic cost model
+prices each matmul by them, falling back to ``efficiency`` where a device has no such figure and
+for a dtype it was not measured in; ``hardware.efficiency`` overrides all of them. A scenario may also describe its own device in
 a YAML file of the catalogue's format (``hardware.device_file``: one entry, or several with
 ``hardware.device`` naming one).
 """
@@ -50,6 +51,18 @@ class Curve:
 
 
 @dataclass(frozen=True)
+class FusedAttention:
+    """The fraction of peak a fused (Flash) attention kernel reaches on a causal model, its forward
+    and its backward (the input grads and the recomputed scores), counted on the causal half of
+    the s x s matmuls that it runs."""
+
+    forward: float
+    backward: float
+    source: str  #: where the measurements come from
+    dtypes: tuple[str, ...] = ("bf16", "fp16")
+
+
+@dataclass(frozen=True)
 class Device:
     name: str
     description: str
@@ -65,6 +78,7 @@ class Device:
     host_link_gb_s: float | None = None  #: per direction to host memory (PCIe, NVLink-C2C): activation offloading
     gemm: Curve | None = None  #: fraction of peak per GEMM, by its FLOPs (2mnk)
     attention: Curve | None = None  #: fraction of peak of the unfused attention matmuls, by head dimension
+    flash_attention: FusedAttention | None = None  #: fraction of peak of the fused attention kernel, per pass
 
     def peak_flops(self, dtype: str) -> float:
         return self.peak_tflops[dtype] * 1e12
@@ -83,6 +97,14 @@ class Device:
             return self.efficiency
         return self.attention(head_dim)
 
+    def flash_attention_efficiency(self, dtype: str, *, backward: bool) -> float:
+        """The fraction of peak of the fused attention kernel in the forward or the ``backward``:
+        the measured ``flash_attention`` figures, or the flat ``efficiency`` without them for ``dtype``."""
+        fused = self.flash_attention
+        if fused is None or dtype not in fused.dtypes:
+            return self.efficiency
+        return fused.backward if backward else fused.forward
+
 
 #: the keys of a device entry, each with its valid range: (lowest, highest, whether the lowest is
 #: allowed); the rates that divide a size have a least value far below any machine's (a kFLOP/s, a
@@ -95,8 +117,45 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
 REQUIRED_PEAKS = ("bf16", "fp16", "fp32")  #: every device has these
 OPTIONAL_PEAKS = ("fp8", "fp4")  #: a device with FP8 (Hopper, Blackwell) or FP4 (Blackwell) Tensor Cores
 _KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "intra_node", "inter_node", "gemm",
-         "attention", "mx_formats", "host_link_gb_s"}
+         "attention", "flash_attention", "mx_formats", "host_link_gb_s"}
 _CURVE_KEYS = {"source", "dtypes", "points"}
+_FUSED_KEYS = {"source", "dtypes", "forward", "backward"}
+
+
+def _measured(name: str, key: str, entry: Any, source: str, keys: set[str]) -> tuple[str, tuple[str, ...]]:
+    """The ``source`` and ``dtypes`` of a measured entry ``key`` of device ``name``, checked: a
+    mapping of ``keys`` only, a source, dtypes the device knows."""
+    def bad(what: str) -> ScenarioError:
+        return ScenarioError(f"{source}: device {name!r}: {key} {what}", field="hardware.device_file")
+
+    if not isinstance(entry, dict):
+        raise bad(f"is a mapping of {', '.join(sorted(keys))}")
+    unknown = sorted(set(entry) - keys)
+    if unknown:
+        raise bad(f"has an unknown key {unknown[0]!r}; the keys are {', '.join(sorted(keys))}")
+    where = entry.get("source")
+    if not isinstance(where, str) or not where.strip():
+        raise bad("needs a source: where its measurements come from")
+    dtypes = entry.get("dtypes", ["bf16", "fp16"])
+    if not isinstance(dtypes, list) or not dtypes or any(d not in ("bf16", "fp16", "fp32") for d in dtypes):
+        raise bad(f"dtypes is {dtypes!r}; it must be a list of bf16, fp16, fp32")
+    return where.strip(), tuple(dtypes)
+
+
+def _fused(name: str, entry: Any, source: str) -> FusedAttention | None:
+    """Device ``name``'s ``flash_attention`` figures (None when absent), checked: each pass a
+    fraction of peak in (0, 1]."""
+    if entry is None:
+        return None
+    where, dtypes = _measured(name, "flash_attention", entry, source, _FUSED_KEYS)
+    passes = []
+    for key in ("forward", "backward"):
+        value = entry.get(key)
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1):
+            raise ScenarioError(f"{source}: device {name!r}: flash_attention.{key} is {value!r}; it must be a "
+                                "fraction of peak > 0 and <= 1", field="hardware.device_file")
+        passes.append(float(value))
+    return FusedAttention(forward=passes[0], backward=passes[1], source=where, dtypes=dtypes)
 
 
 def _curve(name: str, key: str, entry: Any, source: str) -> Curve | None:
@@ -108,17 +167,7 @@ def _curve(name: str, key: str, entry: Any, source: str) -> Curve | None:
     def bad(what: str) -> ScenarioError:
         return ScenarioError(f"{source}: device {name!r}: {key} {what}", field="hardware.device_file")
 
-    if not isinstance(entry, dict):
-        raise bad("is a mapping of source, dtypes and points")
-    unknown = sorted(set(entry) - _CURVE_KEYS)
-    if unknown:
-        raise bad(f"has an unknown key {unknown[0]!r}; the keys are {', '.join(sorted(_CURVE_KEYS))}")
-    where = entry.get("source")
-    if not isinstance(where, str) or not where.strip():
-        raise bad("needs a source: where its measurements come from")
-    dtypes = entry.get("dtypes", ["bf16", "fp16"])
-    if not isinstance(dtypes, list) or not dtypes or any(d not in ("bf16", "fp16", "fp32") for d in dtypes):
-        raise bad(f"dtypes is {dtypes!r}; it must be a list of bf16, fp16, fp32")
+    where, dtypes = _measured(name, key, entry, source, _CURVE_KEYS)
     points = entry.get("points")
     if not isinstance(points, list) or len(points) < 2:
         raise bad("points must be a list of at least two [size, fraction of peak] pairs")
@@ -132,7 +181,7 @@ def _curve(name: str, key: str, entry: Any, source: str) -> Curve | None:
         pairs.append((float(p[0]), float(p[1])))
     if any(b[0] <= a[0] for a, b in zip(pairs, pairs[1:])):
         raise bad("points must have strictly increasing sizes")
-    return Curve(points=tuple(pairs), source=where.strip(), dtypes=tuple(dtypes))
+    return Curve(points=tuple(pairs), source=where, dtypes=dtypes)
 
 
 def _flag(name: str, key: str, value: Any, source: str) -> bool:
@@ -193,6 +242,7 @@ def _device(name: str, entry: Any, source: str) -> Device:
             host_link_gb_s=float(entry["host_link_gb_s"]) if "host_link_gb_s" in entry else None,
             gemm=_curve(name, "gemm", entry.get("gemm"), source),
             attention=_curve(name, "attention", entry.get("attention"), source),
+            flash_attention=_fused(name, entry.get("flash_attention"), source),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ScenarioError(f"{source}: device {name!r} lacks or has a bad {exc}; see ppsim/data/devices.yaml for the format",

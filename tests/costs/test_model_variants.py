@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from conftest import SCENARIOS, gpt
 from ppsim.costs import build_workload
-from ppsim.costs.layers import gpt_layers
+from ppsim.costs.layers import LayerCost, gpt_layers
 from ppsim.costs.memory import block_activation_bytes
 from ppsim.errors import ScenarioError
 from ppsim.inputs.scenario import ModelSpec, load, parse_scenario
@@ -81,13 +81,24 @@ def test_grouped_query_attention_and_swiglu_flops() -> None:
     assert fwd["swiglu"] - fwd["gpt"] == pytest.approx(6 * b * s * h * 11008 - 4 * b * s * h * 4 * h)
 
 
-def test_flash_attention_recomputes_the_scores_and_mfu_does_not_count_them() -> None:
+def test_flash_attention_skips_the_masked_half_and_recomputes_the_scores() -> None:
+    """The causal model's attention, 4 b s s h FLOPs forward over every key: the unfused path runs
+    it all and masks half; FlashAttention runs the half below the diagonal, and its backward the
+    scores again (a quarter). Model FLOPs (what MFU counts) are the same either way: three times the
+    causal half, besides the linear layers."""
     m = ModelSpec(layers=1, hidden=4096, heads=32, seq_len=4096, vocab=32000)
     plain, flash = gpt_layers(m, 1)[1], gpt_layers(m, 1, flash_attention=True)[1]
-    attention = 4 * 4096 * 4096 * 4096
-    assert flash.input_grad_flops - plain.input_grad_flops == pytest.approx(attention / 2)
-    assert flash.recompute_flops == pytest.approx(attention / 2)
-    assert flash.forward_flops == plain.forward_flops
+    whole = 4 * 4096 * 4096 * 4096
+    assert plain.forward_flops - flash.forward_flops == pytest.approx(whole / 2)
+    assert plain.input_grad_flops - flash.input_grad_flops == pytest.approx(2 * whole - (whole + whole / 4))
+    assert flash.recompute_flops == pytest.approx(whole / 4) and flash.masked_flops == 0
+    assert plain.masked_flops == pytest.approx(1.5 * whole)
+
+    def model_flops(x: LayerCost) -> float:
+        return x.forward_flops + x.input_grad_flops + x.weight_grad_flops - x.recompute_flops - x.masked_flops
+
+    assert model_flops(plain) == pytest.approx(model_flops(flash))
+    assert model_flops(flash) - 3 * flash.weight_grad_flops == pytest.approx(3 * whole / 2)
 
 
 def _scenario(**changes: object):

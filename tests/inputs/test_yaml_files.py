@@ -63,6 +63,10 @@ def test_device_and_profile_files_refuse_repeated_keys_too(tmp_path: Path) -> No
     ("inter_node: {bandwidth_gb_s: 0, latency_us: 5}", "inter_node.bandwidth_gb_s"),
     ("inter_node: {bandwidth_gb_s: 25, latency_us: -5}", "inter_node.latency_us"),
     ("descripton: typo", "descripton"),
+    ("flash_attention: {source: x, forward: 1.5, backward: 0.3}", "flash_attention.forward"),
+    ("flash_attention: {source: x, forward: 0.5}", "flash_attention.backward"),
+    ("flash_attention: {forward: 0.5, backward: 0.3}", "flash_attention needs a source"),
+    ("flash_attention: {source: x, forward: 0.5, backward: 0.3, causal: 1}", "flash_attention has an unknown key"),
 ])
 def test_a_device_file_refuses_nonsense_naming_the_key(tmp_path: Path, entry: str, key: str) -> None:
     good = {"peak_tflops": "{bf16: 1, fp16: 1, fp32: 1}", "memory_gb": "80", "hbm_gb_s": "2000", "efficiency": "0.5",

@@ -165,7 +165,7 @@ def test_a_measured_curve_prices_a_block_through_ppsims_own_path(tmp_path: Path)
     hbm = h200.hbm_gb_s * 1e6
     assert fwd == pytest.approx(matmul_ms(block.gemms.forward, h200, "bf16", flash_attention=True)
                                 + block.forward_bytes / hbm, rel=1e-9)
-    assert bwd == pytest.approx(sum(matmul_ms(g, h200, "bf16", flash_attention=True)
+    assert bwd == pytest.approx(sum(matmul_ms(g, h200, "bf16", flash_attention=True, backward=True)
                                     for g in (block.gemms.input_grad, block.gemms.weight_grad))
                                 + block.backward_bytes / hbm, rel=1e-9)
     flat_fwd, _ = predicted_block_ms(model, 1, "h200", None, curves=False)
