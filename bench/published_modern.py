@@ -29,6 +29,8 @@ The rules (what ppsim assumes where a row is silent is printed with it):
   ``tensorwise`` (its parenthesized variant ``mxfp8``); FP8 weights where the recipe sets
   ``fp8_param_gather``;
 - context parallelism: CP ranks, their K/V by Megatron's default p2p ring;
+- pipeline sends and receives: every recipe with PP > 1 sets ``overlap_p2p_comm``, which is
+  ppsim's ``pipeline.comm: async`` (the default);
 - NVFP4 is ``training.fp4: nvfp4``;
 - Megatron FSDP is ZeRO-3 over the data-parallel replicas, activation offloading
   ``training.offload_layers`` (the recipe's ``cpu_offloading_num_layers``);
