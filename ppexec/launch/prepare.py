@@ -103,6 +103,8 @@ def check_buildable(s: Scenario) -> None:
         ("mlp", s.model.mlp if s.model.mlp != "gelu" else None, "use mlp: gelu"),
         ("positions", s.model.positions if s.model.positions != "learned" else None, "use positions: learned"),
         ("tie_embeddings", True if s.model.tie_embeddings else None, "use tie_embeddings: false"),
+        ("head_dim", s.model.head_dim if s.model.q_width != s.model.hidden else None, "leave it out (hidden / heads)"),
+        ("moe", "experts" if s.model.moe is not None else None, "leave it out (a dense MLP)"),
     ) if v is not None]
     if unbuilt:
         name, value, fix = unbuilt[0]

@@ -28,6 +28,7 @@ from ppsim.costs.gemms import Gemm
 from ppsim.costs.layout import Layout, StageShape
 from ppsim.costs.links import Links
 from ppsim.costs.low_precision import LowPrecision, scenario_precision
+from ppsim.costs.moe import alltoall_ms
 from ppsim.costs.table import CostTable, Link
 from ppsim.costs.tensor_parallel import TensorParallelComm, exposed_comm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
@@ -88,22 +89,26 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
             tp = replace(tp, backward_ms=(recomputed * tp.backward_ms + st.plain_blocks * plain.backward_ms)
                          / st.blocks)
         cp = block_context_comm(s, model, st, links.context_parallel, price)
-        tp = replace(tp, forward_ms=tp.forward_ms + cp.forward_ms, backward_ms=tp.backward_ms + cp.backward_ms)
-        reduce_ms, buckets = grad_allreduce(st.params * layout.dtype_bytes, d, links.data_parallel,
+        reduce_ms, buckets = grad_allreduce(st.reduced_params * layout.dtype_bytes, d, links.data_parallel,
                                             training.allreduce, training.bucket_mb * 1e6)
         compute_forward = forward_mm + st.forward_bytes / hbm_bytes_per_ms
         compute_backward = backward_mm + st.backward_bytes / hbm_bytes_per_ms
         more = sharded_and_offloaded(s, st, layout.dtype_bytes, precision, links, device, compute_forward,
                                      compute_backward)
+        a2a = expert_alltoalls(s, st, links.expert_parallel)
         # what runs beside the compute and is not hidden by it: the collectives and copies left exposed
-        forward_comm = st.blocks * tp.forward_ms + more.forward_ms
-        backward_comm = st.blocks * tp.backward_ms + more.backward_ms
+        forward_comm = (st.tp_collective_blocks * tp.forward_ms + st.blocks * cp.forward_ms + a2a.forward_ms
+                        + more.forward_ms)
+        backward_comm = (st.tp_collective_blocks * tp.backward_ms + st.blocks * cp.backward_ms + a2a.backward_ms
+                         + more.backward_ms)
+        stepped = st.params if training.zero_stage == 0 else st.params - st.expert_params + (
+            st.expert_params * d / s.expert_replicas)  # each replica steps its shard: experts' over their replicas
         stages.append(layout.stage_cost(
             k,
             forward_ms=compute_forward + forward_comm,
             backward_ms=compute_backward + backward_comm,
             weight_grad_ms=weight_grad_mm,
-            optimizer_ms=(st.params * OPTIMIZER_BYTES_PER_PARAM + st.step_bytes) / hbm_bytes_per_ms,
+            optimizer_ms=(stepped * OPTIMIZER_BYTES_PER_PARAM + st.step_bytes) / hbm_bytes_per_ms,
             clip_ms=st.params * layout.dtype_bytes / hbm_bytes_per_ms,
             allreduce_ms=reduce_ms,
             allreduce_buckets=buckets,
@@ -159,6 +164,17 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
     return ms
 
 
+def expert_alltoalls(s: Scenario, st: StageShape, link: Link) -> Exposed:
+    """A stage's expert-parallel all-to-alls per micro-batch (:mod:`~ppsim.costs.moe`): dispatch and
+    combine in each MoE block's forward, both again in its backward, and once more where the
+    backward recomputes the forward."""
+    if not st.moe_blocks or s.expert_parallel <= 1:
+        return Exposed()
+    pair = 2 * alltoall_ms(st.alltoall_bytes, s.expert_parallel, link)
+    recomputed = 1 - st.plain_blocks / st.blocks if s.training.recompute == "full" else 0.0
+    return Exposed(st.moe_blocks * pair, st.moe_blocks * pair * (1 + recomputed))
+
+
 def sharded_and_offloaded(s: Scenario, st: StageShape, dtype_bytes: int, precision: LowPrecision | None,
                           links: Links, device: Device, forward_ms: float, backward_ms: float) -> Exposed:
     """A stage's exposed FSDP collectives (ZeRO-3) and activation copies to the host, per micro-batch,
@@ -166,8 +182,8 @@ def sharded_and_offloaded(s: Scenario, st: StageShape, dtype_bytes: int, precisi
     out = Exposed()
     if s.training.zero_stage >= 3:
         weight_bytes = precision.value_bytes if precision and precision.params else dtype_bytes
-        out = fsdp_stage(st.params, st.blocks + 1, weight_bytes, dtype_bytes, s.weight_replicas, links.data_parallel,
-                         forward_ms, backward_ms)
+        out = fsdp_stage(st.reduced_params, st.blocks + 1, weight_bytes, dtype_bytes, s.weight_replicas,
+                         links.data_parallel, forward_ms, backward_ms)
     if st.offloaded_bytes and device.host_link_gb_s:
         copies = offload(st.offloaded_bytes, Link.from_gb_s(device.host_link_gb_s, 5.0), forward_ms, backward_ms)
         out = Exposed(out.forward_ms + copies.forward_ms, out.backward_ms + copies.backward_ms)
@@ -183,9 +199,8 @@ def block_context_comm(s: Scenario, model: ModelSpec, st: StageShape, link: Link
         return ContextParallelComm()
     tokens = s.training.micro_batch * model.seq_len // cp
     e = DTYPE_BYTES[model.dtype]
-    head_dim = model.hidden // model.heads
-    kv_bytes = 2 * tokens * model.kv * head_dim // s.tensor_parallel * e
-    q_bytes = tokens * model.hidden // s.tensor_parallel * e
+    kv_bytes = 2 * tokens * model.kv * model.head_width // s.tensor_parallel * e
+    q_bytes = tokens * model.q_width // s.tensor_parallel * e
 
     def attention(gemms: tuple[Gemm, ...], backward: bool) -> float:
         return price(tuple(g for g in gemms if g.head_dim), backward) / st.blocks
@@ -204,7 +219,7 @@ def linear_gemm_ms(st: StageShape, priced: Callable[[tuple[Gemm, ...]], float], 
     raw = 5 if swiglu else 4  # the linear GEMMs of one pass as block_gemms lists them
 
     def per_layer(gemms: tuple[Gemm, ...]) -> list[float]:
-        linear = [priced((g,)) / st.blocks for g in gemms if g.linear][:raw]
+        linear = [priced((g,)) / st.lead_blocks for g in gemms if g.linear][:raw]
         return [linear[0], linear[1], linear[2] + linear[3], linear[4]] if swiglu else linear
 
     forward = per_layer(st.gemms.forward)

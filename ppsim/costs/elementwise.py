@@ -37,7 +37,7 @@ class Traffic:
     recompute: float = 0.0
 
 
-def block_traffic(seq_len: int, micro_batch: int, hidden: int, heads: int, ffn_hidden: int, dtype_bytes: int, *,
+def block_traffic(seq_len: int, micro_batch: int, hidden: int, heads: int, ffn_hidden: float, dtype_bytes: int, *,
                   tensor_parallel: int = 1, sequence_parallel: bool = False, flash_attention: bool = False,
                   dropout: bool = True, swiglu: bool = False, recompute: str = "none",
                   kv_len: int | None = None) -> Traffic:

@@ -62,18 +62,23 @@ class PassGemms:
                          self.weight_grad + other.weight_grad)
 
 
-def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_heads: int, ffn_hidden: int, *,
+def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_heads: int, ffn_hidden: float, *,
                 swiglu: bool = False, tensor_parallel: int = 1, recompute: str = "none",
-                flash_attention: bool = False, kv_len: int | None = None) -> PassGemms:
+                flash_attention: bool = False, kv_len: int | None = None, mlp: bool = True,
+                head_dim: int | None = None) -> PassGemms:
     """A transformer block's GEMMs (see the module docstring); ``kv_len``: the keys each query sees
-    when it is not ``seq_len`` (context parallelism: a rank's queries, every key)."""
+    when it is not ``seq_len`` (context parallelism: a rank's queries, every key); without ``mlp``
+    only the attention's (a mixture of experts adds its own: :mod:`ppsim.costs.moe`)."""
     s, b, h, a, f, t = seq_len, micro_batch, hidden, heads, ffn_hidden, tensor_parallel
     keys = kv_len or s
     tokens = b * s
     g = kv_heads / a
-    d = h / a
+    d = head_dim or h / a
+    q = a * d  # the queries' width
     # (in, out) of each dense weight, per tensor rank
-    weights = [(h, (1 + 2 * g) * h / t), (h / t, h)] + [(h, f / t)] * (2 if swiglu else 1) + [(f / t, h)]
+    weights = [(h, (1 + 2 * g) * q / t), (q / t, h)]
+    if mlp:
+        weights += [(h, f / t)] * (2 if swiglu else 1) + [(f / t, h)]
     dense = tuple(Gemm(tokens, i, o, linear=True) for i, o in weights)
     per_head = b * a / t
     # a causal FlashAttention kernel works on half the keys on average (the tiles it skips)

@@ -22,6 +22,7 @@ from ppsim.costs.elementwise import Traffic, block_traffic, embedding_traffic, h
 from ppsim.costs.gemms import PassGemms, block_gemms, head_gemms
 from ppsim.costs.low_precision import LowPrecision
 from ppsim.costs.memory import Recompute, block_activation_bytes
+from ppsim.costs.moe import ExpertShard, router_flops
 from ppsim.inputs.scenario import DTYPE_BYTES, ModelSpec
 
 
@@ -36,8 +37,12 @@ class LayerCost:
     params: int
     activation_bytes: int
     recompute_flops: float = 0.0  #: the part of input_grad_flops that recomputes the forward
-    #: executed but not the model's: the masked half of unfused causal attention (forward, input grad)
+    #: executed here but not the model's: the masked half of unfused causal attention (forward, input
+    #: grad), and the busiest expert rank's routed work beyond the mean (ppsim.costs.moe)
     masked_flops: float = 0.0
+    expert_params: int = 0  #: the part of params that are routed experts' (sharded over the expert replicas)
+    alltoall_bytes: float = 0.0  #: one expert-parallel all-to-all's bytes (dispatch or combine): ppsim.costs.moe
+    tp_collectives: float = 1.0  #: the share of a dense block's tensor-parallel collectives it runs
     #: HBM bytes once per step beside the optimizer's (FP8 training's weight casts: ppsim.costs.low_precision)
     step_bytes: float = 0.0
     #: weight bytes per parameter beyond the dtype's (FP8 training's copies: ppsim.costs.low_precision)
@@ -56,7 +61,7 @@ class LayerCost:
 
 def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none", tensor_parallel: int = 1, *,
                sequence_parallel: bool = False, flash_attention: bool = False, narrow: LowPrecision | None = None,
-               context_parallel: int = 1) -> tuple[LayerCost, LayerCost, LayerCost]:
+               context_parallel: int = 1, experts: ExpertShard | None = None) -> tuple[LayerCost, LayerCost, LayerCost]:
     """(embedding, one transformer block, LM head) for one micro-batch, per device of a tensor-
     parallel group of ``tensor_parallel`` (Megatron: the matmuls, the vocabulary and the heads are
     split t ways). With recompute, the block's input-grad pass also runs the recomputed forward
@@ -64,16 +69,19 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     With ``narrow`` (FP8 or FP4) the block's linear layers add their casts, keep their inputs and
     their weights' copies narrow (:mod:`ppsim.costs.low_precision`); their GEMMs are marked ``linear``. With
     ``context_parallel`` cp each device holds s / cp of each sequence's tokens, whose queries
-    attend to all s keys (Megatron's load-balanced causal split: every rank an equal share)."""
-    b, h, f, a, V = micro_batch, model.hidden, model.ffn, model.heads, model.vocab
+    attend to all s keys (Megatron's load-balanced causal split: every rank an equal share). With
+    ``experts`` the block is a MoE layer as one device holds it (:mod:`ppsim.costs.moe`)."""
+    b, h, a, V = micro_batch, model.hidden, model.heads, model.vocab
+    f = experts.mlp_width() if experts else model.ffn
     s, keys = model.seq_len // context_parallel, model.seq_len  # a device's tokens; the keys they see
     t = tensor_parallel
     g = model.kv / a  # K and V projections are g x the size of Q's (grouped-query attention)
+    q = model.q_width  # the queries' width: h unless the heads are narrower or wider (model.head_dim)
     mlp_mats = 3 if model.mlp == "swiglu" else 2
-    matmul = ((4 + 4 * g) * b * s * h * h + 2 * mlp_mats * b * s * h * f) / t
+    matmul = ((4 + 4 * g) * b * s * h * q + 2 * mlp_mats * b * s * h * f) / t
     # the scores and context matmuls over every key; the model is causal: a FlashAttention kernel
     # skips the tiles above the diagonal (half the work), the unfused path computes them all and masks
-    whole = 4 * b * s * keys * h / t
+    whole = 4 * b * s * keys * q / t
     attention = whole / 2 if flash_attention else whole
     masked = 0.0 if flash_attention else 1.5 * whole  # half of the forward's and of the input grad's
     # what the backward runs again: the recomputed forward (all of it, or the attention core), and
@@ -83,31 +91,56 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     else:
         recomputed = {"none": 0, "selective": attention, "full": matmul + attention}[recompute]
     if model.mlp == "swiglu":  # Llama-style block: no biases, two RMSNorms
-        block_params = int((2 + 2 * g) * h * h + 3 * h * f) // t + 2 * h
+        block_params = int((2 + 2 * g) * h * q + 3 * h * f) // t + 2 * h
+        attention_params, norms = (2 + 2 * g) * h * q, 2 * h
     else:  # GPT-style block: biases, two LayerNorms
-        block_params = int((2 + 2 * g) * h * h + 2 * h * f + (2 + 2 * g) * h + f) // t + 5 * h
+        biases = (2 + 2 * g) * h + (1 + 2 * g) * (q - h)  # QKV's (1 + 2g) q and the output's h
+        block_params = int((2 + 2 * g) * h * q + 2 * h * f + biases + f) // t + 5 * h
+        attention_params, norms = (2 + 2 * g) * h * q + biases, 5 * h
+    linear_params = int((2 + 2 * g) * h * q + mlp_mats * h * f) // t
+    expert_params = 0
+    tokens = experts.tokens(s, b, t) if experts else 0.0
     e = DTYPE_BYTES[model.dtype]
+    router = permute = 0.0
+    if experts:  # the MLP's parameters are the device's experts', the shared experts' and the router's
+        moe_params, expert_params = experts.params(model, t)
+        block_params = int(attention_params) // t + norms + moe_params
+        linear_params = int((2 + 2 * g) * h * q) // t + moe_params - h * experts.moe.experts
+        router = router_flops(tokens, h, experts.moe.experts)
+        permute = experts.permute_bytes(tokens, h, e)
+        matmul += router
+        recomputed += router if recompute == "full" else 0.0
+        # the busiest rank's routed work beyond the mean, in each of the three passes
+        masked += 3 * 2 * mlp_mats * tokens * h * experts.moe.top_k * (experts.moe.skew - 1) * experts.moe.ffn_hidden
     traffic = block_traffic(s, b, h, a, f, e, tensor_parallel=t,
                             sequence_parallel=sequence_parallel, flash_attention=flash_attention,
                             dropout=model.dropout, swiglu=model.mlp == "swiglu", recompute=recompute, kv_len=keys)
+    traffic = Traffic(traffic.forward + permute, traffic.backward + 2 * permute,
+                      traffic.recompute + (permute if recompute == "full" else 0.0))
     casts, weight_casts, extra_weight = Traffic(0.0, 0.0), 0.0, 0.0
     if narrow is not None:  # QKV, attention output, MLP up (gate and up together), MLP down: (in, out) widths
-        linears = [(h, (1 + 2 * g) * h / t), (h / t, h), (h, (mlp_mats - 1) * f / t), (f / t, h)]
+        linears = [(h, (1 + 2 * g) * q / t), (q / t, h), (h, (mlp_mats - 1) * f / t), (f / t, h)]
         casts = narrow.cast_traffic(linears, b * s, e)
-        linear_params = int((2 + 2 * g) * h * h + mlp_mats * h * f) // t
         weight_casts = narrow.weight_cast_bytes(linear_params, e)
         extra_weight = linear_params * (narrow.weight_bytes_per_param(e) - e)
+    held = block_activation_bytes(s, b, h, a, e, recompute, t, kv_heads=model.kv, ffn_hidden=f, mlp=model.mlp,
+                                  attention_width=q,
+                                  sequence_parallel=sequence_parallel, flash_attention=flash_attention,
+                                  dropout=model.dropout, linear_input_bytes=narrow.value_bytes if narrow else None,
+                                  kv_len=keys)
+    if experts and recompute != "full":
+        held += int(experts.extra_activation_bytes(tokens, h, e))
+    gemms = block_gemms(s, b, h, a, model.kv, f, swiglu=model.mlp == "swiglu", tensor_parallel=t, head_dim=model.head_width,
+                        recompute=recompute, flash_attention=flash_attention, kv_len=keys, mlp=experts is None)
+    if experts:
+        gemms += experts.gemms(tokens, h, t, model.mlp == "swiglu", recomputed=recompute == "full")
     block = LayerCost(
         name="block",
         forward_flops=matmul + attention,
         input_grad_flops=matmul + 2 * attention + recomputed,
         weight_grad_flops=matmul,
         params=block_params,
-        activation_bytes=block_activation_bytes(s, b, h, a, e, recompute, t,
-                                                kv_heads=model.kv, ffn_hidden=f, mlp=model.mlp,
-                                                sequence_parallel=sequence_parallel, flash_attention=flash_attention,
-                                                dropout=model.dropout,
-                                                linear_input_bytes=narrow.value_bytes if narrow else None, kv_len=keys),
+        activation_bytes=held,
         recompute_flops=recomputed,
         masked_flops=masked,
         forward_bytes=traffic.forward + casts.forward,
@@ -116,8 +149,10 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         + (casts.forward if recompute == "full" else 0.0),
         step_bytes=weight_casts,
         extra_weight_bytes=extra_weight,
-        gemms=block_gemms(s, b, h, a, model.kv, f, swiglu=model.mlp == "swiglu", tensor_parallel=t,
-                          recompute=recompute, flash_attention=flash_attention, kv_len=keys),
+        gemms=gemms,
+        expert_params=expert_params,
+        alltoall_bytes=experts.dispatch_bytes(tokens, h, e) if experts else 0.0,
+        tp_collectives=0.5 + (0.5 if experts.moe.shared_experts else 0.0) if experts else 1.0,
     )
     embedding = LayerCost(
         name="embedding",

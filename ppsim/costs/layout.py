@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TypedDict
 from ppsim.costs.gemms import PassGemms
 from ppsim.costs.layers import LayerCost
 from ppsim.costs.memory import StaticMemory, static_memory
+from ppsim.costs.moe import reduced_params
 from ppsim.costs.table import StageCost
 from ppsim.costs.tensor_parallel import message_split
 from ppsim.inputs.scenario import DTYPE_BYTES, Scenario
@@ -55,6 +56,32 @@ class StageShape:
     step_bytes: float = 0.0  #: HBM bytes once per step beside the optimizer's (FP8 weight casts)
     offloaded_bytes: int = 0  #: activations per micro-batch copied to host and back (training.offload_layers)
     plain_blocks: int = 0  #: blocks beyond training.recompute_layers: not recomputed though the scenario recomputes
+    lead_blocks: int = 0  #: the blocks of the kind whose GEMMs lead ``gemms`` (all of them unless MoE and dense mix)
+    expert_params: int = 0  #: the part of params that are routed experts' (ppsim.costs.moe)
+    moe_blocks: int = 0  #: blocks with experts
+    alltoall_bytes: float = 0.0  #: one of a MoE block's all-to-alls, per device
+    tp_collective_blocks: float = 0.0  #: dense blocks' worth of tensor-parallel collectives (a MoE block: less)
+    #: the parameters whose reduction over the stage's replicas moves what its dense and expert ones
+    #: really do over theirs (ppsim.costs.moe.reduced_params); params without experts
+    reduced_params: float = 0.0
+
+
+@dataclass(frozen=True)
+class BlockKinds:
+    """The kinds of block a model's layers are: dense, and with a mixture of experts MoE; each in
+    the scenario's recompute mode and, for the blocks of a virtual stage beyond
+    ``training.recompute_layers``, without recomputation (``plain_*``; None: as recomputed)."""
+
+    dense: LayerCost
+    moe: LayerCost | None = None
+    plain_dense: LayerCost | None = None
+    plain_moe: LayerCost | None = None
+
+    def family(self, moe: bool) -> tuple[LayerCost, LayerCost | None]:
+        """(the block, its plain twin) of the MoE or the dense layers."""
+        if moe and self.moe is not None:
+            return self.moe, self.plain_moe
+        return self.dense, self.plain_dense
 
 
 @dataclass(frozen=True)
@@ -76,35 +103,52 @@ class Layout:
         if not self.stages:
             return StageCost(**times)
         st = self.stages[stage]
-        return StageCost(grad_bytes=st.params * self.dtype_bytes, activation_bytes=st.activation_bytes,
+        return StageCost(grad_bytes=int(st.reduced_params * self.dtype_bytes), activation_bytes=st.activation_bytes,
                          params=st.params, layers=st.blocks, memory=st.memory, **times)
 
 
 def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, LayerCost, LayerCost] | None,
-            stage_to_rank: Sequence[int] = (0,), plain: LayerCost | None = None) -> Layout:
+            stage_to_rank: Sequence[int] = (0,), kinds: BlockKinds | None = None) -> Layout:
     """The layout of ``blocks`` per virtual stage of the (embedding, block, head) ``layers``; with
     tied embeddings and the first and last virtual stage on one rank (``stage_to_rank``) the head
-    reuses the embedding's table, and only the embedding counts it. ``plain``: the block without
-    recomputation, which the blocks of a virtual stage beyond ``training.recompute_layers`` are."""
+    reuses the embedding's table, and only the embedding counts it. ``kinds``: the blocks when they
+    are not all ``layers``' (MoE layers beside dense ones, blocks beyond ``training.recompute_layers``)."""
     model = s.model
     dtype_bytes = DTYPE_BYTES[model.dtype] if model else 2
     # one device's s x b x h activation: its s / cp tokens under context parallelism
     whole = model.seq_len // s.context_parallel * s.training.micro_batch * model.hidden * dtype_bytes if model else 0
     message = whole // message_split(s.tensor_parallel, sequence_parallel=s.training.sequence_parallel,
                                      scatter_gather=s.pipeline.scatter_gather)
-    if blocks is None or layers is None:
+    if blocks is None or layers is None or model is None:
         return Layout((), message, whole, dtype_bytes)
     emb, block, head = layers
+    kinds = kinds or BlockKinds(block)
     n = len(blocks)
-    if model is not None and model.tie_embeddings and stage_to_rank[0] == stage_to_rank[-1]:
+    if model.tie_embeddings and stage_to_rank[0] == stage_to_rank[-1]:
         head = replace(head, params=head.params - model.vocab * model.hidden // s.tensor_parallel)
     stages = []
+    first = 0  # the stage's first block, counted over the whole model
     for k, count in enumerate(blocks):
-        recomputed = count if plain is None else min(count, s.training.recompute_layers or count)
-        kinds = [block] * recomputed + [plain or block] * (count - recomputed)
-        parts = kinds + ([emb] if k == 0 else []) + ([head] if k == n - 1 else [])
-        offloaded = sum(x.activation_bytes for x in kinds[:s.training.offload_layers])
+        recomputed = min(count, s.training.recompute_layers or count)
+        moe_at = [model.moe is not None and model.moe.is_moe(first + i) for i in range(count)]
+        first += count
+        stage_blocks: list[LayerCost] = []
+        gemms = PassGemms()
+        lead = 0
+        for moe in (False, True):  # each family's blocks, recomputed first (the order block_gemms lists them in)
+            mine = [i for i, x in enumerate(moe_at) if x == moe]
+            if not mine:
+                continue
+            full, plain = kinds.family(moe)
+            again = sum(i < recomputed for i in mine)
+            stage_blocks += [full if i < recomputed else plain or full for i in mine]
+            gemms += block_gemms(full, plain, len(mine), again)
+            lead = lead or len(mine)
+        parts = stage_blocks + ([emb] if k == 0 else []) + ([head] if k == n - 1 else [])
+        offloaded = sum(x.activation_bytes for x in stage_blocks[:s.training.offload_layers])
         params = sum(x.params for x in parts)
+        expert_params = sum(x.expert_params for x in stage_blocks)
+        moe_blocks = sum(moe_at)
         stages.append(StageShape(
             blocks=count,
             forward_flops=sum(x.forward_flops for x in parts),
@@ -116,13 +160,20 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
             activation_bytes=sum(x.activation_bytes for x in parts) - offloaded,
             offloaded_bytes=offloaded,
             plain_blocks=count - recomputed,
+            lead_blocks=lead,
+            expert_params=expert_params,
+            moe_blocks=moe_blocks,
+            alltoall_bytes=kinds.moe.alltoall_bytes if kinds.moe is not None and moe_blocks else 0.0,
+            tp_collective_blocks=sum(x.tp_collectives for x in stage_blocks),
+            reduced_params=reduced_params(params - expert_params, expert_params, s.weight_replicas, s.expert_replicas),
             forward_bytes=sum(x.forward_bytes for x in parts),
             backward_bytes=sum(x.backward_bytes for x in parts),
-            gemms=sum((x.gemms for x in parts[count:]), block_gemms(block, plain, count, recomputed)),
+            gemms=sum((x.gemms for x in parts[count:]), gemms),
             step_bytes=sum(x.step_bytes for x in parts),
             memory=static_memory(params, dtype_bytes, zero_stage=s.training.zero_stage, data_parallel=s.weight_replicas,
                                  message_bytes=message, neighbours=(k > 0) + (k < n - 1),
-                                 extra_weight_bytes=int(sum(x.extra_weight_bytes for x in parts))),
+                                 extra_weight_bytes=int(sum(x.extra_weight_bytes for x in parts)),
+                                 expert_params=expert_params, expert_replicas=s.expert_replicas),
         ))
     return Layout(tuple(stages), message, whole, dtype_bytes)
 

@@ -18,6 +18,8 @@ class Links:
     data_parallel: Link
     tensor_parallel: Link
     context_parallel: Link  #: a ring over a context-parallel group (its K/V exchange)
+    #: an all-to-all over an expert-parallel group (a MoE layer's dispatch and combine)
+    expert_parallel: Link = Link(latency_ms=0.0)
     #: between the ranks of the first and the last virtual stage (the tied embedding's gradient
     #: all-reduce); None when they are one rank
     embedding: Link | None = None
@@ -60,6 +62,7 @@ def scenario_links(s: Scenario, device: Device, stage_to_rank: tuple[int, ...]) 
         data_parallel=_link(hw.dp_link, device.intra_node_gb_s, device.intra_node_latency_us),
         tensor_parallel=_link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
         context_parallel=_link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
+        expert_parallel=_link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
         embedding=boundary if stage_to_rank[0] != stage_to_rank[-1] else None,
     )
 
@@ -104,4 +107,5 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank
         fabric = FabricRoutes(cl.capacities(cluster), tuple(map(_route, forward)), tuple(map(_route, backward)),
                               tuple(map(_route, reduce)), _route(pipeline))
     context = as_link(cl.context_parallel_link(cluster, p, d, t, cp, spec.placement))
-    return Links(tuple(as_link(b) for b in boundaries), as_link(dp), as_link(tp), context, embedding, fabric)
+    experts = as_link(cl.expert_parallel_link(cluster, p, d, t, s.expert_parallel, s.expert_tensor, spec.placement))
+    return Links(tuple(as_link(b) for b in boundaries), as_link(dp), as_link(tp), context, experts, embedding, fabric)

@@ -44,10 +44,10 @@ RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
 
 def block_activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, dtype_bytes: int,
                            recompute: Recompute = "none", tensor_parallel: int = 1, *,
-                           kv_heads: int | None = None, ffn_hidden: int | None = None, mlp: str = "gelu",
+                           kv_heads: int | None = None, ffn_hidden: float | None = None, mlp: str = "gelu",
                            sequence_parallel: bool = False, flash_attention: bool = False,
                            dropout: bool = True, linear_input_bytes: float | None = None,
-                           kv_len: int | None = None) -> int:
+                           kv_len: int | None = None, attention_width: int | None = None) -> int:
     """Bytes one transformer block keeps per micro-batch between its forward and its backward, on
     each of ``tensor_parallel`` devices (Megatron's tensor parallelism: the layer norms' and
     dropouts' 10 sbh stay whole unless ``sequence_parallel`` splits them too). With
@@ -55,7 +55,8 @@ def block_activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: i
     bytes per value instead of the dtype's: QKV's and the MLP up projection's (2 sbh of the whole
     part), the attention output's and the down projection's (sbh and sbf of the split part).
     ``kv_len``: the keys each query sees when it is not ``seq_len`` (context parallelism: s / cp
-    queries per rank, s keys), for the scores' term."""
+    queries per rank, s keys), for the scores' term; ``attention_width``: the queries' width when it
+    is not ``hidden`` (heads x head_dim), for Q, K, V and the attention's output."""
     if recompute not in RECOMPUTE_MODES:
         raise ScenarioError(f"unknown recompute mode {recompute!r}; use one of {', '.join(RECOMPUTE_MODES)}",
                             field="training.recompute")
@@ -68,7 +69,8 @@ def block_activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: i
     kv = heads if kv_heads is None else kv_heads
     ffn = 4 * hidden if ffn_hidden is None else ffn_hidden
     mlp_values = 6 if mlp == "swiglu" else 4  # 16-bit values of width f kept by the MLP
-    split = (4 + 4 * kv / heads) * sbh + mlp_values * seq_len * micro_batch * ffn
+    sbq = seq_len * micro_batch * (attention_width or hidden)
+    split = (4 + 4 * kv / heads) * sbq + mlp_values * seq_len * micro_batch * ffn
     kept = (10 if dropout else 8) * sbh / whole_t + split / t
     if recompute == "none" and not flash_attention:
         kept += (5 if dropout else 2) * heads * (kv_len or seq_len) * sbh / (hidden * t)
@@ -106,15 +108,20 @@ class StaticMemory:
 
 
 def static_memory(params: int, dtype_bytes: int, *, zero_stage: int = 0, data_parallel: int = 1,
-                  message_bytes: int = 0, neighbours: int = 0, extra_weight_bytes: int = 0) -> StaticMemory:
+                  message_bytes: int = 0, neighbours: int = 0, extra_weight_bytes: int = 0,
+                  expert_params: int = 0, expert_replicas: int = 1) -> StaticMemory:
     """Model states of ``params`` parameters, sharded over ``data_parallel`` replicas as ZeRO's
-    stage says (1: the optimizer state, 2: also the gradients, 3: also the weights), plus send and
-    receive buffers for each of ``neighbours`` neighbouring stages; ``extra_weight_bytes`` (FP8
+    stage says (1: the optimizer state, 2: also the gradients, 3: also the weights), the
+    ``expert_params`` among them over their ``expert_replicas`` (:mod:`ppsim.costs.moe`), plus send
+    and receive buffers for each of ``neighbours`` neighbouring stages; ``extra_weight_bytes`` (FP8
     training's weight copies) count with the weights, unsharded."""
     w, g, o = model_state_bytes_per_param(dtype_bytes)
+    dense = params - expert_params
 
-    def sharded(total: int, stage: int) -> int:
-        return -(-total // data_parallel) if zero_stage >= stage else total
+    def sharded(per_param: int, stage: int) -> int:
+        if zero_stage < stage:
+            return params * per_param
+        return -(-dense * per_param // data_parallel) + -(-expert_params * per_param // expert_replicas)
 
-    return StaticMemory(weights=sharded(params * w, 3) + extra_weight_bytes, gradients=sharded(params * g, 2),
-                        optimizer=sharded(params * o, 1), buffers=2 * message_bytes * neighbours)
+    return StaticMemory(weights=sharded(w, 3) + extra_weight_bytes, gradients=sharded(g, 2),
+                        optimizer=sharded(o, 1), buffers=2 * message_bytes * neighbours)

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 from ppsim.costs.analytic import analytic_costs, uses_curves
 from ppsim.costs.explicit import explicit_costs
 from ppsim.costs.layers import LayerCost, gpt_layers
-from ppsim.costs.layout import Layout, lay_out
+from ppsim.costs.layout import BlockKinds, Layout, lay_out
 from ppsim.costs.links import scenario_links
 from ppsim.costs.low_precision import check_low_precision, scenario_precision
+from ppsim.costs.moe import ExpertShard
 from ppsim.costs.partition import blocks_per_stage
 from ppsim.costs.table import CostTable
 from ppsim.errors import ScenarioError
@@ -74,7 +75,7 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
         else:
             loads = (block.total_flops, emb.total_flops, head.total_flops)
         blocks = blocks_per_stage(s, stage_to_rank, *loads)
-    layout = lay_out(s, blocks, layers, stage_to_rank, plain_block(s))
+    layout = lay_out(s, blocks, layers, stage_to_rank, block_kinds(s, layers))
     if s.costs is not None:
         costs = explicit_costs(s, s.costs, layout, stage_to_rank)
         source = ("explicit", "explicit: the scenario's costs section")
@@ -107,18 +108,19 @@ def datasheet_source(s: Scenario, device: Device) -> str:
     return f"datasheet: {peak} at {100 * (s.hardware.efficiency or device.efficiency):g} % efficiency ({whose})"
 
 
-def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompute | None = None
-                 ) -> tuple[LayerCost, LayerCost, LayerCost] | None:
+def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompute | None = None,
+                 moe: bool = False) -> tuple[LayerCost, LayerCost, LayerCost] | None:
     """(embedding, block, head) of the scenario's model for one micro-batch, per tensor-parallel
-    device, in the scenario's recompute mode or ``recompute``; with a profile the embedding's and
-    head's parameters are whole, as ppexec holds them."""
+    device, in the scenario's recompute mode or ``recompute``; the block a MoE layer's with ``moe``;
+    with a profile the embedding's and head's parameters are whole, as ppexec holds them."""
     if s.model is None:
         return None
     t, training = s.tensor_parallel, s.training
     narrow = scenario_precision(training.fp8, training.fp4, training.low_precision_params)
+    experts = ExpertShard(s.model.moe, s.expert_parallel, s.expert_tensor) if moe and s.model.moe else None
     layers = gpt_layers(s.model, training.micro_batch, recompute or training.recompute, t,
                         sequence_parallel=training.sequence_parallel, flash_attention=training.flash_attention,
-                        narrow=narrow, context_parallel=s.context_parallel)
+                        narrow=narrow, context_parallel=s.context_parallel, experts=experts)
     if profile is not None and t > 1:
         whole_emb, _, whole_head = gpt_layers(s.model, training.micro_batch, training.recompute, 1)
         emb, block, head = layers
@@ -126,11 +128,25 @@ def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompu
     return layers
 
 
-def plain_block(s: Scenario) -> LayerCost | None:
-    """The block without recomputation, which the blocks beyond ``training.recompute_layers`` are
-    (None when every block runs the scenario's recompute mode)."""
-    layers = model_layers(s, recompute="none") if s.training.recompute_layers is not None else None
-    return layers[1] if layers else None
+def block_kinds(s: Scenario, layers: tuple[LayerCost, LayerCost, LayerCost] | None) -> BlockKinds | None:
+    """The kinds of block of the scenario's model beside ``layers``' dense one: its MoE layers', and
+    without recomputation those beyond ``training.recompute_layers`` (None: every block is ``layers``')."""
+    if layers is None or s.model is None:
+        return None
+    moe = s.model.moe is not None
+    partial = s.training.recompute_layers is not None
+
+    def block(recompute: Recompute | None, experts: bool) -> LayerCost:
+        built = model_layers(s, recompute=recompute, moe=experts)
+        assert built is not None  # the scenario has a model
+        return built[1]
+
+    return BlockKinds(
+        dense=layers[1],
+        moe=block(None, True) if moe else None,
+        plain_dense=block("none", False) if partial else None,
+        plain_moe=block("none", True) if partial and moe else None,
+    )
 
 
 def _check_profile(s: Scenario, profile: Profile) -> None:

@@ -377,6 +377,27 @@ def context_parallel_link(cluster: Cluster, p: int, d: int, t: int, cp: int, pla
     return group_link(cluster, groups)
 
 
+def expert_parallel_link(cluster: Cluster, p: int, d: int, t: int, ep: int, etp: int, placement: Placement
+                         ) -> LinkSpeed:
+    """The link of an all-to-all over each expert-parallel group, all groups at once: a stage's
+    t x d devices (tensor rank fastest, as Megatron orders them) tiled ETP x EP x EDP, expert tensor
+    rank fastest; every member sends each other member an equal share of its bytes."""
+    if ep <= 1:
+        return FREE
+    stage_devices = t * d
+    groups = []
+    for s in range(p):
+        for outer in range(stage_devices // (ep * etp)):
+            for k in range(etp):
+                positions = [k + etp * (j + ep * outer) for j in range(ep)]
+                groups.append([device_of(s, pos // t, pos % t, p, d, t, placement) for pos in positions])
+    flows = [(a, b, 1 / (len(g) - 1)) for g in groups for a in g for b in g if a != b]
+    links = _directed(cluster)
+    load, latency_us = flow_load(cluster, flows)
+    bandwidth = min(links[hop].bandwidth_gb_s / n for hop, n in load.items()) if load else math.inf
+    return LinkSpeed(bandwidth, latency_us)
+
+
 def tensor_parallel_link(cluster: Cluster, p: int, d: int, t: int, placement: Placement) -> LinkSpeed:
     groups = [[device_of(s, r, k, p, d, t, placement) for k in range(t)] for s in range(p) for r in range(d)]
     return group_link(cluster, groups)

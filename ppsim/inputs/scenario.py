@@ -32,8 +32,40 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+class MoESpec(_Strict):
+    """A mixture of experts in place of the MLP of the MoE layers (ppsim.costs.moe)."""
+
+    experts: int = Field(gt=1, le=2**16, description="routed experts per MoE layer")
+    top_k: int = Field(gt=0, le=2**10, description="routed experts per token")
+    ffn_hidden: int = Field(gt=0, le=2**22, description="one expert's MLP width (Megatron's moe_ffn_hidden_size)")
+    shared_experts: int = Field(default=0, ge=0, le=64, description="experts every token goes through")
+    shared_ffn_hidden: int | None = Field(default=None, gt=0, le=2**22,
+                                          description="one shared expert's MLP width; default: ffn_hidden")
+    dense_layers: int = Field(default=0, ge=0, le=10_000,
+                              description="the first this many layers keep a dense MLP (DeepSeek's first_k_dense)")
+    layer_freq: int = Field(default=1, ge=1, le=10_000,
+                            description="every this many layers (after the dense ones) is a MoE layer; 1: all")
+    #: the busiest expert-parallel rank's routed tokens over the mean (1: balanced routing); its
+    #: experts set each MoE layer's time and its all-to-all bytes
+    skew: float = Field(default=1.0, ge=1.0, le=1_000.0)
+
+    @model_validator(mode="after")
+    def _top_k_within_experts(self) -> MoESpec:
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k ({self.top_k}) is more than experts ({self.experts})")
+        return self
+
+    @property
+    def shared_ffn(self) -> int:
+        return self.shared_ffn_hidden or self.ffn_hidden
+
+    def is_moe(self, layer: int) -> bool:
+        """Whether block ``layer`` (0-based) has experts."""
+        return layer >= self.dense_layers and (layer - self.dense_layers) % self.layer_freq == 0
+
+
 class ModelSpec(_Strict):
-    """A GPT-style decoder-only transformer."""
+    """A GPT-style decoder-only transformer, its MLPs optionally a mixture of experts."""
 
     layers: int = Field(gt=0, le=10_000, description="transformer blocks")
     hidden: int = Field(gt=0, le=2**20, description="model width h")
@@ -43,6 +75,8 @@ class ModelSpec(_Strict):
     ffn_hidden: int | None = Field(default=None, gt=0, le=2**22, description="MLP width, default 4h")
     kv_heads: int | None = Field(default=None, gt=0, le=2**16, description="key/value heads (grouped-query "
                                  "attention); default: heads")
+    head_dim: int | None = Field(default=None, gt=0, le=2**12, description="one head's width (Qwen3, GPT-OSS: "
+                                 "heads x head_dim is not hidden); default: hidden / heads")
     mlp: Literal["gelu", "swiglu"] = "gelu"  #: swiglu: three h x f matrices (gate, up, down), as in Llama
     positions: Literal["learned", "rope"] = "learned"  #: rope: no position-embedding table
     dropout: bool = True  #: dropout layers (their masks are kept for the backward); Llama has none
@@ -51,6 +85,7 @@ class ModelSpec(_Strict):
     #: its gradient before the optimizer step
     tie_embeddings: bool = False
     dtype: Dtype = "bf16"
+    moe: MoESpec | None = None  #: experts in place of the MLP of the MoE layers
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelSpec:
@@ -64,6 +99,16 @@ class ModelSpec(_Strict):
     def kv(self) -> int:
         """Key/value heads."""
         return self.kv_heads or self.heads
+
+    @property
+    def head_width(self) -> int:
+        """One attention head's width d."""
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def q_width(self) -> int:
+        """The queries' width, heads x d (the model's width unless ``head_dim`` says otherwise)."""
+        return self.heads * self.head_width
 
     @property
     def ffn(self) -> int:
@@ -186,6 +231,11 @@ class Scenario(_Strict):
     tensor_parallel: int = Field(default=1, gt=0, le=8, description="Megatron tensor parallelism inside a node")
     #: Megatron's context parallelism: each sequence's tokens split over cp devices (ppsim.costs.context_parallel)
     context_parallel: int = Field(default=1, gt=0, le=1_024)
+    #: the experts of each MoE layer split over this many devices of a stage (Megatron's EP: folded into
+    #: the stage's tensor x context x data-parallel devices); ppsim.costs.moe
+    expert_parallel: int = Field(default=1, gt=0, le=65_536)
+    #: each expert's matrices split over this many devices (Megatron's ETP); default: tensor_parallel, as Megatron's
+    expert_tensor_parallel: int | None = Field(default=None, gt=0, le=64)
     hardware: HardwareSpec = HardwareSpec()
     costs: CostsSpec | None = None
     cluster: ClusterSpec | None = None
@@ -217,6 +267,17 @@ class Scenario(_Strict):
         """The devices of a stage that hold the same weights (tensor ranks aside): data x context
         parallel; gradients are reduced and ZeRO shards over them."""
         return self.data_parallel * self.context_parallel
+
+    @property
+    def expert_tensor(self) -> int:
+        """Expert tensor parallelism: as given, else tensor parallelism (Megatron's default)."""
+        return self.expert_tensor_parallel or self.tensor_parallel
+
+    @property
+    def expert_replicas(self) -> int:
+        """Devices of a stage holding the same experts (Megatron's expert data parallelism): the
+        stage's tensor x context x data-parallel devices over expert x expert-tensor parallelism."""
+        return self.tensor_parallel * self.weight_replicas // (self.expert_parallel * self.expert_tensor)
 
     @property
     def devices(self) -> int:
@@ -373,8 +434,8 @@ def _read_yaml(path: str | Path) -> tuple[dict[str, Any], Path]:
 def check(s: Scenario) -> None:
     """Cross-field rules that pydantic's per-field checks cannot see; each raises a ScenarioError
     naming the key and the fix."""
-    for rule in (_check_sizes, _check_batch, _check_tensor_parallel, _check_links, _check_zero, _check_recompute,
-                 _check_partition, _check_costs):
+    for rule in (_check_sizes, _check_batch, _check_tensor_parallel, _check_experts, _check_links, _check_zero,
+                 _check_recompute, _check_partition, _check_costs):
         rule(s)
     from ppsim.inputs.hardware import get_device  # local: keeps the catalogue out of schema import time
 
@@ -509,6 +570,39 @@ def _check_recompute(s: Scenario) -> None:
         raise ScenarioError(f"{layers} is more than model.layers ({s.model.layers}); it counts the blocks of each "
                             "virtual stage that are recomputed",
                             field="training.recompute_layers")
+
+
+def _check_experts(s: Scenario) -> None:
+    """Megatron's rules on expert parallelism: the expert groups tile the stage's devices, the
+    experts divide evenly, and with tensor parallelism the tokens are split by sequence parallelism."""
+    ep, etp = s.expert_parallel, s.expert_tensor
+    if s.model is None or s.model.moe is None:
+        if ep > 1 or s.expert_tensor_parallel is not None:
+            key = "expert_parallel" if ep > 1 else "expert_tensor_parallel"
+            raise ScenarioError(f"{key} splits the experts of a mixture of experts, and the model has none: add a "
+                                "model.moe section or drop it", field=key)
+        return
+    model, moe = s.model, s.model.moe
+    stage = s.tensor_parallel * s.weight_replicas
+    if stage % (ep * etp):
+        raise ScenarioError(
+            f"expert_parallel x expert_tensor_parallel ({ep} x {etp}) must divide the devices of a stage, tensor x "
+            f"context x data parallel ({s.tensor_parallel} x {s.context_parallel} x {s.data_parallel} = {stage}): "
+            "Megatron folds the expert groups into them", field="expert_parallel")
+    if moe.experts % ep:
+        raise ScenarioError(f"expert_parallel ({ep}) must divide model.moe.experts ({moe.experts}): each device "
+                            "holds experts / expert_parallel of them", field="expert_parallel")
+    for key, width in (("ffn_hidden", moe.ffn_hidden), ("shared_ffn_hidden", moe.shared_ffn)):
+        if width % etp:
+            raise ScenarioError(f"expert_tensor_parallel ({etp}) must divide model.moe.{key} ({width})",
+                                field="expert_tensor_parallel")
+    if s.tensor_parallel > 1 and ep > 1 and not s.training.sequence_parallel:
+        raise ScenarioError("expert parallelism with tensor parallelism needs training.sequence_parallel: true "
+                            "(Megatron refuses it otherwise: each tensor rank dispatches its own tokens)",
+                            field="training.sequence_parallel")
+    if moe.dense_layers >= model.layers:
+        raise ScenarioError(f"model.moe.dense_layers ({moe.dense_layers}) leaves no MoE layer of the "
+                            f"{model.layers}; use fewer", field="model.moe.dense_layers")
 
 
 def _check_zero(s: Scenario) -> None:

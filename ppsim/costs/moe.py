@@ -1,0 +1,126 @@
+"""A mixture of experts in place of a block's MLP (``model.moe``): what one device holds and runs of
+a MoE layer per micro-batch, as Megatron-Core lays it out.
+
+The layout: a stage's t x cp x d devices (tensor, context, data parallel) are tiled a second way for
+the experts, ETP x EP x EDP (expert tensor parallelism, default t; expert parallelism; the expert
+data-parallel replicas that hold the same experts). Each device holds E / EP of the E routed
+experts, each split ETP ways, the shared experts split t ways like a dense MLP, and the router whole.
+
+Per MoE block and micro-batch, a device has T = b s / t tokens (s / cp of each sequence; split t
+ways by sequence parallelism, which expert parallelism with t > 1 needs), each sent to k experts:
+
+- the router: a (T x h) x (h x E) GEMM in each pass;
+- dispatch: an all-to-all over the EP group of the T x k token copies of h values, a device sending
+  (EP - 1) / EP of them and receiving as many; combine sends them back. The forward runs both, the
+  backward both again in reverse (and a fully recomputed forward both once more). The busiest rank
+  (``skew``: its routed tokens over the mean) receives skew times as much, and its link sets the pace;
+- the experts: on average a device's experts run T x k token copies (with ETP, ETP times the
+  tokens at 1 / ETP of the width: the same FLOPs); the busiest rank skew x T x k, and it sets the
+  layer's time. In FLOPs, activations and elementwise traffic that is a dense MLP of width
+  k x skew x f_e (f_e: one expert's width) over the device's tokens, plus the shared experts
+  (n_s x f_s); as GEMMs, grouped: one per local expert of (skew x T x k x ETP / (E / EP)) tokens;
+- permute and unpermute: each token copy written to and read from its expert's buffer on the way
+  out and back (HBM work: 4 k x skew T h values forward, twice that backward);
+- held for the backward: besides the dense-MLP equivalent, the permuted copies' inputs
+  ((k x skew - 1) T h values beyond the block's own input) and the router's probabilities (fp32).
+
+The experts' parameters are sharded and their gradients reduced over the EDP replicas (not the
+stage's d x cp); :func:`reduced_params` gives a one-group reduction of a stage's parameters the
+same ring traffic per device. Tensor parallelism's collectives: a MoE block keeps the attention's
+(half a dense block's) and the shared experts' (the other half), not the routed experts' (their
+tokens move by the all-to-all). Not modelled: dropped tokens (capacity factors: ppsim is dropless),
+the router's auxiliary loss, DeepEP's and the flex dispatcher's kernels (priced as the all-to-all
+they replace), the all-gather of the dispatched tokens inside an ETP group when ETP > 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppsim.costs.gemms import Gemm, PassGemms
+from ppsim.costs.table import Link
+from ppsim.inputs.scenario import ModelSpec, MoESpec
+
+
+@dataclass(frozen=True)
+class ExpertShard:
+    """A MoE model's experts as one device holds them."""
+
+    moe: MoESpec
+    expert_parallel: int = 1
+    expert_tensor: int = 1
+
+    @property
+    def local_experts(self) -> int:
+        return self.moe.experts // self.expert_parallel
+
+    def mlp_width(self) -> float:
+        """The width of the dense MLP that does a MoE layer's expert work on the busiest rank:
+        k x skew x f_e of routed experts and the shared experts' n_s x f_s."""
+        m = self.moe
+        return m.top_k * m.skew * m.ffn_hidden + m.shared_experts * m.shared_ffn
+
+    def params(self, model: ModelSpec, tensor_parallel: int) -> tuple[int, int]:
+        """(all, routed experts') parameters of one MoE layer's MLP on a device: its E / EP experts at
+        1 / ETP each, the shared experts at 1 / t, the router whole."""
+        m, h = self.moe, model.hidden
+        mats = 3 if model.mlp == "swiglu" else 2
+        experts = self.local_experts * mats * h * m.ffn_hidden // self.expert_tensor
+        shared = m.shared_experts * mats * h * m.shared_ffn // tensor_parallel
+        return experts + shared + h * m.experts, experts
+
+    def tokens(self, seq_len: int, micro_batch: int, tensor_parallel: int) -> float:
+        """A device's tokens of a micro-batch at the MoE layer (``seq_len``: its share of each sequence)."""
+        return micro_batch * seq_len / tensor_parallel
+
+    def dispatch_bytes(self, tokens: float, hidden: int, dtype_bytes: int) -> float:
+        """One all-to-all's bytes (dispatch or combine) of the busiest device: its token copies."""
+        return tokens * self.moe.top_k * self.moe.skew * hidden * dtype_bytes
+
+    def extra_activation_bytes(self, tokens: float, hidden: int, dtype_bytes: int) -> float:
+        """What a MoE layer holds for its backward beyond a dense MLP of :meth:`mlp_width`."""
+        m = self.moe
+        return (m.top_k * m.skew - 1) * tokens * hidden * dtype_bytes + 4 * tokens * m.experts
+
+    def permute_bytes(self, tokens: float, hidden: int, dtype_bytes: int) -> float:
+        """The forward's HBM bytes of permuting the token copies to their experts and back."""
+        return 4 * self.moe.top_k * self.moe.skew * tokens * hidden * dtype_bytes
+
+    def gemms(self, tokens: float, hidden: int, tensor_parallel: int, swiglu: bool, recomputed: bool) -> PassGemms:
+        """The router's, the routed experts' (grouped: one GEMM per local expert) and the shared
+        experts' GEMMs of one MoE layer, pass by pass; a recomputed forward's go with the input grad."""
+        m, h, t, etp = self.moe, hidden, tensor_parallel, self.expert_tensor
+        per_expert = tokens * m.top_k * m.skew * etp / self.local_experts
+        up = 2 if swiglu else 1
+        weights = ([(per_expert, h, m.ffn_hidden / etp, self.local_experts)] * up
+                   + [(per_expert, m.ffn_hidden / etp, h, self.local_experts)])
+        if m.shared_experts:  # the shared experts' tokens are all-gathered over the t ranks, as a dense MLP's
+            width = m.shared_experts * m.shared_ffn / t
+            weights += [(tokens * t, h, width, 1)] * up + [(tokens * t, width, h, 1)]
+        forward = tuple(Gemm(n, i, o, c, linear=True) for n, i, o, c in weights) + (Gemm(tokens, h, m.experts),)
+        input_grad = tuple(Gemm(n, o, i, c, linear=True) for n, i, o, c in weights) + (Gemm(tokens, m.experts, h),)
+        weight_grad = tuple(Gemm(i, n, o, c, linear=True) for n, i, o, c in weights) + (Gemm(h, tokens, m.experts),)
+        return PassGemms(forward, input_grad + (forward if recomputed else ()), weight_grad)
+
+
+def router_flops(tokens: float, hidden: int, experts: int) -> float:
+    """One pass of the router's GEMM (forward, input grad and weight grad alike)."""
+    return 2 * tokens * hidden * experts
+
+
+def alltoall_ms(nbytes: float, ranks: int, link: Link) -> float:
+    """An all-to-all of ``nbytes`` per device over ``ranks`` devices on ``link``: a device sends
+    (ranks - 1) / ranks of its bytes, one latency per peer."""
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0
+    return link.latency_ms * (ranks - 1) + link.serialization_ms(nbytes * (ranks - 1) / ranks)
+
+
+def reduced_params(dense: float, experts: float, replicas: int, expert_replicas: int) -> float:
+    """The parameters whose ring reduction over ``replicas`` devices moves what the stage's really
+    does: ``dense`` over ``replicas``, ``experts`` over ``expert_replicas`` (a ring moves
+    (n - 1) / n of the bytes per device)."""
+    if replicas <= 1:
+        return dense + experts
+    share = (expert_replicas - 1) / expert_replicas / ((replicas - 1) / replicas)
+    return dense + experts * share

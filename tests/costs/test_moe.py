@@ -1,0 +1,142 @@
+"""A mixture of experts (ppsim.costs.moe), figures worked by hand from its docstring: Mixtral 8x7B's
+parameters against its paper's, a MoE layer's FLOPs and all-to-all bytes per device, memory per
+rank under expert parallelism, the skew's effect, and Megatron's layout rules as one-line errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ppsim.costs.layers import gpt_layers
+from ppsim.costs.moe import ExpertShard, alltoall_ms, reduced_params
+from ppsim.costs.table import Link
+from ppsim.errors import ScenarioError
+from ppsim.inputs.scenario import ModelSpec, parse_scenario
+from ppsim.prediction import build
+
+MIXTRAL = {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336, "seq_len": 4096,
+           "vocab": 32000, "mlp": "swiglu", "positions": "rope", "dropout": False,
+           "moe": {"experts": 8, "top_k": 2, "ffn_hidden": 14336}}
+
+
+def test_mixtral_8x7b_has_the_parameters_its_paper_gives() -> None:
+    """Jiang et al. (2024), "Mixtral of Experts": 46.7B parameters, 12.9B active per token. Per
+    layer: attention (2 + 2 x 8/32) h^2 = 41.9M, 8 experts of 3 x 4096 x 14336 = 176.2M, the
+    router 4096 x 8, two RMSNorms; the untied embedding and head 2 x 32000 x 4096."""
+    m = ModelSpec(**MIXTRAL)
+    emb, block, head = gpt_layers(m, 1, experts=ExpertShard(m.moe))  # type: ignore[arg-type]
+    total = m.layers * block.params + emb.params + head.params
+    assert total == pytest.approx(46.7e9, rel=0.002)
+    active = total - m.layers * block.expert_params * (8 - 2) / 8
+    assert active == pytest.approx(12.9e9, rel=0.01)
+    assert block.expert_params == 8 * 3 * 4096 * 14336
+
+
+def test_a_moe_layer_runs_a_dense_mlp_of_k_experts_and_dispatches_k_copies_of_its_tokens() -> None:
+    """Per device (t = 2, sequence parallel, EP 4 of 8 experts, ETP 1): T = 4096 / 2 = 2048 tokens,
+    each to 2 experts; the experts' forward 2 x 3 x 2T h f_e, the router's 2 T h E; a dispatch
+    carries 2T x h x 2 bytes; the device holds 2 of the 8 experts whole."""
+    m = ModelSpec(**MIXTRAL)
+    shard = ExpertShard(m.moe, expert_parallel=4, expert_tensor=1)  # type: ignore[arg-type]
+    _, dense, _ = gpt_layers(m.model_copy(update={"moe": None, "ffn_hidden": 1}), 1, tensor_parallel=2,
+                             sequence_parallel=True)
+    _, moe, _ = gpt_layers(m, 1, tensor_parallel=2, sequence_parallel=True, experts=shard)
+    T, h, f = 2048, 4096, 14336
+    mlp_of_width_1 = 2 * 3 * 4096 * h * 1 / 2
+    assert moe.forward_flops - (dense.forward_flops - mlp_of_width_1) == pytest.approx(
+        2 * 3 * (2 * T) * h * f + 2 * T * h * 8)
+    assert moe.alltoall_bytes == 2 * T * h * 2
+    assert moe.expert_params == 2 * 3 * h * f
+    flops = sum(g.flops for g in moe.gemms.forward)
+    assert flops == pytest.approx(moe.forward_flops)  # the GEMMs are the FLOPs
+
+
+def test_an_all_to_all_sends_all_but_its_own_share() -> None:
+    link = Link(latency_ms=0.01, bandwidth_bytes_per_ms=1e8)  # 100 GB/s
+    assert alltoall_ms(8e8, 8, link) == pytest.approx(7 * 0.01 + 7e8 / 1e8)
+    assert alltoall_ms(8e8, 1, link) == 0.0
+
+
+def test_expert_gradients_reduce_over_their_own_replicas() -> None:
+    """1e9 dense parameters over 16 replicas and 4e9 expert ones over 2: the ring moves 15/16 and
+    1/2 of their bytes per device, as 1e9 + 4e9 x (1/2) / (15/16) over 16."""
+    assert reduced_params(1e9, 4e9, 16, 2) == pytest.approx(1e9 + 4e9 * 0.5 / (15 / 16))
+    assert reduced_params(1e9, 4e9, 1, 1) == 5e9
+
+
+def scenario(**over: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": "moe", "model": {**MIXTRAL, "layers": 8},
+        "training": {"micro_batch": 1, "flash_attention": True, "zero_stage": 1, "zero_reduce": "reduce_scatter"},
+        "pipeline": {"stages": 2, "microbatches": 4}, "data_parallel": 8, "expert_parallel": 8,
+        "hardware": {"device": "h100-sxm"}}
+    for key, value in over.items():
+        data[key] = {**data[key], **value} if isinstance(value, dict) and key in data else value
+    return data
+
+
+def test_a_rank_holds_its_experts_sharded_over_their_replicas() -> None:
+    """EP 8 over 8 replicas: each device holds 1 expert per layer (4 layers a stage), 176.2M each;
+    ZeRO-1 shards the experts' optimizer state over their 8 / 8 = 1 replica (none) and the dense
+    parameters' over 8."""
+    c = build(parse_scenario(scenario())).workload.costs.stages[0]
+    expert = 4 * 3 * 4096 * 14336
+    dense = c.params - expert
+    assert c.memory is not None and c.memory.optimizer == pytest.approx(12 * expert + -(-12 * dense // 8), abs=16)
+    assert c.memory.weights == 2 * c.params
+
+
+def test_skew_slows_the_layer_and_moves_more_bytes_but_not_the_model_flops() -> None:
+    even = build(parse_scenario(scenario()))
+    skewed = build(parse_scenario(scenario(model={**MIXTRAL, "layers": 8,
+                                                  "moe": {**MIXTRAL["moe"], "skew": 1.5}})))
+    a, b = even.workload.costs.stages[0], skewed.workload.costs.stages[0]
+    assert b.forward_ms > a.forward_ms and b.forward_comm_ms == pytest.approx(1.5 * a.forward_comm_ms, rel=0.05)
+    assert skewed.workload.model_flops_per_step == pytest.approx(even.workload.model_flops_per_step)
+
+
+def test_dualpipev_hides_the_all_to_alls_behind_the_other_micro_batch() -> None:
+    """The overlapped forward and backward of DualPipeV hides each pass's all-to-alls under the
+    other's compute: the same stage's F and B together take less than apart, by their comm."""
+    from ppsim.plan import Action, Kind, Overlap
+    from ppsim.sim.durations import overlapped_ms
+
+    pred = build(parse_scenario(scenario(pipeline={"stages": 2, "microbatches": 8, "schedule": "dualpipev", "chunks": 2})))
+    costs = pred.workload.costs
+    c = costs.stages[1]
+    both = overlapped_ms(costs, Overlap.of(Action(1, Kind.F, 0), Action(1, Kind.B, 1)))
+    assert c.forward_comm_ms > 0 and both == pytest.approx(c.forward_ms + c.backward_ms - c.forward_comm_ms
+                                                           - c.backward_comm_ms)
+
+
+@pytest.mark.parametrize("over, field, says", [
+    ({"expert_parallel": 3}, "expert_parallel", "must divide the devices of a stage"),
+    ({"expert_parallel": 16, "data_parallel": 16}, "expert_parallel", "must divide model.moe.experts"),
+    ({"tensor_parallel": 2, "data_parallel": 4, "expert_parallel": 4}, "training.sequence_parallel",
+     "needs training.sequence_parallel"),
+    ({"expert_parallel": 4, "expert_tensor_parallel": 2,
+      "model": {"moe": {"experts": 8, "top_k": 2, "ffn_hidden": 14335}}}, "expert_tensor_parallel",
+     "must divide model.moe.ffn_hidden"),
+    ({"model": {"moe": {"experts": 8, "top_k": 2, "ffn_hidden": 14336, "dense_layers": 8}}}, "model.moe.dense_layers",
+     "leaves no MoE layer"),
+])
+def test_megatrons_expert_rules_are_one_line_errors(over: dict[str, Any], field: str, says: str) -> None:
+    data = scenario(**over)
+    if "model" in over:
+        data["model"] = {**MIXTRAL, "layers": 8, **over["model"]}
+    with pytest.raises(ScenarioError, match=says) as err:
+        parse_scenario(data)
+    assert err.value.field == field
+
+
+def test_experts_without_a_mixture_are_refused() -> None:
+    data = scenario()
+    data["model"] = {k: v for k, v in data["model"].items() if k != "moe"}
+    with pytest.raises(ScenarioError, match="the model has none") as err:
+        parse_scenario(data)
+    assert err.value.field == "expert_parallel"
+    data["model"]["moe"] = {"experts": 4, "top_k": 5, "ffn_hidden": 8}
+    with pytest.raises(ScenarioError, match="top_k .5. is more than experts .4.") as err:
+        parse_scenario(data)
+    assert err.value.field == "model.moe"
