@@ -199,8 +199,12 @@ def block_context_comm(s: Scenario, model: ModelSpec, st: StageShape, link: Link
         return ContextParallelComm()
     tokens = s.training.micro_batch * model.seq_len // cp
     e = DTYPE_BYTES[model.dtype]
-    kv_bytes = 2 * tokens * model.kv * model.head_width // s.tensor_parallel * e
-    q_bytes = tokens * model.q_width // s.tensor_parallel * e
+    if model.mla:  # a rank's keys and values after the up projection, per head
+        kv_bytes = tokens * model.heads * (model.mla.qk_dim + model.mla.v_head_dim) // s.tensor_parallel * e
+        q_bytes = tokens * model.heads * model.mla.qk_dim // s.tensor_parallel * e
+    else:
+        kv_bytes = 2 * tokens * model.kv * model.head_width // s.tensor_parallel * e
+        q_bytes = tokens * model.q_width // s.tensor_parallel * e
 
     def attention(gemms: tuple[Gemm, ...], backward: bool) -> float:
         return price(tuple(g for g in gemms if g.head_dim), backward) / st.blocks

@@ -65,10 +65,13 @@ class PassGemms:
 def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_heads: int, ffn_hidden: float, *,
                 swiglu: bool = False, tensor_parallel: int = 1, recompute: str = "none",
                 flash_attention: bool = False, kv_len: int | None = None, mlp: bool = True,
-                head_dim: int | None = None) -> PassGemms:
+                head_dim: int | None = None, attention_linears: list[tuple[float, float]] | None = None,
+                score_dims: tuple[float, float] | None = None) -> PassGemms:
     """A transformer block's GEMMs (see the module docstring); ``kv_len``: the keys each query sees
     when it is not ``seq_len`` (context parallelism: a rank's queries, every key); without ``mlp``
-    only the attention's (a mixture of experts adds its own: :mod:`ppsim.costs.moe`)."""
+    only the attention's (a mixture of experts adds its own: :mod:`ppsim.costs.moe`);
+    ``attention_linears`` and ``score_dims`` (a head's query/key and value widths): multi-head
+    latent attention's projections and heads (:func:`ppsim.costs.layers.mla_linears`)."""
     s, b, h, a, f, t = seq_len, micro_batch, hidden, heads, ffn_hidden, tensor_parallel
     keys = kv_len or s
     tokens = b * s
@@ -76,15 +79,16 @@ def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_head
     d = head_dim or h / a
     q = a * d  # the queries' width
     # (in, out) of each dense weight, per tensor rank
-    weights = [(h, (1 + 2 * g) * q / t), (q / t, h)]
+    weights = list(attention_linears) if attention_linears else [(h, (1 + 2 * g) * q / t), (q / t, h)]
     if mlp:
         weights += [(h, f / t)] * (2 if swiglu else 1) + [(f / t, h)]
     dense = tuple(Gemm(tokens, i, o, linear=True) for i, o in weights)
     per_head = b * a / t
     # a causal FlashAttention kernel works on half the keys on average (the tiles it skips)
     keys_run = keys / 2 if flash_attention else keys
-    scores = Gemm(s, d, keys_run, per_head, head_dim=d)
-    context = Gemm(s, keys_run, d, per_head, head_dim=d)
+    dk, dv = score_dims or (d, d)
+    scores = Gemm(s, dk, keys_run, per_head, head_dim=dk)
+    context = Gemm(s, keys_run, dv, per_head, head_dim=dv)
     attention = (scores, context)
     if flash_attention:  # the backward recomputes the scores; full recompute runs the forward again
         again = (dense + attention if recompute == "full" else ()) + (scores,)

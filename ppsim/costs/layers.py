@@ -59,6 +59,20 @@ class LayerCost:
         return self.forward_flops + self.input_grad_flops + self.weight_grad_flops
 
 
+def mla_linears(model: ModelSpec, tensor_parallel: int) -> list[tuple[float, float]]:
+    """(in, out) of multi-head latent attention's projections on one of ``tensor_parallel``
+    devices: the queries' down projection (if it has a latent) and up to the heads, the keys' and
+    values' down projection (with the shared RoPE key) and up to the heads, the output; the down
+    projections whole on every device, the rest split by heads."""
+    mla, h, a, t = model.mla, model.hidden, model.heads, tensor_parallel
+    assert mla is not None
+    queries = ([(h, mla.q_lora_rank), (mla.q_lora_rank, a * mla.qk_dim / t)] if mla.q_lora_rank
+               else [(h, a * mla.qk_dim / t)])
+    return queries + [(h, mla.kv_lora_rank + mla.qk_rope_head_dim),
+                      (mla.kv_lora_rank, a * (mla.qk_nope_head_dim + mla.v_head_dim) / t),
+                      (a * mla.v_head_dim / t, h)]
+
+
 def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none", tensor_parallel: int = 1, *,
                sequence_parallel: bool = False, flash_attention: bool = False, narrow: LowPrecision | None = None,
                context_parallel: int = 1, experts: ExpertShard | None = None) -> tuple[LayerCost, LayerCost, LayerCost]:
@@ -82,6 +96,10 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     # the scores and context matmuls over every key; the model is causal: a FlashAttention kernel
     # skips the tiles above the diagonal (half the work), the unfused path computes them all and masks
     whole = 4 * b * s * keys * q / t
+    latent = mla_linears(model, t) if model.mla else None
+    if model.mla and latent:  # the projections through the latents; heads of qk_dim and v_head_dim
+        matmul = 2 * b * s * sum(i * o for i, o in latent) + 2 * mlp_mats * b * s * h * f / t
+        whole = 2 * b * s * keys * a * (model.mla.qk_dim + model.mla.v_head_dim) / t
     attention = whole / 2 if flash_attention else whole
     masked = 0.0 if flash_attention else 1.5 * whole  # half of the forward's and of the input grad's
     # what the backward runs again: the recomputed forward (all of it, or the attention core), and
@@ -98,14 +116,21 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         block_params = int((2 + 2 * g) * h * q + 2 * h * f + biases + f) // t + 5 * h
         attention_params, norms = (2 + 2 * g) * h * q + biases, 5 * h
     linear_params = int((2 + 2 * g) * h * q + mlp_mats * h * f) // t
+    # one device's attention parameters, and those of its linear layers
+    device_attention, device_linear = int(attention_params) // t, int((2 + 2 * g) * h * q) // t
+    if model.mla and latent:  # the latents' norms besides the projections
+        device_linear = int(sum(i * o for i, o in latent))
+        device_attention = device_linear + (model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank
+        block_params = device_attention + int(mlp_mats * h * f / t) + norms
+        linear_params = device_linear + int(mlp_mats * h * f / t)
     expert_params = 0
     tokens = experts.tokens(s, b, t) if experts else 0.0
     e = DTYPE_BYTES[model.dtype]
     router = permute = 0.0
     if experts:  # the MLP's parameters are the device's experts', the shared experts' and the router's
         moe_params, expert_params = experts.params(model, t)
-        block_params = int(attention_params) // t + norms + moe_params
-        linear_params = int((2 + 2 * g) * h * q) // t + moe_params - h * experts.moe.experts
+        block_params = device_attention + norms + moe_params
+        linear_params = device_linear + moe_params - h * experts.moe.experts
         router = router_flops(tokens, h, experts.moe.experts)
         permute = experts.permute_bytes(tokens, h, e)
         matmul += router
@@ -119,19 +144,22 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
                       traffic.recompute + (permute if recompute == "full" else 0.0))
     casts, weight_casts, extra_weight = Traffic(0.0, 0.0), 0.0, 0.0
     if narrow is not None:  # QKV, attention output, MLP up (gate and up together), MLP down: (in, out) widths
-        linears = [(h, (1 + 2 * g) * q / t), (q / t, h), (h, (mlp_mats - 1) * f / t), (f / t, h)]
+        linears = ((latent or [(h, (1 + 2 * g) * q / t), (q / t, h)])
+                   + [(h, (mlp_mats - 1) * f / t), (f / t, h)])
         casts = narrow.cast_traffic(linears, b * s, e)
         weight_casts = narrow.weight_cast_bytes(linear_params, e)
         extra_weight = linear_params * (narrow.weight_bytes_per_param(e) - e)
     held = block_activation_bytes(s, b, h, a, e, recompute, t, kv_heads=model.kv, ffn_hidden=f, mlp=model.mlp,
-                                  attention_width=q,
+                                  attention_width=q if not model.mla else a * (model.mla.qk_dim + model.mla.v_head_dim) // 2,
                                   sequence_parallel=sequence_parallel, flash_attention=flash_attention,
                                   dropout=model.dropout, linear_input_bytes=narrow.value_bytes if narrow else None,
                                   kv_len=keys)
     if experts and recompute != "full":
         held += int(experts.extra_activation_bytes(tokens, h, e))
     gemms = block_gemms(s, b, h, a, model.kv, f, swiglu=model.mlp == "swiglu", tensor_parallel=t, head_dim=model.head_width,
-                        recompute=recompute, flash_attention=flash_attention, kv_len=keys, mlp=experts is None)
+                        recompute=recompute, flash_attention=flash_attention, kv_len=keys, mlp=experts is None,
+                        attention_linears=latent,
+                        score_dims=(model.mla.qk_dim, model.mla.v_head_dim) if model.mla else None)
     if experts:
         gemms += experts.gemms(tokens, h, t, model.mlp == "swiglu", recomputed=recompute == "full")
     block = LayerCost(

@@ -64,6 +64,22 @@ class MoESpec(_Strict):
         return layer >= self.dense_layers and (layer - self.dense_layers) % self.layer_freq == 0
 
 
+class MLASpec(_Strict):
+    """DeepSeek's multi-head latent attention (DeepSeek-V2/V3, Kimi K2): queries and keys/values
+    projected down to low-rank latents and up again per head (ppsim.costs.layers)."""
+
+    q_lora_rank: int | None = Field(default=None, gt=0, le=2**16, description="the queries' latent width; "
+                                    "none: queries projected directly")
+    kv_lora_rank: int = Field(gt=0, le=2**16, description="the keys' and values' latent width")
+    qk_nope_head_dim: int = Field(default=128, gt=0, le=2**12, description="a head's query/key width without RoPE")
+    qk_rope_head_dim: int = Field(default=64, gt=0, le=2**12, description="a head's query/key width with RoPE")
+    v_head_dim: int = Field(default=128, gt=0, le=2**12, description="a head's value width")
+
+    @property
+    def qk_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
 class ModelSpec(_Strict):
     """A GPT-style decoder-only transformer, its MLPs optionally a mixture of experts."""
 
@@ -86,6 +102,7 @@ class ModelSpec(_Strict):
     tie_embeddings: bool = False
     dtype: Dtype = "bf16"
     moe: MoESpec | None = None  #: experts in place of the MLP of the MoE layers
+    mla: MLASpec | None = None  #: multi-head latent attention in place of (grouped-query) multi-head attention
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelSpec:
@@ -93,6 +110,8 @@ class ModelSpec(_Strict):
             raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
         if self.heads % self.kv:
             raise ValueError(f"kv_heads ({self.kv}) must divide heads ({self.heads})")
+        if self.mla is not None and (self.kv_heads is not None or self.head_dim is not None):
+            raise ValueError("multi-head latent attention (mla) sets the heads' widths itself: drop kv_heads and head_dim")
         return self
 
     @property

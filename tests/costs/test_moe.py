@@ -140,3 +140,48 @@ def test_experts_without_a_mixture_are_refused() -> None:
     with pytest.raises(ScenarioError, match="top_k .5. is more than experts .4.") as err:
         parse_scenario(data)
     assert err.value.field == "model.moe"
+
+
+def test_deepseek_v3_has_the_parameters_its_report_gives() -> None:
+    """DeepSeek-V3 (arXiv:2412.19437): 671B parameters, 37B active per token. Per MoE layer: MLA
+    projections 7168 x 1536 + 1536 x 128 x 192 + 7168 x 576 + 512 x 128 x 256 + 128 x 128 x 7168
+    (187.1M), 256 routed and 1 shared expert of 3 x 7168 x 2048, the router 7168 x 256; 3 dense
+    layers with an MLP of 18,432; embedding and head 2 x 129,280 x 7168."""
+    from conftest import SCENARIOS
+    from ppsim.inputs.scenario import load
+
+    m = load(SCENARIOS / "deepseek-v3.yaml").model
+    assert m is not None and m.moe is not None
+    emb, dense, head = gpt_layers(m, 1)
+    _, moe, _ = gpt_layers(m, 1, experts=ExpertShard(m.moe))
+    mla = 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168
+    assert moe.params == mla + 1536 + 512 + 257 * 3 * 7168 * 2048 + 7168 * 256 + 2 * 7168
+    total = 3 * dense.params + 58 * moe.params + emb.params + head.params
+    assert total == pytest.approx(671e9, rel=0.001)
+    active = total - 58 * moe.expert_params * (256 - 8) / 256
+    assert active == pytest.approx(37e9, rel=0.02)
+
+
+def test_multi_head_latent_attention_runs_heads_of_its_own_widths() -> None:
+    """MLA's scores over heads of 192 (128 + 64 RoPE), its context of 128: per head and token pair
+    2 x 192 + 2 x 128 FLOPs forward; the GEMMs are the FLOPs."""
+    m = ModelSpec(layers=1, hidden=7168, heads=128, seq_len=4096, vocab=1024, mlp="swiglu", ffn_hidden=18432,
+                  mla={"q_lora_rank": 1536, "kv_lora_rank": 512})
+    _, block, _ = gpt_layers(m, 1)
+    s = 4096
+    attention = [g for g in block.gemms.forward if g.head_dim]
+    assert sum(g.flops for g in attention) == pytest.approx(s * s * 128 * (2 * 192 + 2 * 128))
+    assert sum(g.flops for g in block.gemms.forward) == pytest.approx(block.forward_flops)
+    with pytest.raises(ValueError, match="drop kv_heads and head_dim"):
+        ModelSpec(layers=1, hidden=7168, heads=128, kv_heads=8, seq_len=8, vocab=8, mla={"kv_lora_rank": 512})
+
+
+def test_heads_wider_than_the_model_scale_the_attention() -> None:
+    """Qwen3-235B-A22B's attention: h = 4096, 64 heads of 128 (8,192 wide), 4 key/value heads: Q and
+    the output 4096 x 8192 each, K and V 4096 x 512 each."""
+    m = ModelSpec(layers=1, hidden=4096, heads=64, kv_heads=4, head_dim=128, seq_len=4096, vocab=1024,
+                  mlp="swiglu", ffn_hidden=1536)
+    _, block, _ = gpt_layers(m, 1)
+    assert block.params == 2 * 4096 * 8192 + 2 * 4096 * 512 + 3 * 4096 * 1536 + 2 * 4096
+    attention = [g for g in block.gemms.forward if g.head_dim]
+    assert sum(g.flops for g in attention) == pytest.approx(4 * 4096 * 4096 * 8192)
