@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 PIPELINE_KEYS = ("schedule", "stages", "microbatches", "chunks", "partition", "comm")
 #: plan option -> key of the training section
 TRAINING_KEYS = {"micro_batch": "micro_batch", "recompute": "recompute", "zero_stage": "zero_stage"}
-TOP_KEYS = ("data_parallel", "tensor_parallel", "context_parallel")
+TOP_KEYS = ("data_parallel", "tensor_parallel", "context_parallel", "expert_parallel")
 #: plan option -> key of the simulator section
 SIMULATOR_KEYS = {"kernel": "kernel"}
 
@@ -47,6 +47,7 @@ class PlanOverrides:
     data_parallel: int | None = None
     tensor_parallel: int | None = None
     context_parallel: int | None = None
+    expert_parallel: int | None = None
     micro_batch: int | None = None
     recompute: str | None = None
     zero_stage: int | None = None
@@ -68,6 +69,8 @@ def plan_mapping(data: dict[str, Any], plan: PlanOverrides) -> dict[str, Any]:
     training.update({TRAINING_KEYS[k]: v for k, v in given.items() if k in TRAINING_KEYS})
     drop_partial_recompute(training)
     out.update({k: v for k, v in given.items() if k in TOP_KEYS})
+    if "expert_parallel" in given or "tensor_parallel" in given:
+        sequence_parallel_for_experts(out, training)
     if any(k in SIMULATOR_KEYS for k in given):
         out["simulator"] = {**out.get("simulator", {}), **{SIMULATOR_KEYS[k]: v for k, v in given.items()
                                                            if k in SIMULATOR_KEYS}}
@@ -86,6 +89,13 @@ def drop_partial_recompute(training: dict[str, Any]) -> None:
     (it counts fully recomputed blocks; a plan that recomputes otherwise has none)."""
     if training.get("recompute", "none") != "full":
         training.pop("recompute_layers", None)
+
+
+def sequence_parallel_for_experts(data: dict[str, Any], training: dict[str, Any]) -> None:
+    """Turn on sequence parallelism in a training mapping where the scenario mapping ``data`` runs
+    expert parallelism beside tensor parallelism: Megatron needs it there."""
+    if int(data.get("expert_parallel") or 1) > 1 and int(data.get("tensor_parallel") or 1) > 1:
+        training["sequence_parallel"] = True
 
 
 def apply_overrides(s: Scenario, plan: PlanOverrides, source: str = "command-line options") -> tuple[Scenario, list[str]]:

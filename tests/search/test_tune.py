@@ -288,3 +288,41 @@ def test_a_search_runs_from_the_library_as_the_command_runs_it() -> None:
     tiny = s.model_copy(update={"hardware": s.hardware.model_copy(update={"device": "cpu"})})
     with pytest.raises(PpsimError, match="none of the .* plans considered fits in memory on 8 devices"):
         search_plans(tiny, request)
+
+
+def test_tune_searches_expert_parallelism_for_a_mixture_of_experts() -> None:
+    """A mixture of 8 experts on 8 devices: every plan's EP is a power of two dividing the experts
+    and, with its tensor parallelism, the stage's devices; each candidate is a valid scenario
+    (sequence parallelism turned on beside tensor parallelism, as Megatron needs); the best of
+    each other EP is explained against the winner."""
+    from conftest import SCENARIOS
+
+    data = load(SCENARIOS / "mixtral-8x7b.yaml").model_dump(exclude_none=True)
+    data["model"]["layers"] = 4
+    data.pop("cluster")
+    data["training"]["global_batch"] = 16
+    data["pipeline"].update(stages=1, chunks=1, schedule="1f1b")
+    data["data_parallel"] = 8
+    s = parse_scenario(data)
+    cands = candidates(s, SearchSpace(gpus=8, max_stages=2, schedules=("1f1b",), recompute=("none",), zero=(1,)))
+    eps = {c.expert_parallel for c in cands}
+    assert eps == {1, 2, 4, 8}
+    for c in cands:
+        stage = c.tensor_parallel * c.data_parallel
+        assert stage % c.expert_parallel == 0 and 8 % c.expert_parallel == 0
+        built = parse_scenario(apply(s.model_dump(exclude_none=True), c))
+        assert built.expert_parallel == c.expert_parallel
+        assert built.training.sequence_parallel or c.tensor_parallel == 1 or c.expert_parallel == 1
+    evals = [evaluate(s.model_dump(exclude_none=True), c) for c in cands[:40]]
+    best = ranking(evals)[0]
+    lines = explain(evals, best)
+    assert any(line.startswith("ep=") for line in lines)
+
+
+def test_the_expert_parallel_option_lays_the_experts_out() -> None:
+    from conftest import SCENARIOS
+
+    res = runner.invoke(app, ["run", str(SCENARIOS / "mixtral-8x7b.yaml"), "--expert-parallel", "4", "--json"])
+    assert res.exit_code == 0, res.output
+    bad = runner.invoke(app, ["run", str(SCENARIOS / "mixtral-8x7b.yaml"), "--expert-parallel", "3"])
+    assert bad.exit_code == 1 and "expert_parallel" in bad.output and "Traceback" not in bad.output

@@ -35,6 +35,7 @@ EXPLAINED: tuple[Group, ...] = (
     lambda c: c.schedule,
     lambda c: c.recompute,
     lambda c: c.zero_stage,
+    lambda c: c.expert_parallel,
 )
 #: the groups the page draws a line point for (best plan per stages, per micro-batches, each schedule)
 DRAWN: tuple[Group, ...] = (
@@ -63,7 +64,7 @@ def _group(evals: list[Evaluation], what: str, keep: Callable[[Evaluation], bool
 
 def alternatives(evals: list[Evaluation], best: Evaluation) -> list[Alternative]:
     """The winner against: the nearest fewer and more stages, pure data parallel, each other
-    schedule, each other recompute mode, and ZeRO-1 on / off."""
+    schedule, each other recompute mode, ZeRO-1 on / off, and each other expert parallelism."""
     b = best.candidate
     out: list[Alternative | None] = []
     stage_counts = sorted({e.candidate.stages for e in evals})
@@ -84,6 +85,9 @@ def alternatives(evals: list[Evaluation], best: Evaluation) -> list[Alternative]
     for z in sorted({e.candidate.zero_stage for e in evals} - {b.zero_stage}):
         out.append(_group(evals, f"zero={z}",
                           lambda e, z=z: e.candidate.zero_stage == z))  # type: ignore[misc]  # mypy#15459: a lambda with a default
+    for ep in sorted({e.candidate.expert_parallel for e in evals} - {b.expert_parallel}):
+        out.append(_group(evals, f"ep={ep}",
+                          lambda e, ep=ep: e.candidate.expert_parallel == ep))  # type: ignore[misc]  # mypy#15459
     return [a for a in out if a is not None]
 
 

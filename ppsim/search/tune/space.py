@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ppsim.errors import PpsimError
-from ppsim.inputs.overrides import drop_partial_recompute
+from ppsim.inputs.overrides import drop_partial_recompute, sequence_parallel_for_experts
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan import schedules as registry
 
@@ -31,6 +31,7 @@ class Candidate:
     chunks: int
     recompute: str
     zero_stage: int
+    expert_parallel: int = 1
 
     @property
     def devices(self) -> int:
@@ -42,7 +43,8 @@ class Candidate:
 
     def label(self) -> str:
         sched = self.schedule + (f" v={self.chunks}" if self.chunks > 1 else "")
-        return (f"p={self.stages} d={self.data_parallel} t={self.tensor_parallel} b={self.micro_batch} "
+        ep = f" ep={self.expert_parallel}" if self.expert_parallel > 1 else ""
+        return (f"p={self.stages} d={self.data_parallel} t={self.tensor_parallel}{ep} b={self.micro_batch} "
                 f"m={self.microbatches} {sched} recompute={self.recompute} zero={self.zero_stage}")
 
     def to_dict(self) -> dict[str, Any]:
@@ -99,13 +101,29 @@ def candidates(s: Scenario, space: SearchSpace) -> list[Candidate]:
                         for z in space.zero:
                             if z and d * cp == 1:
                                 continue  # ZeRO-1 shards over replicas: with one it is the same plan
-                            out.append(Candidate(p, d, t, b, mb, schedule, v, rc, z))
+                            out += [Candidate(p, d, t, b, mb, schedule, v, rc, z, ep)
+                                    for ep in _expert_parallel(s, t * cp * d, t)]
     if not out:
         raise PpsimError(
             f"no plan splits global_batch {gb} over {space.gpus} devices with micro-batches of "
             f"{'/'.join(map(str, space.micro_batches))} and tensor parallelism of "
             f"{'/'.join(map(str, space.tensor_parallel))}; choose another --gpus (a divisor-friendly count)",
             field="--gpus")
+    return out
+
+
+def _expert_parallel(s: Scenario, stage_devices: int, t: int) -> list[int]:
+    """The expert parallelism a plan may take: 1 without experts; else each power of two that
+    divides the experts and, with the expert tensor parallelism, the stage's devices."""
+    moe = s.model.moe if s.model else None
+    if moe is None:
+        return [1]
+    etp = s.expert_tensor_parallel or t
+    out, ep = [], 1
+    while ep <= moe.experts:
+        if moe.experts % ep == 0 and stage_devices % (ep * etp) == 0:
+            out.append(ep)
+        ep *= 2
     return out
 
 
@@ -127,12 +145,15 @@ def apply(base: dict[str, Any], c: Candidate) -> dict[str, Any]:
     data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
     data["data_parallel"] = c.data_parallel
     data["tensor_parallel"] = c.tensor_parallel
+    if c.expert_parallel > 1 or "expert_parallel" in data:
+        data["expert_parallel"] = c.expert_parallel
     training = dict(data.get("training", {}))
     training.update(micro_batch=c.micro_batch, recompute=c.recompute, zero_stage=c.zero_stage)
     drop_partial_recompute(training)
     # what the scenario asks of tensor parallelism and ZeRO, where the candidate still has them
     training["tp_comm_overlap"] = bool(training.get("tp_comm_overlap")) and c.tensor_parallel > 1
     training["overlap_param_gather"] = bool(training.get("overlap_param_gather")) and c.zero_stage >= 1
+    sequence_parallel_for_experts(data, training)
     training.pop("global_batch", None)
     data["training"] = training
     pipeline = dict(data.get("pipeline", {}))
