@@ -1,0 +1,223 @@
+"""ppsim against NVIDIA's published mixture-of-experts runs (issue 33's development set).
+
+The rows are ``bench/data/published_moe.yaml``: every MoE pretraining row of the Megatron-Bridge
+performance tables (25.09 to 26.08), with the recipe settings that ran them and each model's
+architecture (``bench/data/published_moe.md`` says how it was made). Each row ppsim can express is
+turned into a scenario by the rules below, the same for every row, and its step predicted against
+the published one (the global batch's tokens over the published tokens/s/GPU and the GPU count).
+Nothing is fitted to any row.
+
+The rules (what ppsim assumes where a row is silent is printed with it):
+
+- the model: the row's architecture (DeepSeek-V3 and Kimi K2 with multi-head latent attention and
+  their dense first layers, Qwen3 with heads of 128); the multi-token-prediction layer DeepSeek-V3's
+  recipes add is not priced;
+- the layout: TP, PP, VP, EP, ETP as the row gives them, data parallelism the rest; the blocks per
+  virtual stage from the recipe's ``pipeline_model_parallel_layout`` (``t`` a block, ``|`` a virtual
+  stage; ``E``, ``m``, ``L`` the embedding, the MTP layer and the loss; its stage count sets VP
+  where the table's differs), else Megatron's even split (with the embedding and loss counted as
+  layers where the recipe says so);
+- routing balanced (the recipes force it: ``moe_router_force_load_balancing``), dropless;
+- the all-to-alls exposed (Megatron's combined 1F1B overlap, ``overlap_moe_expert_parallel_comm``,
+  is not modelled); HybridEP / DeepEP priced as the all-to-all they replace;
+- selective recomputation of modules (``mla_up_proj``, ``moe_act``, ``layernorm``) priced as none;
+- precision, devices, the distributed optimizer and its overlaps as ``bench/published_modern.py``
+  takes them;
+- not expressible (reported, not predicted): hybrid Mamba-MoE models (Nemotron 3), sliding-window
+  attention (GPT-OSS), a model whose architecture the sources do not give.
+
+    .venv/bin/python bench/published_moe.py [--rows ID_PREFIX] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import published_modern as dense  # noqa: E402  # the dense set's rules for precision, devices, partitions
+
+from ppsim.errors import PpsimError  # noqa: E402
+from ppsim.inputs.scenario import parse_scenario  # noqa: E402
+
+DATA = ROOT / "bench" / "data" / "published_moe.yaml"
+DEVICES = {**dense.DEVICES, "B300": ("b300", 8, None)}
+MLA_MODELS = ("DeepSeekV3", "Kimi-K2")
+
+
+def unexpressible(row: dict[str, Any]) -> str | None:
+    """Why ppsim cannot describe the row yet, or None."""
+    arch = row["architecture"]
+    if row.get("hybrid"):
+        return "a hybrid Mamba-MoE model (Nemotron 3): ppsim has no Mamba layer"
+    if arch.get("window_size"):
+        return "sliding-window attention (GPT-OSS): ppsim's attention sees every earlier key"
+    if not arch.get("num_layers"):
+        return "the sources do not give the model's architecture"
+    return None
+
+
+def first_dense(arch: dict[str, Any]) -> int:
+    """The dense layers before the first MoE one."""
+    if arch.get("first_k_dense_layers"):
+        return int(arch["first_k_dense_layers"])
+    freq = str(arch.get("moe_layer_freq") or "")
+    found = re.match(r"\[0\]\s*\*\s*(\d+)", freq) or re.match(r"\[0\]\s*\+", freq)
+    if found is None:
+        return 0
+    return int(found.group(1)) if found.groups() else 1
+
+
+def model_section(row: dict[str, Any]) -> dict[str, Any]:
+    arch = row["architecture"]
+    model: dict[str, Any] = {
+        "layers": arch["num_layers"], "hidden": arch["hidden_size"], "heads": arch["num_attention_heads"],
+        "ffn_hidden": arch["ffn_hidden_size"], "seq_len": row["seq_len"], "vocab": arch["vocab_size"],
+        "mlp": "swiglu", "positions": "rope", "dropout": False,
+        "moe": {"experts": arch["num_moe_experts"], "top_k": arch["moe_router_topk"],
+                "ffn_hidden": arch["moe_ffn_hidden_size"], "dense_layers": first_dense(arch)},
+    }
+    if arch.get("moe_shared_expert_intermediate_size"):
+        model["moe"].update(shared_experts=1, shared_ffn_hidden=arch["moe_shared_expert_intermediate_size"])
+    if row["model"] in MLA_MODELS:
+        model["mla"] = {"q_lora_rank": arch.get("q_lora_rank"), "kv_lora_rank": arch["kv_lora_rank"],
+                        "qk_nope_head_dim": arch.get("qk_head_dim", 128),
+                        "qk_rope_head_dim": arch.get("qk_pos_emb_head_dim", 64),
+                        "v_head_dim": arch.get("v_head_dim", 128)}
+    else:
+        model["kv_heads"] = arch["num_query_groups"]
+        model["head_dim"] = arch["kv_channels"]
+    return model
+
+
+def layout_partition(layout: str) -> list[int]:
+    """Blocks per virtual stage of a Megatron ``pipeline_model_parallel_layout`` string: ``|``
+    separates the virtual stages, ``t`` is a block, ``x*n`` and ``(...)*n`` repeat (``E``, ``m``
+    and ``L``, the embedding, an MTP layer and the loss, hold no block)."""
+    text = layout.split()[0]
+    while "(" in text:  # innermost groups first
+        text = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    text = re.sub(r"([A-Za-z])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    return [stage.count("t") for stage in text.split("|")]
+
+
+def scenario_data(row: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The row as a ppsim scenario, and what was assumed where its sources are silent."""
+    settings = row.get("recipe_settings") or {}
+    device, per_node, domain = DEVICES[row["gpu"]]
+    tp, pp, vp, cp, gpus = row["tp"], row["pp"], row["vp"] or 1, row["cp"] or 1, row["gpus"]
+    dp = gpus // (tp * pp * cp)
+    assumed = ["routing balanced, dropless", "the expert-parallel all-to-alls exposed (no combined 1F1B overlap)"]
+    model = model_section(row)
+    if settings.get("mtp_num_layers"):
+        assumed.append("the multi-token-prediction layer not priced")
+    if settings.get("recompute_modules"):
+        assumed.append("selective recomputation of modules priced as none")
+    layout = settings.get("pipeline_model_parallel_layout")
+    if layout:
+        partition: list[int] | str = layout_partition(str(layout))
+        if len(partition) != pp * vp and len(partition) % pp == 0:  # the layout is what ran
+            vp = len(partition) // pp
+            assumed.append("virtual stages from the recipe's pipeline layout where the table's VP differs")
+    else:
+        accounted = bool(settings.get("account_for_embedding_in_pipeline_split"))
+        partition = dense.megatron_partition(model["layers"], pp * vp, accounted)
+    training: dict[str, Any] = {
+        "global_batch": row["gbs"], "micro_batch": row["mbs"] or 1, "flash_attention": True,
+        "sequence_parallel": bool(settings.get("sequence_parallel")) and tp > 1,
+        "zero_stage": 3 if row.get("fsdp") or settings.get("use_megatron_fsdp") else 1 if dp * cp > 1 else 0,
+        "zero_reduce": "reduce_scatter",
+        "overlap_grad_reduce": settings.get("overlap_grad_reduce", True) is not False,
+    }
+    training["overlap_param_gather"] = bool(settings.get("overlap_param_gather")) and training["zero_stage"] == 1
+    if settings.get("recompute_granularity") == "full":
+        training["recompute"] = "full"
+    if tp > 1 and row["ep"] > 1:
+        training["sequence_parallel"] = True
+    training["tp_comm_overlap"] = bool(settings.get("tp_comm_overlap_effective")) and training["sequence_parallel"]
+    if row["precision"] != "BF16":
+        key, recipe = dense.narrow_recipe(row)
+        training[key] = recipe
+        training["low_precision_params"] = "param_gather=True" in str(settings.get("precision_recipe", ""))
+    cluster: dict[str, Any] = {"nodes": max(1, gpus // per_node), "devices_per_node": min(per_node, gpus)}
+    if domain:
+        cluster["nvlink_domain"] = domain if gpus <= domain else 64
+        if gpus > domain:
+            assumed.append("a job larger than an NVL72 rack uses 64 GPUs (16 trays) of each")
+    data = {
+        "name": row["id"], "model": model,
+        "pipeline": {"stages": pp, "chunks": vp, "schedule": "interleaved-1f1b" if vp > 1 else "1f1b",
+                     "partition": partition},
+        "training": training, "tensor_parallel": tp, "context_parallel": cp, "data_parallel": dp,
+        "expert_parallel": row["ep"], "expert_tensor_parallel": row.get("etp") or 1,
+        "hardware": {"device": device}, "cluster": cluster,
+    }
+    return data, assumed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default="", help="only rows whose id starts with this")
+    ap.add_argument("--json", type=Path, help="write every row's figures to this file")
+    args = ap.parse_args()
+    from ppsim.prediction import predict
+    from ppsim.trace.metrics import summarize
+
+    rows = [r for r in yaml.safe_load(DATA.read_text()) if r["id"].startswith(args.rows)]
+    t0 = time.perf_counter()
+    errors: list[float] = []
+    skipped: dict[str, list[str]] = {}
+    results = []
+    print(f"{'row':58s} {'GPUs':>5s} {'TP PP VP EP':>12s} {'prec':>6s} {'published s':>11s} {'ppsim s':>8s} "
+          f"{'error':>7s}  fits")
+    for row in rows:
+        why = unexpressible(row)
+        if why is None and not row["tokens_per_s_per_gpu"]:
+            why = "no tokens/s published"
+        if why:
+            skipped.setdefault(why, []).append(row["id"])
+            continue
+        data, assumed = scenario_data(row)
+        published = dense.published_step_s(row)
+        try:
+            pred = predict(parse_scenario(data))
+        except PpsimError as exc:
+            skipped.setdefault(f"refused: {exc}", []).append(row["id"])
+            continue
+        summary = summarize(pred.trace, waits=False)
+        step = summary.step_time_ms / 1e3
+        error = step / published - 1
+        errors.append(error)
+        layout = f"{row['tp']} {row['pp']} {row['vp'] or 1} {row['ep']}"
+        print(f"{row['id'][:58]:58s} {row['gpus']:5d} {layout:>12s} {str(row['precision'])[:6]:>6s} {published:11.2f} "
+              f"{step:8.2f} {100 * error:+6.1f}%  {'yes' if summary.fits else 'NO' if summary.fits is False else '?'}")
+        results.append({"id": row["id"], "source": row["source"], "published_step_s": published,
+                        "predicted_step_s": step, "error": error, "fits": summary.fits, "assumed": assumed})
+    if errors:
+        print(f"\n{len(errors)} of {len(rows)} rows predicted in {time.perf_counter() - t0:.0f} s: median |error| "
+              f"{100 * statistics.median(abs(e) for e in errors):.1f} %, median error "
+              f"{100 * statistics.median(errors):+.1f} %, largest |error| {100 * max(abs(e) for e in errors):.1f} %, "
+              f"{sum(abs(e) <= 0.2 for e in errors)} within 20 %")
+    print(f"\nnot expressible yet ({sum(len(v) for v in skipped.values())} rows):")
+    for why, ids in sorted(skipped.items(), key=lambda kv: -len(kv[1])):
+        print(f"  {len(ids):3d}  {why}")
+    assumptions = sorted({a for r in results for a in r["assumed"]})
+    if assumptions:
+        print("\nassumed where a row's sources are silent: " + "; ".join(assumptions))
+    if args.json:
+        args.json.write_text(json.dumps({"rows": results, "not_expressible": skipped}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

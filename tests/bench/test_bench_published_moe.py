@@ -1,0 +1,53 @@
+"""bench/published_moe.py: the MoE development set's rows become scenarios by the bench's rules
+(architecture, layout string, experts), the published step is the table's tokens/s converted by
+hand, and the bench runs on a subset."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, bench_module
+
+BENCH = ROOT / "bench" / "published_moe.py"
+
+
+def test_megatrons_layout_strings_give_blocks_per_virtual_stage() -> None:
+    b = bench_module("published_moe")
+    assert b.layout_partition("Et*4|(t*4|)*14tmL") == [4] * 15 + [1]
+    assert b.layout_partition("Et|(tt|)*30mL   (list form in the recipe: 32 stages)") == [1] + [2] * 30 + [0]
+    assert b.layout_partition("Et*8|(t*8|)*6t*5mL") == [8] * 7 + [5]
+    assert sum(b.layout_partition("Et*4|(t*4|)*14tmL")) == 61  # DeepSeek-V3's layers
+
+
+def test_a_row_becomes_the_scenario_its_recipe_describes() -> None:
+    """DeepSeek-V3 on 256 GB300s (26.08, MXFP8): TP1 PP2 VP8 EP32, 16 virtual stages from the layout
+    string, 128 data-parallel replicas; GBS 4,096 of 4,096 tokens at 6,288 tokens/s/GPU is a
+    10.42 s step; multi-head latent attention, 3 dense layers, one shared expert."""
+    b = bench_module("published_moe")
+    rows = {r["id"]: r for r in yaml.safe_load(b.DATA.read_text())}
+    row = rows["mb-26.08-pretrain-deepseek_v3-gb300-mxfp8-256g"]
+    data, assumed = b.scenario_data(row)
+    assert (data["expert_parallel"], data["data_parallel"], data["pipeline"]["chunks"]) == (32, 128, 8)
+    assert data["pipeline"]["partition"] == [4] * 15 + [1]
+    moe = data["model"]["moe"]
+    assert (moe["experts"], moe["top_k"], moe["dense_layers"], moe["shared_experts"]) == (256, 8, 3, 1)
+    assert data["model"]["mla"]["kv_lora_rank"] == 512 and data["training"]["fp8"] == "mxfp8"
+    assert b.dense.published_step_s(row) == pytest.approx(4096 * 4096 / (6288 * 256))
+    assert any("multi-token" in a for a in assumed)
+    assert b.unexpressible(next(r for r in rows.values() if r["model"] == "GPT-OSS-120B")).startswith("sliding")
+
+
+def test_the_bench_predicts_a_subset_and_says_what_it_assumed(tmp_path: Path) -> None:
+    out = tmp_path / "moe.json"
+    res = subprocess.run([sys.executable, str(BENCH), "--rows", "mb-26.08-pretrain-qwen3", "--json", str(out)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["rows"] and all(r["predicted_step_s"] > 0 for r in doc["rows"])
+    assert "assumed where a row's sources are silent" in res.stdout
