@@ -26,7 +26,7 @@ The rules (what ppsim assumes where a row is silent is printed with it):
 - not expressible (reported, not predicted): hybrid Mamba-MoE models (Nemotron 3), sliding-window
   attention (GPT-OSS), a model whose architecture the sources do not give.
 
-    .venv/bin/python bench/published_moe.py [--rows ID_PREFIX] [--json FILE]
+    .venv/bin/python bench/published_moe.py [--rows ID_PREFIX] [--json FILE] [--gemm-curves]
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def layout_partition(layout: str) -> list[int]:
     return [stage.count("t") for stage in text.split("|")]
 
 
-def scenario_data(row: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[str, Any], list[str]]:
     """The row as a ppsim scenario, and what was assumed where its sources are silent."""
     settings = row.get("recipe_settings") or {}
     device, per_node, domain = DEVICES[row["gpu"]]
@@ -161,7 +161,7 @@ def scenario_data(row: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
                      "partition": partition},
         "training": training, "tensor_parallel": tp, "context_parallel": cp, "data_parallel": dp,
         "expert_parallel": row["ep"], "expert_tensor_parallel": row.get("etp") or 1,
-        "hardware": {"device": device}, "cluster": cluster,
+        "hardware": {"device": device, "gemm_curves": gemm_curves}, "cluster": cluster,
     }
     return data, assumed
 
@@ -170,6 +170,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="", help="only rows whose id starts with this")
     ap.add_argument("--json", type=Path, help="write every row's figures to this file")
+    ap.add_argument("--gemm-curves", action="store_true",
+                    help="price the matmuls by the devices' measured curves (hardware.gemm_curves)")
     args = ap.parse_args()
     from ppsim.prediction import predict
     from ppsim.trace.metrics import summarize
@@ -188,7 +190,7 @@ def main() -> None:
         if why:
             skipped.setdefault(why, []).append(row["id"])
             continue
-        data, assumed = scenario_data(row)
+        data, assumed = scenario_data(row, args.gemm_curves)
         published = dense.published_step_s(row)
         try:
             pred = predict(parse_scenario(data))
