@@ -377,6 +377,7 @@ def context_parallel_link(cluster: Cluster, p: int, d: int, t: int, cp: int, pla
     return group_link(cluster, groups)
 
 
+@lru_cache(maxsize=64)
 def expert_parallel_link(cluster: Cluster, p: int, d: int, t: int, ep: int, etp: int, placement: Placement
                          ) -> LinkSpeed:
     """The link of an all-to-all over each expert-parallel group, all groups at once: a stage's
