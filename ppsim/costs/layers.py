@@ -144,8 +144,10 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
                       traffic.recompute + (permute if recompute == "full" else 0.0))
     casts, weight_casts, extra_weight = Traffic(0.0, 0.0), 0.0, 0.0
     if narrow is not None:  # QKV, attention output, MLP up (gate and up together), MLP down: (in, out) widths
+        # a MoE layer's experts see each token k x skew times (t ways split), its shared experts once
+        copies = experts.token_copies(t) if experts else 1.0
         linears = ((latent or [(h, (1 + 2 * g) * q / t), (q / t, h)])
-                   + [(h, (mlp_mats - 1) * f / t), (f / t, h)])
+                   + [(h * copies, (mlp_mats - 1) * f / t), (f / t, h * copies)])
         casts = narrow.cast_traffic(linears, b * s, e)
         weight_casts = narrow.weight_cast_bytes(linear_params, e)
         extra_weight = linear_params * (narrow.weight_bytes_per_param(e) - e)

@@ -69,6 +69,13 @@ class ExpertShard:
         shared = m.shared_experts * mats * h * m.shared_ffn // tensor_parallel
         return experts + shared + h * m.experts, experts
 
+    def token_copies(self, tensor_parallel: int) -> float:
+        """How many inputs of width h a MoE layer's MLP takes per token of the micro-batch on one of
+        ``tensor_parallel`` devices: the routed copies (k x skew of its 1 / t of the tokens) and, with
+        shared experts, every token once more (all-gathered, as a dense MLP's)."""
+        m = self.moe
+        return m.top_k * m.skew / tensor_parallel + (1.0 if m.shared_experts else 0.0)
+
     def tokens(self, seq_len: int, micro_batch: int, tensor_parallel: int) -> float:
         """A device's tokens of a micro-batch at the MoE layer (``seq_len``: its share of each sequence)."""
         return micro_batch * seq_len / tensor_parallel

@@ -185,3 +185,21 @@ def test_heads_wider_than_the_model_scale_the_attention() -> None:
     assert block.params == 2 * 4096 * 8192 + 2 * 4096 * 512 + 3 * 4096 * 1536 + 2 * 4096
     attention = [g for g in block.gemms.forward if g.head_dim]
     assert sum(g.flops for g in attention) == pytest.approx(4 * 4096 * 4096 * 8192)
+
+
+def test_fp8_casts_every_routed_copy_of_a_token() -> None:
+    """In FP8 the experts cast their inputs: k x skew copies of each token (1 / t of the tokens per
+    device), so a MoE layer of 2 experts a token casts 2 x h more per token than k = 1 does at t = 1."""
+    from ppsim.costs.low_precision import LowPrecision
+
+    def forward_bytes(top_k: int) -> float:
+        m = ModelSpec(**{**MIXTRAL, "moe": {**MIXTRAL["moe"], "top_k": top_k, "ffn_hidden": 8}})
+        narrow = LowPrecision("tensorwise", False)
+        _, plain, _ = gpt_layers(m, 1, experts=ExpertShard(m.moe))  # type: ignore[arg-type]
+        _, cast, _ = gpt_layers(m, 1, narrow=narrow, experts=ExpertShard(m.moe))  # type: ignore[arg-type]
+        return cast.forward_bytes - plain.forward_bytes
+
+    per_value = 2 + 2 * 1 + 2  # read 16 bits, write two FP8 copies, read again for the amax
+    extra = forward_bytes(2) - forward_bytes(1)
+    down = 4096 * 8 * per_value  # the down projection's input grows by one expert width (8) per token
+    assert extra == pytest.approx(4096 * 4096 * per_value + down)
