@@ -31,16 +31,10 @@ The rules (what ppsim assumes where a row is silent is printed with it):
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -48,11 +42,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import published_modern as dense  # noqa: E402  # the dense set's rules for precision, devices, partitions
 
-from ppsim.errors import PpsimError  # noqa: E402
-from ppsim.inputs.scenario import parse_scenario  # noqa: E402
+from ppsim.inputs.overrides import sequence_parallel_for_experts  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "published_moe.yaml"
-DEVICES = {**dense.DEVICES, "B300": ("b300", 8, None)}
 MLA_MODELS = ("DeepSeekV3", "Kimi-K2")
 
 
@@ -65,6 +57,8 @@ def unexpressible(row: dict[str, Any]) -> str | None:
         return "sliding-window attention (GPT-OSS): ppsim's attention sees every earlier key"
     if not arch.get("num_layers"):
         return "the sources do not give the model's architecture"
+    if not row["tokens_per_s_per_gpu"]:
+        return "no tokens/s published"
     return None
 
 
@@ -115,7 +109,7 @@ def layout_partition(layout: str) -> list[int]:
 def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[str, Any], list[str]]:
     """The row as a ppsim scenario, and what was assumed where its sources are silent."""
     settings = row.get("recipe_settings") or {}
-    device, per_node, domain = DEVICES[row["gpu"]]
+    device = dense.DEVICES[row["gpu"]][0]
     tp, pp, vp, cp, gpus = row["tp"], row["pp"], row["vp"] or 1, row["cp"] or 1, row["gpus"]
     dp = gpus // (tp * pp * cp)
     assumed = ["routing balanced, dropless", "the expert-parallel all-to-alls exposed (no combined 1F1B overlap)"]
@@ -143,82 +137,28 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
     training["overlap_param_gather"] = bool(settings.get("overlap_param_gather")) and training["zero_stage"] == 1
     if settings.get("recompute_granularity") == "full":
         training["recompute"] = "full"
-    if tp > 1 and row["ep"] > 1:
-        training["sequence_parallel"] = True
+    sequence_parallel_for_experts({"tensor_parallel": tp, "expert_parallel": row["ep"]}, training)
     training["tp_comm_overlap"] = bool(settings.get("tp_comm_overlap_effective")) and training["sequence_parallel"]
     if row["precision"] != "BF16":
         key, recipe = dense.narrow_recipe(row)
         training[key] = recipe
         training["low_precision_params"] = "param_gather=True" in str(settings.get("precision_recipe", ""))
-    cluster: dict[str, Any] = {"nodes": max(1, gpus // per_node), "devices_per_node": min(per_node, gpus)}
-    if domain:
-        cluster["nvlink_domain"] = domain if gpus <= domain else 64
-        if gpus > domain:
-            assumed.append("a job larger than an NVL72 rack uses 64 GPUs (16 trays) of each")
     data = {
         "name": row["id"], "model": model,
         "pipeline": {"stages": pp, "chunks": vp, "schedule": "interleaved-1f1b" if vp > 1 else "1f1b",
                      "partition": partition},
         "training": training, "tensor_parallel": tp, "context_parallel": cp, "data_parallel": dp,
         "expert_parallel": row["ep"], "expert_tensor_parallel": row.get("etp") or 1,
-        "hardware": {"device": device, "gemm_curves": gemm_curves}, "cluster": cluster,
+        "hardware": {"device": device, "gemm_curves": gemm_curves},
+        "cluster": dense.cluster_section(row["gpu"], gpus, assumed),
     }
     return data, assumed
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", default="", help="only rows whose id starts with this")
-    ap.add_argument("--json", type=Path, help="write every row's figures to this file")
-    ap.add_argument("--gemm-curves", action="store_true",
-                    help="price the matmuls by the devices' measured curves (hardware.gemm_curves)")
-    args = ap.parse_args()
-    from ppsim.prediction import predict
-    from ppsim.trace.metrics import summarize
-
-    rows = [r for r in yaml.safe_load(DATA.read_text()) if r["id"].startswith(args.rows)]
-    t0 = time.perf_counter()
-    errors: list[float] = []
-    skipped: dict[str, list[str]] = {}
-    results = []
-    print(f"{'row':58s} {'GPUs':>5s} {'TP PP VP EP':>12s} {'prec':>6s} {'published s':>11s} {'ppsim s':>8s} "
-          f"{'error':>7s}  fits")
-    for row in rows:
-        why = unexpressible(row)
-        if why is None and not row["tokens_per_s_per_gpu"]:
-            why = "no tokens/s published"
-        if why:
-            skipped.setdefault(why, []).append(row["id"])
-            continue
-        data, assumed = scenario_data(row, args.gemm_curves)
-        published = dense.published_step_s(row)
-        try:
-            pred = predict(parse_scenario(data))
-        except PpsimError as exc:
-            skipped.setdefault(f"refused: {exc}", []).append(row["id"])
-            continue
-        summary = summarize(pred.trace, waits=False)
-        step = summary.step_time_ms / 1e3
-        error = step / published - 1
-        errors.append(error)
-        layout = f"{row['tp']} {row['pp']} {row['vp'] or 1} {row['ep']}"
-        print(f"{row['id'][:58]:58s} {row['gpus']:5d} {layout:>12s} {str(row['precision'])[:6]:>6s} {published:11.2f} "
-              f"{step:8.2f} {100 * error:+6.1f}%  {'yes' if summary.fits else 'NO' if summary.fits is False else '?'}")
-        results.append({"id": row["id"], "source": row["source"], "published_step_s": published,
-                        "predicted_step_s": step, "error": error, "fits": summary.fits, "assumed": assumed})
-    if errors:
-        print(f"\n{len(errors)} of {len(rows)} rows predicted in {time.perf_counter() - t0:.0f} s: median |error| "
-              f"{100 * statistics.median(abs(e) for e in errors):.1f} %, median error "
-              f"{100 * statistics.median(errors):+.1f} %, largest |error| {100 * max(abs(e) for e in errors):.1f} %, "
-              f"{sum(abs(e) <= 0.2 for e in errors)} within 20 %")
-    print(f"\nnot expressible yet ({sum(len(v) for v in skipped.values())} rows):")
-    for why, ids in sorted(skipped.items(), key=lambda kv: -len(kv[1])):
-        print(f"  {len(ids):3d}  {why}")
-    assumptions = sorted({a for r in results for a in r["assumed"]})
-    if assumptions:
-        print("\nassumed where a row's sources are silent: " + "; ".join(assumptions))
-    if args.json:
-        args.json.write_text(json.dumps({"rows": results, "not_expressible": skipped}, indent=1))
+    dense.run(dense.Bench(DATA, __doc__.splitlines()[0], unexpressible, scenario_data, "TP PP VP EP",
+                          lambda row: f"{row['tp']} {row['pp']} {row['vp'] or 1} {row['ep']}",
+                          lambda row: str(row["precision"]), 0.2))
 
 
 if __name__ == "__main__":

@@ -80,11 +80,11 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
     stages = []
     for k, st in enumerate(layout.stages):
         forward_mm, backward_mm, weight_grad_mm = matmuls(st)
-        tp, plain = whole_tp, whole_plain
-        if training.tp_comm_overlap and st.blocks:
-            gemm_ms = linear_gemm_ms(st, price, swiglu=model.mlp == "swiglu")
-            tp, plain = exposed_comm(whole_tp, t, *gemm_ms), exposed_comm(whole_plain, t, *gemm_ms)
+        gemm_ms = linear_gemm_ms(st, price, swiglu=model.mlp == "swiglu") if training.tp_comm_overlap and st.blocks \
+            else None
+        tp = exposed_comm(whole_tp, t, *gemm_ms) if gemm_ms else whole_tp
         if st.plain_blocks:  # one block's average over the stage's recomputed and plain blocks
+            plain = exposed_comm(whole_plain, t, *gemm_ms) if gemm_ms else whole_plain
             recomputed = st.blocks - st.plain_blocks
             tp = replace(tp, backward_ms=(recomputed * tp.backward_ms + st.plain_blocks * plain.backward_ms)
                          / st.blocks)

@@ -151,6 +151,8 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         casts = narrow.cast_traffic(linears, b * s, e)
         weight_casts = narrow.weight_cast_bytes(linear_params, e)
         extra_weight = linear_params * (narrow.weight_bytes_per_param(e) - e)
+    # MLA keeps Q and K of a x qk_dim and V and the output of a x v_head_dim: the (2 + 2 kv/a) x width
+    # values of multi-head attention (kv = a) at half their sum
     held = block_activation_bytes(s, b, h, a, e, recompute, t, kv_heads=model.kv, ffn_hidden=f, mlp=model.mlp,
                                   attention_width=q if not model.mla else a * (model.mla.qk_dim + model.mla.v_head_dim) // 2,
                                   sequence_parallel=sequence_parallel, flash_attention=flash_attention,
