@@ -22,10 +22,10 @@ by its FLOPs, ``Device.attention_efficiency`` by its head dimension).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Gemm:
     """``count`` GEMMs of (m x n) x (n x k); ``head_dim`` > 0 marks the attention's score and context
     matmuls (one per head), priced by the device's attention curve (or FlashAttention's kernel)."""
@@ -42,7 +42,9 @@ class Gemm:
         return 2.0 * self.m * self.n * self.k * self.count
 
     def times(self, count: float) -> Gemm:
-        return replace(self, count=self.count * count)
+        # the constructor, not dataclasses.replace: a stage's GEMMs are scaled hundreds of thousands
+        # of times in a search
+        return Gemm(self.m, self.n, self.k, self.count * count, self.head_dim, self.linear)
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
         head = replace(head, params=head.params - model.vocab * model.hidden // s.tensor_parallel)
     stages = []
     first = 0  # the stage's first block, counted over the whole model
+    family_gemms: dict[tuple[bool, int, int], PassGemms] = {}  # stages of as many blocks share their GEMM lists
     for k, count in enumerate(blocks):
         recomputed = min(count, s.training.recompute_layers or count)
         moe_at = [model.moe is not None and model.moe.is_moe(first + i) for i in range(count)]
@@ -142,7 +143,10 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
             full, plain = kinds.family(moe)
             again = sum(i < recomputed for i in mine)
             stage_blocks += [full if i < recomputed else plain or full for i in mine]
-            gemms += block_gemms(full, plain, len(mine), again)
+            key = (moe, len(mine), again)
+            if key not in family_gemms:
+                family_gemms[key] = block_gemms(full, plain, len(mine), again)
+            gemms += family_gemms[key]
             lead = lead or len(mine)
         parts = stage_blocks + ([emb] if k == 0 else []) + ([head] if k == n - 1 else [])
         offloaded = sum(x.activation_bytes for x in stage_blocks[:s.training.offload_layers])

@@ -298,6 +298,43 @@ def flow_load(cluster: Cluster, flows: list[tuple[int, int, float]]) -> tuple[Co
     return Counter(load), latency_us
 
 
+def alltoall_load(cluster: Cluster, groups: list[list[int]]) -> tuple[Counter[Hop], float]:
+    """:func:`flow_load` of an all-to-all over each group, all at once (every member sending each
+    other member 1 / (n - 1) of its bytes), counted per NVLink domain instead of per pair: a member
+    of a domain holding c of the group's n devices sends c - 1 flows over the domain's switch and
+    n - c out of its NIC, and receives as many each way."""
+    router = _router(cluster)
+    per_domain = cluster.domain_size
+    load: dict[Hop, float] = {}
+    latency_us = 0.0
+
+    def add(hop: Hop, amount: float) -> None:
+        if amount:
+            load[hop] = load.get(hop, 0) + amount
+
+    for group in groups:
+        n = len(group)
+        if n < 2:
+            continue
+        share = 1 / (n - 1)
+        in_domain = Counter(dev // per_domain for dev in group)
+        for dev in group:
+            domain = dev // per_domain
+            inside, outside = (in_domain[domain] - 1) * share, (n - in_domain[domain]) * share
+            name, fabric, nic = router.device[dev], router.fabric[domain], router.nic[dev]
+            add((name, fabric), inside)
+            add((fabric, name), inside)
+            add((name, nic), outside)
+            add((nic, SPINE), outside)
+            add((SPINE, nic), outside)
+            add((nic, name), outside)
+        if len(in_domain) > 1:
+            latency_us = max(latency_us, router.inter_us)
+        if any(c > 1 for c in in_domain.values()):
+            latency_us = max(latency_us, router.intra_us)
+    return Counter(load), latency_us
+
+
 @cache
 def capacities(cluster: Cluster) -> dict[Hop, float]:
     """Every directed link of finite bandwidth, in bytes per ms (each direction its own)."""
@@ -392,9 +429,8 @@ def expert_parallel_link(cluster: Cluster, p: int, d: int, t: int, ep: int, etp:
             for k in range(etp):
                 positions = [k + etp * (j + ep * outer) for j in range(ep)]
                 groups.append([device_of(s, pos // t, pos % t, p, d, t, placement) for pos in positions])
-    flows = [(a, b, 1 / (len(g) - 1)) for g in groups for a in g for b in g if a != b]
     links = _directed(cluster)
-    load, latency_us = flow_load(cluster, flows)
+    load, latency_us = alltoall_load(cluster, groups)
     bandwidth = min(links[hop].bandwidth_gb_s / n for hop, n in load.items()) if load else math.inf
     return LinkSpeed(bandwidth, latency_us)
 

@@ -209,3 +209,20 @@ def test_tensor_parallelism_may_span_trays_of_one_domain_but_a_domain_is_whole_n
     with pytest.raises(ScenarioError, match=r"cluster.nvlink_domain \(70\) must be whole nodes") as err:
         _scenario(nodes=18, devices_per_node=4, nvlink_domain=70)
     assert err.value.field == "cluster.nvlink_domain"
+
+
+@pytest.mark.parametrize(("nodes", "per", "nics", "domain"), [(4, 4, 2, None), (2, 8, 8, None), (6, 2, 1, 4), (3, 4, 4, 12)])
+def test_alltoall_load_counted_per_domain_equals_the_pairwise_flows(nodes: int, per: int, nics: int, domain: int | None) -> None:
+    """The all-to-all's load, counted per NVLink domain, is the sum over every pair's route: on
+    every link, in both directions, with the latency of the slowest route, for groups that sit in
+    one domain, spread evenly and spread unevenly."""
+    c = cl.Cluster(nodes=nodes, devices_per_node=per, intra=NVLINK, inter=NIC, nics_per_node=nics, nvlink_domain=domain)
+    n = c.devices
+    for groups in ([list(range(n))], [list(range(0, n, 2)), list(range(1, n, 2))],
+                   [[0, 1, n - 1], [2, n - 2]], [[0, 1]], [list(range(per))]):
+        pairs = [(a, b, 1 / (len(g) - 1)) for g in groups for a in g for b in g if a != b]
+        want, want_us = cl.flow_load(c, pairs)
+        got, got_us = cl.alltoall_load(c, groups)
+        assert got.keys() == want.keys()
+        assert all(got[hop] == pytest.approx(want[hop]) for hop in want)
+        assert got_us == want_us

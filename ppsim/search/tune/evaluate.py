@@ -3,6 +3,7 @@ simulation, :func:`bound`), the simulation only when it fits (:func:`evaluate`).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -47,6 +48,28 @@ class Evaluation:
         return d
 
 
+#: the costs of the last few candidates, by what they depend on: the candidate but its schedule,
+#: and the placement of its virtual stages (the costs know no schedule; schedules of one placement
+#: share them, and the search bounds them in a row: :func:`~ppsim.search.tune.prune.search`)
+_WORKLOADS: OrderedDict[tuple[Candidate, tuple[int, ...]], Any] = OrderedDict()
+_WORKLOADS_KEPT = 4
+
+
+def _workload(s: Any, c: Candidate) -> Any:
+    """The candidate's costs (``scenario_workload``), shared with the candidates of the same plan
+    but for a schedule of the same placement."""
+    from ppsim.prediction.path import scenario_workload, stage_to_rank
+
+    key = (replace(c, schedule=""), stage_to_rank(s))
+    w = _WORKLOADS.get(key)
+    if w is None:
+        w = _WORKLOADS[key] = scenario_workload(s)
+        if len(_WORKLOADS) > _WORKLOADS_KEPT:
+            _WORKLOADS.popitem(last=False)
+    _WORKLOADS.move_to_end(key)
+    return w
+
+
 def _built(base: dict[str, Any], c: Candidate) -> tuple[Any, Any, Evaluation]:
     """The candidate's scenario and built plan, and its evaluation so far: its exact memory (which
     settles a plan that does not fit). Raises PpsimError when the plan cannot run."""
@@ -56,7 +79,7 @@ def _built(base: dict[str, Any], c: Candidate) -> tuple[Any, Any, Evaluation]:
     from ppsim.sim import peak_memory_bytes
 
     s = parse_scenario(apply(base, c), source="the plan")
-    built = build(s)
+    built = build(s, workload=_workload(s, c))
     peak = max(peak_memory_bytes(built.plan, built.workload.costs))
     capacity = get_device(s.hardware.device, s.hardware.device_file).memory_gb * 2**30
     return s, built, Evaluation(c, fits=peak <= capacity, peak_memory_bytes=peak, memory_capacity_bytes=capacity)

@@ -21,6 +21,7 @@ from bisect import bisect_right, insort
 from collections.abc import Hashable, Sequence
 from dataclasses import replace
 
+from ppsim.plan import schedules
 from ppsim.search.tune.evaluate import Evaluation, bound, evaluate
 from ppsim.search.tune.executors import Executor, Progress
 from ppsim.search.tune.rank import Group
@@ -99,16 +100,18 @@ def search(ex: Executor, cands: list[Candidate], *, top: int, groups: Sequence[G
 
 
 def _bounded(ex: Executor, cands: list[Candidate], progress: Progress | None) -> list[Evaluation]:
-    """Every candidate bounded, in the candidates' order, but worked through plan by plan: the
-    candidates of one plan (schedule, stages, micro-batches, chunks; every recompute mode, ZeRO
-    stage and degree of the other parallelisms) come in a row, so the plan is built, checked and
-    its memory peaks counted once while it is remembered (a worker remembers a few)."""
-    by_plan = sorted(range(len(cands)), key=lambda i: _plan_of(cands[i]))
-    bounded = ex.map(bound, [cands[i] for i in by_plan], progress)
-    at = {i: k for k, i in enumerate(by_plan)}  # where each candidate went
+    """Every candidate bounded, in the candidates' order, but worked through in :func:`_order`,
+    so that a worker builds each plan and each set of costs once while it remembers them."""
+    ordered = sorted(range(len(cands)), key=lambda i: _order(cands[i]))
+    bounded = ex.map(bound, [cands[i] for i in ordered], progress)
+    at = {i: k for k, i in enumerate(ordered)}  # where each candidate went
     return [bounded[at[i]] for i in range(len(cands))]
 
 
-def _plan_of(c: Candidate) -> tuple[str, int, int, int]:
-    """What the built plan (its actions) depends on."""
-    return c.schedule, c.stages, c.microbatches, c.chunks
+def _order(c: Candidate) -> tuple[int, int, int, tuple[int, ...], Candidate, str]:
+    """Stages, micro-batches and chunks (what the plans depend on, with the schedule: the few
+    schedules of one size are remembered at once), then the placement of the virtual stages, then
+    the rest with the schedule last: the schedules of one placement share their costs, so they
+    come in a row."""
+    placement = schedules.describe(c.schedule).stage_to_rank(c.stages, c.chunks)
+    return c.stages, c.microbatches, c.chunks, placement, replace(c, schedule=""), c.schedule
