@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # the same names as _SOURCES below, for the type checker
     from ppsim.cli.progress import progress_bar
     from ppsim.costs.host_memory import host_run_bytes
     from ppsim.costs.layers import gpt_layers
+    from ppsim.costs.moe import ExpertShard
     from ppsim.formats import DEVICE_FILE_MARKER
     from ppsim.inputs.hardware import Device, get_device
     from ppsim.inputs.profile import (
@@ -101,6 +102,7 @@ _SOURCES: dict[str, str] = {
     "simulate": "ppsim.sim",
     "host_run_bytes": "ppsim.costs.host_memory",
     "gpt_layers": "ppsim.costs.layers",
+    "ExpertShard": "ppsim.costs.moe",
     # the trace
     "Trace": "ppsim.trace",
     "TraceMeta": "ppsim.trace",
@@ -137,8 +139,8 @@ _SOURCES: dict[str, str] = {
 }
 
 __all__ = [
-    "BACKWARD_KINDS", "COMM_KINDS", "COMPUTE_KINDS", "DEVICE_FILE_MARKER", "DTYPE_BYTES", "PARALLEL_OPTIONS",
-    "PROFILING_SCHEDULE", "RECV_KINDS", "Action", "Comparison", "Counter", "Device", "Kind", "LayerTimes",
+    "BACKWARD_KINDS", "COMM_KINDS", "COMPUTE_KINDS", "DEVICE_FILE_MARKER", "DTYPE_BYTES", "ExpertShard",
+    "PARALLEL_OPTIONS", "PROFILING_SCHEDULE", "RECV_KINDS", "Action", "Comparison", "Counter", "Device", "Kind", "LayerTimes",
     "LinkProfile", "MemorySource", "ModelSpec", "Overheads", "Plan", "PlanOverrides", "Prediction", "Profile", "QuartileTimes",
     "RecomputeTimes", "SEARCHED_SCHEDULE", "Scenario", "Span", "Summary", "TensorParallelTimes", "Trace", "TraceMeta", "build",
     "compare_traces",

@@ -104,7 +104,6 @@ def check_buildable(s: Scenario) -> None:
         ("positions", s.model.positions if s.model.positions != "learned" else None, "use positions: learned"),
         ("tie_embeddings", True if s.model.tie_embeddings else None, "use tie_embeddings: false"),
         ("head_dim", s.model.head_dim if s.model.q_width != s.model.hidden else None, "leave it out (hidden / heads)"),
-        ("moe", "experts" if s.model.moe is not None else None, "leave it out (a dense MLP)"),
         ("mla", "latent attention" if s.model.mla is not None else None, "leave it out (multi-head attention)"),
     ) if v is not None]
     if unbuilt:
@@ -112,6 +111,10 @@ def check_buildable(s: Scenario) -> None:
         raise PpsimError(f"ppexec builds GPT-style blocks (multi-head attention, GELU MLP, learned positions, a head "
                          f"of its own), "
                          f"not {name}: {value}; ppsim predicts it, for a run {fix}", field=name)
+    if s.model.moe is not None and s.tensor_parallel > 1:
+        raise PpsimError("ppexec's MoE layers run without tensor parallelism (their experts are split over the "
+                         "replicas by expert_parallel); ppsim predicts it, for a run use tensor_parallel: 1",
+                         field="tensor_parallel")
     if s.training.sequence_parallel:
         raise PpsimError("ppexec's tensor parallelism keeps whole activations outside the split matmuls, without "
                          "Megatron's sequence parallelism; ppsim predicts it, for a run use sequence_parallel: false",

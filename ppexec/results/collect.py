@@ -103,7 +103,17 @@ def step_trace(states: list[RankState], plan: Plan, step: int, meta: TraceMeta, 
         "memory_measured": sources.pop() if len(sources) == 1 else None,
         "forward_calls": forwards or None,
     })
+    alltoall = [alltoall_ms(r.marks) for r in records]
+    if any(alltoall):
+        full_meta["alltoall_ms"] = alltoall
     return Trace(spans=spans, meta=full_meta, counters=counters)
+
+
+def alltoall_ms(marks: list[tuple[str, int]]) -> float:
+    """The time between each ``alltoall`` mark and the ``alltoall_end`` after it, in all (ms)."""
+    starts = [t for name, t in marks if name == "alltoall"]
+    ends = [t for name, t in marks if name == "alltoall_end"]
+    return sum(t1 - t0 for t0, t1 in zip(starts, ends, strict=True)) / 1e6
 
 
 def execute(s: Scenario, opts: RunOptions, on_progress: Callable[[list[RankState]], None] | None = None,

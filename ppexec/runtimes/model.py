@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ppexec.runtimes.experts import ExpertGroups, MoEMLP
 from ppexec.runtimes.tensor_parallel import TPGroup, copy_to_group, reduce_from_group, shard
 from ppsim.api import ModelSpec
 
@@ -61,11 +62,14 @@ class Block(nn.Module):
     tensor-parallel group ``tp`` the block holds its rank's heads and MLP units (see
     ppexec/tensor_parallel.py), with the weights the whole block would have, sliced."""
 
-    def __init__(self, spec: ModelSpec, seed: int, selective: bool = False, tp: TPGroup | None = None) -> None:
+    def __init__(self, spec: ModelSpec, seed: int, selective: bool = False, tp: TPGroup | None = None,
+                 moe: bool = False, experts: ExpertGroups | None = None) -> None:
         super().__init__()
         h, t = spec.hidden, tp.size if tp else 1
         if spec.heads % t or spec.ffn % t:
             raise ValueError(f"tensor_parallel {t} must divide the heads ({spec.heads}) and the MLP width ({spec.ffn})")
+        if moe and tp is not None:
+            raise ValueError("ppexec's MoE layers run without tensor parallelism")
         self.heads = spec.heads // t  # this rank's
         self.selective = selective
         self.tp = tp
@@ -73,10 +77,14 @@ class Block(nn.Module):
         self.qkv = nn.Linear(h, 3 * h // t)
         self.proj = nn.Linear(h // t, h)
         self.norm2 = nn.LayerNorm(h)
-        self.fc1 = nn.Linear(h, spec.ffn // t)
-        self.fc2 = nn.Linear(spec.ffn // t, h)
+        self.moe: MoEMLP | None = None
+        if not moe:
+            self.fc1 = nn.Linear(h, spec.ffn // t)
+            self.fc2 = nn.Linear(spec.ffn // t, h)
         if tp is None:
             _init_(self, seed)
+            if moe:  # its own weights: each expert from a seed of its own (see ppexec/runtimes/experts.py)
+                self.moe = MoEMLP(spec, seed, experts)
         else:  # the whole block's weights, drawn as in one process, then this rank's slices
             whole = Block(spec, seed).state_dict()
             with torch.no_grad():
@@ -96,6 +104,8 @@ class Block(nn.Module):
             att = _attention_core(q, k, v)
         out = F.linear(att.transpose(1, 2).reshape(b, s, width), self.proj.weight)
         x = x + reduce_from_group(out, self.tp) + self.proj.bias
+        if self.moe is not None:
+            return x + self.moe(self.norm2(x))
         hidden = F.gelu(self.fc1(copy_to_group(self.norm2(x), self.tp)))
         return x + reduce_from_group(F.linear(hidden, self.fc2.weight), self.tp) + self.fc2.bias
 
@@ -124,15 +134,20 @@ def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
 
-def layer_factories(spec: ModelSpec, seed: int, recompute: str = "none", tp: TPGroup | None = None
-                    ) -> list[tuple[type[nn.Module], tuple[object, ...]]]:
+def layer_factories(spec: ModelSpec, seed: int, recompute: str = "none", tp: TPGroup | None = None,
+                    experts: ExpertGroups | None = None) -> list[tuple[type[nn.Module], tuple[object, ...]]]:
     """(class, args) of every layer in order: embedding, blocks, head; layer i is seeded seed + i.
     With ``recompute`` selective the blocks checkpoint their attention core (``full`` is the
     pipeline module's business: see the module docstring); with ``tp`` they hold this rank's
-    slices (the embedding and the head are replicated)."""
+    slices (the embedding and the head are replicated); the MoE blocks of a ``model.moe`` hold
+    this rank's experts (``experts``: its expert-parallel groups; None: every expert)."""
     classes: list[type[nn.Module]] = [Embedding] + [Block] * spec.layers + [Head]
     selective = recompute == "selective"
-    return [(cls, (spec, seed + i, selective, tp) if cls is Block else (spec, seed + i))
+
+    def moe(block: int) -> bool:
+        return spec.moe is not None and spec.moe.is_moe(block)
+
+    return [(cls, (spec, seed + i, selective, tp, moe(i - 1), experts) if cls is Block else (spec, seed + i))
             for i, cls in enumerate(classes)]
 
 
@@ -170,7 +185,11 @@ def synthetic_batch(spec: ModelSpec, micro_batch: int, seed: int, step: int, rep
 
 def parameter_count(spec: ModelSpec) -> int:
     """Parameters of the whole network (embedding, blocks, head): ppsim's count of the same layers."""
-    from ppsim.api import gpt_layers
+    from ppsim.api import ExpertShard, gpt_layers
 
     emb, block, head = gpt_layers(spec, 1)
-    return emb.params + spec.layers * block.params + head.params
+    if spec.moe is None:
+        return emb.params + spec.layers * block.params + head.params
+    moe_block = gpt_layers(spec, 1, experts=ExpertShard(spec.moe))[1]
+    moe_blocks = sum(spec.moe.is_moe(i) for i in range(spec.layers))
+    return emb.params + (spec.layers - moe_blocks) * block.params + moe_blocks * moe_block.params + head.params

@@ -55,7 +55,9 @@ class Step(_Event):
     step: int
     loss: float | None  #: the step's mean loss, on the rank that holds the last stage
     spans: list[Span]
-    marks: list[tuple[str, int]] = Field(default_factory=list)  #: named moments inside actions (ns)
+    #: named moments inside actions (ns): ``clip``; ``alltoall`` and ``alltoall_end`` around each of
+    #: the MoE layers' expert-parallel all-to-alls
+    marks: list[tuple[str, int]] = Field(default_factory=list)
     memory: list[tuple[int, int]] = Field(default_factory=list)  #: (ns, bytes) at the end of every action
     memory_source: MemorySource | None = None  #: "rss" (a CPU process) or "allocator" (a GPU's bytes in use)
     forwards: dict[str, int] = Field(default_factory=dict)  #: block and attention-core forwards run

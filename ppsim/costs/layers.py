@@ -129,7 +129,8 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     router = permute = 0.0
     if experts:  # the MLP's parameters are the device's experts', the shared experts' and the router's
         moe_params, expert_params = experts.params(model, t)
-        block_params = device_attention + norms + moe_params
+        # the norms; a GPT-style MLP's output bias (counted with them) has no counterpart in the experts
+        block_params = device_attention + norms - (h if model.mlp != "swiglu" else 0) + moe_params
         linear_params = device_linear + moe_params - h * experts.moe.experts
         router = router_flops(tokens, h, experts.moe.experts)
         permute = experts.permute_bytes(tokens, h, e)

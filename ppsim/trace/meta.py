@@ -90,6 +90,7 @@ class TraceMeta(TypedDict, total=False):
     loss: float | None
     memory_measured: MemorySource | None
     forward_calls: dict[str, int] | None
+    alltoall_ms: list[float]  #: per rank, the time its MoE layers spent in expert-parallel all-to-alls
     trace_format: str
     files: list[str]
     profiled_steps: list[int]

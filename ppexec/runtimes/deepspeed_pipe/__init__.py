@@ -22,6 +22,8 @@ class DeepSpeedRuntime:
     def refuses(self, plan: Plan, s: Scenario) -> str | None:
         from ppexec.runtimes.deepspeed_pipe.translate import refusal
 
+        if s.model is not None and s.model.moe is not None:
+            return "ppexec's mixture of experts and its all-to-all run in the torch runtime"
         return refusal(plan)
 
     def start(self, ctx: RankContext) -> DeepSpeedProgram:

@@ -30,6 +30,7 @@ from torch.distributed.pipelining import schedules as torch_schedules
 from torch.utils.checkpoint import checkpoint
 
 from ppexec.runtimes.base import BatchOf, RankContext
+from ppexec.runtimes.experts import is_expert, make_expert_groups
 from ppexec.runtimes.model import TORCH_DTYPES, Block, layer_factories, loss_fn, optimizer_state, stage_boundaries
 from ppexec.runtimes.torch_pipelining.translate import tail, torch_actions, waits_before
 from ppsim.api import Kind
@@ -78,18 +79,20 @@ class TorchProgram:
         replicas = ([dist.new_group([q * d + r for r in range(d)], timeout=timeout) for q in range(p)] if d > 1
                     else [None] * p)
         self.pipeline_group, self.replica_group, self.replicas = pipelines[self.replica], replicas[self.pipe_rank], d
+        self.experts = make_expert_groups(p, d, s.expert_parallel, ctx.rank, timeout)
         local = int(os.environ.get("LOCAL_RANK", "0"))
         device = torch.device(f"cuda:{local}") if spec.backend == "nccl" else torch.device("cpu")
 
         mine = plan.stages_of_rank(self.pipe_rank)
         self.first_here, self.last_here = 0 in mine, plan.num_stages - 1 in mine
-        factories = layer_factories(spec.model, spec.seed, s.training.recompute)
+        factories = layer_factories(spec.model, spec.seed, s.training.recompute, experts=self.experts)
         bounds = stage_boundaries(spec.partition)
         dtype = TORCH_DTYPES[spec.model.dtype]
         self.modules = {k: StageModule({i: factories[i][0](*factories[i][1]) for i in range(bounds[k], bounds[k + 1])},
                                        s.training.recompute == "full").to(device=device, dtype=dtype) for k in mine}
         self.device = device
-        stages = [PipelineStage(self.modules[k], k, plan.num_stages, device, group=self.pipeline_group) for k in mine]
+        stages = [PipelineStage(self.modules[k], k, plan.num_stages, device, *_example_args(spec.model, s, k, plan.num_stages),
+                                group=self.pipeline_group) for k in mine]
         # the micro-batch's loss over m: the grads are the mean over the step's micro-batches
         self.runtime = _PipelineScheduleRuntime(stages, plan.num_microbatches, loss_fn=self._loss, scale_grads=False)
         self.runtime._prepare_schedule_with_comms(torch_actions(plan), format="compute_comms")
@@ -99,13 +102,26 @@ class TorchProgram:
         self.optimizers = {k: self._optimizer(self.modules[k], spec.lr, s.training.zero_stage) for k in mine}
         self._waits = waits_before(list(plan.actions[self.pipe_rank]))
 
-    def _optimizer(self, module: nn.Module, lr: float, zero_stage: int) -> torch.optim.Optimizer:
-        if zero_stage >= 1 and self.replicas > 1:  # ZeRO-1: each replica keeps the Adam state of its shard
-            from torch.distributed.optim import ZeroRedundancyOptimizer
+    def _optimizer(self, module: nn.Module, lr: float, zero_stage: int) -> StageOptimizer:
+        """AdamW over the stage's parameters; under ZeRO-1 each replica keeps the Adam state of its
+        shard: of the dense parameters over every replica, of its experts' over the replicas that
+        hold the same experts."""
+        dense, experts = _split_experts(module)
+        groups = [(dense, self.replica_group, self.replicas),
+                  (experts, self.experts.replicas if self.experts else self.replica_group,
+                   self.replicas // (self.experts.size if self.experts else 1))]
+        parts: list[torch.optim.Optimizer] = []
+        for params, group, holders in groups:
+            if not params:
+                continue
+            if zero_stage >= 1 and holders > 1:
+                from torch.distributed.optim import ZeroRedundancyOptimizer
 
-            return ZeroRedundancyOptimizer(module.parameters(), optimizer_class=torch.optim.AdamW,
-                                           process_group=self.replica_group, lr=lr, weight_decay=0.0)
-        return torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=0.0)
+                parts.append(ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, process_group=group,
+                                                     lr=lr, weight_decay=0.0))
+            else:
+                parts.append(torch.optim.AdamW(params, lr=lr, weight_decay=0.0))
+        return StageOptimizer(parts)
 
     def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return loss_fn(logits, labels) / self.microbatches
@@ -172,22 +188,30 @@ class TorchProgram:
             torch_schedules.record_function = labelled  # type: ignore[misc]  # restores the class patched above
 
     def _reduce_grads(self, action: Any, ctx: Any) -> None:
-        """REDUCE_GRAD: the stage's gradients averaged over the data-parallel replicas, in one buffer."""
-        grads = [q.grad for q in self.modules[action.stage_index].parameters() if q.grad is not None]
-        if not grads:
-            return
-        flat = torch._utils._flatten_dense_tensors(grads)
-        dist.all_reduce(flat, group=self.replica_group)
-        flat.div_(self.replicas)
-        for grad, reduced in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
-            grad.copy_(reduced)
+        """REDUCE_GRAD: the stage's gradients averaged over the data-parallel replicas, in one buffer
+        per group: the dense parameters' over every replica; a routed expert's gradient already sums
+        the tokens of its whole expert-parallel group (the all-to-all's backward brought them), so
+        it is summed over the replicas holding the same experts and divided by every replica."""
+        dense, experts = _split_experts(self.modules[action.stage_index])
+        expert_group = self.replica_group if self.experts is None else self.experts.replicas
+        for params, group in ((dense, self.replica_group), (experts, expert_group)):
+            grads = [q.grad for q in params if q.grad is not None]
+            if not grads:
+                continue
+            flat = torch._utils._flatten_dense_tensors(grads)
+            if group is not None:
+                dist.all_reduce(flat, group=group)
+            flat.div_(self.replicas)
+            for grad, reduced in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
+                grad.copy_(reduced)
 
     def _clip(self) -> None:
-        clip_over_pipeline(list(self.modules.values()), self.max_norm, self.pipeline_group, self.clock.mark)
+        clip_over_pipeline(list(self.modules.values()), self.max_norm, self.pipeline_group, self.clock.mark,
+                           experts=self.experts.group if self.experts else None)
 
     # ----- what the worker records -----------------------------------------------------------------
     def optimizer_state(self) -> dict[str, Any]:
-        states = [optimizer_state(o) for o in self.optimizers.values()]
+        states = [optimizer_state(o) for stage in self.optimizers.values() for o in stage.parts]
         return {"class": states[0]["class"] if states else "none",
                 "state_elements": sum(x["state_elements"] for x in states)}
 
@@ -196,17 +220,69 @@ class TorchProgram:
         return {"stages": sorted(self.modules), "stage": self.pipe_rank, "tp": 0, "tp_size": 1, "state": state}
 
 
-def clip_over_pipeline(modules: list[nn.Module], max_norm: float, group: Any, mark: Any = None) -> None:
+def clip_over_pipeline(modules: list[nn.Module], max_norm: float, group: Any, mark: Any = None,
+                       experts: Any = None) -> None:
     """CLIP: the gradient norm over every stage of the pipeline (the squares all-reduced over the
-    pipeline's ranks), and the gradients scaled to ``max_norm`` when above it, as torch's
+    pipeline's ranks, a routed expert's first over the ``experts`` group that holds the layer's
+    experts between them), and the gradients scaled to ``max_norm`` when above it, as torch's
     clip_grad_norm_ does in one process; ``mark("clip")`` is called once this rank's part is done."""
-    grads = [q.grad for m in modules for q in m.parameters() if q.grad is not None]
     device = next((q.device for m in modules for q in m.parameters()), torch.device("cpu"))
-    squares = torch.stack([g.detach().float().pow(2).sum() for g in grads]).sum() if grads else \
-        torch.zeros((), device=device)
+
+    def squares_of(params: list[torch.Tensor]) -> torch.Tensor:
+        grads = [q.grad for q in params if q.grad is not None]
+        return torch.stack([g.detach().float().pow(2).sum() for g in grads]).sum() if grads else \
+            torch.zeros((), device=device)
+
+    dense = [q for m in modules for q in _split_experts(m)[0]]
+    routed = [q for m in modules for q in _split_experts(m)[1]]
+    squares = squares_of(dense)
+    if experts is not None:
+        routed_squares = squares_of(routed)
+        dist.all_reduce(routed_squares, group=experts)
+        squares = squares + routed_squares
+    elif routed:
+        squares = squares + squares_of(routed)
+    grads = [q.grad for m in modules for q in m.parameters() if q.grad is not None]
     if mark is not None:
         mark("clip")  # the norm's all-reduce follows
     dist.all_reduce(squares, group=group)
     coefficient = torch.clamp(max_norm / (squares.sqrt() + 1e-6), max=1.0)
     for g in grads:
         g.mul_(coefficient.to(g.dtype))
+
+
+class StageOptimizer:
+    """A stage's optimizers (the dense parameters' and, apart, the routed experts'), stepped as one."""
+
+    def __init__(self, parts: list[torch.optim.Optimizer]) -> None:
+        self.parts = parts
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for o in self.parts:
+            o.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        for o in self.parts:
+            o.step()
+
+
+def _split_experts(module: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(dense, routed experts') parameters of ``module``."""
+    dense: list[torch.Tensor] = []
+    experts: list[torch.Tensor] = []
+    for name, q in module.named_parameters():
+        (experts if is_expert(name) else dense).append(q)
+    return dense, experts
+
+
+def _example_args(model: Any, s: Any, stage: int, stages: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input, output) of one micro-batch of ``stage``, as shapes on the meta device: given, torch's
+    runtime does not infer them by running each stage on empty tensors, which it would otherwise
+    do in a step of its own (one that runs the MoE layers' all-to-alls on some ranks only)."""
+    b, seq, h = s.training.micro_batch, model.seq_len, model.hidden
+    dtype = TORCH_DTYPES[model.dtype]
+    meta = torch.device("meta")
+    given = (torch.empty((b, seq), dtype=torch.int64, device=meta) if stage == 0
+             else torch.empty((b, seq, h), dtype=dtype, device=meta, requires_grad=True))
+    out = torch.empty((b, seq, model.vocab if stage == stages - 1 else h), dtype=dtype, device=meta, requires_grad=True)
+    return given, out

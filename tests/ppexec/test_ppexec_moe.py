@@ -1,0 +1,137 @@
+"""ppexec's mixture of experts: the layer routes as written down, holds what ppsim counts, and a
+pipelined run with expert parallelism (its all-to-all over gloo) trains exactly like one process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ppexec.launch.prepare import RunOptions, check_buildable, prepare  # noqa: E402
+from ppexec.runtimes.experts import Expert, MoEMLP, expert_seed, is_expert  # noqa: E402
+from ppexec.runtimes.model import parameter_count, reference_model  # noqa: E402
+from ppsim.errors import PpsimError  # noqa: E402
+from ppsim.inputs.scenario import parse_scenario  # noqa: E402
+
+MOE = {"experts": 4, "top_k": 2, "ffn_hidden": 48, "shared_experts": 1, "dense_layers": 1}
+
+
+def tiny_moe(schedule: str = "1f1b", stages: int = 2, dp: int = 1, ep: int = 1, zero: int = 0, **moe: object):
+    from ppsim.plan.schedules import describe
+
+    info = describe(schedule)
+    chunks = info.chunks.default
+    m = info.microbatches.nearest(stages, max(4, stages), chunks) or max(4, stages)
+    return parse_scenario({
+        "name": f"moe-{schedule}-{stages}x{dp}-ep{ep}",
+        "model": {"layers": max(4, stages * chunks), "hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64,
+                  "dtype": "fp32", "moe": {**MOE, **moe}},
+        "training": {"micro_batch": 2, "grad_clip": 0.05, "zero_stage": zero},
+        "pipeline": {"stages": stages, "microbatches": m, "schedule": schedule, "chunks": chunks,
+                     "partition": "uniform"},
+        "data_parallel": dp,
+        "expert_parallel": ep,
+        "hardware": {"device": "cpu"},
+    })
+
+
+def test_the_model_holds_the_parameters_ppsim_counts() -> None:
+    for moe in (MOE, {**MOE, "shared_experts": 0, "dense_layers": 0, "layer_freq": 2}):
+        s = tiny_moe(**moe)
+        assert sum(q.numel() for q in reference_model(s.model, 7).parameters()) == parameter_count(s.model)
+
+
+def test_a_moe_layer_is_the_weighted_sum_of_its_top_k_experts() -> None:
+    """Each token: its k most probable experts, weighted by their probabilities renormalised over
+    the k, plus the shared expert: computed here token by token, the slow way."""
+    s = tiny_moe()
+    layer = MoEMLP(s.model, seed=11)
+    x = torch.randn(3, 5, 32, generator=torch.Generator().manual_seed(0))
+    got = layer(x)
+    tokens = x.reshape(-1, 32)
+    want = torch.zeros_like(tokens)
+    for i, token in enumerate(tokens):
+        probs = torch.softmax(layer.router(token), dim=-1)
+        top = probs.topk(2)
+        for p, e in zip(top.values / top.values.sum(), top.indices, strict=True):
+            want[i] += p * layer.experts[str(int(e))](token)
+        want[i] += layer.shared(token)
+    torch.testing.assert_close(got.reshape(-1, 32), want, rtol=1e-5, atol=1e-6)
+    got.sum().backward()
+    assert layer.router.weight.grad is not None and layer.router.weight.grad.abs().sum() > 0  # the router learns
+
+
+def test_an_expert_has_the_same_weights_on_every_rank_that_could_hold_it() -> None:
+    """Expert e is drawn from its own seed: a rank holding half the experts holds them as one
+    process holding all of them does."""
+    s = tiny_moe()
+    whole = MoEMLP(s.model, seed=11)
+
+    class Half:  # what make_expert_groups gives rank 1 of an expert-parallel group of 2
+        group, rank, size, replicas = None, 1, 2, None
+
+    half = MoEMLP(s.model, seed=11, groups=Half())  # type: ignore[arg-type]
+    assert sorted(half.experts) == ["2", "3"]
+    for name, value in half.state_dict().items():
+        torch.testing.assert_close(value, whole.state_dict()[name], rtol=0, atol=0)
+    assert expert_seed(11, 2) != expert_seed(11, 3) != expert_seed(12, 2)
+    assert isinstance(half.experts["2"], Expert)
+    assert is_expert("3.moe.experts.2.fc1.weight") and not is_expert("3.moe.router.weight")
+
+
+@pytest.mark.parametrize(("s", "field", "says"), [
+    (lambda: tiny_moe().model_copy(update={"tensor_parallel": 2}), "tensor_parallel", "without tensor parallelism"),
+])
+def test_what_ppexec_does_not_run_of_a_moe_is_refused_by_name(s, field: str, says: str) -> None:
+    with pytest.raises(PpsimError) as err:
+        check_buildable(s())
+    assert err.value.field == field and says in str(err.value)
+
+
+def test_the_deepspeed_runtime_leaves_experts_to_the_torch_runtime() -> None:
+    pytest.importorskip("deepspeed")
+    with pytest.raises(PpsimError, match="mixture of experts.*torch runtime"):
+        prepare(tiny_moe(), runtime="deepspeed")
+    assert prepare(tiny_moe(), runtime="auto").runtime == "torch"
+
+
+def _run_and_compare(tmp_path: Path, s) -> object:
+    from ppexec.results.collect import execute
+    from ppexec.results.reference import train_reference
+
+    result = execute(s, RunOptions(out=tmp_path, steps=2, warmup=0, seed=7, lr=1e-2, timeout_s=90, save_params=True,
+                                   runtime="torch"))
+    ref_losses, ref_params = train_reference(s, steps=2, seed=7, lr=1e-2)
+    assert result.losses == pytest.approx(ref_losses, rel=1e-5, abs=1e-6)
+    initial = reference_model(s.model, 7).state_dict()
+    experts_held: dict[int, set[str]] = {}
+    seen = set()
+    for path in sorted((tmp_path / "ranks").glob("params-*.pt")):
+        saved = torch.load(path)
+        for name, value in saved["state"].items():
+            torch.testing.assert_close(value, ref_params[name], rtol=1e-4, atol=5e-5)
+            seen.add(name)
+            if is_expert(name):
+                experts_held.setdefault(int(path.stem.split("-")[1]), set()).add(name.split(".")[3])
+    assert seen == set(ref_params)  # every parameter lives on some rank and matches
+    routed = [n for n in ref_params if is_expert(n)]
+    assert any(not torch.allclose(ref_params[n], initial[n]) for n in routed)  # the experts really train
+    ep = s.expert_parallel
+    assert all(len(held) == s.model.moe.experts // ep for held in experts_held.values())
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("schedule", "stages", "dp", "ep", "zero"), [
+    ("1f1b", 2, 1, 1, 0), ("1f1b", 2, 2, 2, 1), ("dualpipev", 2, 2, 2, 0)], ids=lambda v: str(v))
+def test_a_pipelined_moe_run_trains_like_one_process(tmp_path: Path, schedule: str, stages: int, dp: int, ep: int,
+                                                     zero: int) -> None:
+    """Losses and every weight equal one process's after two clipped steps: the experts split over
+    the replicas by expert parallelism (dispatch and combine as gloo all-to-alls, differentiable),
+    their gradients reduced over the replicas that hold them, the norm taken over every expert."""
+    result = _run_and_compare(tmp_path, tiny_moe(schedule, stages, dp, ep, zero))
+    if ep > 1:
+        for trace in result.traces:  # every rank timed its MoE layers' all-to-alls
+            assert len(trace.meta["alltoall_ms"]) == stages and min(trace.meta["alltoall_ms"]) > 0
