@@ -17,6 +17,11 @@ Noise. This shared machine's speed wanders, by up to tens of percent over minute
 measured once per model. The first case of each model is therefore run again at the end
 (``--repeats``): how far apart the same measurement lands is the floor no prediction can beat.
 
+A mixture of experts (``--models moe --runtimes torch``) runs every case on 2 stages (expert
+parallelism 1) and, per micro-batch count, 1F1B on one stage over 2 replicas with expert
+parallelism 2: the experts split between them, dispatch and combine as gloo all-to-alls; its rows
+add the all-to-alls' measured time on rank 0.
+
 Only 2 ranks: this machine has 2 cores, and with more ranks than cores the timing says more about
 the OS scheduler than about the plan.
 
@@ -24,6 +29,7 @@ the OS scheduler than about the plan.
     .venv/bin/python bench/accuracy.py --runtimes torch --models small   # the torch runtime's schedules
     .venv/bin/python bench/accuracy.py --models tiny --microbatches 4 --schedules 1f1b --steps 4
     .venv/bin/python bench/accuracy.py --json results.json      # also write every figure as JSON
+    .venv/bin/python bench/accuracy.py --runtimes torch --models moe --schedules 1f1b,zb-h1   # a mixture of experts
 """
 
 from __future__ import annotations
@@ -49,6 +55,9 @@ MODELS = {
     "tiny": {"layers": 4, "hidden": 64, "heads": 4, "seq_len": 32, "vocab": 256, "dtype": "fp32"},
     "small": {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 64, "vocab": 1024, "dtype": "fp32"},
     "medium": {"layers": 4, "hidden": 384, "heads": 6, "seq_len": 64, "vocab": 2048, "dtype": "fp32"},
+    # a mixture of experts: 4 experts, 2 a token, every block a MoE block (ppexec's torch runtime)
+    "moe": {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 64, "vocab": 1024, "dtype": "fp32",
+            "moe": {"experts": 4, "top_k": 2, "ffn_hidden": 512}},
 }
 #: a deliberately uneven partition: one block on the first stage, three (and the head) on the last
 UNEVEN = [1, 3]
@@ -78,16 +87,23 @@ class Case:
     max_bubble_error_pp: float
     spread: float  #: half the IQR of the run's step times over their median
     seconds: float
+    expert_parallel: int = 1
+    alltoall_ms: float | None = None  #: measured: the step's all-to-alls on rank 0 (expert parallelism)
 
 
-def scenario(model: str, schedule: str, m: int, partition: str, chunks: int = 1) -> Scenario:
-    """A case (its send semantics are set by the runtime that runs it)."""
+def scenario(model: str, schedule: str, m: int, partition: str, chunks: int = 1, expert_parallel: int = 1
+             ) -> Scenario:
+    """A case (its send semantics are set by the runtime that runs it): 2 stages; with expert
+    parallelism 2, one stage over 2 replicas holding half the experts each (2 ranks either way)."""
+    ep = expert_parallel
     return parse_scenario({
-        "name": f"accuracy-{model}",
+        "name": f"accuracy-{model}" + (f"-ep{ep}" if ep > 1 else ""),
         "model": MODELS[model],
         "training": {"micro_batch": 4},
-        "pipeline": {"stages": 2, "microbatches": m, "schedule": schedule, "chunks": chunks,
+        "pipeline": {"stages": 2 // ep, "microbatches": m, "schedule": schedule, "chunks": chunks,
                      "partition": UNEVEN if partition == "uneven" else "balanced"},
+        "data_parallel": ep,
+        "expert_parallel": ep,
         "hardware": {"device": "cpu"},
     }, source=f"bench case {model}")
 
@@ -100,16 +116,18 @@ def spread(times: list[float]) -> float:
 
 
 def run_case(runtime: str, model: str, schedule: str, m: int, partition: str, profile, steps: int, warmup: int,
-             work: Path) -> Case:
+             work: Path, expert_parallel: int = 1) -> Case:
     from ppexec.results.prediction_check import validate
     from ppsim.trace.metrics import step_time_ms
 
     t0 = time.perf_counter()
-    s = scenario(model, schedule, m, partition, SCHEDULES[runtime][schedule])
-    folder = work / f"{runtime}-{model}-{schedule}-m{m}-{partition}"
+    ep = expert_parallel
+    s = scenario(model, schedule, m, partition, SCHEDULES[runtime][schedule], ep)
+    name = f"{runtime}-{model}-ep{ep}-{schedule}-m{m}-{partition}"
+    folder = work / name
     k = 1
     while folder.exists():  # a repeat of a case: its own folder
-        folder, k = work / f"{runtime}-{model}-{schedule}-m{m}-{partition}-{k}", k + 1
+        folder, k = work / f"{name}-{k}", k + 1
     v = validate(s, profile, folder, steps=steps, warmup=warmup, runtime=runtime)
     seconds = time.perf_counter() - t0
     c = v.comparison
@@ -118,13 +136,17 @@ def run_case(runtime: str, model: str, schedule: str, m: int, partition: str, pr
     return Case(runtime=runtime, model=model, schedule=schedule, microbatches=m, partition=partition, blocks=list(blocks),
                 predicted_ms=c.predicted_step_time_ms, measured_ms=c.measured_step_time_ms,
                 step_time_error=c.step_time_error, max_bubble_error_pp=v.max_abs_bubble_error_pp,
-                spread=spread([step_time_ms(t) for t in v.run.traces]), seconds=seconds)
+                spread=spread([step_time_ms(t) for t in v.run.traces]), seconds=seconds, expert_parallel=ep,
+                alltoall_ms=statistics.median(t.meta["alltoall_ms"][0] for t in v.run.traces)
+                if "alltoall_ms" in v.run.representative.meta else None)
 
 
 def row(c: Case) -> str:
-    return (f"{c.runtime:9} {c.model:6} {c.schedule:16} {c.microbatches:>3} {c.partition:9} {'/'.join(map(str, c.blocks)):7} "
+    model = c.model + (f" ep{c.expert_parallel}" if c.expert_parallel > 1 else "")
+    a2a = f"  all-to-alls {c.alltoall_ms:.1f} ms" if c.alltoall_ms is not None else ""
+    return (f"{c.runtime:9} {model:6} {c.schedule:16} {c.microbatches:>3} {c.partition:9} {'/'.join(map(str, c.blocks)):7} "
             f"{c.predicted_ms:9.2f} {c.measured_ms:9.2f} {100 * c.step_time_error:+7.2f}% "
-            f"{c.max_bubble_error_pp:9.2f} {100 * c.spread:6.1f}%")
+            f"{c.max_bubble_error_pp:9.2f} {100 * c.spread:6.1f}%{a2a}")
 
 
 def main() -> int:
@@ -151,6 +173,8 @@ def main() -> int:
     runtimes = args.runtimes.split(",")
     if any(r not in SCHEDULES for r in runtimes):
         ap.error(f"unknown runtime in {runtimes}; choose from {list(SCHEDULES)}")
+    if "moe" in models and runtimes != ["torch"]:
+        ap.error("the moe model runs in the torch runtime only: add --runtimes torch")
     schedules = args.schedules.split(",")
     mbs = [int(x) for x in args.microbatches.split(",")]
     partitions = args.partitions.split(",")
@@ -166,8 +190,10 @@ def main() -> int:
                 profile = measure_profile(scenario(model, "1f1b", 4, "balanced"), runtime=runtime)
                 drift = drift_between_runs(profile)
                 o1, o2 = profile.overheads["first"], profile.overheads["last"]
-                print(f"# {runtime} {model}: profiled in {time.perf_counter() - t0:.0f} s: block F "
-                      f"{profile.block.forward_ms:.2f} ms, B {profile.block.backward_ms:.2f} ms; overheads first "
+                measured = profile.moe_block or profile.block  # a mixture of experts: its MoE block
+                print(f"# {runtime} {model}: profiled in {time.perf_counter() - t0:.0f} s: "
+                      f"{'MoE ' if profile.moe_block else ''}block F "
+                      f"{measured.forward_ms:.2f} ms, B {measured.backward_ms:.2f} ms; overheads first "
                       f"F {o1.forward_ms:.2f} B {o1.backward_ms:.2f}, last F {o2.forward_ms:.2f} B {o2.backward_ms:.2f} ms; "
                       f"link {profile.link.latency_us:.0f} us + {profile.link.bandwidth_gb_s:.2f} GB/s; the machine's "
                       f"speed between its runs {'unknown' if drift is None else f'{100 * drift:.0f} % apart'}"
@@ -187,6 +213,12 @@ def main() -> int:
                             cases.append(c)
                             first = first or c
                             print(row(c), flush=True)
+                if MODELS[model].get("moe") and runtime == "torch":  # its experts over 2 replicas: one stage
+                    for m in mbs:
+                        c = run_case(runtime, model, "1f1b", m, "balanced", profile, args.steps, args.warmup, work,
+                                     expert_parallel=2)
+                        cases.append(c)
+                        print(row(c), flush=True)
                 if first is not None and args.repeats > 1:
                     again = [first] + [run_case(runtime, first.model, first.schedule, first.microbatches,
                                                 first.partition, profile, args.steps, args.warmup, work)
@@ -209,13 +241,15 @@ def main() -> int:
         return "ok" if ok else "MISSED"
 
     print()
-    print("per runtime and schedule: cases, median |step-time error|, max |step-time error|")
+    print("per runtime, schedule and expert parallelism: cases, median |step-time error|, max |step-time error|")
     for runtime in runtimes:
         for schedule in schedules:
-            mine = [abs(c.step_time_error) for c in cases if (c.runtime, c.schedule) == (runtime, schedule)]
-            if mine:
-                print(f"  {runtime:9} {schedule:16} {len(mine):>3}   {100 * statistics.median(mine):6.2f}%   "
-                      f"{100 * max(mine):6.2f}%")
+            for ep in (1, 2):
+                mine = [abs(c.step_time_error) for c in cases
+                        if (c.runtime, c.schedule, c.expert_parallel) == (runtime, schedule, ep)]
+                if mine:
+                    print(f"  {runtime:9} {schedule:16} ep{ep} {len(mine):>3}   {100 * statistics.median(mine):6.2f}%   "
+                          f"{100 * max(mine):6.2f}%")
     print(f"cases: {len(cases)}   median |step-time error| {100 * med:.2f}% "
           f"(target <= {100 * TARGET_MEDIAN:.0f}%): {verdict(med <= TARGET_MEDIAN)}")
     print(f"max |step-time error| {100 * worst:.2f}% (target <= {100 * TARGET_MAX:.0f}%): {verdict(worst <= TARGET_MAX)}")

@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the same names as _SOURCES below, for the type checker
     from ppsim.inputs.profile import (
         LayerTimes,
         LinkProfile,
+        MeasuredCollective,
         Overheads,
         Profile,
         QuartileTimes,
@@ -74,6 +75,7 @@ _SOURCES: dict[str, str] = {
     "Profile": "ppsim.inputs.profile",
     "LayerTimes": "ppsim.inputs.profile",
     "LinkProfile": "ppsim.inputs.profile",
+    "MeasuredCollective": "ppsim.inputs.profile",
     "Overheads": "ppsim.inputs.profile",
     "QuartileTimes": "ppsim.inputs.profile",
     "RecomputeTimes": "ppsim.inputs.profile",
@@ -141,7 +143,8 @@ _SOURCES: dict[str, str] = {
 __all__ = [
     "BACKWARD_KINDS", "COMM_KINDS", "COMPUTE_KINDS", "DEVICE_FILE_MARKER", "DTYPE_BYTES", "ExpertShard",
     "PARALLEL_OPTIONS", "PROFILING_SCHEDULE", "RECV_KINDS", "Action", "Comparison", "Counter", "Device", "Kind", "LayerTimes",
-    "LinkProfile", "MemorySource", "ModelSpec", "Overheads", "Plan", "PlanOverrides", "Prediction", "Profile", "QuartileTimes",
+    "LinkProfile", "MeasuredCollective", "MemorySource", "ModelSpec", "Overheads", "Plan", "PlanOverrides",
+    "Prediction", "Profile", "QuartileTimes",
     "RecomputeTimes", "SEARCHED_SCHEDULE", "Scenario", "Span", "Summary", "TensorParallelTimes", "Trace", "TraceMeta", "build",
     "compare_traces",
     "comparison_renderable", "err", "fail", "get_device", "gpt_layers", "host_run_bytes", "load_profile_option",

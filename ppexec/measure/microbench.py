@@ -85,9 +85,15 @@ def layer_times(spec: ModelSpec, micro_batch: int, seed: int, budget_s: float = 
     layers: dict[str, tuple[torch.nn.Module, Callable[[], torch.Tensor], torch.Tensor | None]] = {}
     emb = Embedding(spec, seed).to(dtype)
     layers["embedding"] = (emb, lambda: emb(ids), None)
-    block = Block(spec, seed + 1).to(dtype)
+    # a mixture of experts profiles its MoE block (every block of its profiling run is one) and times
+    # a dense block alone besides, which the profile prices by the MoE block's time in the engine
+    block = Block(spec, seed + 1, moe=spec.moe is not None).to(dtype)
     x_block = hidden.clone().requires_grad_(True)
     layers["block"] = (block, lambda: block(x_block), x_block)
+    if spec.moe is not None:
+        dense = Block(spec, seed + 1).to(dtype)
+        x_dense = hidden.clone().requires_grad_(True)
+        layers["dense_block"] = (dense, lambda: dense(x_dense), x_dense)
     head = Head(spec, seed + 2).to(dtype)
     x_head = hidden.clone().requires_grad_(True)
     layers["head"] = (head, lambda: loss_fn(head(x_head), labels), x_head)
@@ -172,8 +178,9 @@ def recompute_times(spec: ModelSpec, micro_batch: int, seed: int, budget_s: floa
             return torch_checkpoint(block, x, use_reentrant=False)
 
     dtype = TORCH_DTYPES[spec.dtype]
-    plain = Block(spec, seed + 1).to(dtype)
-    selective = Block(spec, seed + 1, selective=True).to(dtype)
+    moe = spec.moe is not None  # the block the profile measures (see layer_times)
+    plain = Block(spec, seed + 1, moe=moe).to(dtype)
+    selective = Block(spec, seed + 1, selective=True, moe=moe).to(dtype)
     x = torch.randn(micro_batch, spec.seq_len, spec.hidden, dtype=dtype).requires_grad_(True)
     forwards: dict[str, Callable[[], torch.Tensor]] = {
         "none": lambda: plain(x), "selective": lambda: selective(x), "full": lambda: whole(plain, x)}
@@ -251,10 +258,11 @@ def _timed_collective(op: Callable[[], object], reps: int) -> float:
     return statistics.median(times) / 1e6
 
 
-def collective_times(sizes: list[int], reps: int = 10) -> list[tuple[int, float, float]]:
-    """(bytes, all-reduce ms, all-gather ms) over every rank of the job, for each size. An
-    all-gather of n bytes gathers n in all (n / world from each rank). Every rank must call it
-    with the same arguments."""
+def collective_times(sizes: list[int], reps: int = 10) -> list[tuple[int, float, float, float]]:
+    """(bytes, all-reduce ms, all-gather ms, all-to-all ms) over every rank of the job, for each
+    size. An all-gather of n bytes gathers n in all (n / world from each rank); an all-to-all of n
+    bytes sends n / world of each rank's n to each rank. Every rank must call it with the same
+    arguments."""
     import torch.distributed as dist
 
     world = dist.get_world_size()
@@ -265,5 +273,7 @@ def collective_times(sizes: list[int], reps: int = 10) -> list[tuple[int, float,
         mine = parts[dist.get_rank()].clone()
         reduce_ms = _timed_collective(partial(dist.all_reduce, full), reps)
         gather_ms = _timed_collective(partial(dist.all_gather, parts, mine), reps)
-        out.append((full.numel() * 4, reduce_ms, gather_ms))
+        received = torch.empty_like(full)
+        exchange_ms = _timed_collective(partial(dist.all_to_all_single, received, full), reps)
+        out.append((full.numel() * 4, reduce_ms, gather_ms, exchange_ms))
     return out

@@ -47,6 +47,7 @@ from ppsim.api import (
     Kind,
     LayerTimes,
     LinkProfile,
+    MeasuredCollective,
     Overheads,
     Profile,
     QuartileTimes,
@@ -74,6 +75,10 @@ def profiling_scenario(s: Scenario) -> Scenario:
     data = s.model_dump(exclude_none=True)
     data["data_parallel"] = 1
     data["tensor_parallel"] = 1
+    data.pop("expert_parallel", None)
+    data.pop("expert_tensor_parallel", None)
+    if "moe" in data["model"]:  # every block a MoE block: the engine's time per block is the MoE block's
+        data["model"]["moe"] = {**data["model"]["moe"], "dense_layers": 0, "layer_freq": 1}
     # the profile times plain blocks and plain optimizer steps; what recomputation, ZeRO-1 and
     # tensor parallelism change is timed apart and added by the prediction (never twice)
     for key in ("sequence_parallel", "recompute", "zero_stage", "zero_reduce"):
@@ -86,18 +91,21 @@ def profiling_scenario(s: Scenario) -> Scenario:
     return parse_scenario(data, source="the profiling run")
 
 
-def ring_links(samples: list[tuple[int, float, float]]) -> dict[Literal["allreduce", "allgather"], LinkProfile]:
-    """The links that make the ring formulas reproduce the collectives measured over two ranks.
-    Over 2 ranks a ring all-reduce of n bytes is n / bandwidth + 2 latencies and a ring all-gather
-    n / 2 / bandwidth + 1 latency, so the fitted intercept and slope give each link."""
-    reduces, gathers = [(b, r) for b, r, _ in samples], [(b, g) for b, _, g in samples]
-    reduce_lat, reduce_rate = fit_link(reduces)
-    gather_lat, gather_rate = fit_link(gathers)
+def ring_links(samples: list[tuple[int, float, float, float]]) -> dict[MeasuredCollective, LinkProfile]:
+    """The links that make the collective formulas reproduce the collectives measured over two
+    ranks. Over 2 ranks a ring all-reduce of n bytes is n / bandwidth + 2 latencies, a ring
+    all-gather n / 2 / bandwidth + 1 latency and an all-to-all (each rank sending the other half of
+    its n bytes) the same, so the fitted intercept and slope give each link."""
+    reduce_lat, reduce_rate = fit_link(reduces := [(b, r) for b, r, _, _ in samples])
+    gather_lat, gather_rate = fit_link(gathers := [(b, g) for b, _, g, _ in samples])
+    exchange_lat, exchange_rate = fit_link(exchanges := [(b, e) for b, _, _, e in samples])
     return {
         "allreduce": LinkProfile(latency_us=reduce_lat / 2 * 1e3, bandwidth_gb_s=reduce_rate * 1e3 / 1e9,
                                  samples=reduces),
         "allgather": LinkProfile(latency_us=gather_lat * 1e3, bandwidth_gb_s=gather_rate / 2 * 1e3 / 1e9,
                                  samples=gathers),
+        "alltoall": LinkProfile(latency_us=exchange_lat * 1e3, bandwidth_gb_s=exchange_rate / 2 * 1e3 / 1e9,
+                                samples=exchanges),
     }
 
 
@@ -225,6 +233,21 @@ def speed_factors(runs: list[tuple[list[int], list[RankState]]], normalize: str 
     return out
 
 
+def in_engine(layer: LayerTimes, reference_alone: LayerTimes, reference_engine: LayerTimes) -> LayerTimes:
+    """``layer`` (timed alone) as the engine would run it: each of its times scaled as the
+    reference layer's time in the engine is to its time alone (what a dense block of a mixture of
+    experts costs, whose profiling run trains MoE blocks only)."""
+    def scaled(field: str) -> float:
+        alone = getattr(reference_alone, field)
+        return getattr(layer, field) * getattr(reference_engine, field) / alone if alone else getattr(layer, field)
+
+    split = None if layer.split_backward_ms is None or reference_engine.split_backward_ms is None \
+        else scaled("split_backward_ms")
+    return layer.model_copy(update={"forward_ms": scaled("forward_ms"), "backward_ms": scaled("backward_ms"),
+                                    "weight_grad_ms": scaled("weight_grad_ms"), "split_backward_ms": split,
+                                    "optimizer_ms": scaled("optimizer_ms")})
+
+
 def _timings(s: Scenario, runs: list[tuple[list[int], list[RankState]]], which: str,
              normalize: str = "none") -> dict[str, Any]:
     """The layers, overheads, link and clipping from one statistic of every set of repetitions:
@@ -242,7 +265,7 @@ def _timings(s: Scenario, runs: list[tuple[list[int], list[RankState]]], which: 
     alone = {
         name: LayerTimes(**{k: statistics.median(one(run, name, k) for run in layer_runs) for k in layer_runs[0][name]
                             if k not in ("params", "quartiles")}, params=int(layer_runs[0][name]["params"]))
-        for name in ("embedding", "block", "head")
+        for name in ("embedding", "block", "head", "dense_block") if name in layer_runs[0]
     }
     per_run = []
     # each run's spans at the reference speed: the machine's drift between the runs (tens of per
@@ -266,6 +289,8 @@ def _timings(s: Scenario, runs: list[tuple[list[int], list[RankState]]], which: 
                        split_backward_ms=None if ratio is None else backward * ratio,
                        optimizer_ms=max(0.0, fitted["optimizer"][0]), params=alone["block"].params)
     layers = {"embedding": alone["embedding"], "block": block, "head": alone["head"]}
+    if "dense_block" in alone:  # a mixture of experts: the block fitted is its MoE block
+        layers["moe_block"], layers["block"] = block, in_engine(alone["dense_block"], alone["block"], block)
     all_spans = [sp for _, spans in per_run for sp in spans.values()]
     gap = statistics.median(sp.gap for sp in all_spans)
     overheads: dict[str, Overheads] = {}
@@ -327,7 +352,9 @@ def _around(median: dict[str, Any], low: dict[str, Any], high: dict[str, Any]) -
         return lo, hi
 
     out: dict[str, dict[str, Any]] = {"low": {}, "high": {}}
-    for name in ("embedding", "block", "head"):
+    for name in ("embedding", "block", "head", "moe_block"):
+        if name not in median:
+            continue
         split = ("split_backward_ms",) if median[name].split_backward_ms is not None else ()
         out["low"][name], out["high"][name] = model(median[name], low[name], high[name],
                                                     ("forward_ms", "backward_ms", "weight_grad_ms", "optimizer_ms") + split)
@@ -375,8 +402,9 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]], normali
         k: statistics.median(float(run[k]) for run in tp_runs)
         for k in ("forward_ms", "backward_ms", "whole_forward_ms", "whole_backward_ms")}) if tp_runs else None
     measured = [st.measurements["collectives"] for st in states if "collectives" in st.measurements]
-    collectives = ring_links([(b, r, g) for (b, r), (_, g) in zip(median_samples(measured, 1),
-                                                                    median_samples(measured, 2))]) if measured else {}
+    collectives = ring_links([(b, r, g, e) for (b, r), (_, g), (_, e) in zip(
+        median_samples(measured, 1), median_samples(measured, 2), median_samples(measured, 3), strict=True)]
+    ) if measured else {}
     first_run = [st for st in runs[0][1] if st.ready]
     import deepspeed
     import torch

@@ -152,7 +152,9 @@ class MoEMLP(nn.Module):
         counts = torch.bincount(flat, minlength=self.experts_total)
         sent = tokens[owner]
         received, per_expert, splits = self._dispatch(sent, counts)
-        done = torch.empty_like(received)
+        # a clone, overwritten row by row: on a rank whose experts got no token the combine still
+        # joins the graph, so that its backward all-to-all runs on every rank of the group
+        done = received.clone()
         for j, rows in enumerate(per_expert):
             if len(rows):
                 done[rows] = self.experts[str(self.first + j)](received[rows])

@@ -11,6 +11,7 @@ and the head are whole on every rank, as ppexec runs them. The collectives tenso
 
 from __future__ import annotations
 
+from ppsim.costs.analytic import expert_alltoalls
 from ppsim.costs.collectives import grad_allreduce, ring_allreduce_ms
 from ppsim.costs.layers import LayerCost
 from ppsim.costs.layout import Layout
@@ -28,17 +29,22 @@ def profile_link(lp: LinkProfile) -> Link:
                 send_overhead_ms=lp.send_overhead_us / 1e3, recv_overhead_ms=lp.recv_overhead_us / 1e3)
 
 
-def balancing_loads(profile: Profile) -> tuple[float, float, float]:
+def balancing_loads(profile: Profile, moe_share: float = 0.0) -> tuple[float, float, float]:
     """(a block, what the first stage adds, what the last adds) in measured ms of forward +
-    backward: what the balanced partition evens out."""
+    backward: what the balanced partition evens out (a block: the mean over the model's blocks,
+    ``moe_share`` of them MoE blocks)."""
     def both(x: LayerTimes) -> float:
         return x.forward_ms + x.backward_ms
+
+    block = both(profile.block)
+    if profile.moe_block is not None:
+        block += moe_share * (both(profile.moe_block) - block)
 
     o = profile.overheads
     mid = o["middle"].forward_ms + o["middle"].backward_ms
     first = both(profile.embedding) + o["first"].forward_ms + o["first"].backward_ms - mid
     last = both(profile.head) + o["last"].forward_ms + o["last"].backward_ms - mid
-    return both(profile.block), first, last
+    return block, first, last
 
 
 def recompute_extra_ms(profile: Profile, recompute: Recompute, block: LayerCost) -> tuple[float, float]:
@@ -74,20 +80,31 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
         block, share = _tensor_parallel_block(profile, t, layout.activation_bytes, reduce_link, tp)
         recompute_forward_ms, recompute_backward_ms = recompute_forward_ms * share, recompute_backward_ms * share
     split = runs_split and _timed_split(profile)
+    # a mixture of experts: its MoE blocks as measured, its dense ones' recomputation scaled to theirs
+    moe_block = profile.moe_block
+    dense_share = block.forward_ms / moe_block.forward_ms if moe_block is not None and moe_block.forward_ms else 1.0
+    exchange_link = profile_link(measured["alltoall"]) if "alltoall" in measured else link
     stages = []
     for k, st in enumerate(layout.stages):
-        parts = [block] * st.blocks + ([profile.embedding] if k == 0 else []) + ([profile.head] if k == n - 1 else [])
+        moe_blocks = st.moe_blocks if moe_block is not None else 0
+        parts = [block] * (st.blocks - moe_blocks)
+        if moe_block is not None:
+            parts += [moe_block] * moe_blocks
+        parts += ([profile.embedding] if k == 0 else []) + ([profile.head] if k == n - 1 else [])
+        recomputed = moe_blocks + (st.blocks - moe_blocks) * dense_share  # blocks of the profiled kind, in time
+        a2a = expert_alltoalls(s, st, exchange_link)
         extra = profile.overhead(k, n)
-        reduce_ms, buckets = grad_allreduce(st.params * layout.dtype_bytes, d, reduce_link, training.allreduce,
+        reduce_ms, buckets = grad_allreduce(st.reduced_params * layout.dtype_bytes, d, reduce_link, training.allreduce,
                                             training.bucket_mb * 1e6)
         backward_ms, weight_grad_ms = split_backward(parts) if split and k > 0 else (
             sum(x.backward_ms for x in parts), sum(x.weight_grad_ms for x in parts))
-        backward_ms = max(0.0, extra.backward_ms + backward_ms + st.blocks * recompute_backward_ms)
+        backward_ms = max(0.0, extra.backward_ms + backward_ms + recomputed * recompute_backward_ms) + a2a.backward_ms
         if split and k == 0:  # nothing to send back: torch runs the whole backward as the weight grad
             weight_grad_ms = backward_ms
         stages.append(layout.stage_cost(
             k,
-            forward_ms=max(0.0, extra.forward_ms + sum(x.forward_ms for x in parts) + st.blocks * recompute_forward_ms),
+            forward_ms=max(0.0, extra.forward_ms + sum(x.forward_ms for x in parts) + recomputed * recompute_forward_ms)
+            + a2a.forward_ms,
             backward_ms=backward_ms,
             # the position's overhead is fitted and may be negative (noise): it shortens the input-grad
             # part, which is the framework's; the weight grad, measured alone, can be at most the backward
@@ -96,8 +113,8 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
             clip_ms=max(0.0, extra.clip_ms),
             allreduce_ms=reduce_ms,
             allreduce_buckets=buckets,
-            forward_comm_ms=st.blocks * tp.forward_ms,
-            backward_comm_ms=st.blocks * tp.backward_ms,
+            forward_comm_ms=st.blocks * tp.forward_ms + a2a.forward_ms,
+            backward_comm_ms=st.blocks * tp.backward_ms + a2a.backward_ms,
         ))
     if training.zero_stage >= 1:
         stages = [shard_optimizer(c, d, reduce_link, gather_link, training.zero_reduce, profile.overhead(k, n).optimizer_ms)

@@ -71,7 +71,9 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
         if profile is not None:
             from ppsim.costs.profiled import balancing_loads
 
-            loads = balancing_loads(profile)
+            moe = s.model.moe if s.model else None
+            loads = balancing_loads(profile, sum(map(moe.is_moe, range(s.model.layers))) / s.model.layers
+                                    if moe and s.model else 0.0)
         else:
             loads = (block.total_flops, emb.total_flops, head.total_flops)
         blocks = blocks_per_stage(s, stage_to_rank, *loads)
@@ -162,6 +164,9 @@ def _check_profile(s: Scenario, profile: Profile) -> None:
     if s.training.offload_layers:
         raise ScenarioError("a profile does not time copies to the host; predict training.offload_layers from the "
                             "model (no --profile)", field="--profile")
+    if s.model is not None and s.model.moe is not None and s.tensor_parallel > 1:
+        raise ScenarioError("a profile times a MoE block whole, as ppexec runs it; predict a mixture of experts with "
+                            "tensor_parallel > 1 from the model (no --profile)", field="--profile")
     profile.check_applies(s)
     if s.tensor_parallel > 1 and "allreduce" not in profile.collectives:
         raise ScenarioError("this profile has no measured all-reduce, which tensor parallelism needs; measure a new "

@@ -92,6 +92,20 @@ class LinkProfile(_Strict):
     samples: list[tuple[int, float]] = Field(default_factory=list, description="(bytes, one-way ms) measured")
 
 
+#: the collectives a profile measures over its ranks (``alltoall``: since mixtures of experts)
+MeasuredCollective = Literal["allreduce", "allgather", "alltoall"]
+
+
+class ExpertShape(_Strict):
+    """A MoE layer's shape: what its block's times depend on (not which layers have experts)."""
+
+    experts: int
+    top_k: int
+    ffn_hidden: int
+    shared_experts: int = 0
+    shared_ffn_hidden: int = 0
+
+
 class Shape(_Strict):
     """What the layers were measured at; a profile applies only to scenarios of this shape."""
 
@@ -102,6 +116,7 @@ class Shape(_Strict):
     ffn_hidden: int
     dtype: Dtype
     micro_batch: int
+    moe: ExpertShape | None = None  #: a mixture of experts' layer (absent for dense models)
 
 
 class QuartileTimes(_Strict):
@@ -112,6 +127,7 @@ class QuartileTimes(_Strict):
     embedding: LayerTimes
     block: LayerTimes
     head: LayerTimes
+    moe_block: LayerTimes | None = None
     overheads: dict[Literal["first", "middle", "last"], Overheads]
     link: LinkProfile
     clip_allreduce_us: float = Field(default=0.0, ge=0)
@@ -125,6 +141,9 @@ class Profile(_Strict):
     embedding: LayerTimes
     block: LayerTimes
     head: LayerTimes
+    #: a mixture of experts' MoE block (its profiling run's blocks); ``block`` is then its dense
+    #: block, timed alone and scaled as the MoE block's engine time is to its time alone
+    moe_block: LayerTimes | None = None
     overheads: dict[Literal["first", "middle", "last"], Overheads]
     link: LinkProfile
     clip_allreduce_us: float = Field(default=0.0, ge=0, description="gradient-norm all-reduce over the pipeline")
@@ -132,7 +151,7 @@ class Profile(_Strict):
     recompute: dict[Literal["selective", "full"], RecomputeTimes] = Field(default_factory=dict)
     #: ring-equivalent links of the data-parallel all-reduce and all-gather, fitted to the collectives
     #: measured over the profiling ranks; older profiles use ``link`` for them
-    collectives: dict[Literal["allreduce", "allgather"], LinkProfile] = Field(default_factory=dict)
+    collectives: dict[MeasuredCollective, LinkProfile] = Field(default_factory=dict)
     #: a tensor-parallel block against a whole one; older profiles derive it from FLOPs and the all-reduce
     tensor_parallel: TensorParallelTimes | None = None
     #: the spread of what was measured: the layers, overheads, link and clipping at their lower
@@ -166,9 +185,7 @@ class Profile(_Strict):
         if s.model is None:
             raise ScenarioError(f"{source} holds per-layer times; the scenario needs a 'model' section to use it",
                                 field="model")
-        m = s.model
-        ours = {"hidden": m.hidden, "heads": m.heads, "seq_len": m.seq_len, "vocab": m.vocab, "ffn_hidden": m.ffn,
-                "dtype": m.dtype, "micro_batch": s.training.micro_batch}
+        ours = shape_of(s).model_dump()
         theirs = self.shape.model_dump()
         diff = [f"{k} {theirs[k]} (scenario: {ours[k]})" for k in ours if ours[k] != theirs[k]]
         if diff:
@@ -181,6 +198,12 @@ class Profile(_Strict):
     # ----- I/O ---------------------------------------------------------------------------------
     def to_yaml(self) -> str:
         doc = self.model_dump(mode="json")
+        # what only a mixture of experts has: left out of a dense model's file
+        for part in (doc, *doc.get("quartiles", {}).values()):
+            if part.get("moe_block", 0) is None:
+                del part["moe_block"]
+        if doc["shape"].get("moe", 0) is None:
+            del doc["shape"]["moe"]
         doc["link"]["samples"] = [list(x) for x in self.link.samples]
         header = ("# ppsim profile: measured by `ppexec profile`; read by `ppsim run --profile`.\n"
                   "# Times in ms per micro-batch (optimizer: per step); see docs/calibration.md.\n")
@@ -192,8 +215,11 @@ def shape_of(s: Scenario) -> Shape:
     if s.model is None:
         raise ScenarioError("a profile measures a model's layers; this scenario has only costs", field="model")
     m = s.model
+    moe = None if m.moe is None else ExpertShape(
+        experts=m.moe.experts, top_k=m.moe.top_k, ffn_hidden=m.moe.ffn_hidden, shared_experts=m.moe.shared_experts,
+        shared_ffn_hidden=m.moe.shared_ffn if m.moe.shared_experts else 0)
     return Shape(hidden=m.hidden, heads=m.heads, seq_len=m.seq_len, vocab=m.vocab, ffn_hidden=m.ffn, dtype=m.dtype,
-                 micro_batch=s.training.micro_batch)
+                 micro_batch=s.training.micro_batch, moe=moe)
 
 
 def load_profile(path: str | Path) -> Profile:

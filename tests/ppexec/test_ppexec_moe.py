@@ -125,13 +125,36 @@ def _run_and_compare(tmp_path: Path, s) -> object:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("schedule", "stages", "dp", "ep", "zero"), [
-    ("1f1b", 2, 1, 1, 0), ("1f1b", 2, 2, 2, 1), ("dualpipev", 2, 2, 2, 0)], ids=lambda v: str(v))
+    ("1f1b", 2, 1, 1, 0), ("1f1b", 2, 2, 2, 1), ("dualpipev", 2, 2, 2, 0), ("1f1b", 1, 4, 2, 1)], ids=lambda v: str(v))
 def test_a_pipelined_moe_run_trains_like_one_process(tmp_path: Path, schedule: str, stages: int, dp: int, ep: int,
                                                      zero: int) -> None:
     """Losses and every weight equal one process's after two clipped steps: the experts split over
     the replicas by expert parallelism (dispatch and combine as gloo all-to-alls, differentiable),
-    their gradients reduced over the replicas that hold them, the norm taken over every expert."""
+    their gradients reduced over the replicas that hold them, the norm taken over every expert; on
+    4 replicas each expert has two holders, which reduce its gradient and share its Adam state."""
     result = _run_and_compare(tmp_path, tiny_moe(schedule, stages, dp, ep, zero))
     if ep > 1:
         for trace in result.traces:  # every rank timed its MoE layers' all-to-alls
             assert len(trace.meta["alltoall_ms"]) == stages and min(trace.meta["alltoall_ms"]) > 0
+
+
+def test_a_rank_whose_experts_get_no_token_still_runs_every_backward_all_to_all() -> None:
+    """The all-to-alls of a group must match on every rank: a rank that received no token (its
+    experts idle this micro-batch) still runs the combine's backward, or its peers wait forever
+    (gloo: a collective mismatch). One process as a group of one, every token sent nowhere."""
+    import torch.distributed as dist
+
+    from ppexec.runtimes import experts as ex
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        layer = MoEMLP(tiny_moe(shared_experts=0).model, seed=11,
+                       groups=ex.ExpertGroups(dist.group.WORLD, rank=0, size=1, replicas=None))
+        x = torch.zeros(0, 32, requires_grad=True)  # no tokens at all
+        ex.EXCHANGES.clear()
+        out = layer(x)
+        assert len(ex.EXCHANGES) == 2  # dispatch and combine
+        out.sum().backward()
+        assert len(ex.EXCHANGES) == 4  # and both again, backwards
+    finally:
+        dist.destroy_process_group()

@@ -100,4 +100,4 @@ def test_accuracy_bench_runs() -> None:
     assert "median |step-time error|" in res.stdout and "max per-stage bubble error" in res.stdout
     # the balanced split follows the measured times, which a loaded machine can tip (2/2 or 1/3)
     assert re.search(r"^torch +tiny +zb-h1 +2 balanced +\d/\d ", res.stdout, re.M), res.stdout
-    assert re.search(r"^  torch +zb-h1 +1 ", res.stdout, re.M), res.stdout  # the per-schedule summary
+    assert re.search(r"^  torch +zb-h1 +ep1 +1 ", res.stdout, re.M), res.stdout  # the per-schedule summary

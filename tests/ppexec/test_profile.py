@@ -213,16 +213,19 @@ def test_block_fit_recovers_slope_and_constants(per_block: float, c0: float, c1:
 
 @given(latency_us=st.floats(1, 500), gb_s=st.floats(0.1, 50))
 def test_collective_links_reproduce_the_two_rank_times(latency_us: float, gb_s: float) -> None:
-    """The links fitted to two-rank all-reduce and all-gather times give those times back through
-    the ring formulas (and so extend them to d ranks)."""
+    """The links fitted to two-rank all-reduce, all-gather and all-to-all times give those times
+    back through the formulas ppsim prices them with (and so extend them to d ranks)."""
     from ppsim.costs import Link
     from ppsim.costs.collectives import ring_allgather_ms, ring_allreduce_ms
+    from ppsim.costs.moe import alltoall_ms
 
     true = Link.from_gb_s(gb_s, latency_us)
     sizes = [1 << 20, 1 << 22, 1 << 24]
-    samples = [(n, ring_allreduce_ms(n, 2, true), ring_allgather_ms(n, 2, true)) for n in sizes]
+    samples = [(n, ring_allreduce_ms(n, 2, true), ring_allgather_ms(n, 2, true), alltoall_ms(n, 2, true))
+               for n in sizes]
     links = fits.ring_links(samples)
-    for kind, formula in (("allreduce", ring_allreduce_ms), ("allgather", ring_allgather_ms)):
+    for kind, formula in (("allreduce", ring_allreduce_ms), ("allgather", ring_allgather_ms),
+                          ("alltoall", alltoall_ms)):
         fitted = Link.from_gb_s(links[kind].bandwidth_gb_s, links[kind].latency_us)
         for n in sizes:
             assert formula(n, 2, fitted) == pytest.approx(formula(n, 2, true), rel=1e-6)

@@ -195,15 +195,18 @@ class TorchProgram:
         dense, experts = _split_experts(self.modules[action.stage_index])
         expert_group = self.replica_group if self.experts is None else self.experts.replicas
         for params, group in ((dense, self.replica_group), (experts, expert_group)):
-            grads = [q.grad for q in params if q.grad is not None]
-            if not grads:
+            if not params:
                 continue
-            flat = torch._utils._flatten_dense_tensors(grads)
+            # every holder reduces every parameter: one that got no gradient here (an expert no
+            # token reached) adds zeros, and keeps none where no holder had one (as one process would)
+            had = torch.tensor([float(q.grad is not None) for q in params])
+            grads = [q.grad if q.grad is not None else torch.zeros_like(q) for q in params]
+            flat = torch._utils._flatten_dense_tensors(grads + [had])
             if group is not None:
                 dist.all_reduce(flat, group=group)
-            flat.div_(self.replicas)
-            for grad, reduced in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
-                grad.copy_(reduced)
+            reduced = torch._utils._unflatten_dense_tensors(flat, grads + [had])
+            for q, value, anyone in zip(params, reduced[:-1], reduced[-1].tolist(), strict=True):
+                q.grad = value.div_(self.replicas) if anyone else None
 
     def _clip(self) -> None:
         clip_over_pipeline(list(self.modules.values()), self.max_norm, self.pipeline_group, self.clock.mark,
