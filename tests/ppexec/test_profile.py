@@ -17,7 +17,7 @@ from ppsim.cli import app
 from ppsim.costs import build_workload
 from ppsim.errors import ScenarioError
 from ppsim.inputs.profile import LayerTimes, LinkProfile, Overheads, Profile, RecomputeTimes, load_profile, shape_of
-from ppsim.inputs.scenario import load
+from ppsim.inputs.scenario import load, parse_scenario
 from ppsim.prediction.path import scenario_workload
 
 TINY = SCENARIOS / "tiny-cpu.yaml"
@@ -412,3 +412,39 @@ def test_whole_backwards_and_old_profiles_keep_the_whole_backward(schedule: str)
     zb = load(TINY).with_overrides(stages=2, partition=[1, 3], schedule="zb-h1")
     last = scenario_workload(zb, make_profile()).costs.stages[-1]
     assert (last.backward_ms, last.weight_grad_ms) == pytest.approx((0.4 + 3 * 2.0 + 1.0, 3 * 1.0 + 0.5))
+
+
+def test_a_profile_prices_moe_blocks_as_measured_and_their_all_to_alls_on_its_link(tmp_path: Path) -> None:
+    """A mixture of experts from a profile, by hand: each MoE block its measured time and a dense
+    block the profile's dense one; with expert parallelism 2 each MoE block adds its dispatch and
+    combine (twice in the backward) on the measured all-to-all link, as communication inside the pass."""
+    from ppsim.costs.moe import ExpertShard, alltoall_ms
+    from ppsim.costs.profiled import profile_link
+    from ppsim.inputs.profile import ExpertShape
+
+    s = load(TINY).with_overrides(stages=2, partition=[2, 2])
+    data = s.model_dump(exclude_none=True)
+    data["model"]["moe"] = {"experts": 4, "top_k": 2, "ffn_hidden": 96, "dense_layers": 1}
+    mixed = parse_scenario(data)
+    exchange = LinkProfile(latency_us=40.0, bandwidth_gb_s=1.5)
+    moe = LayerTimes(forward_ms=3.0, backward_ms=5.0, weight_grad_ms=2.0, optimizer_ms=0.5, params=2000)
+    p = make_profile().model_copy(update={
+        "shape": shape_of(mixed).model_copy(update={"moe": ExpertShape(experts=4, top_k=2, ffn_hidden=96)}),
+        "moe_block": moe, "collectives": {"alltoall": exchange}})
+    base = make_profile()
+    one = build_workload(mixed, p).costs.stages
+    # stage 0: a dense block (layer 0) and a MoE block; stage 1: two MoE blocks
+    assert one[0].forward_ms == pytest.approx(0.2 + 0.05 + base.block.forward_ms + moe.forward_ms)
+    assert one[1].forward_ms == pytest.approx(0.3 + 2 * moe.forward_ms + 0.5)
+    assert one[1].backward_ms == pytest.approx(0.4 + 2 * moe.backward_ms + 1.0)
+    data.update(data_parallel=2, expert_parallel=2)
+    two = build_workload(parse_scenario(data), p).costs.stages
+    m = mixed.model
+    nbytes = ExpertShard(m.moe).dispatch_bytes(m.seq_len * mixed.training.micro_batch, m.hidden, 4)
+    pair = 2 * alltoall_ms(nbytes, 2, profile_link(exchange))
+    for k, moe_blocks in ((0, 1), (1, 2)):
+        assert two[k].forward_ms == pytest.approx(one[k].forward_ms + moe_blocks * pair)
+        assert two[k].backward_ms == pytest.approx(one[k].backward_ms + moe_blocks * pair)
+        assert two[k].forward_comm_ms == pytest.approx(moe_blocks * pair)
+    with pytest.raises(ScenarioError, match="another layer shape"):  # a dense model's profile does not apply
+        build_workload(mixed, base)
