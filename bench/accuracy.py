@@ -89,6 +89,7 @@ class Case:
     seconds: float
     expert_parallel: int = 1
     alltoall_ms: float | None = None  #: measured: the step's all-to-alls on rank 0 (expert parallelism)
+    routing_skew: float | None = None  #: measured: the busiest expert-parallel rank's token copies over the mean
 
 
 def scenario(model: str, schedule: str, m: int, partition: str, chunks: int = 1, expert_parallel: int = 1
@@ -138,12 +139,15 @@ def run_case(runtime: str, model: str, schedule: str, m: int, partition: str, pr
                 step_time_error=c.step_time_error, max_bubble_error_pp=v.max_abs_bubble_error_pp,
                 spread=spread([step_time_ms(t) for t in v.run.traces]), seconds=seconds, expert_parallel=ep,
                 alltoall_ms=statistics.median(t.meta["alltoall_ms"][0] for t in v.run.traces)
-                if "alltoall_ms" in v.run.representative.meta else None)
+                if "alltoall_ms" in v.run.representative.meta else None,
+                routing_skew=statistics.median(t.meta["routing_skew"] for t in v.run.traces)
+                if "routing_skew" in v.run.representative.meta else None)
 
 
 def row(c: Case) -> str:
     model = c.model + (f" ep{c.expert_parallel}" if c.expert_parallel > 1 else "")
     a2a = f"  all-to-alls {c.alltoall_ms:.1f} ms" if c.alltoall_ms is not None else ""
+    a2a += f", routing skew {c.routing_skew:.2f}" if c.routing_skew is not None else ""
     return (f"{c.runtime:9} {model:6} {c.schedule:16} {c.microbatches:>3} {c.partition:9} {'/'.join(map(str, c.blocks)):7} "
             f"{c.predicted_ms:9.2f} {c.measured_ms:9.2f} {100 * c.step_time_error:+7.2f}% "
             f"{c.max_bubble_error_pp:9.2f} {100 * c.spread:6.1f}%{a2a}")

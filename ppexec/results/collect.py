@@ -116,6 +116,19 @@ def alltoall_ms(marks: list[tuple[str, int]]) -> float:
     return sum(t1 - t0 for t0, t1 in zip(starts, ends, strict=True)) / 1e6
 
 
+def routing_skew(states: list[RankState], step: int, ep: int) -> float | None:
+    """The routing's imbalance in recorded step ``step``: per MoE layer forward of each
+    expert-parallel group, the token copies its busiest rank's experts received over the group's
+    mean, and the median of those (what ``model.moe.skew`` assumes); None without expert parallelism."""
+    groups: dict[tuple[int, int], list[list[int]]] = {}
+    for st in states:
+        if st.ready is not None and st.steps[step].received:
+            groups.setdefault((st.ready.pipe_rank, st.ready.replica // ep), []).append(st.steps[step].received)
+    ratios = [max(calls) / statistics.mean(calls) for members in groups.values()
+              for calls in zip(*members, strict=True) if sum(calls)]
+    return statistics.median(ratios) if ratios else None
+
+
 def execute(s: Scenario, opts: RunOptions, on_progress: Callable[[list[RankState]], None] | None = None,
             hostfile: Path | None = None, profile: Profile | None = None) -> RunResult:
     """Run the scenario (locally, one process per rank; or through DeepSpeed's launcher with a
@@ -153,6 +166,10 @@ def collect(out: Path, states: list[RankState] | None = None) -> RunResult:
     meta.update({"backend": spec.backend, "runtime": spec.runtime})
     traces = [step_trace(states, plan, k, meta, workload.costs.message_bytes, s.pipeline.comm)
               for k in range(spec.steps)]
+    for k, trace in enumerate(traces):
+        skew = routing_skew(states, k, s.expert_parallel)
+        if skew is not None:
+            trace.meta["routing_skew"] = skew
     times = [step_time_ms(t) for t in traces]
     rep = traces[times.index(statistics.median_low(times))]
     losses = [t.meta.get("loss") for t in traces]

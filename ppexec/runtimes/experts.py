@@ -29,6 +29,9 @@ from ppsim.api import ModelSpec
 
 #: (start, end) of each of this process's all-to-alls, on perf_counter_ns (the worker records them per step)
 EXCHANGES: list[tuple[int, int]] = []
+#: the token copies this rank's experts received in each MoE layer forward of an expert-parallel
+#: group, in order (the worker records them per step: the routing's imbalance over the group)
+RECEIVED: list[int] = []
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,7 @@ class MoEMLP(nn.Module):
         receive = torch.empty_like(send)  # row r: what comes from rank r, per local expert
         dist.all_to_all_single(receive, send, group=g.group)
         splits = (receive.sum(1).tolist(), send.sum(1).tolist())
+        RECEIVED.append(sum(splits[0]))
         received = _AllToAll.apply(sent, *splits, g.group)
         starts = (torch.cumsum(receive.reshape(-1), 0) - receive.reshape(-1)).reshape(receive.shape)
         rows = [torch.cat([torch.arange(int(starts[r, j]), int(starts[r, j] + receive[r, j])) for r in range(g.size)])

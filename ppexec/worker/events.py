@@ -61,6 +61,9 @@ class Step(_Event):
     memory: list[tuple[int, int]] = Field(default_factory=list)  #: (ns, bytes) at the end of every action
     memory_source: MemorySource | None = None  #: "rss" (a CPU process) or "allocator" (a GPU's bytes in use)
     forwards: dict[str, int] = Field(default_factory=dict)  #: block and attention-core forwards run
+    #: the token copies this rank's experts received in each MoE layer forward (expert parallelism
+    #: only; left out of the line otherwise)
+    received: list[int] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
 class Measure(_Event):

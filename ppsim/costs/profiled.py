@@ -81,7 +81,7 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
         recompute_forward_ms, recompute_backward_ms = recompute_forward_ms * share, recompute_backward_ms * share
     split = runs_split and _timed_split(profile)
     # a mixture of experts: its MoE blocks as measured, its dense ones' recomputation scaled to theirs
-    moe_block = profile.moe_block
+    moe_block = _busiest(s, profile.moe_block)
     dense_share = block.forward_ms / moe_block.forward_ms if moe_block is not None and moe_block.forward_ms else 1.0
     exchange_link = profile_link(measured["alltoall"]) if "alltoall" in measured else link
     stages = []
@@ -121,6 +121,31 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
                   for k, c in enumerate(stages)]
     return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=gathering((link,), tp),
                      clip_allreduce_ms=profile.clip_allreduce_us / 1e3)
+
+
+def _busiest(s: Scenario, measured: LayerTimes | None) -> LayerTimes | None:
+    """The MoE block of the busiest expert-parallel rank: the ``measured`` one (every expert local,
+    so its routed experts ran the mean share of the copies) with its FLOPs at ``model.moe.skew``
+    instead, pass by pass; the same without expert parallelism (one rank runs every copy)."""
+    from ppsim.costs.layers import gpt_layers
+    from ppsim.costs.moe import ExpertShard
+
+    model = s.model
+    moe = model.moe if model else None
+    if measured is None or model is None or moe is None or moe.skew == 1 or s.expert_parallel <= 1:
+        return measured
+
+    def block(skew: float) -> LayerCost:
+        return gpt_layers(model, s.training.micro_batch, experts=ExpertShard(moe.model_copy(update={"skew": skew})))[1]
+
+    even, busy = block(1.0), block(moe.skew)
+    forward = busy.forward_flops / even.forward_flops
+    backward = (busy.input_grad_flops + busy.weight_grad_flops) / (even.input_grad_flops + even.weight_grad_flops)
+    weight = busy.weight_grad_flops / even.weight_grad_flops
+    return measured.model_copy(update={
+        "forward_ms": measured.forward_ms * forward, "backward_ms": measured.backward_ms * backward,
+        "weight_grad_ms": measured.weight_grad_ms * weight,
+        "split_backward_ms": None if measured.split_backward_ms is None else measured.split_backward_ms * backward})
 
 
 def _timed_split(profile: Profile) -> bool:

@@ -91,6 +91,7 @@ class TraceMeta(TypedDict, total=False):
     memory_measured: MemorySource | None
     forward_calls: dict[str, int] | None
     alltoall_ms: list[float]  #: per rank, the time its MoE layers spent in expert-parallel all-to-alls
+    routing_skew: float  #: measured: the busiest expert-parallel rank's token copies over the mean (median over layers)
     trace_format: str
     files: list[str]
     profiled_steps: list[int]

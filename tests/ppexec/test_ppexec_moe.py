@@ -134,8 +134,9 @@ def test_a_pipelined_moe_run_trains_like_one_process(tmp_path: Path, schedule: s
     4 replicas each expert has two holders, which reduce its gradient and share its Adam state."""
     result = _run_and_compare(tmp_path, tiny_moe(schedule, stages, dp, ep, zero))
     if ep > 1:
-        for trace in result.traces:  # every rank timed its MoE layers' all-to-alls
+        for trace in result.traces:  # every rank timed its MoE layers' all-to-alls, and the routing's imbalance
             assert len(trace.meta["alltoall_ms"]) == stages and min(trace.meta["alltoall_ms"]) > 0
+            assert 1.0 <= trace.meta["routing_skew"] <= ep
 
 
 def test_a_rank_whose_experts_get_no_token_still_runs_every_backward_all_to_all() -> None:
@@ -158,3 +159,21 @@ def test_a_rank_whose_experts_get_no_token_still_runs_every_backward_all_to_all(
         assert len(ex.EXCHANGES) == 4  # and both again, backwards
     finally:
         dist.destroy_process_group()
+
+
+def test_the_routing_skew_is_the_busiest_rank_of_each_group_over_its_mean() -> None:
+    """Per MoE layer forward of each expert-parallel group (a pipeline rank's replicas in groups of
+    EP): the copies the busiest rank received over the group's mean; the step's figure is their median."""
+    from types import SimpleNamespace
+
+    from ppexec.results.collect import routing_skew
+
+    def rank(pipe: int, replica: int, received: list[int]) -> SimpleNamespace:
+        return SimpleNamespace(ready=SimpleNamespace(pipe_rank=pipe, replica=replica),
+                               steps=[SimpleNamespace(received=received)])
+
+    states = [rank(0, 0, [60, 50]), rank(0, 1, [40, 50]),  # group (0, 0): 1.2, 1.0
+              rank(0, 2, [75, 30]), rank(0, 3, [25, 70]),  # group (0, 1): 1.5, 1.4
+              rank(1, 0, [50]), rank(1, 1, [50]), rank(1, 2, [90]), rank(1, 3, [10])]  # 1.0, 1.8
+    assert routing_skew(states, 0, 2) == pytest.approx(1.3)  # type: ignore[arg-type]  # what it reads of a RankState
+    assert routing_skew([rank(0, 0, []), rank(0, 1, [])], 0, 2) is None  # type: ignore[list-item]

@@ -448,3 +448,32 @@ def test_a_profile_prices_moe_blocks_as_measured_and_their_all_to_alls_on_its_li
         assert two[k].forward_comm_ms == pytest.approx(moe_blocks * pair)
     with pytest.raises(ScenarioError, match="another layer shape"):  # a dense model's profile does not apply
         build_workload(mixed, base)
+
+
+def test_the_busiest_expert_rank_runs_the_measured_moe_block_at_its_share_of_the_copies() -> None:
+    """Measured with every expert local, a MoE block ran the mean share of the token copies; with
+    expert parallelism the busiest rank (``skew`` x the mean) sets the pace: the measured times
+    scaled pass by pass as the block's FLOPs are at that skew. Without expert parallelism one rank
+    runs every copy, whatever the routing."""
+    from ppsim.costs.layers import gpt_layers
+    from ppsim.costs.moe import ExpertShard
+    from ppsim.inputs.profile import ExpertShape
+
+    data = load(TINY).with_overrides(stages=2, partition=[2, 2]).model_dump(exclude_none=True)
+    data["model"]["moe"] = {"experts": 4, "top_k": 2, "ffn_hidden": 96, "skew": 1.5}
+    data.update(data_parallel=2)
+    moe = LayerTimes(forward_ms=3.0, backward_ms=5.0, weight_grad_ms=2.0, optimizer_ms=0.5, params=2000)
+    s = parse_scenario(data)
+    p = make_profile().model_copy(update={
+        "shape": shape_of(s).model_copy(update={"moe": ExpertShape(experts=4, top_k=2, ffn_hidden=96)}),
+        "moe_block": moe, "collectives": {"alltoall": LinkProfile(latency_us=0.0, bandwidth_gb_s=1e6)}})
+    even = build_workload(s, p).costs.stages[1]  # EP 1: the skew changes nothing
+    data["expert_parallel"] = 2
+    skewed = parse_scenario(data)
+    busy = build_workload(skewed, p).costs.stages[1]
+    m = skewed.model
+    flops = [gpt_layers(m, 4, experts=ExpertShard(m.moe.model_copy(update={"skew": k})))[1].forward_flops
+             for k in (1.0, 1.5)]
+    assert flops[1] > flops[0]
+    extra = busy.forward_ms - busy.forward_comm_ms - even.forward_ms  # two MoE blocks on stage 1
+    assert extra == pytest.approx(2 * moe.forward_ms * (flops[1] / flops[0] - 1), rel=1e-9)
