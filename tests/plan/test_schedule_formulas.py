@@ -87,7 +87,7 @@ BOUNDED = [name for name, info in schedules.SCHEDULES.items() if info.peak_activ
 def test_peak_activations_are_the_declared_bound(name: str, p: int, m: int) -> None:
     info = schedules.get(name)
     for v in sorted({info.chunks.minimum, info.chunks.default, 3} if not info.chunks.fixed else {info.chunks.default}):
-        if not info.chunks.allows(v) or info.microbatches.nearest(p, m, v) is not None:
+        if not info.allows_chunks(p, v) or info.microbatches.nearest(p, m, v) is not None:
             continue
         peaks = [r.peak_activation_microbatches for r in summarize(_run(name, p, m, v)).per_rank]
         assert max(peaks) == pytest.approx(info.peak_activations(p, m, v), abs=1e-9), (name, p, m, v, peaks)
@@ -162,3 +162,41 @@ def test_dualpipev_overlap_hides_each_passs_communication_under_the_others_compu
     overlapped = [s.duration for s in trace.spans if s.action.kind.value == "OVERLAP_F_B"]
     assert overlapped and all(d == pytest.approx(f + b - hidden) for d in overlapped)
     assert max(idle_per_rank(trace)) == pytest.approx((p - 1) * ((f + b - hidden) + b - 3 * w), abs=1e-9)
+
+
+def _combined(name: str, p: int, m: int, v: int, f: float, b: float, f_comm: float, b_comm: float) -> Trace:
+    """``name`` with chunk costs f and b, each pass holding the given communication."""
+    from dataclasses import replace
+
+    from ppsim.plan import lower
+    from ppsim.sim import compute_ms, simulate
+
+    base = uniform_costs(p * v, f, b, 0.0)
+    costs = replace(base, stages=tuple(replace(c, forward_comm_ms=f_comm, backward_comm_ms=b_comm)
+                                       for c in base.stages))
+    plan = lower(schedules.build(name, p, m, v), 1, compute_ms(costs), rendezvous=False)
+    return simulate(plan, costs, "async")
+
+
+@pytest.mark.parametrize("f_comm,b_comm", [(0.0, 0.0), (0.3, 0.4), (0.9, 0.2)])
+@pytest.mark.parametrize("m", [1, 2, 5, 16])
+def test_combined_1f1b_without_a_pipeline_is_megatrons_phases(f_comm: float, b_comm: float, m: int) -> None:
+    """Megatron-Core's combined 1F1B on one stage (combined_1f1b_schedule_for_no_pipelining): F0
+    alone, then each forward with the previous micro-batch's backward, each pass's communication
+    hidden under the other's compute, then the last backward alone."""
+    f, b = 1.0, 2.0
+    hidden = min(f_comm, b - b_comm) + min(b_comm, f - f_comm)
+    step = summarize(_combined("combined-1f1b", 1, m, 1, f, b, f_comm, b_comm)).step_time_ms
+    assert step == pytest.approx(f + (m - 1) * (f + b - hidden) + b, abs=1e-9)
+
+
+@pytest.mark.parametrize("p,m,v", [(2, 4, 2), (4, 8, 2), (4, 16, 2), (2, 8, 3)])
+def test_combined_1f1b_hides_what_interleaved_1f1b_exposes(p: int, m: int, v: int) -> None:
+    """On a pipeline it is interleaved 1F1B with one more warm-up forward: without communication
+    in the passes it takes the same step; with it, every steady-state pair hides some of it."""
+    same = [summarize(_combined(name, p, m, v, 1.0, 2.0, 0.0, 0.0)).step_time_ms
+            for name in ("combined-1f1b", "interleaved-1f1b")]
+    assert same[0] == pytest.approx(same[1], abs=1e-9)
+    hiding = [summarize(_combined(name, p, m, v, 1.0, 2.0, 0.3, 0.4)).step_time_ms
+              for name in ("combined-1f1b", "interleaved-1f1b")]
+    assert hiding[0] < hiding[1] - 0.3 * (m * v - p * v)  # at least the forward's share of the steady pairs

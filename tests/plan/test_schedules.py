@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import run_schedule
@@ -114,6 +114,7 @@ def plans(draw: st.DrawFn) -> tuple[str, int, int, int]:
     info = schedules.get(name)
     p = draw(st.integers(1, 8))
     v = info.chunks.default if info.chunks.fixed else draw(st.integers(info.chunks.minimum, 3))
+    assume(info.allows_chunks(p, v))
     m = draw(st.integers(1, 12))
     m = info.microbatches.nearest(p, m, v) or m
     return name, p, m, v
@@ -174,3 +175,15 @@ def test_a_built_plan_is_remembered_and_can_be_built_anew() -> None:
     with pytest.raises(TypeError):
         first.meta["search"] = {}  # type: ignore[index]
     assert fresh.actions == first.actions and fresh.actions is not first.actions
+
+
+def test_combined_1f1b_needs_virtual_stages_with_a_pipeline() -> None:
+    """As Megatron asserts for --overlap-moe-expert-parallel-comm: with more than one pipeline
+    stage, virtual stages; on one stage any count."""
+    from ppsim.errors import ScheduleError
+
+    with pytest.raises(ScheduleError, match="at least 2 chunks per rank with a pipeline") as err:
+        schedules.build("combined-1f1b", 4, 8, 1)
+    assert err.value.field == "pipeline.chunks"
+    assert schedules.build("combined-1f1b", 1, 8, 1).num_stages == 1
+    assert schedules.build("combined-1f1b", 4, 8, 2).num_stages == 8

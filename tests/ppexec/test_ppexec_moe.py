@@ -125,7 +125,8 @@ def _run_and_compare(tmp_path: Path, s) -> object:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("schedule", "stages", "dp", "ep", "zero"), [
-    ("1f1b", 2, 1, 1, 0), ("1f1b", 2, 2, 2, 1), ("dualpipev", 2, 2, 2, 0), ("1f1b", 1, 4, 2, 1)], ids=lambda v: str(v))
+    ("1f1b", 2, 1, 1, 0), ("1f1b", 2, 2, 2, 1), ("dualpipev", 2, 2, 2, 0), ("combined-1f1b", 2, 2, 2, 0),
+    ("1f1b", 1, 4, 2, 1)], ids=lambda v: str(v))
 def test_a_pipelined_moe_run_trains_like_one_process(tmp_path: Path, schedule: str, stages: int, dp: int, ep: int,
                                                      zero: int) -> None:
     """Losses and every weight equal one process's after two clipped steps: the experts split over

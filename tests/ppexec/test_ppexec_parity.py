@@ -168,7 +168,7 @@ def _assert_weights_equal(run_dir: Path, ref_params: dict[str, torch.Tensor]) ->
 TORCH_CASES = [(s, p) for s in ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1") for p in (2, 4)] + [
     ("zb-h2", 2), ("looped-bfs", 2), ("interleaved-zb", 2), ("zb-v", 2), ("zb-v", 4), ("interleaved-zb", 4),
     ("v-half", 4), ("v-min", 2), ("dualpipev", 2), ("dualpipev", 4), ("auto", 2), ("auto", 4),
-    ("zb-h2", 4), ("looped-bfs", 4), ("v-half", 2), ("v-min", 4)]
+    ("zb-h2", 4), ("looped-bfs", 4), ("v-half", 2), ("v-min", 4), ("combined-1f1b", 2)]
 
 
 @pytest.mark.parametrize("schedule, stages", TORCH_CASES, ids=lambda v: str(v))

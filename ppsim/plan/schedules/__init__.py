@@ -16,7 +16,7 @@ from ppsim.plan.schedules.controllable import v_half, v_min
 from ppsim.plan.schedules.dualpipe import dualpipev
 from ppsim.plan.schedules.fill_drain import gpipe, inference, looped_bfs
 from ppsim.plan.schedules.from_file import FILE_PREFIX, from_file
-from ppsim.plan.schedules.one_f_one_b import interleaved_1f1b, one_f_one_b
+from ppsim.plan.schedules.one_f_one_b import combined_1f1b, interleaved_1f1b, one_f_one_b
 from ppsim.plan.schedules.zero_bubble import interleaved_zb, zb_h1, zb_h2, zb_v
 
 
@@ -44,6 +44,11 @@ def _interleaved_zb_peak(p: int, m: int, v: int) -> float:
     return min((v - 1) * per_round + p, m * v) / v
 
 
+def _combined_peak(p: int, m: int, v: int) -> float:
+    """One more forward in flight than interleaved 1F1B (its extra warm-up forward)."""
+    return min(_interleaved_peak(p, m, v) + 1 / v, m)
+
+
 ANY_CHUNKS = Chunks(minimum=1, maximum=None, default=2)
 TWO_OR_MORE = Chunks(minimum=2, maximum=None, default=2)
 V_SHAPED = Chunks(minimum=2, maximum=2, default=2)
@@ -59,6 +64,11 @@ SCHEDULES: dict[str, ScheduleInfo] = {
                      build_order=interleaved_1f1b, chunks=ANY_CHUNKS,
                      microbatches=Microbatches("multiple of p (v > 1)", _multiple_of_ranks_when_interleaved),
                      memory="p + (p - 1) / v", peak_activations=_interleaved_peak),
+        ScheduleInfo("combined-1f1b", "Megatron-Core's combined 1F1B (MoE all-to-all overlap): interleaved 1F1B "
+                     "with one more warm-up forward, then each forward and an earlier backward as one action",
+                     build_order=combined_1f1b, chunks=ANY_CHUNKS, pipeline_chunks=2, overlaps=True,
+                     microbatches=Microbatches("multiple of p (v > 1)", _multiple_of_ranks_when_interleaved),
+                     memory="p + (p - 1) / v + 1 / v", peak_activations=_combined_peak),
         ScheduleInfo("looped-bfs", "Breadth-first over chunks (looped BFS): GPipe chunk by chunk",
                      build_order=looped_bfs, chunks=TWO_OR_MORE, memory="m", peak_activations=lambda p, m, v: m),
         ScheduleInfo("zb-h1", "Zero bubble H1: split backward, W's fill the drain: 1/3 of 1F1B's bubble",

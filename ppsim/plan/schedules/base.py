@@ -88,6 +88,12 @@ class Capabilities:
     peak_activations: PeakActivations | None = None  #: the same as a formula, checked by the tests
     stage_to_rank_of: Callable[[int, int], tuple[int, ...]] | None = None  #: for Placement.PLAN
     ranks: int | None = None  #: the one rank count it runs (a plan file); None: any
+    #: the chunks it needs once there is a pipeline (p > 1): Megatron's combined 1F1B runs on virtual stages
+    pipeline_chunks: int = 1
+
+    def allows_chunks(self, p: int, v: int) -> bool:
+        """Whether it runs ``v`` chunks on ``p`` ranks."""
+        return self.chunks.allows(v) and (p == 1 or v >= self.pipeline_chunks)
 
     def chunks_for(self, v: int) -> int:
         """The chunks this schedule runs in place of a scenario's ``v``: ``v`` where it takes it (and
@@ -110,6 +116,10 @@ class Capabilities:
         if not self.chunks.allows(v):
             raise ScheduleError(f"schedule {self.name!r} runs {self.chunks.words()} per rank, got chunks={v}; "
                                 f"set chunks: {self.chunks.default}", field="pipeline.chunks")
+        if not self.allows_chunks(p, v):
+            raise ScheduleError(f"schedule {self.name!r} needs at least {self.pipeline_chunks} chunks per rank with a "
+                                f"pipeline (stages > 1), got chunks={v}; set chunks: {self.pipeline_chunks}, or stages: 1",
+                                field="pipeline.chunks")
         use = self.microbatches.nearest(p, m, v)
         if use is not None:
             raise ScheduleError(f"schedule {self.name!r} needs micro-batches: {self.microbatches.text}, with "

@@ -1,9 +1,12 @@
-"""One-forward-one-backward schedules: 1F1B (PipeDream-flush, DeepSpeed's TrainSchedule) and
-Megatron's interleaved 1F1B with several chunks (virtual stages) per rank."""
+"""One-forward-one-backward schedules: 1F1B (PipeDream-flush, DeepSpeed's TrainSchedule),
+Megatron's interleaved 1F1B with several chunks (virtual stages) per rank, and Megatron-Core's
+combined 1F1B (``--overlap-moe-expert-parallel-comm``), whose steady state runs each forward
+together with a backward of another micro-batch so that each one's communication (the experts'
+all-to-alls) hides under the other's compute."""
 
 from __future__ import annotations
 
-from ppsim.plan.action import Action, Kind, new_action
+from ppsim.plan.action import Action, Kind, Overlap, new_action
 from ppsim.plan.plan import Plan
 from ppsim.plan.schedules.base import make_plan
 
@@ -43,20 +46,35 @@ def interleaved_1f1b(num_ranks: int, num_microbatches: int, chunks: int = 2) -> 
     if v == 1:  # as in Megatron: one chunk per rank is plain 1F1B
         plain = one_f_one_b(p, m, 1)
         return make_plan("interleaved-1f1b", p, m, 1, [list(a) for a in plain.actions])
+    return make_plan("interleaved-1f1b", p, m, v, [
+        fwd[:warmup] + [x for pair in zip(fwd[warmup:], bwd, strict=False) for x in pair] + bwd[len(fwd) - warmup:]
+        for fwd, bwd, warmup in _megatron_passes(p, m, v)])
+
+
+def _megatron_passes(p: int, m: int, v: int, extra_warmup: int = 0) -> list[tuple[list[Action], list[Action], int]]:
+    """Per rank, its forwards and backwards in Megatron's order (1F1B's with one chunk) and how
+    many forwards it runs before its first backward."""
     total = m * v
     F, B, act = Kind.F, Kind.B, new_action
     # the k-th forward's and backward's (chunk, micro-batch): the same on every rank
-    forwards = [_virtual(k, p, v, backward=False) for k in range(total)]
-    backwards = [_virtual(k, p, v, backward=True) for k in range(total)]
-    orders: list[list[Action]] = []
+    forwards = [_virtual(k, p, v, backward=False) if v > 1 else (0, k) for k in range(total)]
+    backwards = [_virtual(k, p, v, backward=True) if v > 1 else (0, k) for k in range(total)]
+    out = []
     for r in range(p):
-        warmup = min((v - 1) * p + 2 * (p - 1 - r), total)
-        fwd = [act((c * p + r, F, mb)) for c, mb in forwards]
-        bwd = [act((c * p + r, B, mb)) for c, mb in backwards]
-        order = fwd[:warmup]
-        for i in range(total - warmup):
-            order.append(fwd[warmup + i])
-            order.append(bwd[i])
-        order.extend(bwd[total - warmup:])
-        orders.append(order)
-    return make_plan("interleaved-1f1b", p, m, v, orders)
+        warmup = (v - 1) * p + 2 * (p - 1 - r) if v > 1 else p - 1 - r
+        out.append(([act((c * p + r, F, mb)) for c, mb in forwards], [act((c * p + r, B, mb)) for c, mb in backwards],
+                    min(warmup + extra_warmup, total)))
+    return out
+
+
+def combined_1f1b(num_ranks: int, num_microbatches: int, chunks: int = 1) -> Plan:
+    """Megatron-Core's combined 1F1B: the (interleaved) 1F1B order with one more warm-up forward,
+    so that every forward of the steady state runs together with the backward of an earlier
+    micro-batch as one overlapped action (:class:`~ppsim.plan.Overlap`); without a pipeline it is
+    F0, (F1; B0), ..., (F(m-1); B(m-2)), B(m-1), as Megatron runs one stage."""
+    p, m, v = num_ranks, num_microbatches, chunks
+    orders: list[list[Action | Overlap]] = []
+    for fwd, bwd, warmup in _megatron_passes(p, m, v, extra_warmup=1):
+        steady = [Overlap.of(f, b) for f, b in zip(fwd[warmup:], bwd, strict=False)]
+        orders.append([*fwd[:warmup], *steady, *bwd[len(fwd) - warmup:]])
+    return make_plan("combined-1f1b", p, m, v, orders)  # type: ignore[arg-type]  # Overlaps stand in for Actions
