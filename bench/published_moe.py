@@ -10,16 +10,18 @@ Nothing is fitted to any row.
 The rules (what ppsim assumes where a row is silent is printed with it):
 
 - the model: the row's architecture (DeepSeek-V3 and Kimi K2 with multi-head latent attention and
-  their dense first layers, Qwen3 with heads of 128); the multi-token-prediction layer DeepSeek-V3's
-  recipes add is not priced;
+  their dense first layers, Qwen3 with heads of 128), with the multi-token-prediction modules its
+  recipe sets (``mtp_num_layers``: DeepSeek-V3's one, on the last stage, as its layout's ``m``);
 - the layout: TP, PP, VP, EP, ETP as the row gives them, data parallelism the rest; the blocks per
   virtual stage from the recipe's ``pipeline_model_parallel_layout`` (``t`` a block, ``|`` a virtual
   stage; ``E``, ``m``, ``L`` the embedding, the MTP layer and the loss; its stage count sets VP
   where the table's differs), else Megatron's even split (with the embedding and loss counted as
   layers where the recipe says so);
 - routing balanced (the recipes force it: ``moe_router_force_load_balancing``), dropless;
-- the all-to-alls exposed (Megatron's combined 1F1B overlap, ``overlap_moe_expert_parallel_comm``,
-  is not modelled); HybridEP / DeepEP priced as the all-to-all they replace;
+- the schedule: Megatron's combined 1F1B (``combined-1f1b``: the all-to-alls hidden under the other
+  micro-batch's compute) where the recipe sets ``overlap_moe_expert_parallel_comm`` (40 rows), its
+  ``delay_wgrad_compute`` priced as not delayed; elsewhere (interleaved) 1F1B with the all-to-alls
+  exposed; HybridEP / DeepEP priced as the all-to-all they replace;
 - selective recomputation of modules (``mla_up_proj``, ``moe_act``, ``layernorm``) priced as none;
 - precision, devices, the distributed optimizer and its overlaps as ``bench/published_modern.py``
   takes them;
@@ -112,10 +114,18 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
     device = dense.DEVICES[row["gpu"]][0]
     tp, pp, vp, cp, gpus = row["tp"], row["pp"], row["vp"] or 1, row["cp"] or 1, row["gpus"]
     dp = gpus // (tp * pp * cp)
-    assumed = ["routing balanced, dropless", "the expert-parallel all-to-alls exposed (no combined 1F1B overlap)"]
+    assumed = ["routing balanced, dropless"]
+    # Megatron's combined 1F1B where the recipe overlaps the all-to-alls (it needs pp = 1 or virtual stages)
+    combined = bool(settings.get("overlap_moe_expert_parallel_comm"))
+    if not combined:
+        assumed.append("the expert-parallel all-to-alls exposed (the recipe does not overlap them)")
+    elif settings.get("delay_wgrad_compute"):
+        assumed.append("combined 1F1B's delayed weight grads (delay_wgrad_compute) priced as not delayed")
     model = model_section(row)
-    if settings.get("mtp_num_layers"):
-        assumed.append("the multi-token-prediction layer not priced")
+    # the recipe's MTP modules, on the last stage as its layout puts them, but where the table says the
+    # run had none ("DeepSeekV3 (w/o MTP)": its published FLOPs per token leave them out too)
+    if settings.get("mtp_num_layers") and "w/o MTP" not in str(row.get("model_as_written", "")):
+        model["mtp_layers"] = int(settings["mtp_num_layers"])
     if settings.get("recompute_modules"):
         assumed.append("selective recomputation of modules priced as none")
     layout = settings.get("pipeline_model_parallel_layout")
@@ -145,8 +155,8 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
         training["low_precision_params"] = "param_gather=True" in str(settings.get("precision_recipe", ""))
     data = {
         "name": row["id"], "model": model,
-        "pipeline": {"stages": pp, "chunks": vp, "schedule": "interleaved-1f1b" if vp > 1 else "1f1b",
-                     "partition": partition},
+        "pipeline": {"stages": pp, "chunks": vp, "partition": partition,
+                     "schedule": "combined-1f1b" if combined else "interleaved-1f1b" if vp > 1 else "1f1b"},
         "training": training, "tensor_parallel": tp, "context_parallel": cp, "data_parallel": dp,
         "expert_parallel": row["ep"], "expert_tensor_parallel": row.get("etp") or 1,
         "hardware": {"device": device, "gemm_curves": gemm_curves},

@@ -114,6 +114,8 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
             allreduce_buckets=buckets,
             forward_comm_ms=forward_comm,
             backward_comm_ms=backward_comm,
+            forward_overlap_ms=a2a.forward_ms,
+            backward_overlap_ms=a2a.backward_ms,
         ))
     if training.zero_stage >= 1:
         stages = [shard_optimizer(c, d, links.data_parallel, links.data_parallel, training.zero_reduce,

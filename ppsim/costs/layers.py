@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ppsim.costs.elementwise import Traffic, block_traffic, embedding_traffic, head_traffic
-from ppsim.costs.gemms import PassGemms, block_gemms, head_gemms
+from ppsim.costs.gemms import Gemm, PassGemms, block_gemms, head_gemms
 from ppsim.costs.low_precision import LowPrecision
 from ppsim.costs.memory import Recompute, block_activation_bytes
 from ppsim.costs.moe import ExpertShard, router_flops
@@ -213,3 +213,31 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         gemms=head_gemms(s, b, h, V, t),
     )
     return embedding, block, head
+
+
+def mtp_module(model: ModelSpec, micro_batch: int, head: LayerCost, tensor_parallel: int = 1, *,
+               context_parallel: int = 1, embedding_copy: bool = False) -> LayerCost:
+    """What one multi-token prediction module (DeepSeek-V3, Megatron's ``--mtp-num-layers``) adds
+    besides its transformer block, per micro-batch and device: the normalised hidden state and the
+    next token's embedding, concatenated and projected from 2h to h (a GEMM, two RMSNorms), then
+    another pass of the shared LM head and its loss (``head``'s FLOPs, activations and traffic; no
+    parameters of its own). With ``embedding_copy`` the stage also holds the word embeddings the
+    module reads (Megatron keeps a copy on the last stage when the first is elsewhere)."""
+    b, h, t = micro_batch, model.hidden, tensor_parallel
+    s = model.seq_len // context_parallel
+    e = DTYPE_BYTES[model.dtype]
+    projection = 2 * b * s * (2 * h) * h / t
+    tokens = b * s
+    return LayerCost(
+        name="mtp",
+        forward_flops=head.forward_flops + projection,
+        input_grad_flops=head.input_grad_flops + projection,
+        weight_grad_flops=head.weight_grad_flops + projection,
+        params=2 * h * h // t + 2 * h + (model.vocab * h // t if embedding_copy else 0),
+        activation_bytes=head.activation_bytes + 2 * tokens * h * e,  # the concatenated input of the projection
+        tp_collectives=0.0,
+        forward_bytes=head.forward_bytes,
+        backward_bytes=head.backward_bytes,
+        gemms=head.gemms + PassGemms((Gemm(tokens, 2 * h, h / t, linear=True),), (Gemm(tokens, h / t, 2 * h, linear=True),),
+                                     (Gemm(2 * h, tokens, h / t, linear=True),)),
+    )

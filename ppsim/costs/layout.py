@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypedDict
 
 from ppsim.costs.gemms import PassGemms
-from ppsim.costs.layers import LayerCost
+from ppsim.costs.layers import LayerCost, mtp_module
 from ppsim.costs.memory import StaticMemory, static_memory
 from ppsim.costs.moe import reduced_params
 from ppsim.costs.table import StageCost
@@ -35,6 +35,8 @@ class StageTimes(_PassTimes, total=False):
     allreduce_buckets: int
     forward_comm_ms: float
     backward_comm_ms: float
+    forward_overlap_ms: float
+    backward_overlap_ms: float
 
 
 @dataclass(frozen=True)
@@ -148,11 +150,13 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
                 family_gemms[key] = block_gemms(full, plain, len(mine), again)
             gemms += family_gemms[key]
             lead = lead or len(mine)
-        parts = stage_blocks + ([emb] if k == 0 else []) + ([head] if k == n - 1 else [])
+        mtp = mtp_parts(s, layers, kinds, stage_to_rank) if k == n - 1 else []
+        stage_blocks += mtp[::2]  # the modules' blocks, then their projections and head passes
+        parts = stage_blocks + ([emb] if k == 0 else []) + ([head] if k == n - 1 else []) + mtp[1::2]
         offloaded = sum(x.activation_bytes for x in stage_blocks[:s.training.offload_layers])
         params = sum(x.params for x in parts)
         expert_params = sum(x.expert_params for x in stage_blocks)
-        moe_blocks = sum(moe_at)
+        moe_blocks = sum(moe_at) + sum(x.expert_params > 0 for x in mtp[::2])
         stages.append(StageShape(
             blocks=count,
             forward_flops=sum(x.forward_flops for x in parts),
@@ -172,7 +176,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
             reduced_params=reduced_params(params - expert_params, expert_params, s.weight_replicas, s.expert_replicas),
             forward_bytes=sum(x.forward_bytes for x in parts),
             backward_bytes=sum(x.backward_bytes for x in parts),
-            gemms=sum((x.gemms for x in parts[count:]), gemms),
+            gemms=sum((x.gemms for x in parts[count:]), gemms),  # the MTP blocks' with the embedding's and head's
             step_bytes=sum(x.step_bytes for x in parts),
             memory=static_memory(params, dtype_bytes, zero_stage=s.training.zero_stage, data_parallel=s.weight_replicas,
                                  message_bytes=message, neighbours=(k > 0) + (k < n - 1),
@@ -180,6 +184,24 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
                                  expert_params=expert_params, expert_replicas=s.expert_replicas),
         ))
     return Layout(tuple(stages), message, whole, dtype_bytes)
+
+
+def mtp_parts(s: Scenario, layers: tuple[LayerCost, LayerCost, LayerCost], kinds: BlockKinds,
+              stage_to_rank: Sequence[int]) -> list[LayerCost]:
+    """The multi-token prediction modules of the last virtual stage (``model.mtp_layers``), each as
+    (its block, its projection and head pass): the block a MoE layer's where the model's next layer
+    would have experts, the word embeddings copied onto the stage when the first is on another rank."""
+    model = s.model
+    if model is None or not model.mtp_layers:
+        return []
+    block = kinds.family(model.moe is not None and model.moe.is_moe(model.layers))[0]
+
+    def module(copy: bool) -> LayerCost:
+        return mtp_module(model, s.training.micro_batch, layers[2], s.tensor_parallel,
+                          context_parallel=s.context_parallel, embedding_copy=copy)
+
+    apart = stage_to_rank[0] != stage_to_rank[-1]  # one copy of the embeddings, read by every module
+    return [x for i in range(model.mtp_layers) for x in (block, module(apart and i == 0))]
 
 
 def block_gemms(block: LayerCost, plain: LayerCost | None, count: int, recomputed: int) -> PassGemms:

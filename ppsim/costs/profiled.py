@@ -115,6 +115,8 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
             allreduce_buckets=buckets,
             forward_comm_ms=st.blocks * tp.forward_ms + a2a.forward_ms,
             backward_comm_ms=st.blocks * tp.backward_ms + a2a.backward_ms,
+            forward_overlap_ms=a2a.forward_ms,
+            backward_overlap_ms=a2a.backward_ms,
         ))
     if training.zero_stage >= 1:
         stages = [shard_optimizer(c, d, reduce_link, gather_link, training.zero_reduce, profile.overhead(k, n).optimizer_ms)

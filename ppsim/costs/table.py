@@ -30,10 +30,14 @@ class StageCost:
     params: int = 0
     layers: int = 0  #: transformer blocks in this stage (0 when costs are explicit)
     memory: StaticMemory | None = None  #: what the stage holds all step: model states and buffers
-    #: the communication inside a forward / a backward (tensor-parallel collectives): what the compute
-    #: of a pass overlapped with it (DualPipe's overlapped forward and backward) can hide
+    #: the communication inside a forward / a backward (tensor- and context-parallel collectives, the
+    #: experts' all-to-alls, FSDP's gathers): time in the pass that is not compute
     forward_comm_ms: float = 0.0
     backward_comm_ms: float = 0.0
+    #: the part of it the compute of another micro-batch's pass hides when the two run as one
+    #: overlapped action (DualPipe, Megatron's combined 1F1B): a MoE layer's dispatch and combine
+    forward_overlap_ms: float = 0.0
+    backward_overlap_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.weight_grad_ms <= self.backward_ms * (1 + 1e-12):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from ppsim.costs.analytic import analytic_costs, uses_curves
 from ppsim.costs.explicit import explicit_costs
 from ppsim.costs.layers import LayerCost, gpt_layers
-from ppsim.costs.layout import BlockKinds, Layout, lay_out
+from ppsim.costs.layout import BlockKinds, Layout, lay_out, mtp_parts
 from ppsim.costs.links import scenario_links
 from ppsim.costs.low_precision import check_low_precision, scenario_precision
 from ppsim.costs.moe import ExpertShard
@@ -74,8 +74,9 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
             moe = s.model.moe if s.model else None
             loads = balancing_loads(profile, sum(map(moe.is_moe, range(s.model.layers))) / s.model.layers
                                     if moe and s.model else 0.0)
-        else:
-            loads = (block.total_flops, emb.total_flops, head.total_flops)
+        else:  # the last stage's head with the multi-token prediction modules that follow it
+            mtp = mtp_parts(s, layers, block_kinds(s, layers) or BlockKinds(block), stage_to_rank)
+            loads = (block.total_flops, emb.total_flops, head.total_flops + sum(x.total_flops for x in mtp))
         blocks = blocks_per_stage(s, stage_to_rank, *loads)
     layout = lay_out(s, blocks, layers, stage_to_rank, block_kinds(s, layers))
     if s.costs is not None:
@@ -163,6 +164,9 @@ def _check_profile(s: Scenario, profile: Profile) -> None:
                             "from the model (no --profile)", field="--profile")
     if s.training.offload_layers:
         raise ScenarioError("a profile does not time copies to the host; predict training.offload_layers from the "
+                            "model (no --profile)", field="--profile")
+    if s.model is not None and s.model.mtp_layers:
+        raise ScenarioError("a profile times no multi-token prediction module; predict model.mtp_layers from the "
                             "model (no --profile)", field="--profile")
     if s.model is not None and s.model.moe is not None and s.tensor_parallel > 1:
         raise ScenarioError("a profile times a MoE block whole, as ppexec runs it; predict a mixture of experts with "

@@ -102,6 +102,9 @@ class ModelSpec(_Strict):
     tie_embeddings: bool = False
     dtype: Dtype = "bf16"
     moe: MoESpec | None = None  #: experts in place of the MLP of the MoE layers
+    mtp_layers: int = Field(default=0, ge=0, le=16, description=(
+        "multi-token prediction modules (DeepSeek-V3; Megatron's --mtp-num-layers), on the last stage: each a "
+        "projection of 2h to h, one more block and another pass of the shared LM head"))
     mla: MLASpec | None = None  #: multi-head latent attention in place of (grouped-query) multi-head attention
 
     @model_validator(mode="after")

@@ -2,10 +2,13 @@
 times which kind, used by the simulator and by lowering (which places messages by the same times).
 
 An overlapped forward and backward (:class:`~ppsim.plan.Overlap`) takes both passes' time less the
-communication each hides under the other's compute: a pass's communication (its tensor-parallel
-collectives, ``StageCost.forward_comm_ms`` / ``backward_comm_ms``) runs while the other pass
-computes, up to that compute. Without communication inside the passes nothing is hidden: the
-overlap then only reorders work, as torch's runtime runs it (its parts one after the other)."""
+communication each hides under the other's compute: a pass's hideable communication (a MoE layer's
+dispatch and combine, ``StageCost.forward_overlap_ms`` / ``backward_overlap_ms``, as DeepSeek's
+DualPipe and Megatron's combined 1F1B interleave them with the other micro-batch's attention and
+MLP) runs while the other pass computes, up to that compute (the pass less all its communication).
+The rest of the communication inside the passes (tensor-parallel collectives: on the compute's
+own stream) stays exposed; without all-to-alls the overlap only reorders the work, as torch's
+runtime runs it (its parts one after the other)."""
 
 from __future__ import annotations
 
@@ -25,8 +28,10 @@ def overlapped_ms(costs: CostTable, a: Overlap) -> float:
     communication of each that the other's compute hides."""
     f, b = costs.stages[a.forward.stage], costs.stages[a.backward.stage]
     backward = getattr(b, DURATION_FIELD[a.backward.kind])
-    forward_comm, backward_comm = min(f.forward_comm_ms, f.forward_ms), min(b.backward_comm_ms, backward)
-    hidden = min(forward_comm, backward - backward_comm) + min(backward_comm, f.forward_ms - forward_comm)
+    forward_compute = f.forward_ms - min(f.forward_comm_ms, f.forward_ms)
+    backward_compute = backward - min(b.backward_comm_ms, backward)
+    hidden = (min(f.forward_overlap_ms, f.forward_ms, backward_compute)
+              + min(b.backward_overlap_ms, backward, forward_compute))
     return f.forward_ms + backward - hidden
 
 

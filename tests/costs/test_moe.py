@@ -203,3 +203,67 @@ def test_fp8_casts_every_routed_copy_of_a_token() -> None:
     extra = forward_bytes(2) - forward_bytes(1)
     down = 4096 * 8 * per_value  # the down projection's input grows by one expert width (8) per token
     assert extra == pytest.approx(4096 * 4096 * per_value + down)
+
+
+def test_deepseek_v3s_multi_token_prediction_module_has_its_reported_parameters() -> None:
+    """DeepSeek-V3's checkpoint: 671B of the main model and 14B of its MTP module, which holds one
+    MoE block, the projection of 2h to h with its two RMSNorms, and copies of the embedding and the
+    output head (shared with the main model in training)."""
+    from conftest import SCENARIOS
+    from ppsim.costs.layers import mtp_module
+    from ppsim.inputs.scenario import load
+
+    m = load(SCENARIOS / "deepseek-v3.yaml").model
+    assert m is not None and m.moe is not None
+    _, moe, head = gpt_layers(m, 1, experts=ExpertShard(m.moe))
+    module = mtp_module(m, 1, head, embedding_copy=True)
+    assert module.params == 2 * 7168 * 7168 + 2 * 7168 + 129_280 * 7168
+    assert moe.params + module.params + head.params == pytest.approx(14e9, rel=0.05)
+
+
+def test_the_last_stage_runs_the_mtp_modules_and_the_partition_makes_room_for_them() -> None:
+    """With model.mtp_layers the last virtual stage runs, per module, one more block (a MoE block
+    where the next layer would have experts: its all-to-alls too) and the projection and head pass;
+    the balanced partition counts them, so the last stage takes fewer of the model's blocks."""
+    from ppsim.costs import build_workload
+    from ppsim.costs.layers import mtp_module
+    from ppsim.costs.layout import lay_out
+    from ppsim.costs.workload import block_kinds, model_layers
+
+    data = scenario()
+    data["model"] = {**MIXTRAL, "layers": 16}
+    data["pipeline"] = {"stages": 4, "microbatches": 8, "partition": [4, 4, 4, 4]}
+    plain = parse_scenario(data)
+    data["model"]["mtp_layers"] = 1
+    mtp = parse_scenario(data)
+    layers = model_layers(mtp)
+    moe = model_layers(mtp, moe=True)
+    assert layers is not None and moe is not None
+    without = lay_out(plain, [4, 4, 4, 4], layers, (0, 1, 2, 3), block_kinds(plain, layers)).stages
+    withit = lay_out(mtp, [4, 4, 4, 4], layers, (0, 1, 2, 3), block_kinds(mtp, layers)).stages
+    module = mtp_module(mtp.model, mtp.training.micro_batch, layers[2], mtp.tensor_parallel, embedding_copy=True)
+    assert withit[:3] == without[:3]
+    last, before = withit[3], without[3]
+    assert last.forward_flops == pytest.approx(before.forward_flops + moe[1].forward_flops + module.forward_flops)
+    assert last.params == before.params + moe[1].params + module.params
+    assert (last.moe_blocks, last.blocks) == (before.moe_blocks + 1, before.blocks)  # its all-to-alls; not a model block
+    data["pipeline"]["partition"] = "balanced"
+    assert build_workload(parse_scenario(data)).partition[-1] < build_workload(
+        plain.with_overrides(partition="balanced")).partition[-1]
+
+
+def test_the_mtp_modules_flops_are_what_the_published_deepseek_runs_add_per_token() -> None:
+    """NVIDIA's published DeepSeek-V3 runs (bench/data/published_moe.md, note 3): model TFLOP/s over
+    tokens/s is 259.6-260.6 GFLOP a token with the MTP module and 249.1-249.7 for the rows run
+    without it: the module (a MoE block at the routed experts' mean, its projection, another pass of
+    the head) adds 9.9-11.5 GFLOP a token, forward and backward (ppsim: 10.2)."""
+    from conftest import SCENARIOS
+    from ppsim.costs.layers import mtp_module
+    from ppsim.inputs.scenario import load
+
+    m = load(SCENARIOS / "deepseek-v3.yaml").model
+    assert m is not None and m.moe is not None
+    _, moe, head = gpt_layers(m, 1, flash_attention=True, experts=ExpertShard(m.moe))
+    module = mtp_module(m, 1, head)
+    per_token = (moe.total_flops - moe.recompute_flops + module.total_flops) / m.seq_len
+    assert (259.6 - 249.7) * 1e9 <= per_token <= (260.6 - 249.1) * 1e9

@@ -133,7 +133,8 @@ def _dualpipev(p: int, m: int, f: float, i: float, w: float, f_comm: float = 0.0
     from ppsim.sim import compute_ms, simulate
 
     base = uniform_costs(2 * p, f, i + w, w)
-    costs = replace(base, stages=tuple(replace(c, forward_comm_ms=f_comm, backward_comm_ms=b_comm)
+    costs = replace(base, stages=tuple(replace(c, forward_comm_ms=f_comm, backward_comm_ms=b_comm,
+                                               forward_overlap_ms=f_comm, backward_overlap_ms=b_comm)
                                        for c in base.stages))
     plan = lower(schedules.build("dualpipev", p, m), 1, compute_ms(costs), rendezvous=False)
     return simulate(plan, costs, "async")
@@ -164,15 +165,19 @@ def test_dualpipev_overlap_hides_each_passs_communication_under_the_others_compu
     assert max(idle_per_rank(trace)) == pytest.approx((p - 1) * ((f + b - hidden) + b - 3 * w), abs=1e-9)
 
 
-def _combined(name: str, p: int, m: int, v: int, f: float, b: float, f_comm: float, b_comm: float) -> Trace:
-    """``name`` with chunk costs f and b, each pass holding the given communication."""
+def _combined(name: str, p: int, m: int, v: int, f: float, b: float, f_comm: float, b_comm: float,
+              hideable: bool = True) -> Trace:
+    """``name`` with chunk costs f and b, each pass holding the given communication: all-to-alls
+    an overlapped action can hide, or (``hideable`` False) collectives it cannot."""
     from dataclasses import replace
 
     from ppsim.plan import lower
     from ppsim.sim import compute_ms, simulate
 
     base = uniform_costs(p * v, f, b, 0.0)
-    costs = replace(base, stages=tuple(replace(c, forward_comm_ms=f_comm, backward_comm_ms=b_comm)
+    k = 1.0 if hideable else 0.0
+    costs = replace(base, stages=tuple(replace(c, forward_comm_ms=f_comm, backward_comm_ms=b_comm,
+                                               forward_overlap_ms=k * f_comm, backward_overlap_ms=k * b_comm)
                                        for c in base.stages))
     plan = lower(schedules.build(name, p, m, v), 1, compute_ms(costs), rendezvous=False)
     return simulate(plan, costs, "async")
@@ -200,3 +205,17 @@ def test_combined_1f1b_hides_what_interleaved_1f1b_exposes(p: int, m: int, v: in
     hiding = [summarize(_combined(name, p, m, v, 1.0, 2.0, 0.3, 0.4)).step_time_ms
               for name in ("combined-1f1b", "interleaved-1f1b")]
     assert hiding[0] < hiding[1] - 0.3 * (m * v - p * v)  # at least the forward's share of the steady pairs
+
+
+@pytest.mark.parametrize("name,p,m,v", [("combined-1f1b", 1, 6, 1), ("combined-1f1b", 4, 8, 2), ("dualpipev", 4, 8, 2)])
+def test_an_overlapped_action_hides_all_to_alls_not_tensor_parallel_collectives(name: str, p: int, m: int,
+                                                                                  v: int) -> None:
+    """DeepSeek's DualPipe and Megatron's combined 1F1B interleave one micro-batch's dispatch and
+    combine with the other's attention and MLP; the tensor-parallel collectives run on the compute's
+    own stream, inside the attention and MLP: an overlapped action does not hide them."""
+    f, b = 1.0, 2.0
+    exposed = _combined(name, p, m, v, f, b, 0.3, 0.4, hideable=False)
+    overlapped = [s.duration for s in exposed.spans if s.action.kind.value == "OVERLAP_F_B"]
+    assert overlapped and all(d == pytest.approx(f + b) for d in overlapped)
+    hidden = _combined(name, p, m, v, f, b, 0.3, 0.4)
+    assert all(s.duration == pytest.approx(f + b - 0.7) for s in hidden.spans if s.action.kind.value == "OVERLAP_F_B")
