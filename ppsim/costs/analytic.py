@@ -173,7 +173,8 @@ def expert_alltoalls(s: Scenario, st: StageShape, link: Link) -> Exposed:
     if not st.moe_blocks or s.expert_parallel <= 1:
         return Exposed()
     pair = 2 * alltoall_ms(st.alltoall_bytes, s.expert_parallel, link)
-    recomputed = 1 - st.plain_blocks / st.blocks if s.training.recompute == "full" else 0.0
+    # the share of the stage's blocks recomputed (an empty last stage's MTP block: the scenario's mode)
+    recomputed = (1 - st.plain_blocks / st.blocks if st.blocks else 1.0) if s.training.recompute == "full" else 0.0
     return Exposed(st.moe_blocks * pair, st.moe_blocks * pair * (1 + recomputed))
 
 

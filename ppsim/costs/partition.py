@@ -43,40 +43,51 @@ def uniform(layers: int, parts: int) -> list[int]:
 
 
 def _fits(costs: Sequence[float], parts: int, cap: float, first: float, last: float) -> list[int] | None:
-    """Greedy: give each part as many layers as fit under ``cap`` while leaving one per remaining
-    part; the last part takes the rest. Returns the counts, or None if ``cap`` is too small."""
+    """Greedy: give each part as many layers as fit under ``cap`` while leaving one for each inner
+    part still to come (the first and the last part, which also hold the embedding and the LM head,
+    may take none); the last part takes the rest. Returns the counts, or None if ``cap`` is too small."""
     n = len(costs)
+    if parts == 1:
+        return [n] if sum(costs) + first + last <= cap else None
     counts: list[int] = []
     i = 0
     for k in range(parts - 1):
         load = first if k == 0 else 0.0
+        if load > cap:
+            return None
+        need = 1 if k > 0 else 0  # an inner part holds at least one layer
+        reserved = parts - 2 - k  # the inner parts after this one
         take = 0
-        while i < n - (parts - 1 - k) and (take == 0 or load + costs[i] <= cap):
+        while i < n - reserved and (take < need or load + costs[i] <= cap):
             if load + costs[i] > cap:
                 return None
             load += costs[i]
             i += 1
             take += 1
-        if take == 0:
+        if take < need:
             return None
         counts.append(take)
-    rest = sum(costs[i:]) + last + (first if parts == 1 else 0.0)
-    if n - i < 1 or rest > cap:
+    if sum(costs[i:]) + last > cap:
         return None
     counts.append(n - i)
     return counts
 
 
 def balanced(layer_costs: Sequence[float], parts: int, first_extra: float = 0.0, last_extra: float = 0.0) -> list[int]:
-    """Contiguous split of layers into ``parts`` (each at least one layer) minimising the largest
-    part's cost, where part 0 also pays ``first_extra`` and the last part ``last_extra``."""
+    """Contiguous split of layers into ``parts`` minimising the largest part's cost, where part 0
+    also pays ``first_extra`` and the last part ``last_extra``: every part holds a layer but the
+    first and the last, which may hold only the embedding or the LM head (as a Megatron layout's
+    empty stages do) when that is what evens the parts."""
     n = len(layer_costs)
-    if parts < 1 or n < parts:
-        raise ScenarioError(f"cannot split {n} layers into {parts} stages of at least one layer", field="pipeline.stages")
-    lo = max(max(layer_costs), (sum(layer_costs) + first_extra + last_extra) / parts)
-    hi = (sum(layer_costs) + first_extra + last_extra) * (1 + 1e-9) + 1e-12  # everything fits, whatever the rounding
+    inner = max(0, parts - 2)
+    if parts < 1 or n < max(1, inner):
+        raise ScenarioError(f"cannot split {n} layers into {parts} stages: every stage but the first and the last "
+                            "needs a layer", field="pipeline.stages")
+    total = sum(layer_costs) + first_extra + last_extra
+    lo = max(max(layer_costs), total / parts, first_extra, last_extra)
+    hi = total * (1 + 1e-9) + 1e-12  # everything fits, whatever the rounding
     best = _fits(layer_costs, parts, hi, first_extra, last_extra)
-    if best is None:  # cannot happen: at ``hi`` everything fits on one part
+    if best is None:  # cannot happen: at ``hi`` every part's load fits
         raise ScenarioError(f"cannot split {n} layers into {parts} stages", field="pipeline.partition")
     for _ in range(100):
         if hi - lo <= 1e-12 * max(1.0, hi):
@@ -93,28 +104,30 @@ def balanced(layer_costs: Sequence[float], parts: int, first_extra: float = 0.0,
 def balanced_over_ranks(layers: int, stage_to_rank: Sequence[int], block: float, first_extra: float = 0.0,
                         last_extra: float = 0.0) -> list[int]:
     """Blocks of equal cost ``block`` over virtual stages placed on ranks by ``stage_to_rank``,
-    every stage at least one: each block goes to the rank whose work is least (the embedding and
-    the head counted on the ranks of the first and last stage), which makes the most loaded rank
-    as light as it can be; then each rank's blocks go one by one to its least loaded stage, which
+    every stage at least one but the first and the last (which hold the embedding and the head and
+    may hold no block): each block goes to the rank whose work is least (the embedding and the
+    head counted on the ranks of the first and last stage), which makes the most loaded rank as
+    light as it can be; then each rank's blocks go one by one to its least loaded stage, which
     evens the stages of a rank (and so the flow through the pipeline)."""
     n = len(stage_to_rank)
-    if layers < n:
-        raise ScenarioError(f"cannot split {layers} layers into {n} stages of at least one layer",
-                            field="pipeline.stages")
+    floor = [0 if k in (0, n - 1) else 1 for k in range(n)]  # blocks a stage must hold
+    if layers < max(1, sum(floor)):
+        raise ScenarioError(f"cannot split {layers} layers into {n} stages: every stage but the first and the last "
+                            "needs a layer", field="pipeline.stages")
     extra = [0.0] * n
     extra[0] += first_extra
     extra[-1] += last_extra
     ranks = sorted(set(stage_to_rank))
     stages_of = {r: [k for k in range(n) if stage_to_rank[k] == r] for r in ranks}
-    per_rank = {r: len(stages_of[r]) for r in ranks}  # one block per stage to start with
+    per_rank = {r: sum(floor[k] for k in stages_of[r]) for r in ranks}
     load = {r: per_rank[r] * block + sum(extra[k] for k in stages_of[r]) for r in ranks}
-    for _ in range(layers - n):
+    for _ in range(layers - sum(floor)):
         r = min(ranks, key=lambda q: (load[q], q))
         per_rank[r] += 1
         load[r] += block
-    counts = [1] * n
+    counts = list(floor)
     for r in ranks:
-        for _ in range(per_rank[r] - len(stages_of[r])):
+        for _ in range(per_rank[r] - sum(floor[k] for k in stages_of[r])):
             k = min(stages_of[r], key=lambda j: (counts[j] * block + extra[j], j))
             counts[k] += 1
     return counts

@@ -152,10 +152,14 @@ def test_gpt_scenario_lands_in_the_published_mfu_range() -> None:
 
 # ----- partition -----------------------------------------------------------------------------
 def _brute_force(costs: list[float], parts: int, first: float, last: float) -> float:
+    """The lightest most-loaded part over every split: each part a layer or more, but the first and
+    the last, which may hold none."""
     n = len(costs)
     best = float("inf")
-    for cuts in itertools.combinations(range(1, n), parts - 1):
+    for cuts in itertools.combinations_with_replacement(range(n + 1), parts - 1):
         counts = [b - a for a, b in zip((0, *cuts), (*cuts, n))]
+        if parts > 1 and min(counts[1:-1], default=1) < 1 or parts == 1 and n < 1:
+            continue
         best = min(best, max(partition.stage_loads(counts, costs, first, last)))
     return best
 
@@ -169,12 +173,12 @@ def _brute_force(costs: list[float], parts: int, first: float, last: float) -> f
     last=st.floats(0, 10),
 )
 def test_balanced_partition_is_optimal(costs: list[float], parts: int, first: float, last: float) -> None:
-    if parts > len(costs):
+    if parts - 2 > len(costs):  # every part but the first and the last needs a layer
         with pytest.raises(ScenarioError):
             partition.balanced(costs, parts, first, last)
         return
     counts = partition.balanced(costs, parts, first, last)
-    assert sum(counts) == len(costs) and min(counts) >= 1 and len(counts) == parts
+    assert sum(counts) == len(costs) and min(counts[1:-1], default=1) >= 1 and len(counts) == parts
     got = max(partition.stage_loads(counts, costs, first, last))
     assert got == pytest.approx(_brute_force(costs, parts, first, last), rel=1e-9, abs=1e-9)
 
@@ -183,6 +187,13 @@ def test_balanced_gives_the_lm_head_stage_fewer_layers() -> None:
     counts = partition.balanced([1.0] * 30, 4, first_extra=0.0, last_extra=2.0)
     assert counts[-1] < counts[0]
     assert sum(counts) == 30
+
+
+def test_a_heavy_head_takes_a_stage_of_its_own() -> None:
+    """A head heavier than a stage's share of the blocks: the last stage holds only the head (as a
+    Megatron layout's ``L`` alone), and every other stage still a block at least."""
+    assert partition.balanced([1.0] * 9, 4, first_extra=0.0, last_extra=3.5) == [3, 3, 3, 0]
+    assert partition.balanced([1.0] * 2, 4, first_extra=5.0, last_extra=5.0) == [0, 1, 1, 0]
 
 
 def test_uniform_partition_needs_even_split() -> None:

@@ -138,9 +138,10 @@ def test_middle_stages_and_a_single_stage() -> None:
 
 def test_balanced_partition_follows_the_measured_times() -> None:
     s = load(TINY).with_overrides(stages=2, partition="balanced")
-    # a head as costly as three blocks pushes blocks to the first stage
+    # a head as costly as three blocks pushes every block to the first stage: 12.35 ms of forward
+    # and backward there, 9.5 on the head's stage, against 9.35 and 12.5 with [3, 1]
     heavy = build_workload(s, make_profile(head_f=3.0))
-    assert heavy.partition == [3, 1]
+    assert heavy.partition == [4, 0]
     light = build_workload(s, make_profile(head_f=0.0, last_f=0.0, first_f=0.0, mid_f=0.0))
     assert light.partition == [2, 2]
 
