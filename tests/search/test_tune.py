@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import GPT_YAML, SPACE, small_base, small_search
+from conftest import GPT_YAML, SCENARIOS, SPACE, small_base, small_search
 from ppsim.cli import app
 from ppsim.costs import build_workload
 from ppsim.errors import PpsimError
@@ -326,3 +326,30 @@ def test_the_expert_parallel_option_lays_the_experts_out() -> None:
     assert res.exit_code == 0, res.output
     bad = runner.invoke(app, ["run", str(SCENARIOS / "mixtral-8x7b.yaml"), "--expert-parallel", "3"])
     assert bad.exit_code == 1 and "expert_parallel" in bad.output and "Traceback" not in bad.output
+
+
+def test_the_ordered_bound_is_never_above_the_simulated_step() -> None:
+    """The bound the search takes before it simulates a plan (each rank's compute in its own
+    order, messages free) is a lower bound: over every plan of the small space that fits, V-shaped,
+    overlapped and zero-bubble ones among them, and a mixture of experts on a cluster's network."""
+    from ppsim.search.tune.evaluate import bound, tighten
+
+    base, cands, evals = small_search()
+    checked = 0
+    for c, e in zip(cands, evals, strict=True):
+        if not e.ranked:
+            continue
+        tight = tighten(base, c).step_time_bound_ms
+        assert tight is not None and bound(base, c).step_time_bound_ms <= tight  # type: ignore[operator]
+        assert tight <= e.step_time_ms * (1 + 1e-9)  # type: ignore[operator]
+        checked += 1
+    assert checked > 50
+    moe = load(SCENARIOS / "mixtral-8x7b.yaml")
+    moe_base = moe.model_dump(exclude_none=True)
+    ranked = 0
+    for c in candidates(moe, SearchSpace(gpus=64, schedules=("dualpipev", "combined-1f1b", "v-min", "1f1b")))[::37]:
+        tight, full = tighten(moe_base, c), evaluate(moe_base, c)
+        if full.ranked:
+            assert tight.step_time_bound_ms <= full.step_time_ms * (1 + 1e-9)  # type: ignore[operator]
+            ranked += 1
+    assert ranked >= 5

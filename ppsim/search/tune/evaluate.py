@@ -101,6 +101,20 @@ def bound(base: dict[str, Any], c: Candidate) -> Evaluation:
     return replace(ev, step_time_bound_ms=lower)
 
 
+def tighten(base: dict[str, Any], c: Candidate) -> Evaluation:
+    """:func:`bound` with the tighter, costlier bound of the plan's own order
+    (:func:`~ppsim.sim.bound.ordered_bound_ms`): what the search asks before it simulates a plan."""
+    from ppsim.sim.bound import ordered_bound_ms
+
+    ev = bound(base, c)
+    if not ev.fits or ev.step_time_bound_ms is None:
+        return ev
+    s, built, _ = _built(base, c)
+    ordered = ordered_bound_ms(built.plan, built.workload.costs, data_parallel=s.data_parallel,
+                               clip=s.training.grad_clip > 0)
+    return replace(ev, step_time_bound_ms=max(ev.step_time_bound_ms, ordered))
+
+
 def evaluate(base: dict[str, Any], c: Candidate) -> Evaluation:
     """The candidate's exact peak memory and, when it fits, its simulated step and throughput."""
     from ppsim.prediction import predict
@@ -120,7 +134,7 @@ def evaluate(base: dict[str, Any], c: Candidate) -> Evaluation:
     )
 
 
-Work = Callable[[dict[str, Any], Candidate], Evaluation]  #: :func:`bound` or :func:`evaluate`
+Work = Callable[[dict[str, Any], Candidate], Evaluation]  #: :func:`bound`, :func:`tighten` or :func:`evaluate`
 
 
 def evaluate_many(base: dict[str, Any], cands: list[Candidate], work: Work = evaluate) -> list[Evaluation]:

@@ -1,8 +1,10 @@
 """Branch and bound: simulate only the plans that could change what the search reports.
 
 First every candidate is bounded (:func:`~ppsim.search.tune.evaluate.bound`: exact memory, and a
-step time no simulation can beat). Then the plans that fit are simulated in the order of their
-bounds, and a plan is skipped once its bound shows it cannot be any of:
+step time no simulation can beat). Then the plans that fit are taken in the order of their
+bounds; a plan that could still matter is bounded again by its own order
+(:func:`~ppsim.search.tune.evaluate.tighten`, a pass over the plan) and simulated if it still
+could. A plan is skipped once its bound shows it cannot be any of:
 
 - one of the ``top`` fastest plans;
 - the fastest plan of a group the report names (each stage count, schedule, recompute mode, ZeRO
@@ -22,7 +24,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import replace
 
 from ppsim.plan import schedules
-from ppsim.search.tune.evaluate import Evaluation, bound, evaluate
+from ppsim.search.tune.evaluate import Evaluation, bound, evaluate, tighten
 from ppsim.search.tune.executors import Executor, Progress
 from ppsim.search.tune.rank import Group
 from ppsim.search.tune.space import Candidate
@@ -93,7 +95,14 @@ def search(ex: Executor, cands: list[Candidate], *, top: int, groups: Sequence[G
                 chosen.append(i)
             elif progress:
                 progress(1)
-        for i, e in zip(chosen, ex.map(evaluate, [cands[i] for i in chosen], progress), strict=True):
+        # the plan's own order bounds it tighter (a pass over it, a fraction of a simulation): a
+        # plan that cannot matter after all is not simulated
+        for i, e in zip(chosen, ex.map(tighten, [cands[i] for i in chosen]), strict=True):
+            out[i] = replace(out[i], step_time_bound_ms=e.step_time_bound_ms)
+        kept = [i for i in chosen if frontier.could_matter(out[i])]
+        if progress:
+            progress(len(chosen) - len(kept))
+        for i, e in zip(kept, ex.map(evaluate, [cands[i] for i in kept], progress), strict=True):
             out[i] = replace(e, step_time_bound_ms=out[i].step_time_bound_ms)
             frontier.add(out[i])
     return out

@@ -56,8 +56,10 @@ def search_plans(s: Scenario, request: TuneRequest, *, on_start: Callable[[int],
         if request.exhaustive:
             evals = ex.map(evaluate, cands, on_advance)
         else:
+            # two plans a process at a time: the bar rises between batches, so smaller batches
+            # simulate fewer plans that the bar would have skipped
             evals = search(ex, cands, top=request.exact, progress=on_advance,
-                           groups=EXPLAINED + (DRAWN if request.drawn else ()))
+                           groups=EXPLAINED + (DRAWN if request.drawn else ()), batch=2 * jobs)
     result = TuneResult(s.name, request.gpus, evals, time.perf_counter() - t0,
                         1 if request.executor == "ray" else jobs, request.executor)
     if not result.ranked:
