@@ -331,25 +331,34 @@ def test_the_expert_parallel_option_lays_the_experts_out() -> None:
 def test_the_ordered_bound_is_never_above_the_simulated_step() -> None:
     """The bound the search takes before it simulates a plan (each rank's compute in its own
     order, messages free) is a lower bound: over every plan of the small space that fits, V-shaped,
-    overlapped and zero-bubble ones among them, and a mixture of experts on a cluster's network."""
-    from ppsim.search.tune.evaluate import bound, tighten
+    overlapped and zero-bubble ones among them, and a mixture of experts on a cluster's network;
+    and a plan whose bound is over the threshold is bounded, not simulated."""
+    from ppsim.search.tune.evaluate import Gated, bound, evaluate_gated
+    from ppsim.sim.bound import ordered_bound_ms
 
     base, cands, evals = small_search()
     checked = 0
     for c, e in zip(cands, evals, strict=True):
         if not e.ranked:
             continue
-        tight = tighten(base, c).step_time_bound_ms
-        assert tight is not None and bound(base, c).step_time_bound_ms <= tight  # type: ignore[operator]
-        assert tight <= e.step_time_ms * (1 + 1e-9)  # type: ignore[operator]
+        gated = evaluate_gated(base, Gated(c, float("inf")))
+        assert gated.simulated and gated.step_time_ms == e.step_time_ms
+        s = parse_scenario(apply(base, c))
+        built = build(s)
+        ordered = ordered_bound_ms(built.plan, built.workload.costs, data_parallel=s.data_parallel,
+                                   clip=s.training.grad_clip > 0)
+        assert bound(base, c).step_time_bound_ms <= gated.step_time_bound_ms <= e.step_time_ms * (1 + 1e-9)  # type: ignore[operator]
+        assert ordered <= e.step_time_ms * (1 + 1e-9)  # type: ignore[operator]
         checked += 1
     assert checked > 50
     moe = load(SCENARIOS / "mixtral-8x7b.yaml")
     moe_base = moe.model_dump(exclude_none=True)
     ranked = 0
     for c in candidates(moe, SearchSpace(gpus=64, schedules=("dualpipev", "combined-1f1b", "v-min", "1f1b")))[::37]:
-        tight, full = tighten(moe_base, c), evaluate(moe_base, c)
-        if full.ranked:
-            assert tight.step_time_bound_ms <= full.step_time_ms * (1 + 1e-9)  # type: ignore[operator]
+        gated = evaluate_gated(moe_base, Gated(c, float("inf")))
+        if gated.ranked:
+            assert gated.step_time_bound_ms <= gated.step_time_ms * (1 + 1e-9)  # type: ignore[operator]
+            skipped = evaluate_gated(moe_base, Gated(c, gated.step_time_bound_ms * 0.99))  # type: ignore[operator]
+            assert skipped.skipped and skipped.step_time_ms is None
             ranked += 1
     assert ranked >= 5

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, get_args
 
@@ -25,7 +25,7 @@ _BASE: dict[str, Any] | None = None  # the scenario of a worker process
 
 
 class Executor(Protocol):
-    def map(self, work: Work, cands: list[Candidate], progress: Progress | None = None) -> list[Evaluation]: ...
+    def map(self, work: Work, cands: Sequence[Any], progress: Progress | None = None) -> list[Evaluation]: ...
 
 
 def _init(base: dict[str, Any]) -> None:
@@ -36,7 +36,7 @@ def _init(base: dict[str, Any]) -> None:
     allow_gc_pauses()
 
 
-def _work(task: tuple[Work, Candidate]) -> Evaluation:
+def _work(task: tuple[Work, Any]) -> Evaluation:
     assert _BASE is not None
     work, c = task
     return work(_BASE, c)
@@ -50,7 +50,7 @@ class _Serial:
     def __init__(self, base: dict[str, Any]) -> None:
         self.base = base
 
-    def map(self, work: Work, cands: list[Candidate], progress: Progress | None = None) -> list[Evaluation]:
+    def map(self, work: Work, cands: Sequence[Any], progress: Progress | None = None) -> list[Evaluation]:
         out = []
         for c in cands:
             out.append(work(self.base, c))
@@ -63,7 +63,7 @@ class _Pool:
     def __init__(self, pool: Any, jobs: int) -> None:
         self.pool, self.jobs = pool, jobs
 
-    def map(self, work: Work, cands: list[Candidate], progress: Progress | None = None) -> list[Evaluation]:
+    def map(self, work: Work, cands: Sequence[Any], progress: Progress | None = None) -> list[Evaluation]:
         """Candidates of one shape go to one worker in a row, so the cluster routes it remembers are reused."""
         chunk = max(1, min(16, len(cands) // (self.jobs * 8)))
         out = []
@@ -93,7 +93,7 @@ class _Ray:
         self.remote = ray.remote(evaluate_many)
         self.base_ref = ray.put(base)
 
-    def map(self, work: Work, cands: list[Candidate], progress: Progress | None = None) -> list[Evaluation]:
+    def map(self, work: Work, cands: Sequence[Any], progress: Progress | None = None) -> list[Evaluation]:
         """Batches of candidates as Ray tasks."""
         ray = self.ray
         batches = [cands[i:i + self.batch] for i in range(0, len(cands), self.batch)]

@@ -3,8 +3,8 @@
 First every candidate is bounded (:func:`~ppsim.search.tune.evaluate.bound`: exact memory, and a
 step time no simulation can beat). Then the plans that fit are taken in the order of their
 bounds; a plan that could still matter is bounded again by its own order
-(:func:`~ppsim.search.tune.evaluate.tighten`, a pass over the plan) and simulated if it still
-could. A plan is skipped once its bound shows it cannot be any of:
+(:func:`~ppsim.search.tune.evaluate.evaluate_gated`, a pass over the plan) and simulated if it
+still could. A plan is skipped once its bound shows it cannot be any of:
 
 - one of the ``top`` fastest plans;
 - the fastest plan of a group the report names (each stage count, schedule, recompute mode, ZeRO
@@ -24,7 +24,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import replace
 
 from ppsim.plan import schedules
-from ppsim.search.tune.evaluate import Evaluation, bound, evaluate, tighten
+from ppsim.search.tune.evaluate import Evaluation, Gated, bound, evaluate_gated
 from ppsim.search.tune.executors import Executor, Progress
 from ppsim.search.tune.rank import Group
 from ppsim.search.tune.space import Candidate
@@ -43,15 +43,20 @@ class Frontier:
     def could_matter(self, e: Evaluation) -> bool:
         """Whether the plan's bound leaves it a chance to be reported."""
         lower = e.step_time_bound_ms
-        if lower is None:
-            return True
-        if len(self.steps) < self.top or lower <= self.steps[self.top - 1]:
-            return True
+        return lower is None or lower <= self.threshold(e)
+
+    def threshold(self, e: Evaluation) -> float:
+        """The longest step at which the plan could still be reported: one of the ``top``
+        fastest, the fastest of one of its groups, or not beaten on both throughput and memory."""
+        inf = float("inf")
+        bars = [inf if len(self.steps) < self.top else self.steps[self.top - 1]]
         for i, group in enumerate(self.groups):
             key = group(e.candidate)
-            if key is not None and lower <= self.best.get((i, key), float("inf")):
-                return True
-        return not self._dominated(e.peak_memory_bytes or 0.0, lower)
+            if key is not None:
+                bars.append(self.best.get((i, key), inf))
+        i = bisect_right(self.stair, (e.peak_memory_bytes or 0.0, inf))
+        bars.append(self.stair[i - 1][1] if i > 0 else inf)  # the fastest needing no more memory
+        return max(bars)
 
     def _dominated(self, memory: float, lower: float) -> bool:
         """Some simulated plan needs no more memory and is faster than ``lower``."""
@@ -95,16 +100,12 @@ def search(ex: Executor, cands: list[Candidate], *, top: int, groups: Sequence[G
                 chosen.append(i)
             elif progress:
                 progress(1)
-        # the plan's own order bounds it tighter (a pass over it, a fraction of a simulation): a
-        # plan that cannot matter after all is not simulated
-        for i, e in zip(chosen, ex.map(tighten, [cands[i] for i in chosen]), strict=True):
-            out[i] = replace(out[i], step_time_bound_ms=e.step_time_bound_ms)
-        kept = [i for i in chosen if frontier.could_matter(out[i])]
-        if progress:
-            progress(len(chosen) - len(kept))
-        for i, e in zip(kept, ex.map(evaluate, [cands[i] for i in kept], progress), strict=True):
-            out[i] = replace(e, step_time_bound_ms=out[i].step_time_bound_ms)
-            frontier.add(out[i])
+        # each is bounded again by its own order where it is simulated, and simulated only if
+        # that bound leaves it under what the frontier lets it reach
+        gated = [Gated(cands[i], frontier.threshold(out[i])) for i in chosen]
+        for i, e in zip(chosen, ex.map(evaluate_gated, gated, progress), strict=True):
+            out[i] = e
+            frontier.add(e)
     return out
 
 
