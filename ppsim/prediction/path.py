@@ -17,6 +17,7 @@ from ppsim.inputs.hardware import get_device
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan import Plan, lower, schedules
 from ppsim.sim import compute_ms, simulate
+from ppsim.sim.durations import alltoall_ms
 from ppsim.trace import Trace, TraceMeta
 
 if TYPE_CHECKING:  # pragma: no cover - a profile's reader is imported where a profile is read
@@ -119,4 +120,7 @@ def predict(s: Scenario, profile: Profile | None = None, workload: Workload | No
     plan = lower_built(b)
     trace = simulate(plan, b.workload.costs, s.pipeline.comm, kernel=s.simulator.kernel)
     trace.meta.update(workload_meta(s, b.workload, schedules.describe(s.pipeline.schedule).training))
+    costs = b.workload.costs
+    if any(c.forward_overlap_ms or c.backward_overlap_ms for c in costs.stages):  # the experts' all-to-alls
+        trace.meta["alltoall_ms"] = [alltoall_ms(costs, rank) for rank in b.plan.actions]
     return Prediction(scenario=s, plan=plan, workload=b.workload, trace=trace)

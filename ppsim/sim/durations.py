@@ -46,3 +46,20 @@ def compute_ms(costs: CostTable) -> Callable[[Action | Overlap], float]:
         return table.get((a.stage, a.kind), 0.0)
 
     return duration
+
+
+def alltoall_ms(costs: CostTable, actions: tuple[Action | Overlap, ...] | list[Action | Overlap]) -> float:
+    """The time ``actions`` (one rank's) spend in the experts' all-to-alls and do not hide: each
+    forward's and input grad's dispatch and combine (``forward_overlap_ms``, ``backward_overlap_ms``;
+    a whole backward's too), an overlapped action's less what the other pass's compute hides."""
+    total = 0.0
+    for a in actions:
+        if isinstance(a, Overlap):
+            f, b = costs.stages[a.forward.stage], costs.stages[a.backward.stage]
+            both = f.forward_ms + getattr(b, DURATION_FIELD[a.backward.kind])
+            total += f.forward_overlap_ms + b.backward_overlap_ms - (both - overlapped_ms(costs, a))
+        elif a.kind is Kind.F:
+            total += costs.stages[a.stage].forward_overlap_ms
+        elif a.kind in (Kind.B, Kind.I):
+            total += costs.stages[a.stage].backward_overlap_ms
+    return total

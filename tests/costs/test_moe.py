@@ -267,3 +267,18 @@ def test_the_mtp_modules_flops_are_what_the_published_deepseek_runs_add_per_toke
     module = mtp_module(m, 1, head)
     per_token = (moe.total_flops - moe.recompute_flops + module.total_flops) / m.seq_len
     assert (259.6 - 249.7) * 1e9 <= per_token <= (260.6 - 249.1) * 1e9
+
+
+def test_a_prediction_says_each_ranks_all_to_all_time() -> None:
+    """`ppsim run` of a mixture of experts: the per-rank table's all-to-all column, from the
+    trace's meta["alltoall_ms"] (a measured run's carries the same key)."""
+    from conftest import SCENARIOS
+    from ppsim.inputs.scenario import load
+    from ppsim.prediction import predict
+    from ppsim.trace.metrics import summarize
+    from ppsim.views.render.summary_table import rank_table
+
+    trace = predict(load(SCENARIOS / "mixtral-8x7b.yaml")).trace
+    per_rank = trace.meta["alltoall_ms"]
+    assert len(per_rank) == trace.num_ranks and min(per_rank) > 0
+    assert "all-to-all ms" in [c.header for c in rank_table(summarize(trace)).columns]

@@ -219,3 +219,25 @@ def test_an_overlapped_action_hides_all_to_alls_not_tensor_parallel_collectives(
     assert overlapped and all(d == pytest.approx(f + b) for d in overlapped)
     hidden = _combined(name, p, m, v, f, b, 0.3, 0.4)
     assert all(s.duration == pytest.approx(f + b - 0.7) for s in hidden.spans if s.action.kind.value == "OVERLAP_F_B")
+
+
+def test_each_ranks_all_to_all_time_is_what_its_passes_do_not_hide() -> None:
+    """Per rank, the all-to-alls inside its passes: every forward's and backward's in full, an
+    overlapped action's less what the other pass hides (predicted: meta["alltoall_ms"])."""
+    from ppsim.sim.durations import alltoall_ms
+
+    p, m = 2, 4
+    plain = _combined("interleaved-1f1b", p, m, 2, 1.0, 2.0, 0.3, 0.4)
+    overlapped = _combined("combined-1f1b", p, m, 2, 1.0, 2.0, 0.3, 0.4)
+    base = uniform_costs(2 * p, 1.0, 2.0, 0.0)
+    from dataclasses import replace
+
+    costs = replace(base, stages=tuple(replace(c, forward_comm_ms=0.3, backward_comm_ms=0.4, forward_overlap_ms=0.3,
+                                               backward_overlap_ms=0.4) for c in base.stages))
+    plan = schedules.build("interleaved-1f1b", p, m, 2)
+    assert [alltoall_ms(costs, r) for r in plan.actions] == pytest.approx([2 * m * (0.3 + 0.4)] * p)
+    combined = schedules.build("combined-1f1b", p, m, 2)
+    pairs = [sum(1 for a in r if a.kind.value == "OVERLAP_F_B") for r in combined.actions]
+    want = [2 * m * 0.7 - k * 0.7 for k in pairs]  # each pair hides both of its passes' all-to-alls here
+    assert [alltoall_ms(costs, r) for r in combined.actions] == pytest.approx(want)
+    assert plain.spans and overlapped.spans

@@ -98,7 +98,10 @@ def rank_table(s: Summary) -> Table:
         table.add_column("layers", justify="right")
     with_memory = any(r.peak_memory_bytes is not None for r in s.per_rank)
     waits = ("exposed comm ms", "peer wait ms")
-    for col in ("busy ms", "bubble", "peak act. mb", *waits) + (("peak mem GiB",) if with_memory else ()):
+    # a mixture of experts: each rank's time in its all-to-alls (inside its passes, not hidden)
+    alltoall = s.meta.get("alltoall_ms")
+    for col in (("busy ms", "bubble", "peak act. mb", *waits) + (("all-to-all ms",) if alltoall else ())
+                + (("peak mem GiB",) if with_memory else ())):
         table.add_column(col, justify="right")
     for r in s.per_rank:
         row: list[str | Text] = [str(r.rank), *([",".join(map(str, r.stages)) or "-"] if several else [])]
@@ -106,6 +109,8 @@ def rank_table(s: Summary) -> Table:
             row.append("+".join(str(counts[k]) for k in r.stages if k < len(counts)) or "-")
         row += [f"{r.busy_ms:,.3f}", f"{100 * r.bubble_fraction:.2f} %", f"{r.peak_activation_microbatches:g}",
                 or_dash(r.exposed_comm_ms, ",.3f"), or_dash(r.peer_wait_ms, ",.3f")]
+        if alltoall:
+            row.append(f"{alltoall[r.rank]:,.3f}" if r.rank < len(alltoall) else "-")
         if with_memory:
             over = bool(s.memory_capacity_bytes) and (r.peak_memory_bytes or 0) > (s.memory_capacity_bytes or 0)
             row.append(Text(or_dash(gib(r.peak_memory_bytes), ",.2f"), style="red" if over else ""))
