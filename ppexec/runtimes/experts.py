@@ -17,6 +17,7 @@ its own, so a rank holding some experts has the weights one process holding all 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -25,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ppexec.runtimes.weights import init_weights
 from ppsim.api import ModelSpec
 
 #: (start, end) of each of this process's all-to-alls, on perf_counter_ns (the worker records them per step)
@@ -83,8 +85,6 @@ class _AllToAll(torch.autograd.Function):
 
 
 def _exchange(x: torch.Tensor, receive: list[int], send: list[int], group: Any) -> torch.Tensor:
-    import time
-
     import torch.distributed as dist
 
     out = x.new_empty((sum(receive), *x.shape[1:]))
@@ -92,14 +92,6 @@ def _exchange(x: torch.Tensor, receive: list[int], send: list[int], group: Any) 
     dist.all_to_all_single(out, x.contiguous(), receive, send, group=group)
     EXCHANGES.append((start, time.perf_counter_ns()))
     return out
-
-
-def _seeded(module: nn.Module, seed: int) -> None:
-    """Every weight of ``module`` drawn from normal(0, 0.02) with a generator of ``seed``."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32) * 0.02)
 
 
 def expert_seed(layer_seed: int, expert: int) -> int:
@@ -134,14 +126,14 @@ class MoEMLP(nn.Module):
         self.local = moe.experts // ep
         self.first = (groups.rank if groups else 0) * self.local
         self.router = nn.Linear(h, moe.experts, bias=False)
-        _seeded(self.router, seed)
+        init_weights(self.router, seed)
         self.experts = nn.ModuleDict()
         for e in range(self.first, self.first + self.local):
             self.experts[str(e)] = Expert(h, moe.ffn_hidden)
-            _seeded(self.experts[str(e)], expert_seed(seed, e))
+            init_weights(self.experts[str(e)], expert_seed(seed, e))
         self.shared = Expert(h, moe.shared_experts * moe.shared_ffn) if moe.shared_experts else None
         if self.shared is not None:
-            _seeded(self.shared, expert_seed(seed, -1))
+            init_weights(self.shared, expert_seed(seed, -1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape

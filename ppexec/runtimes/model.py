@@ -20,6 +20,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ppexec.runtimes.experts import ExpertGroups, MoEMLP
 from ppexec.runtimes.tensor_parallel import TPGroup, copy_to_group, reduce_from_group, shard
+from ppexec.runtimes.weights import init_weights
 from ppsim.api import ModelSpec
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -29,19 +30,6 @@ TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.flo
 FORWARDS: dict[str, int] = {"block": 0, "attention_core": 0}
 
 
-def _init_(module: nn.Module, seed: int) -> None:
-    """Re-initialise every parameter of ``module`` from ``seed`` (GPT-2 style: normal(0, 0.02))."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if name.endswith("bias"):
-                p.zero_()
-            elif "norm" in name:
-                p.fill_(1.0)
-            else:
-                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32) * 0.02)
-
-
 class Embedding(nn.Module):
     """Token and learned position embeddings."""
 
@@ -49,7 +37,7 @@ class Embedding(nn.Module):
         super().__init__()
         self.tokens = nn.Embedding(spec.vocab, spec.hidden)
         self.positions = nn.Embedding(spec.seq_len, spec.hidden)
-        _init_(self, seed)
+        init_weights(self, seed)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(ids.shape[1], device=ids.device)
@@ -82,7 +70,7 @@ class Block(nn.Module):
             self.fc1 = nn.Linear(h, spec.ffn // t)
             self.fc2 = nn.Linear(spec.ffn // t, h)
         if tp is None:
-            _init_(self, seed)
+            init_weights(self, seed)
             if moe:  # its own weights: each expert from a seed of its own (see ppexec/runtimes/experts.py)
                 self.moe = MoEMLP(spec, seed, experts)
         else:  # the whole block's weights, drawn as in one process, then this rank's slices
@@ -123,7 +111,7 @@ class Head(nn.Module):
         super().__init__()
         self.norm = nn.LayerNorm(spec.hidden)
         self.lm_head = nn.Linear(spec.hidden, spec.vocab, bias=False)
-        _init_(self, seed)
+        init_weights(self, seed)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.norm(x))
@@ -191,5 +179,5 @@ def parameter_count(spec: ModelSpec) -> int:
     if spec.moe is None:
         return emb.params + spec.layers * block.params + head.params
     moe_block = gpt_layers(spec, 1, experts=ExpertShard(spec.moe))[1]
-    moe_blocks = sum(spec.moe.is_moe(i) for i in range(spec.layers))
+    moe_blocks = spec.moe.moe_layers(spec.layers)
     return emb.params + (spec.layers - moe_blocks) * block.params + moe_blocks * moe_block.params + head.params

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from ppsim.costs.analytic import expert_alltoalls
 from ppsim.costs.collectives import grad_allreduce, ring_allreduce_ms
-from ppsim.costs.layers import LayerCost
+from ppsim.costs.layers import LayerCost, gpt_layers
 from ppsim.costs.layout import Layout
 from ppsim.costs.memory import Recompute
+from ppsim.costs.moe import ExpertShard
 from ppsim.costs.table import CostTable, Link
 from ppsim.costs.tensor_parallel import TensorParallelComm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
@@ -129,9 +130,6 @@ def _busiest(s: Scenario, measured: LayerTimes | None) -> LayerTimes | None:
     """The MoE block of the busiest expert-parallel rank: the ``measured`` one (every expert local,
     so its routed experts ran the mean share of the copies) with its FLOPs at ``model.moe.skew``
     instead, pass by pass; the same without expert parallelism (one rank runs every copy)."""
-    from ppsim.costs.layers import gpt_layers
-    from ppsim.costs.moe import ExpertShard
-
     model = s.model
     moe = model.moe if model else None
     if measured is None or model is None or moe is None or moe.skew == 1 or s.expert_parallel <= 1:

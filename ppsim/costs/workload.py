@@ -71,9 +71,9 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
         if profile is not None:
             from ppsim.costs.profiled import balancing_loads
 
-            moe = s.model.moe if s.model else None
-            loads = balancing_loads(profile, sum(map(moe.is_moe, range(s.model.layers))) / s.model.layers
-                                    if moe and s.model else 0.0)
+            model = s.model
+            share = model.moe.moe_layers(model.layers) / model.layers if model and model.moe else 0.0
+            loads = balancing_loads(profile, share)
         else:  # the last stage's head with the multi-token prediction modules that follow it
             mtp = mtp_parts(s, layers, block_kinds(s, layers) or BlockKinds(block), stage_to_rank)
             loads = (block.total_flops, emb.total_flops, head.total_flops + sum(x.total_flops for x in mtp))

@@ -63,6 +63,10 @@ class MoESpec(_Strict):
         """Whether block ``layer`` (0-based) has experts."""
         return layer >= self.dense_layers and (layer - self.dense_layers) % self.layer_freq == 0
 
+    def moe_layers(self, layers: int) -> int:
+        """How many of a model's ``layers`` blocks have experts."""
+        return sum(map(self.is_moe, range(layers)))
+
 
 class MLASpec(_Strict):
     """DeepSeek's multi-head latent attention (DeepSeek-V2/V3, Kimi K2): queries and keys/values

@@ -236,15 +236,11 @@ def clip_over_pipeline(modules: list[nn.Module], max_norm: float, group: Any, ma
         return torch.stack([g.detach().float().pow(2).sum() for g in grads]).sum() if grads else \
             torch.zeros((), device=device)
 
-    dense = [q for m in modules for q in _split_experts(m)[0]]
-    routed = [q for m in modules for q in _split_experts(m)[1]]
-    squares = squares_of(dense)
+    split = [_split_experts(m) for m in modules]
+    routed_squares = squares_of([q for _, routed in split for q in routed])
     if experts is not None:
-        routed_squares = squares_of(routed)
         dist.all_reduce(routed_squares, group=experts)
-        squares = squares + routed_squares
-    elif routed:
-        squares = squares + squares_of(routed)
+    squares = squares_of([q for dense, _ in split for q in dense]) + routed_squares
     grads = [q.grad for m in modules for q in m.parameters() if q.grad is not None]
     if mark is not None:
         mark("clip")  # the norm's all-reduce follows

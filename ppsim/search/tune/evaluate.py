@@ -115,10 +115,11 @@ def evaluate(base: dict[str, Any], c: Candidate) -> Evaluation:
 @dataclass(frozen=True)
 class Gated:
     """A candidate to simulate only if no bound shows its step above ``threshold`` (what the
-    search's frontier lets it reach and still be reported)."""
+    search's frontier lets it reach and still be reported); ``bound``: its :func:`bound`'s, when known."""
 
     candidate: Candidate
     threshold: float
+    bound: float | None = None
 
 
 def evaluate_gated(base: dict[str, Any], g: Gated) -> Evaluation:
@@ -126,8 +127,8 @@ def evaluate_gated(base: dict[str, Any], g: Gated) -> Evaluation:
     cluster's network it is first bounded again by its own order
     (:func:`~ppsim.sim.bound.ordered_bound_ms`, tighter where the order itself makes ranks wait):
     there a simulation shares the links of every message at every event, many times the one pass
-    over the plan that bound takes; on static links a simulation costs about twice that pass
-    (gpt.yaml: 8 ms against 4), and the bound would not pay for the simulations it saves."""
+    over the plan that bound takes; on static links a simulation costs only about twice that pass,
+    and the bound would not pay for the simulations it saves (docs/tune.md)."""
     from ppsim.sim.bound import ordered_bound_ms, step_time_bound_ms
 
     c = g.candidate
@@ -136,7 +137,7 @@ def evaluate_gated(base: dict[str, Any], g: Gated) -> Evaluation:
         if not ev.fits:
             return ev
         costs, d, clip = built.workload.costs, s.data_parallel, s.training.grad_clip > 0
-        lower = step_time_bound_ms(built.plan, costs, data_parallel=d, clip=clip)
+        lower = g.bound if g.bound is not None else step_time_bound_ms(built.plan, costs, data_parallel=d, clip=clip)
         if costs.fabric is not None:
             lower = max(lower, ordered_bound_ms(built.plan, costs, data_parallel=d, clip=clip))
         ev = replace(ev, step_time_bound_ms=lower)

@@ -102,7 +102,7 @@ def search(ex: Executor, cands: list[Candidate], *, top: int, groups: Sequence[G
                 progress(1)
         # each is bounded again by its own order where it is simulated, and simulated only if
         # that bound leaves it under what the frontier lets it reach
-        gated = [Gated(cands[i], frontier.threshold(out[i])) for i in chosen]
+        gated = [Gated(cands[i], frontier.threshold(out[i]), out[i].step_time_bound_ms) for i in chosen]
         for i, e in zip(chosen, ex.map(evaluate_gated, gated, progress), strict=True):
             out[i] = e
             frontier.add(e)
