@@ -11,7 +11,9 @@ The rules (what ppsim assumes where a row is silent is printed with it):
 
 - the model: the row's architecture (DeepSeek-V3 and Kimi K2 with multi-head latent attention and
   their dense first layers, Qwen3 with heads of 128), with the multi-token-prediction modules its
-  recipe sets (``mtp_num_layers``: DeepSeek-V3's one, on the last stage, as its layout's ``m``);
+  recipe sets (``mtp_num_layers``: DeepSeek-V3's one, on the last stage, as its layout's ``m``),
+  GPT-OSS with its sliding windows (``window_size`` (128, 0) on all but every
+  ``window_attn_skip_freq``-th layer); biases and attention sinks not counted;
 - the layout: TP, PP, VP, EP, ETP as the row gives them, data parallelism the rest; the blocks per
   virtual stage from the recipe's ``pipeline_model_parallel_layout`` (``t`` a block, ``|`` a virtual
   stage; ``E``, ``m``, ``L`` the embedding, the MTP layer and the loss; its stage count sets VP
@@ -25,8 +27,8 @@ The rules (what ppsim assumes where a row is silent is printed with it):
 - selective recomputation of modules (``mla_up_proj``, ``moe_act``, ``layernorm``) priced as none;
 - precision, devices, the distributed optimizer and its overlaps as ``bench/published_modern.py``
   takes them;
-- not expressible (reported, not predicted): hybrid Mamba-MoE models (Nemotron 3), sliding-window
-  attention (GPT-OSS), a model whose architecture the sources do not give.
+- not expressible (reported, not predicted): hybrid Mamba-MoE models (Nemotron 3), a model whose
+  architecture the sources do not give.
 
     .venv/bin/python bench/published_moe.py [--rows ID_PREFIX] [--json FILE] [--gemm-curves]
 """
@@ -55,8 +57,6 @@ def unexpressible(row: dict[str, Any]) -> str | None:
     arch = row["architecture"]
     if row.get("hybrid"):
         return "a hybrid Mamba-MoE model (Nemotron 3): ppsim has no Mamba layer"
-    if arch.get("window_size"):
-        return "sliding-window attention (GPT-OSS): ppsim's attention sees every earlier key"
     if not arch.get("num_layers"):
         return "the sources do not give the model's architecture"
     if not row["tokens_per_s_per_gpu"]:
@@ -94,6 +94,11 @@ def model_section(row: dict[str, Any]) -> dict[str, Any]:
     else:
         model["kv_heads"] = arch["num_query_groups"]
         model["head_dim"] = arch["kv_channels"]
+    window = arch.get("window_size")
+    if window and window[0] > 0:  # Megatron's (keys before, keys after) of each query: (w, 0)
+        model["attention_window"] = int(window[0])
+        if arch.get("window_attn_skip_freq"):
+            model["full_attention_every"] = int(arch["window_attn_skip_freq"])
     return model
 
 

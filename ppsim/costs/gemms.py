@@ -8,7 +8,8 @@ of a t-way tensor-parallel group, as Megatron-LM splits them):
   up projection(s) (T x h) x (h x f/t), two of them for SwiGLU; its down projection (T x f/t) x (f/t x h);
   and per head (b x a / t of them) the scores (s x d) x (d x s) and the context (s x s) x (s x d),
   every score computed and the causal mask applied after; a FlashAttention kernel skips the tiles
-  above the diagonal, half of them: s / 2 keys per query on average;
+  above the diagonal, half of them: s / 2 keys per query on average; through a sliding window of w
+  keys before each query it runs only the tiles of the band (:func:`attended_keys`);
 - input grad: each dense GEMM's data gradient (T x out) x (out x in), the same FLOPs; the attention
   matmuls twice (the gradient of both operands of each);
 - weight grad: each dense GEMM's weight gradient (in x T) x (T x out);
@@ -23,6 +24,17 @@ by its FLOPs, ``Device.attention_efficiency`` by its head dimension).
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+
+def attended_keys(keys: int, window: int | None = None) -> float:
+    """The keys a causal FlashAttention kernel runs per query on average, of a sequence of ``keys``:
+    half of them, or through a sliding ``window`` (each query sees itself and the w keys before
+    it, W = w + 1 of them, fewer for the first W queries) W - W^2 / (2 keys), which is keys / 2
+    when the window spans the sequence."""
+    if window is None or window + 1 >= keys:
+        return keys / 2
+    seen = window + 1
+    return seen - seen * seen / (2 * keys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +80,10 @@ def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_head
                 swiglu: bool = False, tensor_parallel: int = 1, recompute: str = "none",
                 flash_attention: bool = False, kv_len: int | None = None, mlp: bool = True,
                 head_dim: int | None = None, attention_linears: list[tuple[float, float]] | None = None,
-                score_dims: tuple[float, float] | None = None) -> PassGemms:
+                score_dims: tuple[float, float] | None = None, window: int | None = None) -> PassGemms:
     """A transformer block's GEMMs (see the module docstring); ``kv_len``: the keys each query sees
-    when it is not ``seq_len`` (context parallelism: a rank's queries, every key); without ``mlp``
+    when it is not ``seq_len`` (context parallelism: a rank's queries, every key); ``window``: a
+    sliding window's keys before each query (FlashAttention runs only its band); without ``mlp``
     only the attention's (a mixture of experts adds its own: :mod:`ppsim.costs.moe`);
     ``attention_linears`` and ``score_dims`` (a head's query/key and value widths): multi-head
     latent attention's projections and heads (:func:`ppsim.costs.layers.mla_linears`)."""
@@ -86,8 +99,8 @@ def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_head
         weights += [(h, f / t)] * (2 if swiglu else 1) + [(f / t, h)]
     dense = tuple(Gemm(tokens, i, o, linear=True) for i, o in weights)
     per_head = b * a / t
-    # a causal FlashAttention kernel works on half the keys on average (the tiles it skips)
-    keys_run = keys / 2 if flash_attention else keys
+    # a causal FlashAttention kernel works on half the keys on average (the tiles it skips), or the window's band
+    keys_run = attended_keys(keys, window) if flash_attention else keys
     dk, dv = score_dims or (d, d)
     scores = Gemm(s, dk, keys_run, per_head, head_dim=dk)
     context = Gemm(s, keys_run, dv, per_head, head_dim=dv)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ppsim.costs.elementwise import Traffic, block_traffic, embedding_traffic, head_traffic
-from ppsim.costs.gemms import Gemm, PassGemms, block_gemms, head_gemms
+from ppsim.costs.gemms import Gemm, PassGemms, attended_keys, block_gemms, head_gemms
 from ppsim.costs.low_precision import LowPrecision
 from ppsim.costs.memory import Recompute, block_activation_bytes
 from ppsim.costs.moe import ExpertShard, router_flops
@@ -75,7 +75,8 @@ def mla_linears(model: ModelSpec, tensor_parallel: int) -> list[tuple[float, flo
 
 def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none", tensor_parallel: int = 1, *,
                sequence_parallel: bool = False, flash_attention: bool = False, narrow: LowPrecision | None = None,
-               context_parallel: int = 1, experts: ExpertShard | None = None) -> tuple[LayerCost, LayerCost, LayerCost]:
+               context_parallel: int = 1, experts: ExpertShard | None = None,
+               windowed: bool = False) -> tuple[LayerCost, LayerCost, LayerCost]:
     """(embedding, one transformer block, LM head) for one micro-batch, per device of a tensor-
     parallel group of ``tensor_parallel`` (Megatron: the matmuls, the vocabulary and the heads are
     split t ways). With recompute, the block's input-grad pass also runs the recomputed forward
@@ -84,7 +85,10 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     their weights' copies narrow (:mod:`ppsim.costs.low_precision`); their GEMMs are marked ``linear``. With
     ``context_parallel`` cp each device holds s / cp of each sequence's tokens, whose queries
     attend to all s keys (Megatron's load-balanced causal split: every rank an equal share). With
-    ``experts`` the block is a MoE layer as one device holds it (:mod:`ppsim.costs.moe`)."""
+    ``experts`` the block is a MoE layer as one device holds it (:mod:`ppsim.costs.moe`). With
+    ``windowed`` its attention looks back through ``model.attention_window``: a FlashAttention kernel
+    runs the window's band (:func:`~ppsim.costs.gemms.attended_keys`), the unfused path still computes
+    every score and masks the rest."""
     b, h, a, V = micro_batch, model.hidden, model.heads, model.vocab
     f = experts.mlp_width() if experts else model.ffn
     s, keys = model.seq_len // context_parallel, model.seq_len  # a device's tokens; the keys they see
@@ -100,8 +104,10 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     if model.mla and latent:  # the projections through the latents; heads of qk_dim and v_head_dim
         matmul = 2 * b * s * sum(i * o for i, o in latent) + 2 * mlp_mats * b * s * h * f / t
         whole = 2 * b * s * keys * a * (model.mla.qk_dim + model.mla.v_head_dim) / t
-    attention = whole / 2 if flash_attention else whole
-    masked = 0.0 if flash_attention else 1.5 * whole  # half of the forward's and of the input grad's
+    window = model.attention_window if windowed else None
+    attended = attended_keys(keys, window) / keys  # the model's share of every key: a half, or the window's band
+    attention = whole * attended if flash_attention else whole
+    masked = 0.0 if flash_attention else 3 * whole * (1 - attended)  # of the forward's and the input grad's
     # what the backward runs again: the recomputed forward (all of it, or the attention core), and
     # under FlashAttention half the attention core (the scores) whatever the recompute mode
     if flash_attention:
@@ -163,7 +169,7 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         held += int(experts.extra_activation_bytes(tokens, h, e))
     gemms = block_gemms(s, b, h, a, model.kv, f, swiglu=model.mlp == "swiglu", tensor_parallel=t, head_dim=model.head_width,
                         recompute=recompute, flash_attention=flash_attention, kv_len=keys, mlp=experts is None,
-                        attention_linears=latent,
+                        attention_linears=latent, window=window,
                         score_dims=(model.mla.qk_dim, model.mla.v_head_dim) if model.mla else None)
     if experts:
         gemms += experts.gemms(tokens, h, t, model.mlp == "swiglu", recomputed=recompute == "full")

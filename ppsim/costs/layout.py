@@ -72,15 +72,19 @@ class StageShape:
 class BlockKinds:
     """The kinds of block a model's layers are: dense, and with a mixture of experts MoE; each in
     the scenario's recompute mode and, for the blocks of a virtual stage beyond
-    ``training.recompute_layers``, without recomputation (``plain_*``; None: as recomputed)."""
+    ``training.recompute_layers``, without recomputation (``plain_*``; None: as recomputed);
+    ``windowed``: the same kinds attending through a sliding window (None: the model has none)."""
 
     dense: LayerCost
     moe: LayerCost | None = None
     plain_dense: LayerCost | None = None
     plain_moe: LayerCost | None = None
+    windowed: BlockKinds | None = None
 
-    def family(self, moe: bool) -> tuple[LayerCost, LayerCost | None]:
-        """(the block, its plain twin) of the MoE or the dense layers."""
+    def family(self, moe: bool, windowed: bool = False) -> tuple[LayerCost, LayerCost | None]:
+        """(the block, its plain twin) of the MoE or the dense layers, full or windowed attention."""
+        if windowed and self.windowed is not None:
+            return self.windowed.family(moe)
         if moe and self.moe is not None:
             return self.moe, self.plain_moe
         return self.dense, self.plain_dense
@@ -130,22 +134,24 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
         head = replace(head, params=head.params - model.vocab * model.hidden // s.tensor_parallel)
     stages = []
     first = 0  # the stage's first block, counted over the whole model
-    family_gemms: dict[tuple[bool, int, int], PassGemms] = {}  # stages of as many blocks share their GEMM lists
+    family_gemms: dict[tuple[bool, bool, int, int], PassGemms] = {}  # stages of as many blocks share their GEMM lists
     for k, count in enumerate(blocks):
         recomputed = min(count, s.training.recompute_layers or count)
         moe_at = [model.moe is not None and model.moe.is_moe(first + i) for i in range(count)]
+        kind_at = [(moe, model.is_windowed(first + i)) for i, moe in enumerate(moe_at)]
         first += count
         stage_blocks: list[LayerCost] = []
         gemms = PassGemms()
         lead = 0
-        for moe in (False, True):  # each family's blocks, recomputed first (the order block_gemms lists them in)
-            mine = [i for i, x in enumerate(moe_at) if x == moe]
+        # each family's blocks, recomputed first (the order block_gemms lists them in)
+        for family in ((False, False), (False, True), (True, False), (True, True)):
+            mine = [i for i, x in enumerate(kind_at) if x == family]
             if not mine:
                 continue
-            full, plain = kinds.family(moe)
+            full, plain = kinds.family(*family)
             again = sum(i < recomputed for i in mine)
             stage_blocks += [full if i < recomputed else plain or full for i in mine]
-            key = (moe, len(mine), again)
+            key = (*family, len(mine), again)
             if key not in family_gemms:
                 family_gemms[key] = block_gemms(full, plain, len(mine), again)
             gemms += family_gemms[key]

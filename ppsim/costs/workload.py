@@ -112,10 +112,11 @@ def datasheet_source(s: Scenario, device: Device) -> str:
 
 
 def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompute | None = None,
-                 moe: bool = False) -> tuple[LayerCost, LayerCost, LayerCost] | None:
+                 moe: bool = False, windowed: bool = False) -> tuple[LayerCost, LayerCost, LayerCost] | None:
     """(embedding, block, head) of the scenario's model for one micro-batch, per tensor-parallel
-    device, in the scenario's recompute mode or ``recompute``; the block a MoE layer's with ``moe``;
-    with a profile the embedding's and head's parameters are whole, as ppexec holds them."""
+    device, in the scenario's recompute mode or ``recompute``; the block a MoE layer's with ``moe``,
+    one attending through the sliding window with ``windowed``; with a profile the embedding's and
+    head's parameters are whole, as ppexec holds them."""
     if s.model is None:
         return None
     t, training = s.tensor_parallel, s.training
@@ -123,7 +124,7 @@ def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompu
     experts = ExpertShard(s.model.moe, s.expert_parallel, s.expert_tensor) if moe and s.model.moe else None
     layers = gpt_layers(s.model, training.micro_batch, recompute or training.recompute, t,
                         sequence_parallel=training.sequence_parallel, flash_attention=training.flash_attention,
-                        narrow=narrow, context_parallel=s.context_parallel, experts=experts)
+                        narrow=narrow, context_parallel=s.context_parallel, experts=experts, windowed=windowed)
     if profile is not None and t > 1:
         whole_emb, _, whole_head = gpt_layers(s.model, training.micro_batch, training.recompute, 1)
         emb, block, head = layers
@@ -132,24 +133,30 @@ def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompu
 
 
 def block_kinds(s: Scenario, layers: tuple[LayerCost, LayerCost, LayerCost] | None) -> BlockKinds | None:
-    """The kinds of block of the scenario's model beside ``layers``' dense one: its MoE layers', and
-    without recomputation those beyond ``training.recompute_layers`` (None: every block is ``layers``')."""
+    """The kinds of block of the scenario's model beside ``layers``' dense one: its MoE layers',
+    without recomputation those beyond ``training.recompute_layers``, and each of them again
+    attending through the sliding window (None: every block is ``layers``')."""
     if layers is None or s.model is None:
         return None
-    moe = s.model.moe is not None
+    model = s.model
+    moe = model.moe is not None
     partial = s.training.recompute_layers is not None
 
-    def block(recompute: Recompute | None, experts: bool) -> LayerCost:
-        built = model_layers(s, recompute=recompute, moe=experts)
+    def block(recompute: Recompute | None, experts: bool, windowed: bool) -> LayerCost:
+        built = model_layers(s, recompute=recompute, moe=experts, windowed=windowed)
         assert built is not None  # the scenario has a model
         return built[1]
 
-    return BlockKinds(
-        dense=layers[1],
-        moe=block(None, True) if moe else None,
-        plain_dense=block("none", False) if partial else None,
-        plain_moe=block("none", True) if partial and moe else None,
-    )
+    def kinds(windowed: bool) -> BlockKinds:
+        return BlockKinds(
+            dense=block(None, False, True) if windowed else layers[1],
+            moe=block(None, True, windowed) if moe else None,
+            plain_dense=block("none", False, windowed) if partial else None,
+            plain_moe=block("none", True, windowed) if partial and moe else None,
+        )
+
+    windowed = any(map(model.is_windowed, range(model.layers)))
+    return replace(kinds(False), windowed=kinds(True) if windowed else None)
 
 
 def _check_profile(s: Scenario, profile: Profile) -> None:
@@ -168,6 +175,9 @@ def _check_profile(s: Scenario, profile: Profile) -> None:
     if s.model is not None and s.model.mtp_layers:
         raise ScenarioError("a profile times no multi-token prediction module; predict model.mtp_layers from the "
                             "model (no --profile)", field="--profile")
+    if s.model is not None and s.model.attention_window is not None:
+        raise ScenarioError("a profile times blocks that attend to every earlier key; predict model.attention_window "
+                            "from the model (no --profile)", field="--profile")
     if s.model is not None and s.model.moe is not None and s.tensor_parallel > 1:
         raise ScenarioError("a profile times a MoE block whole, as ppexec runs it; predict a mixture of experts with "
                             "tensor_parallel > 1 from the model (no --profile)", field="--profile")

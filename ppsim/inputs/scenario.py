@@ -110,6 +110,12 @@ class ModelSpec(_Strict):
         "multi-token prediction modules (DeepSeek-V3; Megatron's --mtp-num-layers), on the last stage: each a "
         "projection of 2h to h, one more block and another pass of the shared LM head"))
     mla: MLASpec | None = None  #: multi-head latent attention in place of (grouped-query) multi-head attention
+    attention_window: int | None = Field(default=None, gt=0, le=2**24, description=(
+        "sliding-window attention: each query sees itself and the this many keys before it (Megatron's "
+        "window_size (w, 0); GPT-OSS: 128); None: every earlier key"))
+    full_attention_every: int | None = Field(default=None, gt=0, le=10_000, description=(
+        "with attention_window: every this many layers (the N-th, 2N-th, ...) attends to every earlier key, the "
+        "others through the window (Megatron's window_attn_skip_freq; GPT-OSS: 2); None: every layer windowed"))
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelSpec:
@@ -119,7 +125,17 @@ class ModelSpec(_Strict):
             raise ValueError(f"kv_heads ({self.kv}) must divide heads ({self.heads})")
         if self.mla is not None and (self.kv_heads is not None or self.head_dim is not None):
             raise ValueError("multi-head latent attention (mla) sets the heads' widths itself: drop kv_heads and head_dim")
+        if self.full_attention_every is not None and self.attention_window is None:
+            raise ValueError("full_attention_every says which layers skip the sliding window, and there is no "
+                             "attention_window: add one or drop full_attention_every")
         return self
+
+    def is_windowed(self, layer: int) -> bool:
+        """Whether block ``layer`` (0-based) attends through ``attention_window`` (Megatron numbers
+        layers from 1 and makes every ``full_attention_every``-th one full)."""
+        if self.attention_window is None:
+            return False
+        return self.full_attention_every is None or (layer + 1) % self.full_attention_every != 0
 
     @property
     def kv(self) -> int:

@@ -40,7 +40,16 @@ def test_a_row_becomes_the_scenario_its_recipe_describes() -> None:
     assert data["model"]["mla"]["kv_lora_rank"] == 512 and data["training"]["fp8"] == "mxfp8"
     assert b.dense.published_step_s(row) == pytest.approx(4096 * 4096 / (6288 * 256))
     assert data["model"]["mtp_layers"] == 1  # the recipe's multi-token prediction module
-    assert b.unexpressible(next(r for r in rows.values() if r["model"] == "GPT-OSS-120B")).startswith("sliding")
+    assert b.unexpressible(next(r for r in rows.values() if r["model"] == "Nemotron-3-Nano")).startswith("a hybrid")
+
+
+def test_gpt_oss_rows_attend_through_their_windows() -> None:
+    """GPT-OSS 120B: window_size (128, 0) on all layers but every window_attn_skip_freq = 2nd."""
+    b = bench_module("published_moe")
+    row = next(r for r in yaml.safe_load(b.DATA.read_text()) if r["model"] == "GPT-OSS-120B")
+    assert b.unexpressible(row) is None
+    model = b.scenario_data(row)[0]["model"]
+    assert (model["attention_window"], model["full_attention_every"], model["head_dim"]) == (128, 2, 64)
 
 
 def test_the_bench_predicts_a_subset_and_says_what_it_assumed(tmp_path: Path) -> None:

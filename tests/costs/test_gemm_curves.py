@@ -99,12 +99,15 @@ def test_a_hand_computed_gemm_time() -> None:
 @settings(max_examples=60, deadline=None)
 @given(hidden=st.sampled_from([256, 1024, 2048, 5120]), heads=st.sampled_from([8, 16]), kv=st.sampled_from([1, 2, 8]),
        mlp=st.sampled_from(["gelu", "swiglu"]), t=st.sampled_from([1, 2, 4, 8]), b=st.integers(1, 4),
-       recompute=st.sampled_from(["none", "selective", "full"]), flash=st.booleans())
+       recompute=st.sampled_from(["none", "selective", "full"]), flash=st.booleans(),
+       window=st.sampled_from([None, 1, 100, 511, 4096]))
 def test_the_gemms_of_each_pass_add_up_to_its_flops(hidden: int, heads: int, kv: int, mlp: str, t: int, b: int,
-                                                     recompute: str, flash: bool) -> None:
+                                                     recompute: str, flash: bool, window: int | None) -> None:
     model = ModelSpec(layers=4, hidden=hidden, heads=heads, kv_heads=kv, seq_len=512, vocab=1024,
-                      ffn_hidden=(8 * hidden // 3 if mlp == "swiglu" else 4 * hidden), mlp=mlp)
-    _, block, head = gpt_layers(model, b, recompute, t, flash_attention=flash)  # type: ignore[arg-type]
+                      ffn_hidden=(8 * hidden // 3 if mlp == "swiglu" else 4 * hidden), mlp=mlp,
+                      attention_window=window)
+    _, block, head = gpt_layers(model, b, recompute, t, flash_attention=flash,  # type: ignore[arg-type]
+                                windowed=window is not None)
     for layer in (block, head):
         g = layer.gemms
         assert sum(x.flops for x in g.forward) == pytest.approx(layer.forward_flops, rel=1e-12)

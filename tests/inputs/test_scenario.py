@@ -216,6 +216,8 @@ def test_each_declared_range_is_what_is_checked(cls: type, key: str, expected: s
     fill = {"forward_ms": 1, "backward_ms": 1, "bandwidth_gb_s": 1, "nodes": 1, "layers": 1, "hidden": 2**20,
             "heads": 2**16 if key == "kv_heads" else 1, "seq_len": 1, "vocab": 1}
     base = {n: fill[n] for n in required if n != key}
+    if key == "full_attention_every":  # it says which layers skip the window, which must exist
+        base["attention_window"] = 1
     if cls.__name__ == "Scenario":
         base["costs"] = {"forward_ms": 1, "backward_ms": 1}
     step = 1 if is_int else 1e-9 * max(1.0, abs(low))

@@ -301,6 +301,14 @@ def test_tensor_parallel_needs_a_profile_with_a_measured_all_reduce() -> None:
         build_workload(parse_scenario(dict(data, tensor_parallel=2)), make_profile())
 
 
+def test_a_profile_refuses_a_sliding_window() -> None:
+    """ppexec's blocks attend to every earlier key: their times do not price a windowed model."""
+    data = load(TINY).model_dump(exclude_none=True)
+    windowed = dict(data, model={**data["model"], "attention_window": 16})
+    with pytest.raises(ScenarioError, match="--profile: a profile times blocks that attend to every earlier key"):
+        build_workload(parse_scenario(windowed), make_profile())
+
+
 def test_a_measured_split_block_sets_the_tensor_parallel_share() -> None:
     """With the profile's split block (2 ranks) a t = 2 block takes the measured split's share of
     the whole block's time less its all-reduces, plus the all-reduces; t = 4 halves that share."""
