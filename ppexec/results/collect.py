@@ -168,6 +168,7 @@ def collect(out: Path, states: list[RankState] | None = None) -> RunResult:
               for k in range(spec.steps)]
     for k, trace in enumerate(traces):
         skew = routing_skew(states, k, s.expert_parallel)
+        trace.meta.pop("routing_skew", None)  # the prediction's, which the run's own replaces
         if skew is not None:
             trace.meta["routing_skew"] = skew
     times = [step_time_ms(t) for t in traces]

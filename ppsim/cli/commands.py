@@ -16,6 +16,7 @@ from ppsim.cli.common import (
     PlanOverrides,
     bad_input_exits,
     err,
+    float_list,
     force_option,
     html_option,
     int_list,
@@ -250,6 +251,9 @@ def sweep(
     scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     microbatches: str | None = typer.Option(None, "--microbatches", help="Micro-batch counts to try, e.g. 4,8,16,32."),
     stages: str | None = typer.Option(None, "--stages", help="Stage counts to try, e.g. 2,4,8."),
+    skew: str | None = typer.Option(None, "--skew", help="Routing skews of a mixture of experts to try (model.moe.skew: "
+                                                         "the busiest expert rank's tokens over the mean), e.g. "
+                                                         "1,1.25,1.5,2."),
     fixed: str = typer.Option("gpus", "--fixed", help="What holds: gpus (the GPU count and global batch: more stages "
                                                       "mean fewer replicas, more micro-batches smaller ones) or "
                                                       "replica (d and the micro-batch size: more stages use more GPUs, "
@@ -261,29 +265,37 @@ def sweep(
     profile: Path | None = profile_option(),
     plan: PlanOverrides = PlanOverrides(),
 ) -> None:
-    """Predict SCENARIO over micro-batch counts and/or stage counts: throughput and bubble for each."""
+    """Predict SCENARIO over micro-batch counts, stage counts and/or a mixture of experts' routing skews:
+    throughput and bubble for each (the first of them given on the x axis, the second as lines)."""
     from ppsim.search.sweep import FIXED, grid_variants, variant_doc
 
     if fixed not in FIXED:
         raise usage_error(f"{fixed!r}; choose {' or '.join(FIXED)}", "--fixed")
     mb_values = int_list(microbatches, "--microbatches")
     stage_values = int_list(stages, "--stages")
-    if mb_values is None and stage_values is None:
-        raise usage_error("give the values to sweep, e.g. --microbatches 4,8,16,32 and/or --stages 2,4,8",
-                          "--microbatches / --stages")
-    x_key, line_key = ("microbatches", "stages" if stage_values else None) if mb_values else ("stages", None)
+    skew_values = float_list(skew, "--skew", least=1.0)
+    axes = [k for k, v in (("microbatches", mb_values), ("skew", skew_values), ("stages", stage_values)) if v]
+    if not axes:
+        raise usage_error("give the values to sweep, e.g. --microbatches 4,8,16,32, --stages 2,4,8 or --skew 1,1.5,2",
+                          "--microbatches / --stages / --skew")
+    if len(axes) > 2:
+        raise usage_error("sweep at most two of them at once (one on the x axis, one as lines)",
+                          "--microbatches / --stages / --skew")
+    x_key, line_key = axes[0], axes[1] if len(axes) > 1 else None
     with bad_input_exits():
         targets = output_targets({"--html": html, "--png": png}, [scenario] + ([profile] if profile else []), force)
         s = scenario_with(scenario, plan)
         from ppsim.cli.progress import progress_bar
 
-        measured, points = load_profile_option(profile), [(p, m) for p in stage_values or (None,)
-                                                          for m in mb_values or (None,)]
+        measured, points = load_profile_option(profile), [(p, m, k) for p in stage_values or (None,)
+                                                          for m in mb_values or (None,) for k in skew_values or (None,)]
         variants = []
         with progress_bar("sweeping", len(points)) as bar:  # one prediction per point, on stderr
-            for p, m in points:
-                bar.say(f"stages {p or s.pipeline.stages}, micro-batches {m or s.microbatches}")
-                variants += grid_variants(s, [p] if p else None, [m] if m else None, measured, fixed)
+            for p, m, k in points:
+                bar.say(f"stages {p or s.pipeline.stages}, micro-batches {m or s.microbatches}"
+                        + (f", skew {k:g}" if k else ""))
+                variants += grid_variants(s, [p] if p else None, [m] if m else None, measured, fixed,
+                                          [k] if k else None)
                 bar.advance()
         if not any(v.ok for v in variants):
             raise PpsimError("no point of the sweep can run: " + "; ".join(f"{v.label}: {v.error}" for v in variants))
@@ -298,7 +310,7 @@ def sweep(
                "points": [variant_doc(v) for v in variants]}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
-    _print_variants(variants, ["stages", "microbatches", "d", "b", "GPUs", "global batch"],
+    _print_variants(variants, ["stages", "microbatches", "d", "b", "GPUs", "global batch"] + (["skew"] if skew_values else []),
                     f"{s.name}: {s.pipeline.schedule}, {held}", {})
     over = [v for v in variants if v.summary is not None and v.summary.fits is False]
     if over:

@@ -207,6 +207,21 @@ def int_list(text: str | None, option: str) -> list[int] | None:
     return values
 
 
+def float_list(text: str | None, option: str, least: float) -> list[float] | None:
+    """``"1,1.25,2"`` -> [1.0, 1.25, 2.0]: distinct numbers of at least ``least``, else bad usage of ``option``."""
+    if text is None:
+        return None
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise usage_error(f"expected comma-separated numbers such as 1,1.25,1.5, got {text!r}", option) from None
+    if not values or any(not least <= v < float("inf") for v in values):
+        raise usage_error(f"expected numbers of at least {least:g}, got {text!r}", option)
+    if len(set(values)) != len(values):
+        raise usage_error(f"lists a value twice: {text!r}", option)
+    return values
+
+
 # ----- outputs ----------------------------------------------------------------------------------
 def output_targets(outputs: dict[str, Path | None], inputs: list[Path], force: bool) -> dict[str, Path]:
     """The given outputs (option -> path), each checked before any work: never an input, never a

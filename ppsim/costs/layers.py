@@ -143,7 +143,7 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         matmul += router
         recomputed += router if recompute == "full" else 0.0
         # the busiest rank's routed work beyond the mean, in each of the three passes
-        masked += 3 * 2 * mlp_mats * tokens * h * experts.moe.top_k * (experts.moe.skew - 1) * experts.moe.ffn_hidden
+        masked += 3 * 2 * mlp_mats * tokens * h * experts.moe.top_k * (experts.skew - 1) * experts.moe.ffn_hidden
     traffic = block_traffic(s, b, h, a, f, e, tensor_parallel=t,
                             sequence_parallel=sequence_parallel, flash_attention=flash_attention,
                             dropout=model.dropout, swiglu=model.mlp == "swiglu", recompute=recompute, kv_len=keys)

@@ -13,7 +13,8 @@ ways by sequence parallelism, which expert parallelism with t > 1 needs), each s
 - dispatch: an all-to-all over the EP group of the T x k token copies of h values, a device sending
   (EP - 1) / EP of them and receiving as many; combine sends them back. The forward runs both, the
   backward both again in reverse (and a fully recomputed forward both once more). The busiest rank
-  (``skew``: its routed tokens over the mean) receives skew times as much, and its link sets the pace;
+  (``skew``: its routed tokens over the mean, given, or found from a seeded draw of the experts'
+  loads: :func:`routing_skew`) receives skew times as much, and its link sets the pace;
 - the experts: on average a device's experts run T x k token copies (with ETP, ETP times the
   tokens at 1 / ETP of the width: the same FLOPs); the busiest rank skew x T x k, and it sets the
   layer's time. In FLOPs, activations and elementwise traffic that is a dense MLP of width
@@ -35,20 +36,37 @@ they replace), the all-gather of the dispatched tokens inside an ETP group when 
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ppsim.costs.gemms import Gemm, PassGemms
 from ppsim.costs.table import Link
-from ppsim.inputs.scenario import ModelSpec, MoESpec
+from ppsim.inputs.scenario import ModelSpec, MoESpec, RoutingSpec
 
 
 @dataclass(frozen=True)
 class ExpertShard:
-    """A MoE model's experts as one device holds them."""
+    """A MoE model's experts as one device holds them; ``rank_skew``: the busiest rank's routed
+    tokens over the mean when the caller worked it out (None: ``moe.skew``)."""
 
     moe: MoESpec
     expert_parallel: int = 1
     expert_tensor: int = 1
+    rank_skew: float | None = None
+
+    @classmethod
+    def of(cls, model: ModelSpec, expert_parallel: int = 1, expert_tensor: int = 1) -> ExpertShard:
+        """The experts of ``model`` (which has some) laid out over ``expert_parallel`` ranks, the
+        busiest one's load from its routing (:func:`busiest_rank_skew`)."""
+        assert model.moe is not None
+        return cls(model.moe, expert_parallel, expert_tensor,
+                   busiest_rank_skew(model.moe, expert_parallel, model.moe.moe_layers(model.layers)))
+
+    @property
+    def skew(self) -> float:
+        """The busiest expert-parallel rank's routed tokens over the mean."""
+        return self.moe.skew if self.rank_skew is None else self.rank_skew
 
     @property
     def local_experts(self) -> int:
@@ -58,7 +76,7 @@ class ExpertShard:
         """The width of the dense MLP that does a MoE layer's expert work on the busiest rank:
         k x skew x f_e of routed experts and the shared experts' n_s x f_s."""
         m = self.moe
-        return m.top_k * m.skew * m.ffn_hidden + m.shared_experts * m.shared_ffn
+        return m.top_k * self.skew * m.ffn_hidden + m.shared_experts * m.shared_ffn
 
     def params(self, model: ModelSpec, tensor_parallel: int) -> tuple[int, int]:
         """(all, routed experts') parameters of one MoE layer's MLP on a device: its E / EP experts at
@@ -74,7 +92,7 @@ class ExpertShard:
         ``tensor_parallel`` devices: the routed copies (k x skew of its 1 / t of the tokens) and, with
         shared experts, every token once more (all-gathered, as a dense MLP's)."""
         m = self.moe
-        return m.top_k * m.skew / tensor_parallel + (1.0 if m.shared_experts else 0.0)
+        return m.top_k * self.skew / tensor_parallel + (1.0 if m.shared_experts else 0.0)
 
     def tokens(self, seq_len: int, micro_batch: int, tensor_parallel: int) -> float:
         """A device's tokens of a micro-batch at the MoE layer (``seq_len``: its share of each sequence)."""
@@ -82,22 +100,22 @@ class ExpertShard:
 
     def dispatch_bytes(self, tokens: float, hidden: int, dtype_bytes: int) -> float:
         """One all-to-all's bytes (dispatch or combine) of the busiest device: its token copies."""
-        return tokens * self.moe.top_k * self.moe.skew * hidden * dtype_bytes
+        return tokens * self.moe.top_k * self.skew * hidden * dtype_bytes
 
     def extra_activation_bytes(self, tokens: float, hidden: int, dtype_bytes: int) -> float:
         """What a MoE layer holds for its backward beyond a dense MLP of :meth:`mlp_width`."""
         m = self.moe
-        return (m.top_k * m.skew - 1) * tokens * hidden * dtype_bytes + 4 * tokens * m.experts
+        return (m.top_k * self.skew - 1) * tokens * hidden * dtype_bytes + 4 * tokens * m.experts
 
     def permute_bytes(self, tokens: float, hidden: int, dtype_bytes: int) -> float:
         """The forward's HBM bytes of permuting the token copies to their experts and back."""
-        return 4 * self.moe.top_k * self.moe.skew * tokens * hidden * dtype_bytes
+        return 4 * self.moe.top_k * self.skew * tokens * hidden * dtype_bytes
 
     def gemms(self, tokens: float, hidden: int, tensor_parallel: int, swiglu: bool, recomputed: bool) -> PassGemms:
         """The router's, the routed experts' (grouped: one GEMM per local expert) and the shared
         experts' GEMMs of one MoE layer, pass by pass; a recomputed forward's go with the input grad."""
         m, h, t, etp = self.moe, hidden, tensor_parallel, self.expert_tensor
-        per_expert = tokens * m.top_k * m.skew * etp / self.local_experts
+        per_expert = tokens * m.top_k * self.skew * etp / self.local_experts
         up = 2 if swiglu else 1
         weights = ([(per_expert, h, m.ffn_hidden / etp, self.local_experts)] * up
                    + [(per_expert, m.ffn_hidden / etp, h, self.local_experts)])
@@ -108,6 +126,35 @@ class ExpertShard:
         input_grad = tuple(Gemm(n, o, i, c, linear=True) for n, i, o, c in weights) + (Gemm(tokens, m.experts, h),)
         weight_grad = tuple(Gemm(i, n, o, c, linear=True) for n, i, o, c in weights) + (Gemm(h, tokens, m.experts),)
         return PassGemms(forward, input_grad + (forward if recomputed else ()), weight_grad)
+
+
+def busiest_rank_skew(moe: MoESpec, expert_parallel: int, moe_layers: int) -> float:
+    """The busiest of ``expert_parallel`` ranks' routed tokens over the mean: ``moe.skew``, or drawn
+    from ``moe.routing`` (:func:`routing_skew`)."""
+    if moe.routing is None:
+        return moe.skew
+    return routing_skew(moe.routing, moe.experts, expert_parallel, moe_layers)
+
+
+@lru_cache(maxsize=512)
+def routing_skew(routing: RoutingSpec, experts: int, expert_parallel: int, moe_layers: int) -> float:
+    """The busiest rank's routed tokens over the mean, averaged over ``moe_layers`` MoE layers
+    (a stage's time adds its layers'). Each layer draws its experts' loads from a gamma
+    distribution of shape 1 / cv^2 (coefficient of variation ``routing.load_cv``: normalised, a
+    Dirichlet draw of the experts' shares) seeded by ``routing.seed`` and the layer; rank r holds
+    experts r E / EP to (r + 1) E / EP - 1, as Megatron numbers them. More ranks, fewer experts
+    each: the busiest rank's excess grows. The token draw's own noise (thousands of copies per
+    expert) is left out."""
+    if expert_parallel <= 1:
+        return 1.0
+    shape, per_rank = 1 / routing.load_cv**2, experts // expert_parallel
+    total = 0.0
+    for layer in range(max(moe_layers, 1)):
+        draw = random.Random(f"{routing.seed}:{layer}")
+        loads = [draw.gammavariate(shape, 1.0) for _ in range(experts)]
+        ranks = [sum(loads[r * per_rank:(r + 1) * per_rank]) for r in range(expert_parallel)]
+        total += max(ranks) * expert_parallel / sum(ranks)
+    return total / max(moe_layers, 1)
 
 
 def router_flops(tokens: float, hidden: int, experts: int) -> float:

@@ -128,17 +128,20 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
 
 def _busiest(s: Scenario, measured: LayerTimes | None) -> LayerTimes | None:
     """The MoE block of the busiest expert-parallel rank: the ``measured`` one (every expert local,
-    so its routed experts ran the mean share of the copies) with its FLOPs at ``model.moe.skew``
-    instead, pass by pass; the same without expert parallelism (one rank runs every copy)."""
+    so its routed experts ran the mean share of the copies) with its FLOPs at the busiest rank's
+    skew instead, pass by pass; the same without expert parallelism (one rank runs every copy)."""
     model = s.model
     moe = model.moe if model else None
-    if measured is None or model is None or moe is None or moe.skew == 1 or s.expert_parallel <= 1:
+    if measured is None or model is None or moe is None or s.expert_parallel <= 1:
+        return measured
+    skew = ExpertShard.of(model, s.expert_parallel).skew
+    if skew == 1:
         return measured
 
     def block(skew: float) -> LayerCost:
-        return gpt_layers(model, s.training.micro_batch, experts=ExpertShard(moe.model_copy(update={"skew": skew})))[1]
+        return gpt_layers(model, s.training.micro_batch, experts=ExpertShard(moe, rank_skew=skew))[1]
 
-    even, busy = block(1.0), block(moe.skew)
+    even, busy = block(1.0), block(skew)
     forward = busy.forward_flops / even.forward_flops
     backward = (busy.input_grad_flops + busy.weight_grad_flops) / (even.input_grad_flops + even.weight_grad_flops)
     weight = busy.weight_grad_flops / even.weight_grad_flops

@@ -32,6 +32,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+class RoutingSpec(_Strict):
+    """A seeded draw of how unevenly a MoE layer's router spreads its tokens (ppsim.costs.moe.routing_skew)."""
+
+    load_cv: float = Field(gt=0, le=100, description=(
+        "the experts' routed token counts' standard deviation over their mean, in each MoE layer (what a "
+        "run's per-expert token counts give)"))
+    seed: int = Field(default=0, ge=0, le=2**32, description="the draw's seed: the same seed, the same loads")
+
+
 class MoESpec(_Strict):
     """A mixture of experts in place of the MLP of the MoE layers (ppsim.costs.moe)."""
 
@@ -48,11 +57,17 @@ class MoESpec(_Strict):
     #: the busiest expert-parallel rank's routed tokens over the mean (1: balanced routing); its
     #: experts set each MoE layer's time and its all-to-all bytes
     skew: float = Field(default=1.0, ge=1.0, le=1_000.0)
+    #: instead of ``skew``: each MoE layer's expert loads drawn from a seeded distribution, the
+    #: busiest rank found for the plan's expert parallelism
+    routing: RoutingSpec | None = None
 
     @model_validator(mode="after")
     def _top_k_within_experts(self) -> MoESpec:
         if self.top_k > self.experts:
             raise ValueError(f"top_k ({self.top_k}) is more than experts ({self.experts})")
+        if self.routing is not None and self.skew != 1.0:
+            raise ValueError(f"skew ({self.skew:g}) and routing both say how uneven the routing is: give one "
+                             "(routing draws the loads and finds the busiest rank for each expert_parallel)")
         return self
 
     @property

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ppsim.costs import Workload, build_workload
+from ppsim.costs.moe import ExpertShard
 from ppsim.inputs.hardware import get_device
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan import Plan, lower, schedules
@@ -109,6 +110,9 @@ def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
         meta["fp4"] = s.training.fp4
     if s.context_parallel > 1:
         meta["context_parallel"] = s.context_parallel
+    if s.model is not None and s.model.moe is not None and s.expert_parallel > 1:
+        meta["expert_parallel"] = s.expert_parallel
+        meta["routing_skew"] = ExpertShard.of(s.model, s.expert_parallel, s.expert_tensor).skew
     return meta
 
 

@@ -85,33 +85,47 @@ FIXED = ("gpus", "replica")
 
 
 def grid_variants(base: Scenario, stages: list[int] | None, microbatches: list[int] | None,
-                  profile: Profile | None = None, fixed: str = "gpus") -> list[Variant]:
-    """One variant per (stages, micro-batches) pair of the grid; a missing list keeps the scenario's
-    value. ``fixed="gpus"``: the GPU count and the global batch hold (:func:`grid_point`);
-    ``"replica"``: one replica's data parallelism and micro-batch size hold, so more stages use more
-    GPUs and more micro-batches make a bigger global batch."""
+                  profile: Profile | None = None, fixed: str = "gpus", skews: list[float] | None = None
+                  ) -> list[Variant]:
+    """One variant per (stages, micro-batches, routing skew) point of the grid; a missing list keeps
+    the scenario's value. ``fixed="gpus"``: the GPU count and the global batch hold
+    (:func:`grid_point`); ``"replica"``: one replica's data parallelism and micro-batch size hold, so
+    more stages use more GPUs and more micro-batches make a bigger global batch. A skew is the
+    mixture of experts' ``model.moe.skew`` (its busiest expert rank's tokens over the mean)."""
     from ppsim.prediction import predict
 
     out = []
     for p in stages or (None,):
         for m in microbatches or (None,):
-            given = {k: v for k, v in (("stages", p), ("microbatches", m)) if v is not None}
-            label = ", ".join(f"{k} {v}" for k, v in given.items())
-            try:
-                s = grid_point(base, p, m, fixed)
-            except PpsimError as exc:
-                out.append(Variant(label, given, error=str(exc)))
-                continue
-            shape = {"stages": s.pipeline.stages, "microbatches": s.microbatches, "d": s.data_parallel,
-                     "b": s.training.micro_batch, "GPUs": s.devices,
-                     "global batch": s.global_batch}
-            try:
-                trace = predict(s, profile).trace
-            except PpsimError as exc:
-                out.append(Variant(label, shape, error=str(exc)))
-                continue
-            out.append(Variant(label, shape, trace, summarize(trace)))
+            for skew in skews or (None,):
+                given = {k: v for k, v in (("stages", p), ("microbatches", m), ("skew", skew)) if v is not None}
+                label = ", ".join(f"{k} {v:g}" for k, v in given.items())
+                try:
+                    s = with_skew(grid_point(base, p, m, fixed), skew)
+                except PpsimError as exc:
+                    out.append(Variant(label, given, error=str(exc)))
+                    continue
+                shape = {"stages": s.pipeline.stages, "microbatches": s.microbatches, "d": s.data_parallel,
+                         "b": s.training.micro_batch, "GPUs": s.devices,
+                         "global batch": s.global_batch} | ({"skew": skew} if skew is not None else {})
+                try:
+                    trace = predict(s, profile).trace
+                except PpsimError as exc:
+                    out.append(Variant(label, shape, error=str(exc)))
+                    continue
+                out.append(Variant(label, shape, trace, summarize(trace)))
     return out
+
+
+def with_skew(s: Scenario, skew: float | None) -> Scenario:
+    """``s`` with its experts' routing skew ``skew`` (None: as it is) in place of any routing draw."""
+    if skew is None:
+        return s
+    if s.model is None or s.model.moe is None:
+        raise PpsimError("--skew sets model.moe.skew, the routing of a mixture of experts, and the model has none: "
+                         "add a model.moe section or drop --skew", field="--skew")
+    moe = s.model.moe.model_copy(update={"skew": skew, "routing": None})
+    return s.model_copy(update={"model": s.model.model_copy(update={"moe": moe})})
 
 
 def grid_point(base: Scenario, stages: int | None, microbatches: int | None, fixed: str) -> Scenario:

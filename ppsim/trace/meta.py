@@ -66,6 +66,7 @@ class TraceMeta(TypedDict, total=False):
     data_parallel: int
     tensor_parallel: int
     context_parallel: int
+    expert_parallel: int  #: the experts split over this many ranks of a stage (MoE, when > 1)
     micro_batch: int
     global_batch: int
     seq_len: int | None
@@ -91,7 +92,9 @@ class TraceMeta(TypedDict, total=False):
     memory_measured: MemorySource | None
     forward_calls: dict[str, int] | None
     alltoall_ms: list[float]  #: per rank, the time its MoE layers spent in expert-parallel all-to-alls
-    routing_skew: float  #: measured: the busiest expert-parallel rank's token copies over the mean (median over layers)
+    #: the busiest expert-parallel rank's token copies over the mean: measured (the median over layers), or the
+    #: prediction's (model.moe.skew, or its routing's draw averaged over the layers)
+    routing_skew: float
     trace_format: str
     files: list[str]
     profiled_steps: list[int]

@@ -99,7 +99,36 @@ def test_sweep_table_and_figure_match_the_predictions() -> None:
     assert lines[("stages 4", "y2")].y[1] < lines[("stages 4", "y2")].y[0]
 
 
-@pytest.mark.parametrize("args", [[], ["--microbatches", "4,x"], ["--stages", "0,2"], ["--microbatches", "4,4"]])
+def test_a_skew_sweep_prices_each_skew_as_the_scenario_would() -> None:
+    """--skew sets model.moe.skew point by point: each the prediction of the scenario with it, the
+    step longer as the busiest expert rank carries more; as lines beside micro-batch counts."""
+    mixtral = SCENARIOS / "mixtral-8x7b.yaml"
+    r = invoke(app, "sweep", mixtral, "--skew", "1,1.5", "--json")
+    assert r.exit_code == 0, r.output
+    import json
+
+    points = json.loads(r.stdout)["points"]
+    assert [p["skew"] for p in points] == [1.0, 1.5]
+    base = load(mixtral)
+    assert base.model is not None and base.model.moe is not None
+    for p in points:
+        moe = base.model.moe.model_copy(update={"skew": p["skew"]})
+        s = base.model_copy(update={"model": base.model.model_copy(update={"moe": moe})})
+        assert p["step_time_ms"] == pytest.approx(summarize(predict(s).trace).step_time_ms)
+    assert points[1]["step_time_ms"] > points[0]["step_time_ms"]
+    variants = grid_variants(base, None, [8, 16], skews=[1.0, 2.0])
+    fig = sweep_figure(variants, "microbatches", "skew", base.name)
+    assert {d.name for d in fig.data} == {"skew 1.0", "skew 2.0"}
+
+
+def test_a_skew_sweep_of_a_dense_model_says_it_has_no_experts() -> None:
+    r = invoke(app, "sweep", GPT, "--skew", "1,2")
+    assert r.exit_code == 1 and "--skew sets model.moe.skew" in r.stderr and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("args", [[], ["--microbatches", "4,x"], ["--stages", "0,2"], ["--microbatches", "4,4"],
+                                  ["--skew", "0.5"], ["--skew", "1,1"], ["--skew", "a"],
+                                  ["--skew", "1,2", "--stages", "2,4", "--microbatches", "8,16"]])
 def test_sweep_bad_values_are_exit_2(args: list[str]) -> None:
     r = invoke(app, "sweep", GPT, *args)
     assert r.exit_code == 2, r.output

@@ -19,7 +19,8 @@ from ppsim.views.render.schedules_html import fits
 if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
 
-AXIS_TITLES = {"microbatches": "micro-batches per step", "stages": "pipeline stages"}
+AXIS_TITLES = {"microbatches": "micro-batches per step", "stages": "pipeline stages",
+               "skew": "routing skew (busiest expert rank's tokens over the mean)"}
 #: (subplot title, value of a point, hover of the value)
 PLOTS = (
     ("throughput (samples/s)", lambda v: v.summary.throughput_samples_per_s, "%{y:,.2f} samples/s"),
