@@ -106,14 +106,22 @@ def step_trace(states: list[RankState], plan: Plan, step: int, meta: TraceMeta, 
     alltoall = [alltoall_ms(r.marks) for r in records]
     if any(alltoall):
         full_meta["alltoall_ms"] = alltoall
+        full_meta["alltoall_spans"] = [
+            [[(t0 - offsets[st.rank] - origin) / 1e6, (t1 - offsets[st.rank] - origin) / 1e6]
+             for t0, t1 in exchanges(st.steps[step].marks)] for _, st in shown]
     return Trace(spans=spans, meta=full_meta, counters=counters)
 
 
-def alltoall_ms(marks: list[tuple[str, int]]) -> float:
-    """The time between each ``alltoall`` mark and the ``alltoall_end`` after it, in all (ms)."""
+def exchanges(marks: list[tuple[str, int]]) -> list[tuple[int, int]]:
+    """(start, end) ns of each all-to-all: an ``alltoall`` mark and the ``alltoall_end`` after it."""
     starts = [t for name, t in marks if name == "alltoall"]
     ends = [t for name, t in marks if name == "alltoall_end"]
-    return sum(t1 - t0 for t0, t1 in zip(starts, ends, strict=True)) / 1e6
+    return list(zip(starts, ends, strict=True))
+
+
+def alltoall_ms(marks: list[tuple[str, int]]) -> float:
+    """The time a rank spent in all-to-alls (ms)."""
+    return sum(t1 - t0 for t0, t1 in exchanges(marks)) / 1e6
 
 
 def routing_skew(states: list[RankState], step: int, ep: int) -> float | None:

@@ -110,7 +110,7 @@ class Layout:
             return StageCost(**times)
         st = self.stages[stage]
         return StageCost(grad_bytes=int(st.reduced_params * self.dtype_bytes), activation_bytes=st.activation_bytes,
-                         params=st.params, layers=st.blocks, memory=st.memory, **times)
+                         params=st.params, layers=st.blocks, moe_layers=st.moe_blocks, memory=st.memory, **times)
 
 
 def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, LayerCost, LayerCost] | None,

@@ -29,6 +29,7 @@ class StageCost:
     activation_bytes: int = 0  #: activations held per micro-batch between forward and backward
     params: int = 0
     layers: int = 0  #: transformer blocks in this stage (0 when costs are explicit)
+    moe_layers: int = 0  #: the blocks of them with experts (each dispatches and combines its tokens)
     memory: StaticMemory | None = None  #: what the stage holds all step: model states and buffers
     #: the communication inside a forward / a backward (tensor- and context-parallel collectives, the
     #: experts' all-to-alls, FSDP's gathers): time in the pass that is not compute

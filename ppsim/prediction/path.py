@@ -17,6 +17,7 @@ from ppsim.costs.moe import ExpertShard
 from ppsim.inputs.hardware import get_device
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan import Plan, lower, schedules
+from ppsim.prediction.alltoall import alltoall_intervals
 from ppsim.sim import compute_ms, simulate
 from ppsim.sim.durations import alltoall_ms
 from ppsim.trace import Trace, TraceMeta
@@ -117,9 +118,11 @@ def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
 
 
 def predict(s: Scenario, profile: Profile | None = None, workload: Workload | None = None,
-            built: Built | None = None) -> Prediction:
+            built: Built | None = None, placements: bool = True) -> Prediction:
     """Simulate one training step of the scenario (with measured costs when a profile is given;
-    ``workload``: the scenario's costs, ``built``: its plan and costs, when the caller has them)."""
+    ``workload``: the scenario's costs, ``built``: its plan and costs, when the caller has them;
+    ``placements``: record where the experts' all-to-alls fall, for the timelines; a caller that
+    reads only the figures, the tuner, leaves it)."""
     b = built or build(s, profile, workload)
     plan = lower_built(b)
     trace = simulate(plan, b.workload.costs, s.pipeline.comm, kernel=s.simulator.kernel)
@@ -127,4 +130,7 @@ def predict(s: Scenario, profile: Profile | None = None, workload: Workload | No
     costs = b.workload.costs
     if any(c.forward_overlap_ms or c.backward_overlap_ms for c in costs.stages):  # the experts' all-to-alls
         trace.meta["alltoall_ms"] = [alltoall_ms(costs, rank) for rank in b.plan.actions]
+        if placements:
+            trace.meta["alltoall_spans"] = [[[round(t0, 6), round(t1, 6)] for t0, t1 in r]
+                                            for r in alltoall_intervals(trace, costs)]
     return Prediction(scenario=s, plan=plan, workload=b.workload, trace=trace)

@@ -28,6 +28,8 @@ from ppsim.trace.trace import LANES, Counter, Span, Trace, lane_of
 
 CHROME_VERSION = 1
 FLOW_CAT = "p2p"
+ALLTOALL_CAT = "alltoall"  #: the slices of the experts' all-to-alls (meta["alltoall_spans"])
+ALLTOALL_THREAD = "all-to-all"  #: their thread on each rank that has some
 _THREADS_PER_PID = 1000  #: tid = pid * 1000 + position, position 1..999
 _META_ARG = {  # metadata event name -> the arg it carries
     "process_name": "name",
@@ -92,7 +94,8 @@ def to_chrome_trace(trace: Trace) -> dict[str, Any]:
     meta_events, tid_of = _process_and_thread_names(trace, copies)
     slices = _slices(spans, ns, [tid_of[(s.rank, s.lane, copy_of[i])] for i, s in enumerate(spans)])
     return {
-        "traceEvents": meta_events + slices + _flows(spans, ns, slices) + _counter_events(trace),
+        "traceEvents": meta_events + slices + _flows(spans, ns, slices) + _alltoall_slices(trace, tid_of)
+        + _counter_events(trace),
         "displayTimeUnit": "ms",
         "otherData": _other_data(trace),
     }
@@ -119,7 +122,9 @@ def _process_and_thread_names(trace: Trace, copies: dict[tuple[int, str], int]
             {"ph": "M", "name": "process_name", "pid": pid, "tid": main_tid, "args": {"name": name}},
             {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": main_tid, "args": {"sort_index": rank}},
         ]
-        threads = [(lane, c) for lane in LANES for c in range(max(1, copies.get((rank, lane), 0)))]
+        threads: list[tuple[str, int]] = [(lane, c) for lane in LANES for c in range(max(1, copies.get((rank, lane), 0)))]
+        if _alltoalls(trace, rank):
+            threads.append((ALLTOALL_THREAD, 0))
         if len(threads) >= _THREADS_PER_PID:
             raise TraceError(f"rank {rank} needs {len(threads)} timeline threads; at most {_THREADS_PER_PID - 1} fit")
         for pos, (lane, c) in enumerate(threads, start=1):
@@ -130,6 +135,25 @@ def _process_and_thread_names(trace: Trace, copies: dict[tuple[int, str], int]
                 {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": pos}},
             ]
     return events, tid_of
+
+
+def _alltoalls(trace: Trace, rank: int) -> list[list[float]]:
+    """[start, end] ms of rank ``rank``'s expert-parallel all-to-alls (``meta["alltoall_spans"]``)."""
+    per_rank = trace.meta.get("alltoall_spans") or []
+    return per_rank[rank] if rank < len(per_rank) else []
+
+
+def _alltoall_slices(trace: Trace, tid_of: dict[tuple[int, str, int], int]) -> list[dict[str, Any]]:
+    """A slice per expert-parallel all-to-all, on its rank's own thread; read back from the meta,
+    not as spans (they are not actions of the plan)."""
+    out = []
+    for rank in range(trace.num_ranks):
+        for t0, t1 in _alltoalls(trace, rank):
+            start, end = _ns(t0), _ns(t1)
+            out.append(dict(ph="X", name="all-to-all", cat=ALLTOALL_CAT, pid=rank + 1,
+                            tid=tid_of[(rank, ALLTOALL_THREAD, 0)], ts=_us(start), dur=_us(end - start),
+                            args={"start_ms": t0, "end_ms": t1}))
+    return out
 
 
 def _slices(spans: list[Span], ns: list[tuple[int, int]], tids: list[int]) -> list[dict[str, Any]]:
@@ -352,6 +376,8 @@ def from_chrome_trace(doc: Any) -> Trace:
     for i, ev in enumerate(events):
         ph = ev.get("ph")
         try:
+            if ph == "X" and ev.get("cat") == ALLTOALL_CAT:
+                continue  # the all-to-alls come back with the meta
             if ph == "X":
                 key = (ev["pid"], ev["tid"])
                 if key not in lanes:

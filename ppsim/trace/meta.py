@@ -92,6 +92,9 @@ class TraceMeta(TypedDict, total=False):
     memory_measured: MemorySource | None
     forward_calls: dict[str, int] | None
     alltoall_ms: list[float]  #: per rank, the time its MoE layers spent in expert-parallel all-to-alls
+    #: per rank, [start, end] ms of each expert-parallel all-to-all (dispatch or combine): where a prediction
+    #: places them in its passes (ppsim.prediction.alltoall), or when a measured run's ranks were in them
+    alltoall_spans: list[list[list[float]]]
     #: the busiest expert-parallel rank's token copies over the mean: measured (the median over layers), or the
     #: prediction's (model.moe.skew, or its routing's draw averaged over the layers)
     routing_skew: float

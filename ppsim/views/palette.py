@@ -21,6 +21,8 @@ KIND_COLORS: dict[Kind, str] = {
     Kind.OVERLAP_F_B: "#8E6BBF",  #: an overlapped forward and backward (DualPipe)
 }
 UNKNOWN_KIND_COLOR = "#888888"
+#: an expert-parallel all-to-all (dispatch or combine) on the collective lane: not an action of the plan
+ALLTOALL_COLOR = "#17becf"
 
 #: line colours of the memory plot, one per rank (darker than the kind colours, so they read apart)
 RANK_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#a6761d", "#666666", "#17becf")

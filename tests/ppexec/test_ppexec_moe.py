@@ -138,6 +138,11 @@ def test_a_pipelined_moe_run_trains_like_one_process(tmp_path: Path, schedule: s
         for trace in result.traces:  # every rank timed its MoE layers' all-to-alls, and the routing's imbalance
             assert len(trace.meta["alltoall_ms"]) == stages and min(trace.meta["alltoall_ms"]) > 0
             assert 1.0 <= trace.meta["routing_skew"] <= ep
+            # where: each inside one of its rank's passes, on the trace's clock, adding up to the total
+            for rank, spans in enumerate(trace.meta["alltoall_spans"]):
+                assert sum(t1 - t0 for t0, t1 in spans) == pytest.approx(trace.meta["alltoall_ms"][rank])
+                passes = [(s.start, s.end) for s in trace.spans if s.rank == rank and s.lane == "compute"]
+                assert all(any(a - 1e-6 <= t0 <= t1 <= b + 1e-6 for a, b in passes) for t0, t1 in spans)
 
 
 def test_a_rank_whose_experts_get_no_token_still_runs_every_backward_all_to_all() -> None:

@@ -152,7 +152,7 @@ def _simulated(s: Any, built: Any, ev: Evaluation) -> Evaluation:
     from ppsim.trace.metrics import headline
 
     c = ev.candidate
-    head = headline(predict(s, built=built).trace)
+    head = headline(predict(s, built=built, placements=False).trace)
     return replace(
         ev, simulated=True, step_time_ms=head.step_time_ms, throughput_samples_per_s=head.throughput_samples_per_s,
         tokens_per_s=head.tokens_per_s, mfu=head.mfu, bubble_fraction=head.bubble_fraction,

@@ -17,7 +17,7 @@ from ppsim.errors import TraceError
 from ppsim.plan import Kind
 from ppsim.trace import LANES, Span, Trace
 from ppsim.views.labels import bar_text, chunk_of_stage
-from ppsim.views.palette import KIND_COLORS, UNKNOWN_KIND_COLOR
+from ppsim.views.palette import ALLTOALL_COLOR, KIND_COLORS, UNKNOWN_KIND_COLOR
 
 if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
@@ -55,9 +55,18 @@ class Rows:
         return [(lo, hi) for _, (lo, hi) in sorted(bands.items())]
 
 
+ALLTOALL = "all-to-all"  #: the legend's name of the experts' dispatch and combine
+
+
+def alltoall_spans(trace: Trace) -> list[list[list[float]]]:
+    """Per rank, [start, end] of each expert-parallel all-to-all the trace records (its metadata)."""
+    return trace.meta.get("alltoall_spans") or []
+
+
 def trace_lanes(trace: Trace) -> list[str]:
-    """The lanes the trace uses, compute first, then in :data:`LANES` order, then any others."""
-    used = {s.lane for s in trace.spans}
+    """The lanes the trace uses, compute first, then in :data:`LANES` order, then any others (the
+    collective lane also when the trace records all-to-alls)."""
+    used = {s.lane for s in trace.spans} | ({"collective"} if any(alltoall_spans(trace)) else set())
     return ["compute"] + [ln for ln in LANES if ln != "compute" and ln in used] + sorted(used - set(LANES))
 
 
@@ -155,6 +164,28 @@ def bar_traces(trace: Trace, rows: Rows, legend_shown: set[Kind] | None = None, 
         shown.add(kind)
         out.append(bar)
     return out
+
+
+def alltoall_bar(trace: Trace, rows: Rows) -> go.Bar | None:
+    """The experts' all-to-alls as one bar trace on each rank's collective row (None without any)."""
+    import numpy as np
+    import plotly.graph_objects as go
+
+    found = [(rank, t0, t1) for rank, spans in enumerate(alltoall_spans(trace)) for t0, t1 in spans
+             if (rank, "collective") in rows.position]
+    if not found:
+        return None
+    what = "prediction places it" if trace.meta.get("source") != "measured" else "rank was in all_to_all_single"
+    hover = (f"<b>{ALLTOALL}</b> (dispatch or combine)<br>rank %{{customdata[0]}} · collective"
+             "<br>start %{base:.3f} ms<br>end %{x:.3f} ms<br>duration %{customdata[1]:.3f} ms"
+             f"<br>where the {what}<extra></extra>")
+    return go.Bar(name=ALLTOALL, legendgroup=ALLTOALL, orientation="h",
+                  base=np.round([t0 for _, t0, _ in found], 3).tolist(),
+                  x=np.array([t1 - t0 for _, t0, t1 in found], dtype=np.float32),
+                  y=np.array([rows.position[(r, "collective")] for r, _, _ in found], dtype=np.float32),
+                  width=rows.height["collective"] * BAR_FILL, marker={"color": ALLTOALL_COLOR, "line": {"width": 0}},
+                  customdata=np.array([[r, t1 - t0] for r, t0, t1 in found], dtype=np.float32),
+                  hovertemplate=hover, _validate=False)
 
 
 def rows_axis(rows: Rows, tick_size: int = 11) -> dict[str, Any]:
