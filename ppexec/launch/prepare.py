@@ -117,6 +117,10 @@ def check_buildable(s: Scenario) -> None:
         raise PpsimError("ppexec's MoE layers run without tensor parallelism (their experts are split over the "
                          "replicas by expert_parallel); ppsim predicts it, for a run use tensor_parallel: 1",
                          field="tensor_parallel")
+    if s.model.moe is not None and s.expert_tensor > 1:
+        raise PpsimError("ppexec runs each expert whole on the replicas that hold it; ppsim predicts "
+                         f"expert_tensor_parallel {s.expert_tensor}, for a run use expert_tensor_parallel: 1",
+                         field="expert_tensor_parallel")
     if s.training.sequence_parallel:
         raise PpsimError("ppexec's tensor parallelism keeps whole activations outside the split matmuls, without "
                          "Megatron's sequence parallelism; ppsim predicts it, for a run use sequence_parallel: false",

@@ -122,6 +122,9 @@ PLAN_OPTIONS: dict[str, _PlanOption] = {
     "expert_parallel": _PlanOption(int | None, lambda: typer.Option(
         None, "--expert-parallel", min=1, help="Expert-parallel devices EP sharing each MoE layer's experts (folded "
                                                "into the stage's tensor x context x data-parallel devices).")),
+    "expert_tensor_parallel": _PlanOption(int | None, lambda: typer.Option(
+        None, "--expert-tensor-parallel", min=1, help="Devices ETP each expert's matrices are split over (default: "
+                                                      "the tensor parallelism; 1: each expert whole, as DeepSeek runs).")),
     "micro_batch": _PlanOption(int | None, lambda: typer.Option(
         None, "--micro-batch-size", min=1, help="Sequences per micro-batch b (the global batch holds).")),
     "recompute": _PlanOption(Recompute | None, lambda: typer.Option(
@@ -133,8 +136,8 @@ PLAN_OPTIONS: dict[str, _PlanOption] = {
                                "reference; pip install 'ppsim[reference]'): the same trace, at different speeds.")),
 }
 #: the options that shape the plan beyond the pipeline (every command that takes a plan takes these)
-PARALLEL_OPTIONS = ("data_parallel", "tensor_parallel", "context_parallel", "expert_parallel", "micro_batch",
-                    "recompute", "zero_stage")
+PARALLEL_OPTIONS = ("data_parallel", "tensor_parallel", "context_parallel", "expert_parallel",
+                    "expert_tensor_parallel", "micro_batch", "recompute", "zero_stage")
 
 
 def plan_options(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -20,8 +20,10 @@ class Links:
     context_parallel: Link  #: a ring over a context-parallel group (its K/V exchange)
     #: an all-to-all over an expert-parallel group (a MoE layer's dispatch and combine)
     expert_parallel: Link = Link(latency_ms=0.0)
+    #: a ring over an expert-tensor-parallel group (the all-gather of a MoE layer's dispatched tokens)
+    expert_tensor: Link = Link(latency_ms=0.0)
     #: between the ranks of the first and the last virtual stage (the tied embedding's gradient
-    #: all-reduce); None when they are one rank
+    #: all-reduce); None when they are one rank or, on a cluster, when the model ties no embedding
     embedding: Link | None = None
     #: with a cluster under the network model: its links, the routes of each boundary's messages and
     #: each virtual stage's data-parallel rings (per byte of ring traffic), for the costs' Fabric
@@ -63,6 +65,7 @@ def scenario_links(s: Scenario, device: Device, stage_to_rank: tuple[int, ...]) 
         tensor_parallel=_link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
         context_parallel=_link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
         expert_parallel=_link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
+        expert_tensor=_link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
         embedding=boundary if stage_to_rank[0] != stage_to_rank[-1] else None,
     )
 
@@ -97,7 +100,7 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank
     boundaries, dp, tp = cl.plan_links(cluster, stage_to_rank, p, d, t, spec.placement)
     first, last = stage_to_rank[0], stage_to_rank[-1]
     embedding = None
-    if first != last:  # every replica's and tensor rank's pair at once
+    if first != last and s.model is not None and s.model.tie_embeddings:  # every replica's and tensor rank's pair at once
         flows = [(cl.device_of(first, r, k, p, d, t, spec.placement), cl.device_of(last, r, k, p, d, t, spec.placement))
                  for r in range(d) for k in range(t)]
         embedding = as_link(cl.route_link(cluster, flows))
@@ -108,4 +111,6 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank
                               tuple(map(_route, reduce)), _route(pipeline))
     context = as_link(cl.context_parallel_link(cluster, p, d, t, cp, spec.placement))
     experts = as_link(cl.expert_parallel_link(cluster, p, d, t, s.expert_parallel, s.expert_tensor, spec.placement))
-    return Links(tuple(as_link(b) for b in boundaries), as_link(dp), as_link(tp), context, experts, embedding, fabric)
+    expert_tensor = as_link(cl.expert_tensor_link(cluster, p, d, t, s.expert_tensor, spec.placement))
+    return Links(tuple(as_link(b) for b in boundaries), as_link(dp), as_link(tp), context, experts, expert_tensor,
+                 embedding, fabric)

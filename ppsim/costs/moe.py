@@ -29,9 +29,11 @@ The experts' parameters are sharded and their gradients reduced over the EDP rep
 stage's d x cp); :func:`reduced_params` gives a one-group reduction of a stage's parameters the
 same ring traffic per device. Tensor parallelism's collectives: a MoE block keeps the attention's
 (half a dense block's) and the shared experts' (the other half), not the routed experts' (their
-tokens move by the all-to-all). Not modelled: dropped tokens (capacity factors: ppsim is dropless),
-the router's auxiliary loss, DeepEP's and the flex dispatcher's kernels (priced as the all-to-all
-they replace), the all-gather of the dispatched tokens inside an ETP group when ETP > 1.
+tokens move by the all-to-all); with ETP > 1 the dispatch all-gathers each device's dispatched
+copies over its ETP group and the combine reduce-scatters them (Megatron's dispatcher), priced
+with the all-to-alls (:func:`~ppsim.costs.analytic.expert_alltoalls`). Not modelled: dropped
+tokens (capacity factors: ppsim is dropless), the router's auxiliary loss, DeepEP's and the flex
+dispatcher's kernels (priced as the all-to-all they replace).
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
             parts += [moe_block] * moe_blocks
         parts += ([profile.embedding] if k == 0 else []) + ([profile.head] if k == n - 1 else [])
         recomputed = moe_blocks + (st.blocks - moe_blocks) * dense_share  # blocks of the profiled kind, in time
-        a2a = expert_alltoalls(s, st, exchange_link)
+        a2a = expert_alltoalls(s, st, exchange_link, gather_link)
         extra = profile.overhead(k, n)
         reduce_ms, buckets = grad_allreduce(st.reduced_params * layout.dtype_bytes, d, reduce_link, training.allreduce,
                                             training.bucket_mb * 1e6)

@@ -435,6 +435,18 @@ def expert_parallel_link(cluster: Cluster, p: int, d: int, t: int, ep: int, etp:
     return LinkSpeed(bandwidth, latency_us)
 
 
+@lru_cache(maxsize=64)
+def expert_tensor_link(cluster: Cluster, p: int, d: int, t: int, etp: int, placement: Placement) -> LinkSpeed:
+    """The link of a ring over each expert-tensor-parallel group, all groups at once: ``etp``
+    consecutive devices of a stage's t x d (tensor rank fastest, as :func:`expert_parallel_link`
+    tiles them)."""
+    if etp <= 1:
+        return FREE
+    groups = [[device_of(s, pos // t, pos % t, p, d, t, placement) for pos in range(first, first + etp)]
+              for s in range(p) for first in range(0, t * d, etp)]
+    return group_link(cluster, groups)
+
+
 def tensor_parallel_link(cluster: Cluster, p: int, d: int, t: int, placement: Placement) -> LinkSpeed:
     groups = [[device_of(s, r, k, p, d, t, placement) for k in range(t)] for s in range(p) for r in range(d)]
     return group_link(cluster, groups)

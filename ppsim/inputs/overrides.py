@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 PIPELINE_KEYS = ("schedule", "stages", "microbatches", "chunks", "partition", "comm")
 #: plan option -> key of the training section
 TRAINING_KEYS = {"micro_batch": "micro_batch", "recompute": "recompute", "zero_stage": "zero_stage"}
-TOP_KEYS = ("data_parallel", "tensor_parallel", "context_parallel", "expert_parallel")
+TOP_KEYS = ("data_parallel", "tensor_parallel", "context_parallel", "expert_parallel", "expert_tensor_parallel")
 #: plan option -> key of the simulator section
 SIMULATOR_KEYS = {"kernel": "kernel"}
 
@@ -48,6 +48,7 @@ class PlanOverrides:
     tensor_parallel: int | None = None
     context_parallel: int | None = None
     expert_parallel: int | None = None
+    expert_tensor_parallel: int | None = None
     micro_batch: int | None = None
     recompute: str | None = None
     zero_stage: int | None = None

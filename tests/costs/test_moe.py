@@ -12,6 +12,7 @@ from ppsim.costs.layers import gpt_layers
 from ppsim.costs.moe import ExpertShard, alltoall_ms, reduced_params
 from ppsim.costs.table import Link
 from ppsim.errors import ScenarioError
+from ppsim.inputs.hardware import DEVICES
 from ppsim.inputs.scenario import ModelSpec, parse_scenario
 from ppsim.prediction import build
 
@@ -94,6 +95,29 @@ def test_skew_slows_the_layer_and_moves_more_bytes_but_not_the_model_flops() -> 
     a, b = even.workload.costs.stages[0], skewed.workload.costs.stages[0]
     assert b.forward_ms > a.forward_ms and b.forward_comm_ms == pytest.approx(1.5 * a.forward_comm_ms, rel=0.05)
     assert skewed.workload.model_flops_per_step == pytest.approx(even.workload.model_flops_per_step)
+
+
+def test_expert_tensor_parallelism_gathers_the_dispatched_tokens_over_its_group() -> None:
+    """t = 2 with sequence parallelism, EP 4, ETP 2: each MoE layer's dispatch all-gathers the
+    device's dispatched copies over its ETP pair and the combine reduce-scatters them, a ring of 2
+    moving half of 2 x the dispatch's bytes each, in each pass; with ETP 1 the same layout has only
+    the all-to-alls (and twice the expert weights per device)."""
+    from ppsim.costs.collectives import ring_allgather_ms
+    from ppsim.costs.table import Link
+
+    def stage(etp: int) -> Any:
+        return build(parse_scenario(scenario(tensor_parallel=2, data_parallel=4, expert_parallel=4,
+                                             expert_tensor_parallel=etp,
+                                             training={"sequence_parallel": True}))).workload.costs.stages[0]
+
+    one, two = stage(1), stage(2)
+    tokens = 4096 // 2  # b s / t
+    dispatch = tokens * 2 * 4096 * 2  # k copies of h values, 2 bytes
+    nvlink = Link.from_gb_s(DEVICES["h100-sxm"].intra_node_gb_s, DEVICES["h100-sxm"].intra_node_latency_us)
+    gathers = 4 * 2 * ring_allgather_ms(2 * dispatch, 2, nvlink)  # 4 MoE layers, a gather and a scatter each
+    assert two.forward_overlap_ms - one.forward_overlap_ms == pytest.approx(gathers, rel=1e-9)
+    assert two.backward_overlap_ms - one.backward_overlap_ms == pytest.approx(gathers, rel=1e-9)
+    assert one.params - two.params == 4 * 2 * 3 * 4096 * 14336 // 2  # 2 experts of 8 a layer, half each
 
 
 def test_dualpipev_hides_the_all_to_alls_behind_the_other_micro_batch() -> None:

@@ -300,6 +300,7 @@ def test_tune_searches_expert_parallelism_for_a_mixture_of_experts() -> None:
     data = load(SCENARIOS / "mixtral-8x7b.yaml").model_dump(exclude_none=True)
     data["model"]["layers"] = 4
     data.pop("cluster")
+    data.pop("expert_tensor_parallel", None)  # the search chooses it
     data["training"]["global_batch"] = 16
     data["pipeline"].update(stages=1, chunks=1, schedule="1f1b")
     data["data_parallel"] = 8
@@ -307,16 +308,65 @@ def test_tune_searches_expert_parallelism_for_a_mixture_of_experts() -> None:
     cands = candidates(s, SearchSpace(gpus=8, max_stages=2, schedules=("1f1b",), recompute=("none",), zero=(1,)))
     eps = {c.expert_parallel for c in cands}
     assert eps == {1, 2, 4, 8}
+    # each expert whole (ETP 1) or split as the tensor parallelism (Megatron's default)
+    assert {(c.tensor_parallel, c.expert_tensor) for c in cands} >= {(2, 1), (2, 2), (4, 1), (4, 4), (1, 1)}
     for c in cands:
         stage = c.tensor_parallel * c.data_parallel
-        assert stage % c.expert_parallel == 0 and 8 % c.expert_parallel == 0
+        assert c.expert_tensor in (1, c.tensor_parallel)
+        assert stage % (c.expert_parallel * c.expert_tensor) == 0 and 8 % c.expert_parallel == 0
         built = parse_scenario(apply(s.model_dump(exclude_none=True), c))
-        assert built.expert_parallel == c.expert_parallel
+        assert (built.expert_parallel, built.expert_tensor) == (c.expert_parallel, c.expert_tensor)
         assert built.training.sequence_parallel or c.tensor_parallel == 1 or c.expert_parallel == 1
     evals = [evaluate(s.model_dump(exclude_none=True), c) for c in cands[:40]]
     best = ranking(evals)[0]
     lines = explain(evals, best)
     assert any(line.startswith("ep=") for line in lines)
+
+
+def test_a_whole_expert_plan_needs_at_least_the_memory_of_its_split_twin() -> None:
+    """What the search's bounding relies on to skip ETP 1 plans whose ETP t twin does not fit: over
+    every t > 1 plan of a small MoE space, ETP 1's peak memory is at least ETP t's; and the search
+    bounds the same plans as fitting as bounding each one would."""
+    from dataclasses import replace
+
+    from conftest import SCENARIOS
+    from ppsim.search.tune.evaluate import bound
+    from ppsim.search.tune.executors import local
+    from ppsim.search.tune.prune import _bounded
+
+    data = load(SCENARIOS / "mixtral-8x7b.yaml").model_dump(exclude_none=True)
+    data["model"]["layers"] = 8
+    data.pop("expert_tensor_parallel")
+    data.pop("cluster")
+    data["training"]["global_batch"] = 64
+    data["pipeline"].update(stages=1, chunks=1, schedule="1f1b")
+    data["data_parallel"] = 16
+    s = parse_scenario(data)
+    base = s.model_dump(exclude_none=True)
+    cands = candidates(s, SearchSpace(gpus=16, max_stages=2, schedules=("1f1b",), recompute=("none", "full"),
+                                      zero=(0, 1), micro_batches=(1, 4)))
+    known = set(cands)
+    whole = [c for c in cands if c.tensor_parallel > 1 and c.expert_tensor == 1
+             and replace(c, expert_tensor=c.tensor_parallel) in known]  # a twin the search also considers
+    assert len(whole) > 20
+    for c in whole:
+        a, b = bound(base, c), bound(base, replace(c, expert_tensor=c.tensor_parallel))
+        assert a.peak_memory_bytes is not None and b.peak_memory_bytes is not None
+        assert a.peak_memory_bytes >= b.peak_memory_bytes * (1 - 1e-12)
+    with local(base, 1) as ex:
+        searched = _bounded(ex, cands, None)
+    assert [e.fits for e in searched] == [bound(base, c).fits for c in cands]
+
+
+def test_a_scenario_that_sets_its_expert_tensor_parallelism_keeps_it() -> None:
+    from conftest import SCENARIOS
+
+    data = load(SCENARIOS / "mixtral-8x7b.yaml").model_dump(exclude_none=True)
+    data.pop("cluster")
+    data["expert_tensor_parallel"] = 1
+    s = parse_scenario(data)
+    cands = candidates(s, SearchSpace(gpus=64, max_stages=4, schedules=("1f1b",), recompute=("none",), zero=(1,)))
+    assert {c.expert_tensor for c in cands} == {1} and {c.tensor_parallel for c in cands} > {1}
 
 
 def test_the_expert_parallel_option_lays_the_experts_out() -> None:
@@ -326,6 +376,11 @@ def test_the_expert_parallel_option_lays_the_experts_out() -> None:
     assert res.exit_code == 0, res.output
     bad = runner.invoke(app, ["run", str(SCENARIOS / "mixtral-8x7b.yaml"), "--expert-parallel", "3"])
     assert bad.exit_code == 1 and "expert_parallel" in bad.output and "Traceback" not in bad.output
+    whole = runner.invoke(app, ["run", str(SCENARIOS / "mixtral-8x7b.yaml"), "--tensor-parallel", "2",
+                                "--data-parallel", "8", "--expert-parallel", "4", "--expert-tensor-parallel", "1", "--json"])
+    assert whole.exit_code == 0, whole.output
+    odd = runner.invoke(app, ["run", str(SCENARIOS / "mixtral-8x7b.yaml"), "--expert-tensor-parallel", "3"])
+    assert odd.exit_code == 1 and "expert_tensor_parallel" in odd.output and "Traceback" not in odd.output
 
 
 def test_the_ordered_bound_is_never_above_the_simulated_step() -> None:

@@ -111,11 +111,38 @@ def search(ex: Executor, cands: list[Candidate], *, top: int, groups: Sequence[G
 
 def _bounded(ex: Executor, cands: list[Candidate], progress: Progress | None) -> list[Evaluation]:
     """Every candidate bounded, in the candidates' order, but worked through in :func:`_order`,
-    so that a worker builds each plan and each set of costs once while it remembers them."""
-    ordered = sorted(range(len(cands)), key=lambda i: _order(cands[i]))
-    bounded = ex.map(bound, [cands[i] for i in ordered], progress)
-    at = {i: k for k, i in enumerate(ordered)}  # where each candidate went
-    return [bounded[at[i]] for i in range(len(cands))]
+    so that a worker builds each plan and each set of costs once while it remembers them. A plan
+    that keeps each expert whole (ETP 1) beside tensor parallelism needs at least the memory of its
+    twin that splits them as the tensor parallelism (the same plan with ETP t: the experts'
+    weights and gradients t times smaller, their optimizer state and the activations the same;
+    tests/search/test_tune.py checks it), so it is bounded only where that twin fits."""
+    index = {c: i for i, c in enumerate(cands)}
+    twin_of = {i: index[split] for i, c in enumerate(cands)
+               if c.expert_tensor == 1 and c.tensor_parallel > 1
+               and (split := replace(c, expert_tensor=c.tensor_parallel)) in index}
+    out: list[Evaluation | None] = [None] * len(cands)
+    first = [i for i in range(len(cands)) if i not in twin_of]
+    _bound_into(ex, cands, first, out, progress)
+    second = []
+    for i, j in twin_of.items():
+        twin = out[j]
+        assert twin is not None  # bounded in the first round
+        if twin.fits or twin.error is not None:
+            second.append(i)
+        else:  # more memory than a plan that does not fit
+            out[i] = Evaluation(cands[i], memory_capacity_bytes=twin.memory_capacity_bytes)
+    if progress:
+        progress(len(twin_of) - len(second))
+    _bound_into(ex, cands, second, out, progress)
+    return [e for e in out if e is not None]
+
+
+def _bound_into(ex: Executor, cands: list[Candidate], which: list[int], out: list[Evaluation | None],
+                progress: Progress | None) -> None:
+    """Bound the candidates ``which`` (indices into ``cands``) in :func:`_order` into ``out``."""
+    ordered = sorted(which, key=lambda i: _order(cands[i]))
+    for i, e in zip(ordered, ex.map(bound, [cands[i] for i in ordered], progress), strict=True):
+        out[i] = e
 
 
 def _order(c: Candidate) -> tuple[int, int, int, tuple[int, ...], Candidate, str]:

@@ -131,7 +131,8 @@ def print_result(result: TuneResult, top: int, console: Console | None = None) -
     table = Table(show_edge=False, pad_edge=False)
     experts = any(e.candidate.expert_parallel > 1 for e in ranked)  # a mixture of experts: its EP column
     columns: tuple[tuple[str, JustifyMethod], ...] = (
-        ("#", "right"), ("p", "right"), ("d", "right"), ("t", "right"), *((("ep", "right"),) if experts else ()),
+        ("#", "right"), ("p", "right"), ("d", "right"), ("t", "right"),
+        *((("ep", "right"), ("etp", "right")) if experts else ()),
         ("b", "right"), ("m", "right"), ("schedule", "left"), ("recompute", "left"), ("zero", "right"),
         ("step ms", "right"), ("samples/s", "right"), ("MFU", "right"), ("bubble", "right"), ("peak GiB", "right"))
     for col, justify in columns:
@@ -140,7 +141,7 @@ def print_result(result: TuneResult, top: int, console: Console | None = None) -
         k = e.candidate
         sched = k.schedule + (f" v={k.chunks}" if k.chunks > 1 else "")
         table.add_row(str(i), str(k.stages), str(k.data_parallel), str(k.tensor_parallel),
-                      *((str(k.expert_parallel),) if experts else ()), str(k.micro_batch),
+                      *((str(k.expert_parallel), str(k.expert_tensor)) if experts else ()), str(k.micro_batch),
                       str(k.microbatches), sched, k.recompute, str(k.zero_stage), f"{e.step_time_ms:,.1f}",
                       f"{e.throughput_samples_per_s:,.2f}", f"{(e.mfu or 0) * 100:.1f} %",
                       f"{(e.bubble_fraction or 0) * 100:.1f} %", f"{(e.peak_memory_bytes or 0) / GIB:,.1f}")

@@ -32,6 +32,7 @@ class Candidate:
     recompute: str
     zero_stage: int
     expert_parallel: int = 1
+    expert_tensor: int | None = None  #: each expert's matrices split over this many devices (a MoE model's ETP)
 
     @property
     def devices(self) -> int:
@@ -44,6 +45,7 @@ class Candidate:
     def label(self) -> str:
         sched = self.schedule + (f" v={self.chunks}" if self.chunks > 1 else "")
         ep = f" ep={self.expert_parallel}" if self.expert_parallel > 1 else ""
+        ep += f" etp={self.expert_tensor}" if self.expert_tensor is not None else ""
         return (f"p={self.stages} d={self.data_parallel} t={self.tensor_parallel}{ep} b={self.micro_batch} "
                 f"m={self.microbatches} {sched} recompute={self.recompute} zero={self.zero_stage}")
 
@@ -101,8 +103,8 @@ def candidates(s: Scenario, space: SearchSpace) -> list[Candidate]:
                         for z in space.zero:
                             if z and d * cp == 1:
                                 continue  # ZeRO-1 shards over replicas: with one it is the same plan
-                            out += [Candidate(p, d, t, b, mb, schedule, v, rc, z, ep)
-                                    for ep in _expert_parallel(s, t * cp * d, t)]
+                            out += [Candidate(p, d, t, b, mb, schedule, v, rc, z, ep, etp)
+                                    for ep, etp in _expert_layouts(s, t * cp * d, t)]
     if not out:
         raise PpsimError(
             f"no plan splits global_batch {gb} over {space.gpus} devices with micro-batches of "
@@ -112,18 +114,24 @@ def candidates(s: Scenario, space: SearchSpace) -> list[Candidate]:
     return out
 
 
-def _expert_parallel(s: Scenario, stage_devices: int, t: int) -> list[int]:
-    """The expert parallelism a plan may take: 1 without experts; else each power of two that
-    divides the experts and, with the expert tensor parallelism, the stage's devices."""
+def _expert_layouts(s: Scenario, stage_devices: int, t: int) -> list[tuple[int, int | None]]:
+    """The (expert parallelism, expert tensor parallelism) a plan may take: (1, None) without experts;
+    else the scenario's ETP if it sets one, or each of 1 (each expert whole) and t (Megatron's
+    default) that divides the experts' widths, with each power of two EP that divides the experts
+    and, times the ETP, the stage's devices."""
     moe = s.model.moe if s.model else None
     if moe is None:
-        return [1]
-    etp = s.expert_tensor_parallel or t
-    out, ep = [], 1
-    while ep <= moe.experts:
-        if moe.experts % ep == 0 and stage_devices % (ep * etp) == 0:
-            out.append(ep)
-        ep *= 2
+        return [(1, None)]
+    choices = [s.expert_tensor_parallel] if s.expert_tensor_parallel else sorted({1, t})
+    out: list[tuple[int, int | None]] = []
+    for etp in choices:
+        if moe.ffn_hidden % etp or moe.shared_ffn % etp:
+            continue
+        ep = 1
+        while ep <= moe.experts:
+            if moe.experts % ep == 0 and stage_devices % (ep * etp) == 0:
+                out.append((ep, etp))
+            ep *= 2
     return out
 
 
@@ -147,6 +155,8 @@ def apply(base: dict[str, Any], c: Candidate) -> dict[str, Any]:
     data["tensor_parallel"] = c.tensor_parallel
     if c.expert_parallel > 1 or "expert_parallel" in data:
         data["expert_parallel"] = c.expert_parallel
+    if c.expert_tensor is not None:
+        data["expert_tensor_parallel"] = c.expert_tensor
     training = dict(data.get("training", {}))
     training.update(micro_batch=c.micro_batch, recompute=c.recompute, zero_stage=c.zero_stage)
     drop_partial_recompute(training)
