@@ -16,11 +16,12 @@ from ppsim.errors import ScenarioError
 from ppsim.inputs.scenario import Scenario
 
 
-def blocks_per_stage(s: Scenario, stage_to_rank: Sequence[int], block: float, first_extra: float,
+def blocks_per_stage(s: Scenario, stage_to_rank: Sequence[int], block: float | Sequence[float], first_extra: float,
                      last_extra: float) -> list[int]:
     """Blocks per virtual stage as ``pipeline.partition`` says; ``balanced`` evens out ``block``
-    per layer plus the extras of the first and last stage (FLOPs, or measured milliseconds) over
-    the stages, or over the ranks when a rank holds several (``stage_to_rank``)."""
+    per layer (one cost for every layer, or each layer's) plus the extras of the first and last
+    stage (FLOPs, or measured milliseconds) over the stages, or over the ranks when a rank holds
+    several (``stage_to_rank``; there every block counts as the layers' mean)."""
     how = s.pipeline.partition
     layers = s.model.layers if s.model else 0
     n_virtual = len(stage_to_rank)
@@ -28,9 +29,10 @@ def blocks_per_stage(s: Scenario, stage_to_rank: Sequence[int], block: float, fi
         return list(how)
     if how == "uniform":
         return uniform(layers, n_virtual)
+    costs = [float(block)] * layers if isinstance(block, (int, float)) else list(block)
     if len(set(stage_to_rank)) < n_virtual:
-        return balanced_over_ranks(layers, stage_to_rank, block, first_extra, last_extra)
-    return balanced([block] * layers, n_virtual, first_extra, last_extra)
+        return balanced_over_ranks(layers, stage_to_rank, sum(costs) / max(layers, 1), first_extra, last_extra)
+    return balanced(costs, n_virtual, first_extra, last_extra)
 
 
 def uniform(layers: int, parts: int) -> list[int]:

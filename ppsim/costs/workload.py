@@ -68,15 +68,21 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
     blocks = None
     if layers is not None:
         emb, block, head = layers
+        loads: tuple[float | list[float], float, float]  # per layer (one for all, or each layer's), first, last
         if profile is not None:
             from ppsim.costs.profiled import balancing_loads
 
             model = s.model
             share = model.moe.moe_layers(model.layers) / model.layers if model and model.moe else 0.0
             loads = balancing_loads(profile, share)
-        else:  # the last stage's head with the multi-token prediction modules that follow it
-            mtp = mtp_parts(s, layers, block_kinds(s, layers) or BlockKinds(block), stage_to_rank)
-            loads = (block.total_flops, emb.total_flops, head.total_flops + sum(x.total_flops for x in mtp))
+        else:  # each layer as its kind costs; the last stage's head with the multi-token prediction modules
+            kinds = block_kinds(s, layers) or BlockKinds(block)
+            mtp = mtp_parts(s, layers, kinds, stage_to_rank)
+            model = s.model
+            assert model is not None  # it has layers
+            per_layer = [kinds.family(model.moe is not None and model.moe.is_moe(i), model.is_windowed(i))[0].total_flops
+                         for i in range(model.layers)]
+            loads = (per_layer, emb.total_flops, head.total_flops + sum(x.total_flops for x in mtp))
         blocks = blocks_per_stage(s, stage_to_rank, *loads)
     layout = lay_out(s, blocks, layers, stage_to_rank, block_kinds(s, layers))
     if s.costs is not None:

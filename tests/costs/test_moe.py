@@ -306,3 +306,21 @@ def test_a_prediction_says_each_ranks_all_to_all_time() -> None:
     per_rank = trace.meta["alltoall_ms"]
     assert len(per_rank) == trace.num_ranks and min(per_rank) > 0
     assert "all-to-all ms" in [c.header for c in rank_table(summarize(trace)).columns]
+
+
+def test_the_balanced_partition_weighs_each_layer_as_its_kind_costs() -> None:
+    """4 dense layers, then 4 MoE layers running 4 experts a token (each about twice a dense
+    block): on 2 stages the balanced split gives the first stage the light layers and one heavy
+    one, as evening the per-layer FLOPs (with the embedding and the head) says, not 4 and 4."""
+    from ppsim.costs.partition import balanced
+    from ppsim.costs.workload import model_layers
+
+    model = {**MIXTRAL, "layers": 8, "moe": {"experts": 8, "top_k": 4, "ffn_hidden": 14336, "dense_layers": 4}}
+    s = parse_scenario(scenario(model=model, data_parallel=8, expert_parallel=8,
+                                pipeline={"stages": 2, "microbatches": 4, "schedule": "1f1b"}))
+    emb, dense, head = model_layers(s)  # type: ignore[misc]
+    moe = model_layers(s, moe=True)[1]  # type: ignore[index]
+    assert moe.total_flops > 1.8 * dense.total_flops
+    want = balanced([dense.total_flops] * 4 + [moe.total_flops] * 4, 2, emb.total_flops, head.total_flops)
+    assert build(parse_scenario(scenario(model=model, pipeline={"stages": 2, "microbatches": 4, "schedule": "1f1b"})
+                                )).workload.partition == want == [5, 3]
