@@ -49,12 +49,13 @@ def summary_renderable(s: Summary) -> Group:
         plan += f", tensor parallel {meta['tensor_parallel']}"
     if (meta.get("context_parallel") or 1) > 1:
         plan += f", context parallel {meta['context_parallel']}"
-    if (meta.get("expert_parallel") or 1) > 1:
-        plan += f", expert parallel {meta['expert_parallel']}"
-        if meta.get("routing_skew") is not None:
-            plan += f" (busiest rank's tokens {meta['routing_skew']:.2f}x the mean)"
     if meta.get("num_devices"):
         plan += f" ({meta['num_devices']:,} devices)"
+    if (meta.get("expert_parallel") or 1) > 1:
+        plan += f", expert parallel {meta['expert_parallel']}"
+        skew = meta.get("routing_skew")
+        if skew is not None:
+            plan += " (routing balanced)" if skew == 1 else f" (busiest rank's tokens {skew:.2f}x the mean)"
     if meta.get("recompute") not in (None, "none"):
         plan += f", recompute {meta['recompute']}"
         if meta.get("recompute_layers"):
