@@ -24,7 +24,8 @@ The rules (what ppsim assumes where a row is silent is printed with it):
   micro-batch's compute) where the recipe sets ``overlap_moe_expert_parallel_comm`` (40 rows), its
   ``delay_wgrad_compute`` priced as not delayed; elsewhere (interleaved) 1F1B with the all-to-alls
   exposed; HybridEP / DeepEP priced as the all-to-all they replace;
-- selective recomputation of modules (``mla_up_proj``, ``moe_act``, ``layernorm``) priced as none;
+- selective recomputation as the recipe lists its modules (``recompute_modules``: ``core_attn``,
+  ``mla_up_proj``, ``moe_act``, ``layernorm`` priced; ``mlp`` and ``moe`` priced as none);
 - precision, devices, the distributed optimizer and its overlaps as ``bench/published_modern.py``
   takes them;
 - not expressible (reported, not predicted): hybrid Mamba-MoE models (Nemotron 3), a model whose
@@ -38,7 +39,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -46,9 +47,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import published_modern as dense  # noqa: E402  # the dense set's rules for precision, devices, partitions
 
+from ppsim.inputs.choices import RecomputeModule  # noqa: E402
 from ppsim.inputs.overrides import sequence_parallel_for_experts  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "published_moe.yaml"
+PRICED_MODULES = get_args(RecomputeModule)  #: the selective recomputation modules ppsim prices
 MLA_MODELS = ("DeepSeekV3", "Kimi-K2")
 
 
@@ -131,8 +134,10 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
     # run had none ("DeepSeekV3 (w/o MTP)": its published FLOPs per token leave them out too)
     if settings.get("mtp_num_layers") and "w/o MTP" not in str(row.get("model_as_written", "")):
         model["mtp_layers"] = int(settings["mtp_num_layers"])
-    if settings.get("recompute_modules"):
-        assumed.append("selective recomputation of modules priced as none")
+    modules = list(settings.get("recompute_modules") or [])
+    unpriced = [m for m in modules if m not in PRICED_MODULES]
+    if unpriced:
+        assumed.append(f"selective recomputation of {', '.join(sorted(set(unpriced)))} priced as none")
     layout = settings.get("pipeline_model_parallel_layout")
     if layout:
         partition: list[int] | str = layout_partition(str(layout))
@@ -152,6 +157,11 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
     training["overlap_param_gather"] = bool(settings.get("overlap_param_gather")) and training["zero_stage"] == 1
     if settings.get("recompute_granularity") == "full":
         training["recompute"] = "full"
+    elif settings.get("recompute_granularity") == "selective":  # Megatron's modules: unset, the attention core
+        listed = ["core_attn"] if settings.get("recompute_modules") is None else modules
+        priced = [m for m in listed if m in PRICED_MODULES]
+        if priced:
+            training.update(recompute="selective", recompute_modules=priced)
     sequence_parallel_for_experts({"tensor_parallel": tp, "expert_parallel": row["ep"]}, training)
     training["tp_comm_overlap"] = bool(settings.get("tp_comm_overlap_effective")) and training["sequence_parallel"]
     if row["precision"] != "BF16":

@@ -117,6 +117,10 @@ def check_buildable(s: Scenario) -> None:
         raise PpsimError("ppexec's MoE layers run without tensor parallelism (their experts are split over the "
                          "replicas by expert_parallel); ppsim predicts it, for a run use tensor_parallel: 1",
                          field="tensor_parallel")
+    if s.training.recompute_modules not in (None, ["core_attn"]):
+        raise PpsimError("ppexec's selective recomputation recomputes the attention core; ppsim predicts "
+                         f"recompute_modules {s.training.recompute_modules}, for a run leave it out",
+                         field="training.recompute_modules")
     if s.model.moe is not None and s.expert_tensor > 1:
         raise PpsimError("ppexec runs each expert whole on the replicas that hold it; ppsim predicts "
                          f"expert_tensor_parallel {s.expert_tensor}, for a run use expert_tensor_parallel: 1",

@@ -16,6 +16,7 @@ the vocabulary split t ways).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ppsim.costs.elementwise import Traffic, block_traffic, embedding_traffic, head_traffic
@@ -23,6 +24,7 @@ from ppsim.costs.gemms import Gemm, PassGemms, attended_keys, block_gemms, head_
 from ppsim.costs.low_precision import LowPrecision
 from ppsim.costs.memory import Recompute, block_activation_bytes
 from ppsim.costs.moe import ExpertShard, router_flops
+from ppsim.costs.recompute import attention_mode, module_recompute, selective_modules
 from ppsim.inputs.scenario import DTYPE_BYTES, ModelSpec
 
 
@@ -76,7 +78,8 @@ def mla_linears(model: ModelSpec, tensor_parallel: int) -> list[tuple[float, flo
 def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none", tensor_parallel: int = 1, *,
                sequence_parallel: bool = False, flash_attention: bool = False, narrow: LowPrecision | None = None,
                context_parallel: int = 1, experts: ExpertShard | None = None,
-               windowed: bool = False) -> tuple[LayerCost, LayerCost, LayerCost]:
+               windowed: bool = False, recompute_modules: Sequence[str] | None = None
+               ) -> tuple[LayerCost, LayerCost, LayerCost]:
     """(embedding, one transformer block, LM head) for one micro-batch, per device of a tensor-
     parallel group of ``tensor_parallel`` (Megatron: the matmuls, the vocabulary and the heads are
     split t ways). With recompute, the block's input-grad pass also runs the recomputed forward
@@ -88,7 +91,8 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     ``experts`` the block is a MoE layer as one device holds it (:mod:`ppsim.costs.moe`). With
     ``windowed`` its attention looks back through ``model.attention_window``: a FlashAttention kernel
     runs the window's band (:func:`~ppsim.costs.gemms.attended_keys`), the unfused path still computes
-    every score and masks the rest."""
+    every score and masks the rest. ``recompute_modules``: what selective recomputation recomputes
+    (:mod:`ppsim.costs.recompute`; None: the attention core)."""
     b, h, a, V = micro_batch, model.hidden, model.heads, model.vocab
     f = experts.mlp_width() if experts else model.ffn
     s, keys = model.seq_len // context_parallel, model.seq_len  # a device's tokens; the keys they see
@@ -110,10 +114,13 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     masked = 0.0 if flash_attention else 3 * whole * (1 - attended)  # of the forward's and the input grad's
     # what the backward runs again: the recomputed forward (all of it, or the attention core), and
     # under FlashAttention half the attention core (the scores) whatever the recompute mode
-    if flash_attention:
-        recomputed = (matmul + attention if recompute == "full" else 0) + attention / 2
+    modules = selective_modules(recompute, recompute_modules)
+    core = attention_mode(recompute, modules)  # the attention core's mode: selective without core_attn is none
+    if flash_attention:  # the scores' share of the core: a half, or qk / (qk + v) with MLA's heads
+        scores = model.mla.qk_dim / (model.mla.qk_dim + model.mla.v_head_dim) if model.mla else 0.5
+        recomputed = (matmul + attention if recompute == "full" else 0) + attention * scores
     else:
-        recomputed = {"none": 0, "selective": attention, "full": matmul + attention}[recompute]
+        recomputed = {"none": 0, "selective": attention, "full": matmul + attention}[core]
     if model.mlp == "swiglu":  # Llama-style block: no biases, two RMSNorms
         block_params = int((2 + 2 * g) * h * q + 3 * h * f) // t + 2 * h
         attention_params, norms = (2 + 2 * g) * h * q, 2 * h
@@ -146,7 +153,7 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         masked += 3 * 2 * mlp_mats * tokens * h * experts.moe.top_k * (experts.skew - 1) * experts.moe.ffn_hidden
     traffic = block_traffic(s, b, h, a, f, e, tensor_parallel=t,
                             sequence_parallel=sequence_parallel, flash_attention=flash_attention,
-                            dropout=model.dropout, swiglu=model.mlp == "swiglu", recompute=recompute, kv_len=keys)
+                            dropout=model.dropout, swiglu=model.mlp == "swiglu", recompute=core, kv_len=keys)
     traffic = Traffic(traffic.forward + permute, traffic.backward + 2 * permute,
                       traffic.recompute + (permute if recompute == "full" else 0.0))
     casts, weight_casts, extra_weight = Traffic(0.0, 0.0), 0.0, 0.0
@@ -160,7 +167,7 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         extra_weight = linear_params * (narrow.weight_bytes_per_param(e) - e)
     # MLA keeps Q and K of a x qk_dim and V and the output of a x v_head_dim: the (2 + 2 kv/a) x width
     # values of multi-head attention (kv = a) at half their sum
-    held = block_activation_bytes(s, b, h, a, e, recompute, t, kv_heads=model.kv, ffn_hidden=f, mlp=model.mlp,
+    held = block_activation_bytes(s, b, h, a, e, core, t, kv_heads=model.kv, ffn_hidden=f, mlp=model.mlp,
                                   attention_width=q if not model.mla else a * (model.mla.qk_dim + model.mla.v_head_dim) // 2,
                                   sequence_parallel=sequence_parallel, flash_attention=flash_attention,
                                   dropout=model.dropout, linear_input_bytes=narrow.value_bytes if narrow else None,
@@ -168,11 +175,23 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     if experts and recompute != "full":
         held += int(experts.extra_activation_bytes(tokens, h, e))
     gemms = block_gemms(s, b, h, a, model.kv, f, swiglu=model.mlp == "swiglu", tensor_parallel=t, head_dim=model.head_width,
-                        recompute=recompute, flash_attention=flash_attention, kv_len=keys, mlp=experts is None,
+                        recompute=core, flash_attention=flash_attention, kv_len=keys, mlp=experts is None,
                         attention_linears=latent, window=window,
                         score_dims=(model.mla.qk_dim, model.mla.v_head_dim) if model.mla else None)
     if experts:
         gemms += experts.gemms(tokens, h, t, model.mlp == "swiglu", recomputed=recompute == "full")
+    if modules - {"core_attn"}:  # the other modules selective recomputation recomputes
+        mla = model.mla
+        extra = module_recompute(
+            modules, tokens=b * s, hidden=h, tensor_parallel=t, sequence_parallel=sequence_parallel, dtype_bytes=e,
+            linear_input_bytes=narrow.value_bytes if narrow else e, swiglu=model.mlp == "swiglu",
+            routed_width=experts.moe.top_k * experts.skew * experts.moe.ffn_hidden if experts else 0.0,
+            mla_up=[(i, o) for i, o in latent or [] if mla and i in (mla.q_lora_rank, mla.kv_lora_rank)],
+            mla_kept=a * (2 * mla.qk_dim + mla.v_head_dim) / t if mla else 0.0)
+        held = max(0, held - int(extra.saved_bytes))
+        recomputed += extra.flops
+        traffic = Traffic(traffic.forward, traffic.backward, traffic.recompute + extra.traffic_bytes)
+        gemms += PassGemms(input_grad=extra.gemms)
     block = LayerCost(
         name="block",
         forward_flops=matmul + attention,

@@ -130,7 +130,8 @@ def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompu
     experts = ExpertShard.of(s.model, s.expert_parallel, s.expert_tensor) if moe and s.model.moe else None
     layers = gpt_layers(s.model, training.micro_batch, recompute or training.recompute, t,
                         sequence_parallel=training.sequence_parallel, flash_attention=training.flash_attention,
-                        narrow=narrow, context_parallel=s.context_parallel, experts=experts, windowed=windowed)
+                        narrow=narrow, context_parallel=s.context_parallel, experts=experts, windowed=windowed,
+                        recompute_modules=training.recompute_modules)
     if profile is not None and t > 1:
         whole_emb, _, whole_head = gpt_layers(s.model, training.micro_batch, training.recompute, 1)
         emb, block, head = layers
@@ -181,6 +182,9 @@ def _check_profile(s: Scenario, profile: Profile) -> None:
     if s.model is not None and s.model.mtp_layers:
         raise ScenarioError("a profile times no multi-token prediction module; predict model.mtp_layers from the "
                             "model (no --profile)", field="--profile")
+    if s.training.recompute_modules not in (None, ["core_attn"]):
+        raise ScenarioError("a profile times selective recomputation of the attention core; predict other "
+                            "training.recompute_modules from the model (no --profile)", field="--profile")
     if s.model is not None and s.model.attention_window is not None:
         raise ScenarioError("a profile times blocks that attend to every earlier key; predict model.attention_window "
                             "from the model (no --profile)", field="--profile")

@@ -87,9 +87,12 @@ def plan_mapping(data: dict[str, Any], plan: PlanOverrides) -> dict[str, Any]:
 
 def drop_partial_recompute(training: dict[str, Any]) -> None:
     """Drop ``recompute_layers`` from a training mapping whose recompute mode is no longer ``full``
-    (it counts fully recomputed blocks; a plan that recomputes otherwise has none)."""
+    (it counts fully recomputed blocks; a plan that recomputes otherwise has none), and
+    ``recompute_modules`` from one whose mode is no longer ``selective``."""
     if training.get("recompute", "none") != "full":
         training.pop("recompute_layers", None)
+    if training.get("recompute", "none") != "selective":
+        training.pop("recompute_modules", None)
 
 
 def sequence_parallel_for_experts(data: dict[str, Any], training: dict[str, Any]) -> None:

@@ -12,7 +12,16 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ppsim.errors import ScenarioError, file_error, shown_path
-from ppsim.inputs.choices import Comm, Dtype, Fp4Recipe, Fp8Recipe, KernelChoice, PartitionMode, Recompute
+from ppsim.inputs.choices import (
+    Comm,
+    Dtype,
+    Fp4Recipe,
+    Fp8Recipe,
+    KernelChoice,
+    PartitionMode,
+    Recompute,
+    RecomputeModule,
+)
 from ppsim.inputs.yaml_files import load_yaml, problem
 from ppsim.plan import schedules
 
@@ -181,6 +190,9 @@ class TrainingSpec(_Strict):
     #: with recompute: full, only the first this many blocks of each virtual stage are recomputed, the
     #: rest keep their activations (Megatron's --recompute-method block --recompute-num-layers); None: all
     recompute_layers: int | None = Field(default=None, ge=1, le=10_000)
+    #: with recompute: selective, what it recomputes (Megatron's --recompute-modules; ppsim.costs.layers):
+    #: None: the attention core, as Megatron's default ["core_attn"]
+    recompute_modules: list[RecomputeModule] | None = Field(default=None, min_length=1)
     zero_stage: int = Field(default=0, ge=0, le=3, description="DeepSpeed ZeRO stage (3: FSDP); pipelines allow 0, 1 or 3")
     #: how ZeRO-1 reduces the gradients: all-reduce, each replica keeping its part (DeepSpeed's default),
     #: or reduce-scatter (Megatron's distributed optimizer; DeepSpeed's use_multi_rank_bucket_allreduce: false)
@@ -616,6 +628,19 @@ def _check_links(s: Scenario) -> None:
 
 
 def _check_recompute(s: Scenario) -> None:
+    modules = s.training.recompute_modules
+    if modules is not None:
+        if s.training.recompute != "selective":
+            raise ScenarioError(f"says what selective recomputation recomputes, and needs training.recompute: "
+                                f"selective (here {s.training.recompute!r})", field="training.recompute_modules")
+        if len(set(modules)) != len(modules):
+            raise ScenarioError(f"lists a module twice: {modules}", field="training.recompute_modules")
+        model = s.model
+        for module, has, what in (("mla_up_proj", model is None or model.mla is not None, "model.mla"),
+                                  ("moe_act", model is None or model.moe is not None, "model.moe")):
+            if module in modules and not has:
+                raise ScenarioError(f"{module} recomputes part of {what}, which the model has not: drop it",
+                                    field="training.recompute_modules")
     layers = s.training.recompute_layers
     if layers is None:
         return

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -60,3 +61,25 @@ def test_the_bench_predicts_a_subset_and_says_what_it_assumed(tmp_path: Path) ->
     doc = json.loads(out.read_text())
     assert doc["rows"] and all(r["predicted_step_s"] > 0 for r in doc["rows"])
     assert "assumed where a row's sources are silent" in res.stdout
+
+
+def test_a_row_recomputes_the_modules_its_recipe_lists() -> None:
+    """Megatron's selective recomputation by module: the priced modules as the recipe lists them,
+    the attention core where it lists none, nothing for an empty list; the others said."""
+    b = bench_module("published_moe")
+    rows = yaml.safe_load(b.DATA.read_text())
+
+    def first(modules: Any) -> dict[str, Any]:
+        return next(r for r in rows if (r.get("recipe_settings") or {}).get("recompute_granularity") == "selective"
+                    and (r["recipe_settings"].get("recompute_modules")) == modules and b.unexpressible(r) is None)
+
+    data, _ = b.scenario_data(first(["mla_up_proj"]))
+    assert data["training"]["recompute"] == "selective" and data["training"]["recompute_modules"] == ["mla_up_proj"]
+    row = first(["mla_up_proj"])
+    data, _ = b.scenario_data({**row, "recipe_settings": {**row["recipe_settings"], "recompute_modules": None}})
+    assert data["training"]["recompute_modules"] == ["core_attn"]
+    data, _ = b.scenario_data(first([]))
+    assert "recompute_modules" not in data["training"] and data["training"].get("recompute", "none") == "none"
+    data, assumed = b.scenario_data(first(["mla_up_proj", "mlp"]))
+    assert data["training"]["recompute_modules"] == ["mla_up_proj"]
+    assert "selective recomputation of mlp priced as none" in assumed

@@ -1,0 +1,118 @@
+"""Selective recomputation by module (``training.recompute_modules``, ppsim.costs.recompute): each
+module's held bytes and recomputed work worked by hand, the default as before, and the rules as
+one-line errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conftest import invoke
+from ppsim.cli import app
+from ppsim.costs.layers import LayerCost, gpt_layers
+from ppsim.costs.moe import ExpertShard
+from ppsim.errors import ScenarioError
+from ppsim.inputs.overrides import drop_partial_recompute
+from ppsim.inputs.scenario import MLASpec, ModelSpec, parse_scenario
+
+LLAMA: dict[str, Any] = {"layers": 4, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336,
+                         "seq_len": 4096, "vocab": 32000, "mlp": "swiglu", "positions": "rope", "dropout": False}
+T = 4096  # tokens of a micro-batch of one sequence
+
+
+def block(model: ModelSpec, recompute: str = "selective", modules: list[str] | None = None, **kw: Any) -> LayerCost:
+    return gpt_layers(model, 1, recompute, recompute_modules=modules, **kw)[1]  # type: ignore[arg-type]
+
+
+def test_the_default_is_the_attention_core() -> None:
+    m = ModelSpec(**LLAMA)
+    for flash in (False, True):
+        assert block(m, modules=None, flash_attention=flash) == block(m, modules=["core_attn"], flash_attention=flash)
+
+
+def test_without_core_attn_the_attention_core_is_kept_as_without_recomputation() -> None:
+    """Unfused attention, only layernorm: the scores stay (as ``none``), the attention core is not
+    run again; the norms' outputs go (2 x T x h values of 2 bytes) and run again (each reads and
+    writes T x h)."""
+    m = ModelSpec(**LLAMA)
+    none, ln = block(m, "none"), block(m, modules=["layernorm"])
+    assert none.activation_bytes - ln.activation_bytes == 2 * T * 4096 * 2
+    assert ln.recompute_flops == none.recompute_flops == 0
+    assert ln.backward_bytes - none.backward_bytes == pytest.approx(2 * 2 * T * 4096 * 2)
+    both = block(m, modules=["core_attn", "layernorm"])
+    core = block(m, modules=["core_attn"])
+    assert core.activation_bytes - both.activation_bytes == 2 * T * 4096 * 2
+    assert both.recompute_flops == core.recompute_flops > 0
+
+
+def test_layernorm_under_sequence_parallelism_and_fp8_saves_the_split_narrow_copies() -> None:
+    from ppsim.costs.low_precision import LowPrecision
+
+    m = ModelSpec(**LLAMA)
+    fp8 = LowPrecision("blockwise")
+    kw: dict[str, Any] = {"tensor_parallel": 4, "sequence_parallel": True, "flash_attention": True, "narrow": fp8}
+    core, ln = block(m, modules=["core_attn"], **kw), block(m, modules=["core_attn", "layernorm"], **kw)
+    assert core.activation_bytes - ln.activation_bytes == pytest.approx(2 * T * 4096 / 4 * fp8.value_bytes, abs=1)
+
+
+def test_moe_act_drops_the_routed_experts_activation_output() -> None:
+    """Mixtral's MoE block, EP 8, balanced: the down projections' input, T x 2 x 14,336 values of 2
+    bytes, goes; SwiGLU runs again, reading two of them and writing one."""
+    moe = {"experts": 8, "top_k": 2, "ffn_hidden": 14336}
+    m = ModelSpec(**{**LLAMA, "moe": moe})
+    experts = ExpertShard(m.moe, 8)  # type: ignore[arg-type]
+    core = block(m, modules=["core_attn"], flash_attention=True, experts=experts)
+    act = block(m, modules=["core_attn", "moe_act"], flash_attention=True, experts=experts)
+    values = T * 2 * 14336
+    assert core.activation_bytes - act.activation_bytes == values * 2
+    assert act.backward_bytes - core.backward_bytes == pytest.approx(3 * values * 2)
+    assert act.recompute_flops == core.recompute_flops
+
+
+def test_mla_up_proj_runs_the_up_projections_again_and_drops_q_k_v() -> None:
+    """DeepSeek-V3's attention (128 heads, q_lora 1536, kv_lora 512, qk 192, v 128), t = 1: the up
+    projections' FLOPs, 2 T (1536 x 128 x 192 + 512 x 128 x (128 + 128)), run again in the input
+    grad, as GEMMs; Q, K and V, T x 128 x (2 x 192 + 128) values of 2 bytes, are not kept."""
+    m = ModelSpec(**{**LLAMA, "hidden": 7168, "heads": 128, "kv_heads": None,
+                     "mla": MLASpec(q_lora_rank=1536, kv_lora_rank=512)})
+    core = block(m, modules=["core_attn"], flash_attention=True)
+    up = block(m, modules=["core_attn", "mla_up_proj"], flash_attention=True)
+    flops = 2 * T * (1536 * 128 * 192 + 512 * 128 * 256)
+    assert up.recompute_flops - core.recompute_flops == pytest.approx(flops)
+    assert up.input_grad_flops - core.input_grad_flops == pytest.approx(flops)
+    assert sum(g.flops for g in up.gemms.input_grad) == pytest.approx(up.input_grad_flops, rel=1e-12)
+    assert core.activation_bytes - up.activation_bytes == T * 128 * (2 * 192 + 128) * 2
+
+
+def _scenario(**training: Any) -> dict[str, Any]:
+    return {"model": LLAMA, "training": {"recompute": "selective", **training}, "pipeline": {"stages": 2}}
+
+
+@pytest.mark.parametrize(("training", "says"), [
+    ({"recompute": "full", "recompute_modules": ["layernorm"]}, "needs training.recompute: selective"),
+    ({"recompute_modules": ["layernorm", "layernorm"]}, "lists a module twice"),
+    ({"recompute_modules": ["moe_act"]}, "moe_act recomputes part of model.moe, which the model has not"),
+    ({"recompute_modules": ["mla_up_proj"]}, "mla_up_proj recomputes part of model.mla"),
+    ({"recompute_modules": ["mlp"]}, "recompute_modules"),
+])
+def test_the_rules_name_the_key(training: dict[str, Any], says: str) -> None:
+    with pytest.raises(ScenarioError, match=says):
+        parse_scenario(_scenario(**training))
+
+
+def test_the_cli_refuses_a_module_it_does_not_price_without_a_traceback(tmp_path: Any) -> None:
+    import yaml
+
+    path = tmp_path / "rc.yaml"
+    path.write_text(yaml.safe_dump(_scenario(recompute_modules=["moe"])))
+    result = invoke(app, "run", path)
+    assert result.exit_code == 1 and "recompute_modules" in result.output and "Traceback" not in result.output
+
+
+def test_a_plan_that_changes_the_mode_drops_the_modules() -> None:
+    training = {"recompute": "full", "recompute_modules": ["layernorm"]}
+    drop_partial_recompute(training)
+    assert "recompute_modules" not in training
+    s = parse_scenario(_scenario(recompute_modules=["layernorm"]))
+    assert s.with_overrides(recompute="full").training.recompute_modules is None
