@@ -21,8 +21,8 @@ The rules (what ppsim assumes where a row is silent is printed with it):
   layers where the recipe says so);
 - routing balanced (the recipes force it: ``moe_router_force_load_balancing``), dropless;
 - the schedule: Megatron's combined 1F1B (``combined-1f1b``: the all-to-alls hidden under the other
-  micro-batch's compute) where the recipe sets ``overlap_moe_expert_parallel_comm`` (40 rows), its
-  ``delay_wgrad_compute`` priced as not delayed; elsewhere (interleaved) 1F1B with the all-to-alls
+  micro-batch's compute) where the recipe sets ``overlap_moe_expert_parallel_comm`` (40 rows), with
+  its ``delay_wgrad_compute`` (``training.delay_wgrad``); elsewhere (interleaved) 1F1B with the all-to-alls
   exposed; HybridEP / DeepEP priced as the all-to-all they replace;
 - selective recomputation as the recipe lists its modules (``recompute_modules``: ``core_attn``,
   ``mla_up_proj``, ``moe_act``, ``layernorm`` priced; ``mlp`` and ``moe`` priced as none);
@@ -127,8 +127,6 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
     combined = bool(settings.get("overlap_moe_expert_parallel_comm"))
     if not combined:
         assumed.append("the expert-parallel all-to-alls exposed (the recipe does not overlap them)")
-    elif settings.get("delay_wgrad_compute"):
-        assumed.append("combined 1F1B's delayed weight grads (delay_wgrad_compute) priced as not delayed")
     model = model_section(row)
     # the recipe's MTP modules, on the last stage as its layout puts them, but where the table says the
     # run had none ("DeepSeekV3 (w/o MTP)": its published FLOPs per token leave them out too)
@@ -164,6 +162,8 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
             training.update(recompute="selective", recompute_modules=priced)
     sequence_parallel_for_experts({"tensor_parallel": tp, "expert_parallel": row["ep"]}, training)
     training["tp_comm_overlap"] = bool(settings.get("tp_comm_overlap_effective")) and training["sequence_parallel"]
+    # Megatron's delayed weight grads, beside the combined 1F1B that needs them
+    training["delay_wgrad"] = combined and bool(settings.get("delay_wgrad_compute")) and row["ep"] * (row.get("etp") or 1) > 1
     if row["precision"] != "BF16":
         key, recipe = dense.narrow_recipe(row)
         training[key] = recipe

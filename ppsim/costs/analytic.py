@@ -108,21 +108,24 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
                         + more.forward_ms)
         backward_comm = (st.tp_collective_blocks * tp.backward_ms + st.blocks * cp.backward_ms + a2a.backward_ms
                          + more.backward_ms)
+        # delayed weight grads: a backward's dispatch all-to-alls (half its own) run beside its weight grads
+        own = min(a2a.backward_ms / 2, weight_grad_mm) if training.delay_wgrad else 0.0
         stepped = st.params if training.zero_stage == 0 else st.params - st.expert_params + (
             st.expert_params * d / s.expert_replicas)  # each replica steps its shard: experts' over their replicas
         stages.append(layout.stage_cost(
             k,
             forward_ms=compute_forward + forward_comm,
-            backward_ms=compute_backward + backward_comm,
+            backward_ms=compute_backward + backward_comm - own,
             weight_grad_ms=weight_grad_mm,
             optimizer_ms=(stepped * OPTIMIZER_BYTES_PER_PARAM + st.step_bytes) / hbm_bytes_per_ms,
             clip_ms=st.params * layout.dtype_bytes / hbm_bytes_per_ms,
             allreduce_ms=reduce_ms,
             allreduce_buckets=buckets,
             forward_comm_ms=forward_comm,
-            backward_comm_ms=backward_comm,
+            backward_comm_ms=backward_comm - own,
             forward_overlap_ms=a2a.forward_ms,
-            backward_overlap_ms=a2a.backward_ms,
+            backward_overlap_ms=a2a.backward_ms - own,
+            self_hidden_ms=own,
         ))
     if training.zero_stage >= 1:
         stages = [shard_optimizer(c, d, links.data_parallel, links.data_parallel, training.zero_reduce,

@@ -37,6 +37,7 @@ class StageTimes(_PassTimes, total=False):
     backward_comm_ms: float
     forward_overlap_ms: float
     backward_overlap_ms: float
+    self_hidden_ms: float
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,9 @@ class StageCost:
     #: overlapped action (DualPipe, Megatron's combined 1F1B): a MoE layer's dispatch and combine
     forward_overlap_ms: float = 0.0
     backward_overlap_ms: float = 0.0
+    #: the part of the backward's all-to-alls its own delayed weight grads hide (Megatron's
+    #: --delay-wgrad-compute), already taken off backward_ms, backward_comm_ms and backward_overlap_ms
+    self_hidden_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.weight_grad_ms <= self.backward_ms * (1 + 1e-12):

@@ -185,6 +185,9 @@ def _check_profile(s: Scenario, profile: Profile) -> None:
     if s.training.recompute_modules not in (None, ["core_attn"]):
         raise ScenarioError("a profile times selective recomputation of the attention core; predict other "
                             "training.recompute_modules from the model (no --profile)", field="--profile")
+    if s.training.delay_wgrad:
+        raise ScenarioError("a profile times whole backwards; predict training.delay_wgrad from the model "
+                            "(no --profile)", field="--profile")
     if s.model is not None and s.model.attention_window is not None:
         raise ScenarioError("a profile times blocks that attend to every earlier key; predict model.attention_window "
                             "from the model (no --profile)", field="--profile")

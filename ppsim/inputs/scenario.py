@@ -209,6 +209,9 @@ class TrainingSpec(_Strict):
     #: Megatron's --tp-comm-overlap: the tensor-parallel collectives run beside the linear layers' GEMMs
     #: (userbuffers; needs sequence_parallel): ppsim.costs.tensor_parallel
     tp_comm_overlap: bool = False
+    #: Megatron's --delay-wgrad-compute (with schedule combined-1f1b): each MoE layer's weight grads wait
+    #: for its backward's dispatch all-to-all and run beside it (ppsim.sim.durations)
+    delay_wgrad: bool = False
     flash_attention: bool = False  #: no s x s scores kept; the backward recomputes them
     #: how context parallelism exchanges keys and values (Megatron's --cp-comm-type): ppsim.costs.context_parallel
     cp_comm: Literal["p2p", "all_gather", "a2a", "a2a+p2p"] = "p2p"
@@ -504,7 +507,7 @@ def check(s: Scenario) -> None:
     """Cross-field rules that pydantic's per-field checks cannot see; each raises a ScenarioError
     naming the key and the fix."""
     for rule in (_check_sizes, _check_batch, _check_tensor_parallel, _check_experts, _check_links, _check_zero,
-                 _check_recompute, _check_partition, _check_costs):
+                 _check_recompute, _check_delay_wgrad, _check_partition, _check_costs):
         rule(s)
     from ppsim.inputs.hardware import get_device  # local: keeps the catalogue out of schema import time
 
@@ -685,6 +688,18 @@ def _check_experts(s: Scenario) -> None:
     if moe.dense_layers >= model.layers:
         raise ScenarioError(f"model.moe.dense_layers ({moe.dense_layers}) leaves no MoE layer of the "
                             f"{model.layers}; use fewer", field="model.moe.dense_layers")
+
+
+def _check_delay_wgrad(s: Scenario) -> None:
+    if not s.training.delay_wgrad:
+        return
+    if s.pipeline.schedule != "combined-1f1b":
+        raise ScenarioError(f"delays the weight grads under the all-to-alls of Megatron's combined 1F1B, and needs "
+                            f"pipeline.schedule: combined-1f1b (here {s.pipeline.schedule!r})",
+                            field="training.delay_wgrad")
+    if s.model is None or s.model.moe is None or s.expert_parallel * s.expert_tensor <= 1:
+        raise ScenarioError("hides a mixture of experts' all-to-alls under the weight grads, and this plan has "
+                            "none (a model.moe with expert_parallel > 1): drop it", field="training.delay_wgrad")
 
 
 def _check_zero(s: Scenario) -> None:

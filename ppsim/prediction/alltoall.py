@@ -44,14 +44,14 @@ def alltoall_intervals(trace: Trace, costs: CostTable) -> list[list[Interval]]:
             layers = max(f.moe_layers, b.moe_layers)
             if not layers or not (f.forward_overlap_ms or b.backward_overlap_ms):
                 continue
-            fw, bw = f.forward_overlap_ms / (2 * layers), b.backward_overlap_ms / (2 * layers)
+            fw, bw = f.forward_overlap_ms / (2 * layers), (b.backward_overlap_ms + b.self_hidden_ms) / (2 * layers)
             pieces = [(0.0, fw), (0.25, bw), (0.5, fw), (0.75, bw)]
             out[s.rank] += [iv for iv in _spread(s.start, s.duration, layers, pieces) if iv[1] > iv[0]]
             continue
         if a.kind not in (Kind.F, Kind.B, Kind.I):
             continue
         c = stages[a.stage]
-        total = c.forward_overlap_ms if a.kind is Kind.F else c.backward_overlap_ms
+        total = c.forward_overlap_ms if a.kind is Kind.F else c.backward_overlap_ms + c.self_hidden_ms
         if not c.moe_layers or total <= 0:
             continue
         one = total / (2 * c.moe_layers)  # a dispatch or a combine

@@ -8,7 +8,10 @@ DualPipe and Megatron's combined 1F1B interleave them with the other micro-batch
 MLP) runs while the other pass computes, up to that compute (the pass less all its communication).
 The rest of the communication inside the passes (tensor-parallel collectives: on the compute's
 own stream) stays exposed; without all-to-alls the overlap only reorders the work, as torch's
-runtime runs it (its parts one after the other)."""
+runtime runs it (its parts one after the other). With delayed weight grads (Megatron's
+``--delay-wgrad-compute``) a backward has already hidden part of its all-to-alls under its own
+weight grads (``StageCost.self_hidden_ms``); the pair then takes at least its all-to-alls' whole
+time, which one communication stream runs one after the other."""
 
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ def overlapped_ms(costs: CostTable, a: Overlap) -> float:
     backward_compute = backward - min(b.backward_comm_ms, backward)
     hidden = (min(f.forward_overlap_ms, f.forward_ms, backward_compute)
               + min(b.backward_overlap_ms, backward, forward_compute))
-    return f.forward_ms + backward - hidden
+    return max(f.forward_ms + backward - hidden, f.forward_overlap_ms + b.backward_overlap_ms + b.self_hidden_ms)
 
 
 def compute_ms(costs: CostTable) -> Callable[[Action | Overlap], float]:

@@ -324,3 +324,42 @@ def test_the_balanced_partition_weighs_each_layer_as_its_kind_costs() -> None:
     want = balanced([dense.total_flops] * 4 + [moe.total_flops] * 4, 2, emb.total_flops, head.total_flops)
     assert build(parse_scenario(scenario(model=model, pipeline={"stages": 2, "microbatches": 4, "schedule": "1f1b"})
                                 )).workload.partition == want == [5, 3]
+
+
+def test_delayed_weight_grads_hide_a_backwards_own_dispatches() -> None:
+    """--delay-wgrad-compute: a backward's dispatch gradients (half its all-to-alls) run beside its
+    weight grads: the whole backward is shorter by the smaller of the two; an overlapped pair takes
+    at least all its all-to-alls; the step is never longer."""
+    from ppsim.plan import Action, Kind, Overlap
+    from ppsim.prediction import predict
+    from ppsim.sim.durations import overlapped_ms
+
+    plan = {"stages": 2, "microbatches": 8, "schedule": "combined-1f1b", "chunks": 2}
+    base = scenario(pipeline=plan)
+    plain = build(parse_scenario(base)).workload.costs
+    delayed = build(parse_scenario(scenario(pipeline=plan, training={"delay_wgrad": True}))).workload.costs
+    for a, b in zip(plain.stages, delayed.stages, strict=True):
+        own = min(a.backward_overlap_ms / 2, a.weight_grad_ms)
+        assert own > 0 and b.self_hidden_ms == pytest.approx(own)
+        assert b.backward_ms == pytest.approx(a.backward_ms - own)
+        assert b.backward_overlap_ms + b.self_hidden_ms == pytest.approx(a.backward_overlap_ms)
+        assert b.forward_ms == a.forward_ms and b.weight_grad_ms == a.weight_grad_ms
+    pair = Overlap.of(Action(1, Kind.F, 0), Action(1, Kind.B, 1))
+    c = delayed.stages[1]
+    assert overlapped_ms(delayed, pair) >= c.forward_overlap_ms + c.backward_overlap_ms + c.self_hidden_ms
+    assert overlapped_ms(delayed, pair) <= overlapped_ms(plain, pair)
+    slow = predict(parse_scenario(base)).trace
+    fast = predict(parse_scenario(scenario(pipeline=plan, training={"delay_wgrad": True}))).trace
+    from ppsim.trace.metrics import step_time_ms
+
+    assert step_time_ms(fast) <= step_time_ms(slow)
+
+
+@pytest.mark.parametrize(("over", "says"), [
+    ({"pipeline": {"stages": 2, "microbatches": 8, "schedule": "1f1b"}}, "needs pipeline.schedule: combined-1f1b"),
+    ({"pipeline": {"stages": 2, "microbatches": 8, "schedule": "combined-1f1b", "chunks": 2},
+      "expert_parallel": 1, "expert_tensor_parallel": 1}, "this plan has none"),
+])
+def test_delayed_weight_grads_need_combined_1f1b_and_experts_apart(over: dict[str, Any], says: str) -> None:
+    with pytest.raises(ScenarioError, match=says):
+        parse_scenario(scenario(training={"delay_wgrad": True}, **over))
