@@ -28,8 +28,11 @@ The rules (what ppsim assumes where a row is silent is printed with it):
   ``mla_up_proj``, ``moe_act``, ``layernorm`` priced; ``mlp`` and ``moe`` priced as none);
 - precision, devices, the distributed optimizer and its overlaps as ``bench/published_modern.py``
   takes them;
-- not expressible (reported, not predicted): hybrid Mamba-MoE models (Nemotron 3), a model whose
-  architecture the sources do not give.
+- Nemotron 3's hybrid layers from its pattern (``model.pattern``: Mamba-2, attention, MoE layers
+  each its own), its vocabulary from its Hugging Face config where the recipe reads the tokenizer;
+- not expressible (reported, not predicted): a model whose architecture the sources do not give
+  (Nemotron 3 Super and Ultra: built from Hugging Face configs the repository does not hold),
+  multi-token prediction in a hybrid model.
 
     .venv/bin/python bench/published_moe.py [--rows ID_PREFIX] [--json FILE] [--gemm-curves]
 """
@@ -52,16 +55,18 @@ from ppsim.inputs.overrides import sequence_parallel_for_experts  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "published_moe.yaml"
 PRICED_MODULES = get_args(RecomputeModule)  #: the selective recomputation modules ppsim prices
+#: Nemotron 3 Nano's vocabulary, which its recipe leaves to the Hugging Face tokenizer (its config: 131,072)
+HYBRID_VOCAB = 131072
 MLA_MODELS = ("DeepSeekV3", "Kimi-K2")
 
 
 def unexpressible(row: dict[str, Any]) -> str | None:
     """Why ppsim cannot describe the row yet, or None."""
     arch = row["architecture"]
-    if row.get("hybrid"):
-        return "a hybrid Mamba-MoE model (Nemotron 3): ppsim has no Mamba layer"
     if not arch.get("num_layers"):
         return "the sources do not give the model's architecture"
+    if row.get("hybrid") and (row.get("recipe_settings") or {}).get("mtp_num_layers"):
+        return "multi-token prediction in a hybrid Mamba-MoE model: not modelled yet"
     if not row["tokens_per_s_per_gpu"]:
         return "no tokens/s published"
     return None
@@ -97,6 +102,12 @@ def model_section(row: dict[str, Any]) -> dict[str, Any]:
     else:
         model["kv_heads"] = arch["num_query_groups"]
         model["head_dim"] = arch["kv_channels"]
+    if arch.get("hybrid_layer_pattern"):  # Nemotron 3: Mamba-2, attention and MoE layers, each its own
+        model.update(pattern=arch["hybrid_layer_pattern"], mlp="gelu",  # squared ReLU: two matrices, as GELU's
+                     vocab=arch.get("vocab_size") or HYBRID_VOCAB,
+                     mamba={"heads": arch["mamba_num_heads"], "head_dim": arch["mamba_head_dim"],
+                            "state": arch["mamba_state_dim"], "groups": arch["mamba_num_groups"]})
+        model["moe"].pop("dense_layers")
     window = arch.get("window_size")
     if window and window[0] > 0:  # Megatron's (keys before, keys after) of each query: (w, 0)
         model["attention_window"] = int(window[0])
@@ -128,6 +139,9 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
     if not combined:
         assumed.append("the expert-parallel all-to-alls exposed (the recipe does not overlap them)")
     model = model_section(row)
+    if "pattern" in model:
+        assumed.append("Nemotron 3's vocabulary of 131,072 from its Hugging Face config (its recipe reads the "
+                       "tokenizer's) and its squared-ReLU MLPs priced as GELU's two matrices (with biases)")
     # the recipe's MTP modules, on the last stage as its layout puts them, but where the table says the
     # run had none ("DeepSeekV3 (w/o MTP)": its published FLOPs per token leave them out too)
     if settings.get("mtp_num_layers") and "w/o MTP" not in str(row.get("model_as_written", "")):

@@ -107,6 +107,7 @@ def check_buildable(s: Scenario) -> None:
         ("mla", "latent attention" if s.model.mla is not None else None, "leave it out (multi-head attention)"),
         ("mtp_layers", s.model.mtp_layers or None, "leave it out (no multi-token prediction)"),
         ("attention_window", s.model.attention_window, "leave it out (every earlier key)"),
+        ("pattern", s.model.pattern, "leave it out (GPT-style blocks)"),
     ) if v is not None]
     if unbuilt:
         name, value, fix = unbuilt[0]

@@ -40,20 +40,22 @@ class Traffic:
 def block_traffic(seq_len: int, micro_batch: int, hidden: int, heads: int, ffn_hidden: float, dtype_bytes: int, *,
                   tensor_parallel: int = 1, sequence_parallel: bool = False, flash_attention: bool = False,
                   dropout: bool = True, swiglu: bool = False, recompute: str = "none",
-                  kv_len: int | None = None) -> Traffic:
+                  kv_len: int | None = None, attention: bool = True, mlp: bool = True) -> Traffic:
     """A transformer block's elementwise traffic (see the module docstring); ``kv_len``: the keys
-    each query sees when it is not ``seq_len`` (context parallelism: a rank's queries, every key)."""
+    each query sees when it is not ``seq_len`` (context parallelism: a rank's queries, every key);
+    without ``attention`` or ``mlp``, only the other half's, with its norm and residual add."""
     e, t = dtype_bytes, tensor_parallel
     elements = seq_len * micro_batch * hidden
     whole = elements / (t if sequence_parallel else 1)  # norms and dropout-adds
     mask = 1 if dropout else 0
-    norms = 2 * 2 * whole * e
-    dropout_adds = 2 * (3 * e + mask) * whole
-    mlp = (3 if swiglu else 2) * elements * ffn_hidden / hidden / t * e
-    scores = 0.0 if flash_attention else micro_batch * heads * seq_len * (kv_len or seq_len) / t
-    attention = scores * (2 * e + (2 * e + mask if dropout else 0))
-    forward = norms + dropout_adds + mlp + attention
-    again = {"full": forward, "selective": attention}.get(recompute, 0.0)
+    halves = int(attention) + int(mlp)  # each half has its norm and its (dropout and) residual add
+    norms = halves * 2 * whole * e
+    dropout_adds = halves * (3 * e + mask) * whole
+    activation = (3 if swiglu else 2) * elements * ffn_hidden / hidden / t * e * int(mlp)
+    scores = 0.0 if flash_attention or not attention else micro_batch * heads * seq_len * (kv_len or seq_len) / t
+    core = scores * (2 * e + (2 * e + mask if dropout else 0))
+    forward = norms + dropout_adds + activation + core
+    again = {"full": forward, "selective": core}.get(recompute, 0.0)
     return Traffic(forward=forward, backward=2 * forward, recompute=again)
 
 

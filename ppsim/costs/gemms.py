@@ -80,10 +80,12 @@ def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_head
                 swiglu: bool = False, tensor_parallel: int = 1, recompute: str = "none",
                 flash_attention: bool = False, kv_len: int | None = None, mlp: bool = True,
                 head_dim: int | None = None, attention_linears: list[tuple[float, float]] | None = None,
-                score_dims: tuple[float, float] | None = None, window: int | None = None) -> PassGemms:
+                score_dims: tuple[float, float] | None = None, window: int | None = None,
+                attention: bool = True) -> PassGemms:
     """A transformer block's GEMMs (see the module docstring); ``kv_len``: the keys each query sees
     when it is not ``seq_len`` (context parallelism: a rank's queries, every key); ``window``: a
-    sliding window's keys before each query (FlashAttention runs only its band); without ``mlp``
+    sliding window's keys before each query (FlashAttention runs only its band); without
+    ``attention`` only the MLP's (a hybrid model's MLP layer); without ``mlp``
     only the attention's (a mixture of experts adds its own: :mod:`ppsim.costs.moe`);
     ``attention_linears`` and ``score_dims`` (a head's query/key and value widths): multi-head
     latent attention's projections and heads (:func:`ppsim.costs.layers.mla_linears`)."""
@@ -94,7 +96,8 @@ def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_head
     d = head_dim or h / a
     q = a * d  # the queries' width
     # (in, out) of each dense weight, per tensor rank
-    weights = list(attention_linears) if attention_linears else [(h, (1 + 2 * g) * q / t), (q / t, h)]
+    weights = (list(attention_linears) if attention_linears else [(h, (1 + 2 * g) * q / t), (q / t, h)]
+               ) if attention else []
     if mlp:
         weights += [(h, f / t)] * (2 if swiglu else 1) + [(f / t, h)]
     dense = tuple(Gemm(tokens, i, o, linear=True) for i, o in weights)
@@ -104,14 +107,14 @@ def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_head
     dk, dv = score_dims or (d, d)
     scores = Gemm(s, dk, keys_run, per_head, head_dim=dk)
     context = Gemm(s, keys_run, dv, per_head, head_dim=dv)
-    attention = (scores, context)
-    if flash_attention:  # the backward recomputes the scores; full recompute runs the forward again
-        again = (dense + attention if recompute == "full" else ()) + (scores,)
+    core = (scores, context) if attention else ()
+    if flash_attention and attention:  # the backward recomputes the scores; full recompute runs the forward again
+        again = (dense + core if recompute == "full" else ()) + (scores,)
     else:
-        again = {"none": (), "selective": attention, "full": dense + attention}[recompute]
+        again = {"none": (), "selective": core, "full": dense + core}[recompute]
     return PassGemms(
-        forward=dense + attention,
-        input_grad=tuple(Gemm(tokens, o, i, linear=True) for i, o in weights) + tuple(x.times(2) for x in attention)
+        forward=dense + core,
+        input_grad=tuple(Gemm(tokens, o, i, linear=True) for i, o in weights) + tuple(x.times(2) for x in core)
         + again,
         weight_grad=tuple(Gemm(i, tokens, o, linear=True) for i, o in weights),
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from ppsim.costs.elementwise import Traffic, block_traffic, embedding_traffic, head_traffic
 from ppsim.costs.gemms import Gemm, PassGemms, attended_keys, block_gemms, head_gemms
@@ -26,6 +27,9 @@ from ppsim.costs.memory import Recompute, block_activation_bytes
 from ppsim.costs.moe import ExpertShard, router_flops
 from ppsim.costs.recompute import attention_mode, module_recompute, selective_modules
 from ppsim.inputs.scenario import DTYPE_BYTES, ModelSpec
+
+#: a whole transformer block, or one of its two halves as a hybrid model's layer
+LayerParts = Literal["block", "attention", "mlp"]
 
 
 @dataclass(frozen=True)
@@ -78,8 +82,8 @@ def mla_linears(model: ModelSpec, tensor_parallel: int) -> list[tuple[float, flo
 def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none", tensor_parallel: int = 1, *,
                sequence_parallel: bool = False, flash_attention: bool = False, narrow: LowPrecision | None = None,
                context_parallel: int = 1, experts: ExpertShard | None = None,
-               windowed: bool = False, recompute_modules: Sequence[str] | None = None
-               ) -> tuple[LayerCost, LayerCost, LayerCost]:
+               windowed: bool = False, recompute_modules: Sequence[str] | None = None,
+               parts: LayerParts = "block") -> tuple[LayerCost, LayerCost, LayerCost]:
     """(embedding, one transformer block, LM head) for one micro-batch, per device of a tensor-
     parallel group of ``tensor_parallel`` (Megatron: the matmuls, the vocabulary and the heads are
     split t ways). With recompute, the block's input-grad pass also runs the recomputed forward
@@ -92,7 +96,9 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     ``windowed`` its attention looks back through ``model.attention_window``: a FlashAttention kernel
     runs the window's band (:func:`~ppsim.costs.gemms.attended_keys`), the unfused path still computes
     every score and masks the rest. ``recompute_modules``: what selective recomputation recomputes
-    (:mod:`ppsim.costs.recompute`; None: the attention core)."""
+    (:mod:`ppsim.costs.recompute`; None: the attention core). ``parts``: the whole block, or only
+    its attention or its MLP (with experts: the MoE) with its norm and residual, as a hybrid model's
+    layers are (``model.pattern``'s ``*``, ``-`` and ``E``)."""
     b, h, a, V = micro_batch, model.hidden, model.heads, model.vocab
     f = experts.mlp_width() if experts else model.ffn
     s, keys = model.seq_len // context_parallel, model.seq_len  # a device's tokens; the keys they see
@@ -100,13 +106,14 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     g = model.kv / a  # K and V projections are g x the size of Q's (grouped-query attention)
     q = model.q_width  # the queries' width: h unless the heads are narrower or wider (model.head_dim)
     mlp_mats = 3 if model.mlp == "swiglu" else 2
-    matmul = ((4 + 4 * g) * b * s * h * q + 2 * mlp_mats * b * s * h * f) / t
+    wa, wm = int(parts != "mlp"), int(parts != "attention")  # the parts there are: 1, or 0 to leave one out
+    matmul = ((4 + 4 * g) * b * s * h * q * wa + 2 * mlp_mats * b * s * h * f * wm) / t
     # the scores and context matmuls over every key; the model is causal: a FlashAttention kernel
     # skips the tiles above the diagonal (half the work), the unfused path computes them all and masks
-    whole = 4 * b * s * keys * q / t
-    latent = mla_linears(model, t) if model.mla else None
+    whole = 4 * b * s * keys * q / t * wa
+    latent = mla_linears(model, t) if model.mla and wa else None
     if model.mla and latent:  # the projections through the latents; heads of qk_dim and v_head_dim
-        matmul = 2 * b * s * sum(i * o for i, o in latent) + 2 * mlp_mats * b * s * h * f / t
+        matmul = 2 * b * s * sum(i * o for i, o in latent) + 2 * mlp_mats * b * s * h * f / t * wm
         whole = 2 * b * s * keys * a * (model.mla.qk_dim + model.mla.v_head_dim) / t
     window = model.attention_window if windowed else None
     attended = attended_keys(keys, window) / keys  # the model's share of every key: a half, or the window's band
@@ -122,20 +129,20 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     else:
         recomputed = {"none": 0, "selective": attention, "full": matmul + attention}[core]
     if model.mlp == "swiglu":  # Llama-style block: no biases, two RMSNorms
-        block_params = int((2 + 2 * g) * h * q + 3 * h * f) // t + 2 * h
-        attention_params, norms = (2 + 2 * g) * h * q, 2 * h
-    else:  # GPT-style block: biases, two LayerNorms
-        biases = (2 + 2 * g) * h + (1 + 2 * g) * (q - h)  # QKV's (1 + 2g) q and the output's h
-        block_params = int((2 + 2 * g) * h * q + 2 * h * f + biases + f) // t + 5 * h
-        attention_params, norms = (2 + 2 * g) * h * q + biases, 5 * h
-    linear_params = int((2 + 2 * g) * h * q + mlp_mats * h * f) // t
+        block_params = int((2 + 2 * g) * h * q * wa + 3 * h * f * wm) // t + h * wa + h * wm
+        attention_params, norms = (2 + 2 * g) * h * q * wa, h * wa + h * wm
+    else:  # GPT-style block: biases, two LayerNorms (and the MLP's output bias with them)
+        biases = ((2 + 2 * g) * h + (1 + 2 * g) * (q - h)) * wa  # QKV's (1 + 2g) q and the output's h
+        block_params = int((2 + 2 * g) * h * q * wa + 2 * h * f * wm + biases + f * wm) // t + 2 * h * wa + 3 * h * wm
+        attention_params, norms = (2 + 2 * g) * h * q * wa + biases, 2 * h * wa + 3 * h * wm
+    linear_params = int((2 + 2 * g) * h * q * wa + mlp_mats * h * f * wm) // t
     # one device's attention parameters, and those of its linear layers
-    device_attention, device_linear = int(attention_params) // t, int((2 + 2 * g) * h * q) // t
+    device_attention, device_linear = int(attention_params) // t, int((2 + 2 * g) * h * q * wa) // t
     if model.mla and latent:  # the latents' norms besides the projections
         device_linear = int(sum(i * o for i, o in latent))
         device_attention = device_linear + (model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank
-        block_params = device_attention + int(mlp_mats * h * f / t) + norms
-        linear_params = device_linear + int(mlp_mats * h * f / t)
+        block_params = device_attention + int(mlp_mats * h * f / t) * wm + norms
+        linear_params = device_linear + int(mlp_mats * h * f / t) * wm
     expert_params = 0
     tokens = experts.tokens(s, b, t) if experts else 0.0
     e = DTYPE_BYTES[model.dtype]
@@ -153,15 +160,16 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         masked += 3 * 2 * mlp_mats * tokens * h * experts.moe.top_k * (experts.skew - 1) * experts.moe.ffn_hidden
     traffic = block_traffic(s, b, h, a, f, e, tensor_parallel=t,
                             sequence_parallel=sequence_parallel, flash_attention=flash_attention,
-                            dropout=model.dropout, swiglu=model.mlp == "swiglu", recompute=core, kv_len=keys)
+                            dropout=model.dropout, swiglu=model.mlp == "swiglu", recompute=core, kv_len=keys,
+                            attention=bool(wa), mlp=bool(wm))
     traffic = Traffic(traffic.forward + permute, traffic.backward + 2 * permute,
                       traffic.recompute + (permute if recompute == "full" else 0.0))
     casts, weight_casts, extra_weight = Traffic(0.0, 0.0), 0.0, 0.0
     if narrow is not None:  # QKV, attention output, MLP up (gate and up together), MLP down: (in, out) widths
         # a MoE layer's experts see each token k x skew times (t ways split), its shared experts once
         copies = experts.token_copies(t) if experts else 1.0
-        linears = ((latent or [(h, (1 + 2 * g) * q / t), (q / t, h)])
-                   + [(h * copies, (mlp_mats - 1) * f / t), (f / t, h * copies)])
+        linears = ((latent or [(h, (1 + 2 * g) * q / t), (q / t, h)]) * wa
+                   + [(h * copies, (mlp_mats - 1) * f / t), (f / t, h * copies)] * wm)
         casts = narrow.cast_traffic(linears, b * s, e)
         weight_casts = narrow.weight_cast_bytes(linear_params, e)
         extra_weight = linear_params * (narrow.weight_bytes_per_param(e) - e)
@@ -171,19 +179,19 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
                                   attention_width=q if not model.mla else a * (model.mla.qk_dim + model.mla.v_head_dim) // 2,
                                   sequence_parallel=sequence_parallel, flash_attention=flash_attention,
                                   dropout=model.dropout, linear_input_bytes=narrow.value_bytes if narrow else None,
-                                  kv_len=keys)
+                                  kv_len=keys, with_attention=bool(wa), with_mlp=bool(wm))
     if experts and recompute != "full":
         held += int(experts.extra_activation_bytes(tokens, h, e))
     gemms = block_gemms(s, b, h, a, model.kv, f, swiglu=model.mlp == "swiglu", tensor_parallel=t, head_dim=model.head_width,
-                        recompute=core, flash_attention=flash_attention, kv_len=keys, mlp=experts is None,
-                        attention_linears=latent, window=window,
+                        recompute=core, flash_attention=flash_attention, kv_len=keys, mlp=experts is None and bool(wm),
+                        attention_linears=latent, window=window, attention=bool(wa),
                         score_dims=(model.mla.qk_dim, model.mla.v_head_dim) if model.mla else None)
     if experts:
         gemms += experts.gemms(tokens, h, t, model.mlp == "swiglu", recomputed=recompute == "full")
     if modules - {"core_attn"}:  # the other modules selective recomputation recomputes
         mla = model.mla
         extra = module_recompute(
-            modules, tokens=b * s, hidden=h, tensor_parallel=t, sequence_parallel=sequence_parallel, dtype_bytes=e,
+            modules, norms=wa + wm, tokens=b * s, hidden=h, tensor_parallel=t, sequence_parallel=sequence_parallel, dtype_bytes=e,
             linear_input_bytes=narrow.value_bytes if narrow else e, swiglu=model.mlp == "swiglu",
             routed_width=experts.moe.top_k * experts.skew * experts.moe.ffn_hidden if experts else 0.0,
             mla_up=[(i, o) for i, o in latent or [] if mla and i in (mla.q_lora_rank, mla.kv_lora_rank)],
@@ -210,7 +218,7 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         gemms=gemms,
         expert_params=expert_params,
         alltoall_bytes=experts.dispatch_bytes(tokens, h, e) if experts else 0.0,
-        tp_collectives=0.5 + (0.5 if experts.moe.shared_experts else 0.0) if experts else 1.0,
+        tp_collectives=0.5 * wa + (0.5 if experts.moe.shared_experts else 0.0) if experts else 0.5 * wa + 0.5 * wm,
     )
     embedding = LayerCost(
         name="embedding",

@@ -69,26 +69,32 @@ class StageShape:
     reduced_params: float = 0.0
 
 
+#: the order of the kinds of layer in a stage's GEMM lists (:meth:`ModelSpec.layer_kind`'s words)
+KIND_ORDER = ("block", "block/window", "moe", "moe/window", "*", "-", "E", "M")
+
+
 @dataclass(frozen=True)
 class BlockKinds:
-    """The kinds of block a model's layers are: dense, and with a mixture of experts MoE; each in
-    the scenario's recompute mode and, for the blocks of a virtual stage beyond
-    ``training.recompute_layers``, without recomputation (``plain_*``; None: as recomputed);
-    ``windowed``: the same kinds attending through a sliding window (None: the model has none)."""
+    """The kinds of layer a model's layers are (:meth:`~ppsim.inputs.scenario.ModelSpec.layer_kind`:
+    a block, with experts, attending through a window; or a hybrid pattern's characters), each as
+    (its cost in the scenario's recompute mode, its twin without recomputation for the blocks of a
+    virtual stage beyond ``training.recompute_layers``, or None)."""
 
-    dense: LayerCost
-    moe: LayerCost | None = None
-    plain_dense: LayerCost | None = None
-    plain_moe: LayerCost | None = None
-    windowed: BlockKinds | None = None
+    kinds: dict[str, tuple[LayerCost, LayerCost | None]]
 
-    def family(self, moe: bool, windowed: bool = False) -> tuple[LayerCost, LayerCost | None]:
-        """(the block, its plain twin) of the MoE or the dense layers, full or windowed attention."""
-        if windowed and self.windowed is not None:
-            return self.windowed.family(moe)
-        if moe and self.moe is not None:
-            return self.moe, self.plain_moe
-        return self.dense, self.plain_dense
+    @classmethod
+    def single(cls, block: LayerCost) -> BlockKinds:
+        """Every layer ``block``."""
+        return cls({"block": (block, None)})
+
+    def family(self, kind: str) -> tuple[LayerCost, LayerCost | None]:
+        """(the layer, its plain twin) of ``kind``; a model of one kind of block has only ``block``."""
+        return self.kinds.get(kind) or self.kinds["block"]
+
+    @property
+    def alltoall_bytes(self) -> float:
+        """One of a MoE layer's all-to-alls, per device (0 without experts)."""
+        return max(x.alltoall_bytes for x, _ in self.kinds.values())
 
 
 @dataclass(frozen=True)
@@ -129,30 +135,28 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
     if blocks is None or layers is None or model is None:
         return Layout((), message, whole, dtype_bytes)
     emb, block, head = layers
-    kinds = kinds or BlockKinds(block)
+    kinds = kinds or BlockKinds.single(block)
     n = len(blocks)
     if model.tie_embeddings and stage_to_rank[0] == stage_to_rank[-1]:
         head = replace(head, params=head.params - model.vocab * model.hidden // s.tensor_parallel)
     stages = []
     first = 0  # the stage's first block, counted over the whole model
-    family_gemms: dict[tuple[bool, bool, int, int], PassGemms] = {}  # stages of as many blocks share their GEMM lists
+    family_gemms: dict[tuple[str, int, int], PassGemms] = {}  # stages of as many blocks share their GEMM lists
     for k, count in enumerate(blocks):
         recomputed = min(count, s.training.recompute_layers or count)
-        moe_at = [model.moe is not None and model.moe.is_moe(first + i) for i in range(count)]
-        kind_at = [(moe, model.is_windowed(first + i)) for i, moe in enumerate(moe_at)]
+        moe_at = [model.is_moe_layer(first + i) for i in range(count)]
+        kind_at = [model.layer_kind(first + i) for i in range(count)]
         first += count
         stage_blocks: list[LayerCost] = []
         gemms = PassGemms()
         lead = 0
         # each family's blocks, recomputed first (the order block_gemms lists them in)
-        for family in ((False, False), (False, True), (True, False), (True, True)):
+        for family in sorted(set(kind_at), key=KIND_ORDER.index):
             mine = [i for i, x in enumerate(kind_at) if x == family]
-            if not mine:
-                continue
-            full, plain = kinds.family(*family)
+            full, plain = kinds.family(family)
             again = sum(i < recomputed for i in mine)
             stage_blocks += [full if i < recomputed else plain or full for i in mine]
-            key = (*family, len(mine), again)
+            key = (family, len(mine), again)
             if key not in family_gemms:
                 family_gemms[key] = block_gemms(full, plain, len(mine), again)
             gemms += family_gemms[key]
@@ -178,7 +182,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
             lead_blocks=lead,
             expert_params=expert_params,
             moe_blocks=moe_blocks,
-            alltoall_bytes=kinds.moe.alltoall_bytes if kinds.moe is not None and moe_blocks else 0.0,
+            alltoall_bytes=kinds.alltoall_bytes if moe_blocks else 0.0,
             tp_collective_blocks=sum(x.tp_collectives for x in stage_blocks),
             reduced_params=reduced_params(params - expert_params, expert_params, s.weight_replicas, s.expert_replicas),
             forward_bytes=sum(x.forward_bytes for x in parts),
@@ -201,7 +205,7 @@ def mtp_parts(s: Scenario, layers: tuple[LayerCost, LayerCost, LayerCost], kinds
     model = s.model
     if model is None or not model.mtp_layers:
         return []
-    block = kinds.family(model.moe is not None and model.moe.is_moe(model.layers))[0]
+    block = kinds.family("moe" if model.moe is not None and model.moe.is_moe(model.layers) else "block")[0]
 
     def module(copy: bool) -> LayerCost:
         return mtp_module(model, s.training.micro_batch, layers[2], s.tensor_parallel,

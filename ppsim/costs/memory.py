@@ -47,7 +47,8 @@ def block_activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: i
                            kv_heads: int | None = None, ffn_hidden: float | None = None, mlp: str = "gelu",
                            sequence_parallel: bool = False, flash_attention: bool = False,
                            dropout: bool = True, linear_input_bytes: float | None = None,
-                           kv_len: int | None = None, attention_width: int | None = None) -> int:
+                           kv_len: int | None = None, attention_width: int | None = None,
+                           with_attention: bool = True, with_mlp: bool = True) -> int:
     """Bytes one transformer block keeps per micro-batch between its forward and its backward, on
     each of ``tensor_parallel`` devices (Megatron's tensor parallelism: the layer norms' and
     dropouts' 10 sbh stay whole unless ``sequence_parallel`` splits them too). With
@@ -56,7 +57,8 @@ def block_activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: i
     part), the attention output's and the down projection's (sbh and sbf of the split part).
     ``kv_len``: the keys each query sees when it is not ``seq_len`` (context parallelism: s / cp
     queries per rank, s keys), for the scores' term; ``attention_width``: the queries' width when it
-    is not ``hidden`` (heads x head_dim), for Q, K, V and the attention's output."""
+    is not ``hidden`` (heads x head_dim), for Q, K, V and the attention's output. Without
+    ``with_attention`` or ``with_mlp``: the other half alone, with its norm, as a hybrid model's layer."""
     if recompute not in RECOMPUTE_MODES:
         raise ScenarioError(f"unknown recompute mode {recompute!r}; use one of {', '.join(RECOMPUTE_MODES)}",
                             field="training.recompute")
@@ -70,13 +72,14 @@ def block_activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: i
     ffn = 4 * hidden if ffn_hidden is None else ffn_hidden
     mlp_values = 6 if mlp == "swiglu" else 4  # 16-bit values of width f kept by the MLP
     sbq = seq_len * micro_batch * (attention_width or hidden)
-    split = (4 + 4 * kv / heads) * sbq + mlp_values * seq_len * micro_batch * ffn
-    kept = (10 if dropout else 8) * sbh / whole_t + split / t
-    if recompute == "none" and not flash_attention:
+    wa, wm = int(with_attention), int(with_mlp)
+    split = (4 + 4 * kv / heads) * sbq * wa + mlp_values * seq_len * micro_batch * ffn * wm
+    kept = (5 if dropout else 4) * (wa + wm) * sbh / whole_t + split / t  # each half: its norm's input and output
+    if recompute == "none" and not flash_attention and with_attention:
         kept += (5 if dropout else 2) * heads * (kv_len or seq_len) * sbh / (hidden * t)
     saved = 0.0
     if linear_input_bytes is not None:  # values of the linear layers' inputs, each kept in fewer bytes
-        values = 2 * sbh / whole_t + (sbh + seq_len * micro_batch * ffn) / t
+        values = (wa + wm) * sbh / whole_t + (sbh * wa + seq_len * micro_batch * ffn * wm) / t
         saved = values * (dtype_bytes - linear_input_bytes)
     return int(kept * scale - saved)
 

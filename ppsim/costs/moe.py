@@ -63,7 +63,7 @@ class ExpertShard:
         busiest one's load from its routing (:func:`busiest_rank_skew`)."""
         assert model.moe is not None
         return cls(model.moe, expert_parallel, expert_tensor,
-                   busiest_rank_skew(model.moe, expert_parallel, model.moe.moe_layers(model.layers)))
+                   busiest_rank_skew(model.moe, expert_parallel, model.moe_layer_count()))
 
     @property
     def skew(self) -> float:

@@ -55,20 +55,21 @@ def attention_mode(recompute: Recompute, modules: frozenset[str]) -> Recompute:
     return recompute
 
 
-def module_recompute(modules: frozenset[str], *, tokens: float, hidden: int, tensor_parallel: int,
+def module_recompute(modules: frozenset[str], *, norms: int = 2, tokens: float, hidden: int, tensor_parallel: int,
                      sequence_parallel: bool, dtype_bytes: float, linear_input_bytes: float, swiglu: bool,
                      routed_width: float = 0.0, mla_up: Sequence[tuple[float, float]] = (),
                      mla_kept: float = 0.0) -> ModuleRecompute:
     """The layernorm, moe_act and mla_up_proj modules of ``modules`` for a block of ``tokens``
-    tokens on one device (see the module docstring): ``routed_width`` the routed experts' k x skew x
+    tokens on one device (see the module docstring), of ``norms`` norms (a hybrid layer has one):
+    ``routed_width`` the routed experts' k x skew x
     f_e (0 without experts), ``mla_up`` the (in, out) of the up projections per device, ``mla_kept``
     the values per token of the queries, keys and values they make (a x qk + a x qk + a x v, / t)."""
     t = tensor_parallel
     whole = tokens * hidden / (t if sequence_parallel else 1)  # a norm's output on this device
     out = ModuleRecompute()
     if "layernorm" in modules:
-        out = _add(out, ModuleRecompute(saved_bytes=2 * whole * linear_input_bytes,
-                                        traffic_bytes=2 * 2 * whole * dtype_bytes))
+        out = _add(out, ModuleRecompute(saved_bytes=norms * whole * linear_input_bytes,
+                                        traffic_bytes=norms * 2 * whole * dtype_bytes))
     if "moe_act" in modules and routed_width:
         values = tokens * routed_width / t
         out = _add(out, ModuleRecompute(saved_bytes=values * linear_input_bytes,

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 from ppsim.costs.analytic import analytic_costs, uses_curves
 from ppsim.costs.explicit import explicit_costs
-from ppsim.costs.layers import LayerCost, gpt_layers
-from ppsim.costs.layout import BlockKinds, Layout, lay_out, mtp_parts
+from ppsim.costs.layers import LayerCost, LayerParts, gpt_layers
+from ppsim.costs.layout import KIND_ORDER, BlockKinds, Layout, lay_out, mtp_parts
 from ppsim.costs.links import scenario_links
 from ppsim.costs.low_precision import check_low_precision, scenario_precision
+from ppsim.costs.mamba import mamba_layer
 from ppsim.costs.moe import ExpertShard
 from ppsim.costs.partition import blocks_per_stage
 from ppsim.costs.table import CostTable
@@ -73,15 +74,14 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
             from ppsim.costs.profiled import balancing_loads
 
             model = s.model
-            share = model.moe.moe_layers(model.layers) / model.layers if model and model.moe else 0.0
+            share = model.moe_layer_count() / model.layers if model and model.moe else 0.0
             loads = balancing_loads(profile, share)
         else:  # each layer as its kind costs; the last stage's head with the multi-token prediction modules
-            kinds = block_kinds(s, layers) or BlockKinds(block)
+            kinds = block_kinds(s, layers) or BlockKinds.single(block)
             mtp = mtp_parts(s, layers, kinds, stage_to_rank)
             model = s.model
             assert model is not None  # it has layers
-            per_layer = [kinds.family(model.moe is not None and model.moe.is_moe(i), model.is_windowed(i))[0].total_flops
-                         for i in range(model.layers)]
+            per_layer = [kinds.family(model.layer_kind(i))[0].total_flops for i in range(model.layers)]
             loads = (per_layer, emb.total_flops, head.total_flops + sum(x.total_flops for x in mtp))
         blocks = blocks_per_stage(s, stage_to_rank, *loads)
     layout = lay_out(s, blocks, layers, stage_to_rank, block_kinds(s, layers))
@@ -118,7 +118,8 @@ def datasheet_source(s: Scenario, device: Device) -> str:
 
 
 def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompute | None = None,
-                 moe: bool = False, windowed: bool = False) -> tuple[LayerCost, LayerCost, LayerCost] | None:
+                 moe: bool = False, windowed: bool = False, parts: LayerParts = "block"
+                 ) -> tuple[LayerCost, LayerCost, LayerCost] | None:
     """(embedding, block, head) of the scenario's model for one micro-batch, per tensor-parallel
     device, in the scenario's recompute mode or ``recompute``; the block a MoE layer's with ``moe``,
     one attending through the sliding window with ``windowed``; with a profile the embedding's and
@@ -131,7 +132,7 @@ def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompu
     layers = gpt_layers(s.model, training.micro_batch, recompute or training.recompute, t,
                         sequence_parallel=training.sequence_parallel, flash_attention=training.flash_attention,
                         narrow=narrow, context_parallel=s.context_parallel, experts=experts, windowed=windowed,
-                        recompute_modules=training.recompute_modules)
+                        recompute_modules=training.recompute_modules, parts=parts)
     if profile is not None and t > 1:
         whole_emb, _, whole_head = gpt_layers(s.model, training.micro_batch, training.recompute, 1)
         emb, block, head = layers
@@ -140,30 +141,30 @@ def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompu
 
 
 def block_kinds(s: Scenario, layers: tuple[LayerCost, LayerCost, LayerCost] | None) -> BlockKinds | None:
-    """The kinds of block of the scenario's model beside ``layers``' dense one: its MoE layers',
-    without recomputation those beyond ``training.recompute_layers``, and each of them again
-    attending through the sliding window (None: every block is ``layers``')."""
+    """Every kind of layer of the scenario's model (:meth:`~ppsim.inputs.scenario.ModelSpec.layer_kind`),
+    each with its twin without recomputation when ``training.recompute_layers`` leaves some plain
+    (None: no model)."""
     if layers is None or s.model is None:
         return None
     model = s.model
-    moe = model.moe is not None
     partial = s.training.recompute_layers is not None
 
-    def block(recompute: Recompute | None, experts: bool, windowed: bool) -> LayerCost:
-        built = model_layers(s, recompute=recompute, moe=experts, windowed=windowed)
+    def layer(kind: str, recompute: Recompute | None) -> LayerCost:
+        if kind == "M":
+            return mamba_layer(model, s.training.micro_batch, recompute or s.training.recompute, s.tensor_parallel,
+                               sequence_parallel=s.training.sequence_parallel,
+                               narrow=scenario_precision(s.training.fp8, s.training.fp4, s.training.low_precision_params))
+        parts: LayerParts = {"*": "attention", "-": "mlp", "E": "mlp"}.get(kind, "block")  # type: ignore[assignment]
+        if kind == "block" and recompute is None:
+            return layers[1]
+        built = model_layers(s, recompute=recompute, moe=kind.startswith("moe") or kind == "E",
+                             windowed=kind.endswith("/window"), parts=parts)
         assert built is not None  # the scenario has a model
         return built[1]
 
-    def kinds(windowed: bool) -> BlockKinds:
-        return BlockKinds(
-            dense=block(None, False, True) if windowed else layers[1],
-            moe=block(None, True, windowed) if moe else None,
-            plain_dense=block("none", False, windowed) if partial else None,
-            plain_moe=block("none", True, windowed) if partial and moe else None,
-        )
-
-    windowed = any(map(model.is_windowed, range(model.layers)))
-    return replace(kinds(False), windowed=kinds(True) if windowed else None)
+    return BlockKinds({kind: (layer(kind, None), layer(kind, "none") if partial else None)
+                       for kind in sorted({model.layer_kind(i) for i in range(model.layers)} | {"block"},
+                                          key=KIND_ORDER.index)})
 
 
 def _check_profile(s: Scenario, profile: Profile) -> None:
@@ -185,6 +186,9 @@ def _check_profile(s: Scenario, profile: Profile) -> None:
     if s.training.recompute_modules not in (None, ["core_attn"]):
         raise ScenarioError("a profile times selective recomputation of the attention core; predict other "
                             "training.recompute_modules from the model (no --profile)", field="--profile")
+    if s.model is not None and s.model.pattern is not None:
+        raise ScenarioError("a profile times GPT-style blocks, not a hybrid pattern's layers; predict model.pattern "
+                            "from the model (no --profile)", field="--profile")
     if s.training.delay_wgrad:
         raise ScenarioError("a profile times whole backwards; predict training.delay_wgrad from the model "
                             "(no --profile)", field="--profile")

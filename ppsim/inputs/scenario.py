@@ -92,6 +92,32 @@ class MoESpec(_Strict):
         return sum(map(self.is_moe, range(layers)))
 
 
+class MambaSpec(_Strict):
+    """Mamba-2 mixer layers of a hybrid model (Nemotron-H, Nemotron 3; ppsim.costs.mamba)."""
+
+    heads: int = Field(gt=0, le=2**16, description="SSM heads H (Megatron's mamba_num_heads)")
+    head_dim: int = Field(gt=0, le=2**12, description="one head's width P (mamba_head_dim): d_inner = H x P")
+    state: int = Field(default=128, gt=0, le=2**12, description="the state's width N (mamba_state_dim)")
+    groups: int = Field(default=1, gt=0, le=2**12, description="B and C groups G (mamba_num_groups)")
+    conv_kernel: int = Field(default=4, gt=0, le=64, description="the causal convolution's width")
+    chunk: int = Field(default=128, gt=0, le=2**14, description="the SSD scan's chunk length Q")
+
+    @model_validator(mode="after")
+    def _groups_divide_heads(self) -> MambaSpec:
+        if self.heads % self.groups:
+            raise ValueError(f"groups ({self.groups}) must divide heads ({self.heads})")
+        return self
+
+    @property
+    def inner(self) -> int:
+        """d_inner = heads x head_dim."""
+        return self.heads * self.head_dim
+
+
+#: the layers of a hybrid pattern (Megatron's hybrid_override_pattern)
+PATTERN_LAYERS = {"M": "a Mamba-2 mixer", "*": "attention", "-": "an MLP", "E": "a mixture of experts"}
+
+
 class MLASpec(_Strict):
     """DeepSeek's multi-head latent attention (DeepSeek-V2/V3, Kimi K2): queries and keys/values
     projected down to low-rank latents and up again per head (ppsim.costs.layers)."""
@@ -140,6 +166,10 @@ class ModelSpec(_Strict):
     full_attention_every: int | None = Field(default=None, gt=0, le=10_000, description=(
         "with attention_window: every this many layers (the N-th, 2N-th, ...) attends to every earlier key, the "
         "others through the window (Megatron's window_attn_skip_freq; GPT-OSS: 2); None: every layer windowed"))
+    #: a hybrid model's layers, one character each (Megatron's hybrid_override_pattern): M a Mamba-2
+    #: mixer, * attention, - an MLP, E a mixture of experts; each its own layer with its norm and residual
+    pattern: str | None = Field(default=None, min_length=1, max_length=10_000)
+    mamba: MambaSpec | None = None  #: the Mamba-2 mixers of the pattern's M layers
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelSpec:
@@ -152,7 +182,50 @@ class ModelSpec(_Strict):
         if self.full_attention_every is not None and self.attention_window is None:
             raise ValueError("full_attention_every says which layers skip the sliding window, and there is no "
                              "attention_window: add one or drop full_attention_every")
+        self._check_pattern()
         return self
+
+    def _check_pattern(self) -> None:
+        p = self.pattern
+        if p is None:
+            if self.mamba is not None:
+                raise ValueError("mamba describes the Mamba-2 layers of a hybrid pattern, and there is none: add a "
+                                 "pattern (M for each Mamba layer) or drop mamba")
+            return
+        unknown = sorted(set(p) - set(PATTERN_LAYERS))
+        if unknown:
+            raise ValueError(f"pattern has {', '.join(map(repr, unknown))}: each layer is one of "
+                             + ", ".join(f"{k} ({v})" for k, v in PATTERN_LAYERS.items()))
+        if len(p) != self.layers:
+            raise ValueError(f"pattern has {len(p)} layers and layers is {self.layers}: give one character per layer")
+        for char, spec, key in (("M", self.mamba, "mamba"), ("E", self.moe, "moe")):
+            if char in p and spec is None:
+                raise ValueError(f"pattern has {PATTERN_LAYERS[char]} layers ({char}) and no {key} section: add one")
+        if "M" not in p and self.mamba is not None:
+            raise ValueError("pattern has no Mamba layer (M) to use the mamba section: drop it")
+        if self.moe is not None and (self.moe.dense_layers or self.moe.layer_freq != 1):
+            raise ValueError("with a pattern, its E characters say which layers have experts: drop moe.dense_layers "
+                             "and moe.layer_freq")
+        unsupported = [(k, v) for k, v in (("attention_window", self.attention_window),
+                                           ("mtp_layers", self.mtp_layers or None)) if v is not None]
+        if unsupported:
+            raise ValueError(f"{unsupported[0][0]} is not modelled in a hybrid pattern yet: drop it")
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) has experts: its pattern character E, or the moe section's rule."""
+        if self.pattern is not None:
+            return self.pattern[layer] == "E"
+        return self.moe is not None and self.moe.is_moe(layer)
+
+    def moe_layer_count(self) -> int:
+        return sum(map(self.is_moe_layer, range(self.layers)))
+
+    def layer_kind(self, layer: int) -> str:
+        """What layer ``layer`` is: its pattern character in a hybrid model; else a block ("block"),
+        with experts ("moe"), attending through the window ("/window")."""
+        if self.pattern is not None:
+            return self.pattern[layer]
+        return ("moe" if self.is_moe_layer(layer) else "block") + ("/window" if self.is_windowed(layer) else "")
 
     def is_windowed(self, layer: int) -> bool:
         """Whether block ``layer`` (0-based) attends through ``attention_window`` (Megatron numbers
@@ -507,7 +580,7 @@ def check(s: Scenario) -> None:
     """Cross-field rules that pydantic's per-field checks cannot see; each raises a ScenarioError
     naming the key and the fix."""
     for rule in (_check_sizes, _check_batch, _check_tensor_parallel, _check_experts, _check_links, _check_zero,
-                 _check_recompute, _check_delay_wgrad, _check_partition, _check_costs):
+                 _check_recompute, _check_delay_wgrad, _check_hybrid, _check_partition, _check_costs):
         rule(s)
     from ppsim.inputs.hardware import get_device  # local: keeps the catalogue out of schema import time
 
@@ -688,6 +761,22 @@ def _check_experts(s: Scenario) -> None:
     if moe.dense_layers >= model.layers:
         raise ScenarioError(f"model.moe.dense_layers ({moe.dense_layers}) leaves no MoE layer of the "
                             f"{model.layers}; use fewer", field="model.moe.dense_layers")
+
+
+def _check_hybrid(s: Scenario) -> None:
+    """What a hybrid pattern cannot take yet, and how its Mamba layers split over tensor parallelism."""
+    model = s.model
+    if model is None or model.pattern is None:
+        return
+    for key, on, fix in (("context_parallel", s.context_parallel > 1, "use context_parallel: 1"),
+                         ("training.tp_comm_overlap", s.training.tp_comm_overlap, "drop it")):
+        if on:
+            raise ScenarioError(f"a hybrid pattern's layers are not priced with {key} yet: {fix}", field=key)
+    mb, t = model.mamba, s.tensor_parallel
+    if mb is not None and (mb.heads % t or mb.groups % t):
+        raise ScenarioError(f"tensor_parallel ({t}) must divide model.mamba's heads ({mb.heads}) and groups "
+                            f"({mb.groups}): Megatron splits both over the tensor-parallel devices",
+                            field="tensor_parallel")
 
 
 def _check_delay_wgrad(s: Scenario) -> None:

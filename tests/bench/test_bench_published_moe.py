@@ -41,7 +41,19 @@ def test_a_row_becomes_the_scenario_its_recipe_describes() -> None:
     assert data["model"]["mla"]["kv_lora_rank"] == 512 and data["training"]["fp8"] == "mxfp8"
     assert b.dense.published_step_s(row) == pytest.approx(4096 * 4096 / (6288 * 256))
     assert data["model"]["mtp_layers"] == 1  # the recipe's multi-token prediction module
-    assert b.unexpressible(next(r for r in rows.values() if r["model"] == "Nemotron-3-Nano")).startswith("a hybrid")
+    assert b.unexpressible(next(r for r in rows.values() if r["model"] == "Nemotron-3-Super")).startswith(
+        "the sources do not give")
+
+
+def test_nemotron_3_nano_rows_are_its_hybrid_pattern() -> None:
+    b = bench_module("published_moe")
+    row = next(r for r in yaml.safe_load(b.DATA.read_text()) if r["model"] == "Nemotron-3-Nano")
+    assert b.unexpressible(row) is None
+    data, assumed = b.scenario_data(row)
+    model = data["model"]
+    assert model["pattern"] == row["architecture"]["hybrid_layer_pattern"] and model["vocab"] == 131072
+    assert model["mamba"] == {"heads": 64, "head_dim": 64, "state": 128, "groups": 8}
+    assert any("vocabulary of 131,072" in a for a in assumed)
 
 
 def test_gpt_oss_rows_attend_through_their_windows() -> None:

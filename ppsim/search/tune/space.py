@@ -45,7 +45,7 @@ class Candidate:
     def label(self) -> str:
         sched = self.schedule + (f" v={self.chunks}" if self.chunks > 1 else "")
         ep = f" ep={self.expert_parallel}" if self.expert_parallel > 1 else ""
-        ep += f" etp={self.expert_tensor}" if self.expert_tensor is not None else ""
+        ep += f" etp={self.expert_tensor}" if self.expert_tensor not in (None, self.tensor_parallel) else ""
         return (f"p={self.stages} d={self.data_parallel} t={self.tensor_parallel}{ep} b={self.micro_batch} "
                 f"m={self.microbatches} {sched} recompute={self.recompute} zero={self.zero_stage}")
 
