@@ -14,7 +14,7 @@ from ppsim.costs.memory import StaticMemory, static_memory
 from ppsim.costs.moe import reduced_params
 from ppsim.costs.table import StageCost
 from ppsim.costs.tensor_parallel import message_split
-from ppsim.inputs.scenario import DTYPE_BYTES, Scenario
+from ppsim.inputs.scenario import DTYPE_BYTES, MOE_KINDS, Scenario
 
 if TYPE_CHECKING:  # pragma: no cover - typing.Unpack is Python 3.11+
     from typing_extensions import Unpack
@@ -144,8 +144,8 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
     family_gemms: dict[tuple[str, int, int], PassGemms] = {}  # stages of as many blocks share their GEMM lists
     for k, count in enumerate(blocks):
         recomputed = min(count, s.training.recompute_layers or count)
-        moe_at = [model.is_moe_layer(first + i) for i in range(count)]
-        kind_at = [model.layer_kind(first + i) for i in range(count)]
+        kind_at = model.layer_kinds[first:first + count]
+        moe_at = [kind in MOE_KINDS for kind in kind_at]
         first += count
         stage_blocks: list[LayerCost] = []
         gemms = PassGemms()

@@ -81,7 +81,7 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
             mtp = mtp_parts(s, layers, kinds, stage_to_rank)
             model = s.model
             assert model is not None  # it has layers
-            per_layer = [kinds.family(model.layer_kind(i))[0].total_flops for i in range(model.layers)]
+            per_layer = [kinds.family(kind)[0].total_flops for kind in model.layer_kinds]
             loads = (per_layer, emb.total_flops, head.total_flops + sum(x.total_flops for x in mtp))
         blocks = blocks_per_stage(s, stage_to_rank, *loads)
     layout = lay_out(s, blocks, layers, stage_to_rank, block_kinds(s, layers))
@@ -163,7 +163,7 @@ def block_kinds(s: Scenario, layers: tuple[LayerCost, LayerCost, LayerCost] | No
         return built[1]
 
     return BlockKinds({kind: (layer(kind, None), layer(kind, "none") if partial else None)
-                       for kind in sorted({model.layer_kind(i) for i in range(model.layers)} | {"block"},
+                       for kind in sorted(set(model.layer_kinds) | {"block"},
                                           key=KIND_ORDER.index)})
 
 

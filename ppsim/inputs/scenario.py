@@ -5,6 +5,7 @@ This is the only module that reads scenario files. Every error names the key and
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -114,6 +115,8 @@ class MambaSpec(_Strict):
         return self.heads * self.head_dim
 
 
+#: the kinds of layer (ModelSpec.layer_kind) that have experts
+MOE_KINDS = frozenset({"moe", "moe/window", "E"})
 #: the layers of a hybrid pattern (Megatron's hybrid_override_pattern)
 PATTERN_LAYERS = {"M": "a Mamba-2 mixer", "*": "attention", "-": "an MLP", "E": "a mixture of experts"}
 
@@ -211,21 +214,26 @@ class ModelSpec(_Strict):
         if unsupported:
             raise ValueError(f"{unsupported[0][0]} is not modelled in a hybrid pattern yet: drop it")
 
-    def is_moe_layer(self, layer: int) -> bool:
-        """Whether layer ``layer`` (0-based) has experts: its pattern character E, or the moe section's rule."""
-        if self.pattern is not None:
-            return self.pattern[layer] == "E"
-        return self.moe is not None and self.moe.is_moe(layer)
-
-    def moe_layer_count(self) -> int:
-        return sum(map(self.is_moe_layer, range(self.layers)))
-
     def layer_kind(self, layer: int) -> str:
         """What layer ``layer`` is: its pattern character in a hybrid model; else a block ("block"),
-        with experts ("moe"), attending through the window ("/window")."""
+        with experts where the moe section's rule puts them ("moe"), attending through the window
+        ("/window")."""
         if self.pattern is not None:
             return self.pattern[layer]
-        return ("moe" if self.is_moe_layer(layer) else "block") + ("/window" if self.is_windowed(layer) else "")
+        experts = self.moe is not None and self.moe.is_moe(layer)
+        return ("moe" if experts else "block") + ("/window" if self.is_windowed(layer) else "")
+
+    @cached_property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """:meth:`layer_kind` of every layer, worked out once per model."""
+        return tuple(map(self.layer_kind, range(self.layers)))
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) has experts (its kind is a MoE one)."""
+        return self.layer_kinds[layer] in MOE_KINDS
+
+    def moe_layer_count(self) -> int:
+        return sum(kind in MOE_KINDS for kind in self.layer_kinds)
 
     def is_windowed(self, layer: int) -> bool:
         """Whether block ``layer`` (0-based) attends through ``attention_window`` (Megatron numbers
