@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -195,31 +195,33 @@ def load_profile_option(path: Path | None) -> Profile | None:
     return load_profile(path)
 
 
+T = TypeVar("T", int, float)  #: what a comma-separated option list holds
+
+
 def int_list(text: str | None, option: str) -> list[int] | None:
     """``"4,8,16"`` -> [4, 8, 16]: positive, distinct whole numbers, else bad usage of ``option``."""
-    if text is None:
-        return None
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise usage_error(f"expected comma-separated whole numbers such as 4,8,16, got {text!r}", option) from None
-    if not values or any(v < 1 for v in values):
-        raise usage_error(f"expected positive whole numbers such as 4,8,16, got {text!r}", option)
-    if len(set(values)) != len(values):
-        raise usage_error(f"lists a value twice: {text!r}", option)
-    return values
+    return _value_list(text, option, int, "whole numbers such as 4,8,16", "positive whole numbers such as 4,8,16",
+                       lambda v: v >= 1)
 
 
 def float_list(text: str | None, option: str, least: float) -> list[float] | None:
     """``"1,1.25,2"`` -> [1.0, 1.25, 2.0]: distinct numbers of at least ``least``, else bad usage of ``option``."""
+    return _value_list(text, option, float, "numbers such as 1,1.25,1.5", f"numbers of at least {least:g}",
+                       lambda v: least <= v < float("inf"))
+
+
+def _value_list(text: str | None, option: str, parse: Callable[[str], T], what: str, allowed: str,
+                ok: Callable[[T], bool]) -> list[T] | None:
+    """A comma-separated list of distinct values that ``parse`` reads and ``ok`` accepts (None: not
+    given), else bad usage of ``option`` saying ``what`` it takes or which are ``allowed``."""
     if text is None:
         return None
     try:
-        values = [float(v) for v in text.split(",") if v.strip()]
+        values = [parse(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise usage_error(f"expected comma-separated numbers such as 1,1.25,1.5, got {text!r}", option) from None
-    if not values or any(not least <= v < float("inf") for v in values):
-        raise usage_error(f"expected numbers of at least {least:g}, got {text!r}", option)
+        raise usage_error(f"expected comma-separated {what}, got {text!r}", option) from None
+    if not values or not all(map(ok, values)):
+        raise usage_error(f"expected {allowed}, got {text!r}", option)
     if len(set(values)) != len(values):
         raise usage_error(f"lists a value twice: {text!r}", option)
     return values

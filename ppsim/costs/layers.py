@@ -65,6 +65,14 @@ class LayerCost:
         return self.forward_flops + self.input_grad_flops + self.weight_grad_flops
 
 
+def layer_bytes(traffic: Traffic, casts: Traffic, recompute: str) -> tuple[float, float]:
+    """A layer's HBM bytes of memory-bound work, forward and backward: its elementwise traffic with
+    what a recomputed forward runs again, and its narrow casts (a fully recomputed forward casts its
+    inputs again)."""
+    backward = traffic.backward + traffic.recompute + casts.backward + (casts.forward if recompute == "full" else 0.0)
+    return traffic.forward + casts.forward, backward
+
+
 def mla_linears(model: ModelSpec, tensor_parallel: int) -> list[tuple[float, float]]:
     """(in, out) of multi-head latent attention's projections on one of ``tensor_parallel``
     devices: the queries' down projection (if it has a latent) and up to the heads, the keys' and
@@ -200,6 +208,7 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         recomputed += extra.flops
         traffic = Traffic(traffic.forward, traffic.backward, traffic.recompute + extra.traffic_bytes)
         gemms += PassGemms(input_grad=extra.gemms)
+    hbm = layer_bytes(traffic, casts, recompute)
     block = LayerCost(
         name="block",
         forward_flops=matmul + attention,
@@ -209,10 +218,8 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         activation_bytes=held,
         recompute_flops=recomputed,
         masked_flops=masked,
-        forward_bytes=traffic.forward + casts.forward,
-        # a fully recomputed forward casts its inputs again
-        backward_bytes=traffic.backward + traffic.recompute + casts.backward
-        + (casts.forward if recompute == "full" else 0.0),
+        forward_bytes=hbm[0],
+        backward_bytes=hbm[1],
         step_bytes=weight_casts,
         extra_weight_bytes=extra_weight,
         gemms=gemms,

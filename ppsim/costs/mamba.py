@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from ppsim.costs.elementwise import Traffic
 from ppsim.costs.gemms import Gemm, PassGemms
-from ppsim.costs.layers import LayerCost
+from ppsim.costs.layers import LayerCost, layer_bytes
 from ppsim.costs.low_precision import LowPrecision
 from ppsim.inputs.scenario import DTYPE_BYTES, ModelSpec
 
@@ -75,6 +75,7 @@ def mamba_layer(model: ModelSpec, micro_batch: int, recompute: str = "none", ten
                       input_grad=tuple(Gemm(tokens, o, i, linear=True) for i, o in linears)
                       + tuple(g.times(2) for g in scan) + ((dense + scan) if recompute == "full" else ()),
                       weight_grad=tuple(Gemm(i, tokens, o, linear=True) for i, o in linears))
+    hbm = layer_bytes(traffic, casts, recompute)
     return LayerCost(
         name="mamba",
         forward_flops=projections + ssd,
@@ -83,9 +84,8 @@ def mamba_layer(model: ModelSpec, micro_batch: int, recompute: str = "none", ten
         params=params,
         activation_bytes=int(held),
         recompute_flops=recomputed,
-        forward_bytes=traffic.forward + casts.forward,
-        backward_bytes=traffic.backward + traffic.recompute + casts.backward
-        + (casts.forward if recompute == "full" else 0.0),
+        forward_bytes=hbm[0],
+        backward_bytes=hbm[1],
         step_bytes=weight_casts,
         extra_weight_bytes=extra_weight,
         gemms=gemms,
