@@ -49,7 +49,7 @@ def built_plans(draw: st.DrawFn) -> Plan:
     nearest count it takes."""
     name = draw(st.sampled_from(sorted(schedules.SCHEDULES)))
     info = schedules.get(name)
-    p = info.ranks or draw(st.integers(1, 5))
+    p = info.ranks or info.pipes * draw(st.integers(1, 5 // info.pipes))  # each pipe over every rank
     v = info.chunks_for(draw(st.integers(1, 3)))
     m = p * v + draw(st.integers(0, 6))
     m = info.microbatches.nearest(p, m, v) or m

@@ -79,7 +79,12 @@ RUNTIME_NAMES: tuple[str, ...] = get_args(RuntimeChoice)
 
 def choose(name: str, plan: Plan, s: Scenario) -> Runtime:
     """The runtime ``name`` (or, for ``auto``, the first that can run the plan: DeepSpeed, then
-    torch). A plan the runtime cannot run is one error naming what stands in the way."""
+    torch). A plan the runtime cannot run is one error naming what stands in the way; a plan of
+    several copies of the model (DualPipe) none runs."""
+    if plan.pipes > 1:
+        raise PpsimError(f"schedule {plan.schedule!r} runs {plan.pipes} copies of the model, which ppsim simulates "
+                         "and neither runtime builds (each holds one copy per rank's stages); run dualpipev, DualPipe "
+                         "folded onto one copy", field="pipeline.schedule")
     available = runtimes()
     if name != "auto":
         if name not in available:

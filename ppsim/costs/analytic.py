@@ -30,6 +30,7 @@ from ppsim.costs.collectives import (
     traffic,
 )
 from ppsim.costs.context_parallel import ContextParallelComm, context_parallel_comm
+from ppsim.costs.copies import copies_summed
 from ppsim.costs.fsdp import Exposed, fsdp_stage, offload
 from ppsim.costs.gemms import Gemm
 from ppsim.costs.layout import Layout, StageShape
@@ -131,6 +132,7 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
         stages = [shard_optimizer(c, d, links.data_parallel, links.data_parallel, training.zero_reduce,
                                   overlap_gather=training.overlap_param_gather, fully_sharded=training.zero_stage >= 3)
                   for c in stages]
+    stages = copies_summed(s, stages, layout, links.copies)
     tied_ms = tied_embedding_allreduce_ms(s, layout, links.embedding)
     if tied_ms > 0:
         stages[0] = replace(stages[0], optimizer_ms=stages[0].optimizer_ms + tied_ms)

@@ -105,6 +105,11 @@ class Layout:
     message_bytes: int  #: one stage-to-stage message (each tensor rank's 1/t of it when split: ppsim.costs.tensor_parallel)
     activation_bytes: int  #: one whole s x b x h activation, what tensor parallelism all-reduces
     dtype_bytes: int
+    pipes: int = 1  #: the copies of the model the stages form (DualPipe's two), each laid out alike
+
+    def position(self, stage: int) -> int:
+        """The place of virtual stage ``stage`` in its copy of the model (0: it holds the embedding)."""
+        return stage % (len(self.stages) // self.pipes)
 
     @property
     def blocks(self) -> list[int] | None:
@@ -121,11 +126,13 @@ class Layout:
 
 
 def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, LayerCost, LayerCost] | None,
-            stage_to_rank: Sequence[int] = (0,), kinds: BlockKinds | None = None) -> Layout:
+            stage_to_rank: Sequence[int] = (0,), kinds: BlockKinds | None = None, pipes: int = 1) -> Layout:
     """The layout of ``blocks`` per virtual stage of the (embedding, block, head) ``layers``; with
     tied embeddings and the first and last virtual stage on one rank (``stage_to_rank``) the head
     reuses the embedding's table, and only the embedding counts it. ``kinds``: the blocks when they
-    are not all ``layers``' (MoE layers beside dense ones, blocks beyond ``training.recompute_layers``)."""
+    are not all ``layers``' (MoE layers beside dense ones, blocks beyond ``training.recompute_layers``).
+    ``pipes``: the stages form that many copies of the model (DualPipe), each with its embedding
+    and head; ``blocks`` gives every copy's stages."""
     model = s.model
     dtype_bytes = DTYPE_BYTES[model.dtype] if model else 2
     # one device's s x b x h activation: its s / cp tokens under context parallelism
@@ -133,16 +140,18 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
     message = whole // message_split(s.tensor_parallel, sequence_parallel=s.training.sequence_parallel,
                                      scatter_gather=s.pipeline.scatter_gather)
     if blocks is None or layers is None or model is None:
-        return Layout((), message, whole, dtype_bytes)
+        return Layout((), message, whole, dtype_bytes, pipes)
     emb, block, head = layers
     kinds = kinds or BlockKinds.single(block)
-    n = len(blocks)
+    n = len(blocks) // pipes  # the stages of one copy
     if model.tie_embeddings and stage_to_rank[0] == stage_to_rank[-1]:
         head = replace(head, params=head.params - model.vocab * model.hidden // s.tensor_parallel)
     stages = []
     first = 0  # the stage's first block, counted over the whole model
     family_gemms: dict[tuple[str, int, int], PassGemms] = {}  # stages of as many blocks share their GEMM lists
-    for k, count in enumerate(blocks):
+    for k, count in ((k % n, count) for k, count in enumerate(blocks)):
+        if k == 0:
+            first = 0  # each copy's stages start at the model's first layer
         recomputed = min(count, s.training.recompute_layers or count)
         kind_at = model.layer_kinds[first:first + count]
         moe_at = [kind in MOE_KINDS for kind in kind_at]
@@ -194,7 +203,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
                                  extra_weight_bytes=int(sum(x.extra_weight_bytes for x in parts)),
                                  expert_params=expert_params, expert_replicas=s.expert_replicas),
         ))
-    return Layout(tuple(stages), message, whole, dtype_bytes)
+    return Layout(tuple(stages), message, whole, dtype_bytes, pipes)
 
 
 def mtp_parts(s: Scenario, layers: tuple[LayerCost, LayerCost, LayerCost], kinds: BlockKinds,

@@ -25,6 +25,9 @@ class Links:
     #: between the ranks of the first and the last virtual stage (the tied embedding's gradient
     #: all-reduce); None when they are one rank or, on a cluster, when the model ties no embedding
     embedding: Link | None = None
+    #: between the ranks that hold the copies of each stage (DualPipe's two pipes), over which the
+    #: copies' gradients are summed; None with one copy
+    copies: Link | None = None
     #: with a cluster under the network model: its links, the routes of each boundary's messages and
     #: each virtual stage's data-parallel rings (per byte of ring traffic), for the costs' Fabric
     fabric: FabricRoutes | None = None
@@ -53,10 +56,11 @@ def _route(load: cl.RouteLoad) -> Route:
     return Route(dict(hops), latency_us / 1e3)
 
 
-def scenario_links(s: Scenario, device: Device, stage_to_rank: tuple[int, ...]) -> Links:
-    """The scenario's links: routed over its cluster when it has one, else as ``hardware`` gives them."""
+def scenario_links(s: Scenario, device: Device, stage_to_rank: tuple[int, ...], pipes: int = 1) -> Links:
+    """The scenario's links: routed over its cluster when it has one, else as ``hardware`` gives them
+    (``pipes``: the copies of the model the virtual stages form)."""
     if s.cluster is not None:
-        return _cluster_links(s.cluster, s, device, stage_to_rank)
+        return _cluster_links(s.cluster, s, device, stage_to_rank, pipes)
     hw = s.hardware
     boundary = _link(hw.link, device.inter_node_gb_s, device.inter_node_latency_us)
     return Links(
@@ -67,7 +71,16 @@ def scenario_links(s: Scenario, device: Device, stage_to_rank: tuple[int, ...]) 
         expert_parallel=_link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
         expert_tensor=_link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
         embedding=boundary if stage_to_rank[0] != stage_to_rank[-1] else None,
+        copies=boundary if pipes > 1 else None,
     )
+
+
+def twin_ranks(stage_to_rank: tuple[int, ...], pipes: int) -> list[tuple[int, int]]:
+    """The pairs of ranks holding a stage of the first copy of the model and the same stage of
+    another copy, lower rank first (DualPipe: rank r and rank p - 1 - r); none with one copy."""
+    n = len(stage_to_rank) // pipes
+    pairs = {(stage_to_rank[j], stage_to_rank[k * n + j]) for j in range(n) for k in range(1, pipes)}
+    return sorted({(min(a, b), max(a, b)) for a, b in pairs if a != b})
 
 
 def as_link(speed: cl.LinkSpeed) -> Link:
@@ -81,7 +94,8 @@ def _link(spec: LinkSpec | None, default_gb_s: float, default_latency_us: float)
     return Link.from_gb_s(spec.bandwidth_gb_s, spec.latency_us)
 
 
-def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank: tuple[int, ...]) -> Links:
+def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank: tuple[int, ...],
+                   pipes: int) -> Links:
     intra, inter = spec.intra_node, spec.inter_node
     cluster = cl.Cluster(
         nodes=spec.nodes,
@@ -104,6 +118,12 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank
         flows = [(cl.device_of(first, r, k, p, d, t, spec.placement), cl.device_of(last, r, k, p, d, t, spec.placement))
                  for r in range(d) for k in range(t)]
         embedding = as_link(cl.route_link(cluster, flows))
+    copies = None
+    if pipes > 1:  # every pair's devices at once, both ways (the copies sum at the same moment): the slowest
+        pairs = twin_ranks(stage_to_rank, pipes)
+        flows = [(cl.device_of(x, r, k, p, d, t, spec.placement), cl.device_of(y, r, k, p, d, t, spec.placement))
+                 for a, b in pairs for x, y in ((a, b), (b, a)) for r in range(d) for k in range(t)]
+        copies = as_link(min(cl.route_links(cluster, flows), key=lambda x: x.bandwidth_gb_s))
     fabric = None
     if spec.network == "flows":
         forward, backward, reduce, pipeline = cl.plan_routes(cluster, stage_to_rank, p, d, t, spec.placement)
@@ -113,4 +133,4 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank
     experts = as_link(cl.expert_parallel_link(cluster, p, d, t, s.expert_parallel, s.expert_tensor, spec.placement))
     expert_tensor = as_link(cl.expert_tensor_link(cluster, p, d, t, s.expert_tensor, spec.placement))
     return Links(tuple(as_link(b) for b in boundaries), as_link(dp), as_link(tp), context, experts, expert_tensor,
-                 embedding, fabric)
+                 embedding, copies, fabric)

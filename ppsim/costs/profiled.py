@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ppsim.costs.analytic import expert_alltoalls
 from ppsim.costs.collectives import grad_allreduce, ring_allreduce_ms
+from ppsim.costs.copies import copies_summed
 from ppsim.costs.layers import LayerCost, gpt_layers
 from ppsim.costs.layout import Layout
 from ppsim.costs.memory import Recompute
@@ -67,7 +68,7 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
     the split the profile timed, when it timed one."""
     training, d, t = s.training, s.data_parallel, s.tensor_parallel
     recompute_forward_ms, recompute_backward_ms = recompute_extra_ms(profile, training.recompute, block_flops)
-    n = len(layout.stages)
+    n = len(layout.stages) // layout.pipes  # the stages of one copy of the model
     link = profile_link(profile.link)
     # the collectives as measured, where the profile has them; else over the point-to-point link
     measured = profile.collectives
@@ -86,7 +87,8 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
     dense_share = block.forward_ms / moe_block.forward_ms if moe_block is not None and moe_block.forward_ms else 1.0
     exchange_link = profile_link(measured["alltoall"]) if "alltoall" in measured else link
     stages = []
-    for k, st in enumerate(layout.stages):
+    for at, st in enumerate(layout.stages):
+        k = layout.position(at)
         moe_blocks = st.moe_blocks if moe_block is not None else 0
         parts = [block] * (st.blocks - moe_blocks)
         if moe_block is not None:
@@ -103,7 +105,7 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
         if split and k == 0:  # nothing to send back: torch runs the whole backward as the weight grad
             weight_grad_ms = backward_ms
         stages.append(layout.stage_cost(
-            k,
+            at,
             forward_ms=max(0.0, extra.forward_ms + sum(x.forward_ms for x in parts) + recomputed * recompute_forward_ms)
             + a2a.forward_ms,
             backward_ms=backward_ms,
@@ -120,8 +122,9 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
             backward_overlap_ms=a2a.backward_ms,
         ))
     if training.zero_stage >= 1:
-        stages = [shard_optimizer(c, d, reduce_link, gather_link, training.zero_reduce, profile.overhead(k, n).optimizer_ms)
-                  for k, c in enumerate(stages)]
+        stages = [shard_optimizer(c, d, reduce_link, gather_link, training.zero_reduce,
+                                  profile.overhead(layout.position(at), n).optimizer_ms) for at, c in enumerate(stages)]
+    stages = copies_summed(s, stages, layout, reduce_link)  # the copies' ranks: over the measured all-reduce
     return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=gathering((link,), tp),
                      clip_allreduce_ms=profile.clip_allreduce_us / 1e3)
 

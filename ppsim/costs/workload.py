@@ -43,12 +43,14 @@ class Workload:
 
 
 def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: tuple[int, ...] | None = None,
-                   split_backward: bool = False) -> Workload:
+                   split_backward: bool = False, pipes: int = 1) -> Workload:
     """Costs of every virtual stage for the scenario: from explicit costs if given, else from a
     measured profile if given, else from the model's FLOPs on the device's roofline.
     ``stage_to_rank``: the schedule's placement of the virtual stages (Megatron's loop placement
     when None); the partition balances each rank's work and the links join the ranks it names.
-    ``split_backward``: the schedule runs every backward as I then W (a profile prices the split)."""
+    ``split_backward``: the schedule runs every backward as I then W (a profile prices the split).
+    ``pipes``: the virtual stages form that many copies of the model (DualPipe's two): one copy's
+    stages are partitioned (``pipeline.partition`` lists them) and every copy laid out alike."""
     if profile is not None:
         _check_profile(s, profile)
     device = get_device(s.hardware.device, s.hardware.device_file)
@@ -83,8 +85,8 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
             assert model is not None  # it has layers
             per_layer = [kinds.family(kind)[0].total_flops for kind in model.layer_kinds]
             loads = (per_layer, emb.total_flops, head.total_flops + sum(x.total_flops for x in mtp))
-        blocks = blocks_per_stage(s, stage_to_rank, *loads)
-    layout = lay_out(s, blocks, layers, stage_to_rank, block_kinds(s, layers))
+        blocks = blocks_per_stage(s, copy_placement(stage_to_rank, pipes), *loads) * pipes
+    layout = lay_out(s, blocks, layers, stage_to_rank, block_kinds(s, layers), pipes)
     if s.costs is not None:
         costs = explicit_costs(s, s.costs, layout, stage_to_rank)
         source = ("explicit", "explicit: the scenario's costs section")
@@ -94,12 +96,20 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
         costs = profiled_costs(s, layout, profile, layers[1], split_backward)
         source = ("profile", f"measured: {profile.describe()}")
     elif s.model is not None:
-        costs = analytic_costs(s, s.model, layout, device, scenario_links(s, device, stage_to_rank))
+        costs = analytic_costs(s, s.model, layout, device, scenario_links(s, device, stage_to_rank, pipes))
         source = ("model", datasheet_source(s, device))
     else:  # pragma: no cover - a Scenario has a model or costs
         raise ScenarioError("a scenario needs a 'model' section or a 'costs' section")
-    w = _with_figures(s, costs, layout, device.peak_flops(s.model.dtype) if s.model else None)
+    w = _with_figures(s, costs, layout, device.peak_flops(s.model.dtype) if s.model else None, pipes)
     return replace(w, costs_from=source[0], costs_source=source[1])
+
+
+def copy_placement(stage_to_rank: tuple[int, ...], pipes: int) -> tuple[int, ...]:
+    """The ranks of one copy's stages, for its partition: with several copies of the model each
+    stage's copies as one (named by the lowest of their ranks), so that balancing evens out what
+    every rank holds of all copies (DualPipe: stage j and stage p - 1 - j on one rank)."""
+    n = len(stage_to_rank) // pipes
+    return tuple(min(stage_to_rank[k * n + j] for k in range(pipes)) for j in range(n))
 
 
 def datasheet_source(s: Scenario, device: Device) -> str:
@@ -205,12 +215,13 @@ def _check_profile(s: Scenario, profile: Profile) -> None:
                             field="--profile")
 
 
-def _with_figures(s: Scenario, costs: CostTable, layout: Layout, peak_flops: float | None) -> Workload:
+def _with_figures(s: Scenario, costs: CostTable, layout: Layout, peak_flops: float | None, pipes: int = 1) -> Workload:
     """The workload of ``costs``: per device figures x t devices; model FLOPs (what MFU counts)
-    leave out the recomputed forward and the masked half of unfused causal attention."""
+    leave out the recomputed forward and the masked half of unfused causal attention. Each of
+    ``pipes`` copies of the model runs its share of the micro-batches."""
     m, d, t = s.microbatches, s.data_parallel, s.tensor_parallel
     samples = s.training.micro_batch * m * d
-    per_step = m * d * t * s.context_parallel  # every device's FLOPs: the costs are one device's
+    per_step = m * d * t * s.context_parallel // pipes  # every device's FLOPs: the costs are one device's
     stages = layout.stages
     flops = sum(st.forward_flops + st.input_grad_flops + st.weight_grad_flops - st.recompute_flops - st.masked_flops
                 for st in stages) * per_step if stages else None

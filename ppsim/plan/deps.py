@@ -44,21 +44,23 @@ def grad_producers(plan: Plan) -> dict[tuple[int, int | None], Kind]:
     return out
 
 
-def dependencies(a: Key, num_stages: int, grads: dict[tuple[int, int | None], Kind]) -> tuple[Key, ...]:
+def dependencies(a: Key, per_pipe: int, grads: dict[tuple[int, int | None], Kind]) -> tuple[Key, ...]:
     """The compute actions whose output ``a`` consumes: the previous stage's forward (F), the own
-    forward and the next stage's input grad (B, I), the own input grad (W). They come as plain
-    tuples (this runs for every action of every pass); ``Action(*d)`` when attributes are wanted.
-    An overlapped action needs what either of its parts needs. The rule is :data:`ppsim.plan.rules.NEEDS`,
+    forward and the next stage's input grad (B, I), the own input grad (W). ``per_pipe``: the
+    stages a micro-batch runs through (:attr:`~ppsim.plan.plan.Plan.stages_per_pipe`; a pipe's
+    first stage needs no forward, its last no input grad). They come as plain tuples (this runs
+    for every action of every pass); ``Action(*d)`` when attributes are wanted. An overlapped
+    action needs what either of its parts needs. The rule is :data:`ppsim.plan.rules.NEEDS`,
     written out here for speed (it runs once per action of every timeline); a test holds the two to
     the same answers."""
     s, kind, mb = a
     if kind is Kind.OVERLAP_F_B:  # (forward, kind, backward): its parts never feed each other (validated)
         # an Overlap unpacks as (forward, kind, backward): s and mb are its parts
-        return dependencies(s, num_stages, grads) + dependencies(mb, num_stages, grads)  # type: ignore[arg-type]  # Overlap parts
+        return dependencies(s, per_pipe, grads) + dependencies(mb, per_pipe, grads)  # type: ignore[arg-type]  # Overlap parts
     if kind is Kind.F:
-        return ((s - 1, kind, mb),) if s > 0 else ()
+        return ((s - 1, kind, mb),) if s % per_pipe else ()
     if kind is Kind.B or kind is Kind.I:
-        if s < num_stages - 1:
+        if s % per_pipe < per_pipe - 1:
             return (s, Kind.F, mb), (s + 1, grads.get((s + 1, mb), Kind.B), mb)
         return ((s, Kind.F, mb),)
     if kind is Kind.W:
@@ -81,7 +83,7 @@ def ideal_times(plan: Plan, duration: Duration = default_duration, latency: Late
     from ppsim.plan.grid import render_grid
 
     acts = plan.actions
-    n_stages = plan.num_stages
+    per_pipe = plan.stages_per_pipe
     grads = grad_producers(plan)
     zero: Time = (0.0, 0)
     starts: list[list[Time]] = [[zero] * len(r) for r in acts]
@@ -103,7 +105,7 @@ def ideal_times(plan: Plan, duration: Duration = default_duration, latency: Late
         while i < n:
             a = ra[i]
             start = free
-            for d in inputs(a, n_stages, grads):
+            for d in inputs(a, per_pipe, grads):
                 t = finished(d)
                 if t is None:  # wait for d: its rank wakes this one when d is done
                     waiting.setdefault(d, []).append(r)

@@ -54,7 +54,7 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
         return plan.with_actions(_posted(plan), lowered=True)
     grads = grad_producers(plan)
     where = plan.stage_to_rank
-    n_stages = plan.num_stages
+    per_pipe = plan.stages_per_pipe
     act = new_action
     SEND_F, SEND_B, RECV_F, RECV_B = Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B
     OVERLAP = Kind.OVERLAP_F_B
@@ -69,7 +69,7 @@ def add_comms(plan: Plan, duration: Duration = default_duration, *, rendezvous: 
             if a.kind not in COMPUTE_KINDS:
                 continue
             for part in (a.parts if a.kind is OVERLAP else (a,)):
-                for d_stage, d_kind, mb in dependencies(part, n_stages, grads):
+                for d_stage, d_kind, mb in dependencies(part, per_pipe, grads):
                     pr = where[d_stage]
                     if pr == r:
                         continue

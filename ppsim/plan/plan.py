@@ -43,6 +43,9 @@ class Plan:
 
     ``stage_to_rank[s]`` is the rank that runs virtual stage ``s``; ``chunks`` virtual stages run on
     every rank. ``lowered`` says whether communication and end-of-step actions were added.
+    ``pipes``: how many pipelines the stages form, each a copy of the whole model (DualPipe runs
+    two in opposite directions): pipe k is the k-th run of ``num_stages // pipes`` consecutive
+    stages and carries the k-th equal share of the micro-batches (:meth:`microbatches_of`).
     """
 
     schedule: str
@@ -52,6 +55,7 @@ class Plan:
     stage_to_rank: tuple[int, ...]
     actions: tuple[tuple[Action, ...], ...]
     lowered: bool = False
+    pipes: int = 1
     #: what else a plan says of itself (how its messages were ordered: ``sends``; a search's record:
     #: ``search``); read-only: a pass that adds to it makes a new Plan
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
@@ -60,6 +64,10 @@ class Plan:
                                                                                   hash=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.pipes != 1 and (self.pipes < 1 or len(self.stage_to_rank) % self.pipes
+                                or self.num_microbatches % self.pipes):
+            raise PlanError(f"a plan of {len(self.stage_to_rank)} stages and {self.num_microbatches} micro-batches "
+                            f"cannot run {self.pipes} pipes: each pipe runs an equal share of both")
         if not isinstance(self.meta, ReadOnlyMeta):
             object.__setattr__(self, "meta", ReadOnlyMeta(self.meta))
 
@@ -78,6 +86,16 @@ class Plan:
     def num_stages(self) -> int:
         """Number of virtual stages (ranks x chunks)."""
         return len(self.stage_to_rank)
+
+    @property
+    def stages_per_pipe(self) -> int:
+        """The virtual stages a micro-batch runs through: every stage, unless the plan runs
+        several pipes."""
+        return len(self.stage_to_rank) // self.pipes
+
+    def microbatches_of(self, stage: int) -> range:
+        """The micro-batches virtual stage ``stage`` runs: its pipe's share."""
+        return pipe_microbatches(stage // self.stages_per_pipe, self.pipes, self.num_microbatches)
 
     def stages_of_rank(self, rank: int) -> list[int]:
         """The virtual stages rank ``rank`` holds, in increasing order."""
@@ -100,6 +118,7 @@ class Plan:
             stage_to_rank=self.stage_to_rank,
             actions=tuple(tuple(a) for a in actions),
             lowered=self.lowered if lowered is None else lowered,
+            pipes=self.pipes,
             meta=self.meta,
         )
 
@@ -112,6 +131,7 @@ class Plan:
             "num_ranks": self.num_ranks,
             "num_microbatches": self.num_microbatches,
             "chunks": self.chunks,
+            **({"pipes": self.pipes} if self.pipes > 1 else {}),  # one pipe: as plans were written before
             "stage_to_rank": list(self.stage_to_rank),
             "lowered": self.lowered,
             "meta": dict(self.meta),
@@ -131,6 +151,7 @@ class Plan:
                 stage_to_rank=tuple(int(r) for r in data["stage_to_rank"]),
                 actions=tuple(tuple(Action.parse(t) for t in rank) for rank in data["actions"]),
                 lowered=bool(data.get("lowered", False)),
+                pipes=int(data.get("pipes", 1)),
                 meta=dict(data.get("meta", {})),
             )
         except KeyError as exc:
@@ -167,6 +188,12 @@ class Plan:
 def _kinds_by_rank(plan: Plan) -> tuple[frozenset[Kind], ...]:
     """Each rank's kinds of action, gathered at C speed."""
     return tuple(frozenset(map(_kind_of, row)) for row in plan.actions)
+
+
+def pipe_microbatches(pipe: int, pipes: int, num_microbatches: int) -> range:
+    """The micro-batches pipe ``pipe`` of ``pipes`` carries: its equal share, in order."""
+    share = num_microbatches // pipes
+    return range(pipe * share, (pipe + 1) * share)
 
 
 def loop_placement(num_ranks: int, chunks: int) -> tuple[int, ...]:

@@ -41,8 +41,9 @@ def posted_order(plan: Plan) -> tuple[list[list[Action]], bool]:
     def pair(src: int, dst: int) -> tuple[list[int], list[int]] | None:
         return None if src == dst else pairs.setdefault((src, dst), ([], []))
 
-    forward = [pair(where[s], where[s + 1]) for s in range(last)] + [None]
-    backward = [None] + [pair(where[s], where[s - 1]) for s in range(1, n_stages)]
+    per_pipe = plan.stages_per_pipe  # a pipe's last stage sends no activations on, its first no grads back
+    forward = [pair(where[s], where[s + 1]) if (s + 1) % per_pipe else None for s in range(last)] + [None]
+    backward = [None] + [pair(where[s], where[s - 1]) if s % per_pipe else None for s in range(1, n_stages)]
     # the rules per kind, as (message kind, [sending stage's offset,] the links it crosses, first flag of its fact)
     receives = {k: tuple((kind, off, forward if off < 0 else backward, layout.block(f)) for kind, off, f in rule)
                 for k, rule in RECEIVES.items()}
@@ -114,7 +115,7 @@ def finishes(plan: Plan) -> bool:
     acts, where = plan.actions, plan.stage_to_rank
     n_stages, m = len(where), plan.num_microbatches
     layout = FlagLayout(n_stages, m)
-    last = n_stages - 1
+    per_pipe = plan.stages_per_pipe
     made_i, made_grad = layout.block(Fact.INPUT_GRAD), layout.block(Fact.GRAD_MADE)
     F, B, I, W, OVERLAP = Kind.F, Kind.B, Kind.I, Kind.W, Kind.OVERLAP_F_B
     done = bytearray(layout.total)  # a flag per fact (rules.Fact) of each stage's micro-batch
@@ -137,7 +138,7 @@ def finishes(plan: Plan) -> bool:
             if k is F:
                 assert mb is not None  # compute actions carry a micro-batch
                 at = s * m + mb
-                if s and not done[at - m]:
+                if s % per_pipe and not done[at - m]:
                     _park(waiting, at - m, r)
                     break
                 done[at] = 1
@@ -152,7 +153,7 @@ def finishes(plan: Plan) -> bool:
                 if not done[at]:
                     _park(waiting, at, r)
                     break
-                if s < last and not done[made_grad + at + m]:
+                if s % per_pipe < per_pipe - 1 and not done[made_grad + at + m]:
                     _park(waiting, made_grad + at + m, r)
                     break
                 at += made_grad
@@ -180,8 +181,8 @@ def finishes(plan: Plan) -> bool:
             blocked = -1
             for s, k, mb in parts:
                 for offset, base in needs.get(k, ()):
-                    t = s + offset
-                    if 0 <= t < n_stages and not done[at := base + t * m + mb]:  # type: ignore[operator]  # compute actions carry a micro-batch
+                    t = s + offset  # a stage of its pipe: the pipe's ends need nothing beyond them
+                    if t // per_pipe == s // per_pipe and not done[at := base + t * m + mb]:  # type: ignore[operator]  # compute actions carry a micro-batch
                         blocked = at
                         break
                 if blocked >= 0:

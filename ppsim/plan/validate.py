@@ -102,13 +102,26 @@ def structure_holds(plan: Plan) -> bool:
                             for x in ra):
             return False  # a micro-batch's backward overlapped with its own forward
     # as big integers of one byte per flag, the blocks add without carries
-    ones = int.from_bytes(b"\x01" * size, "little")
+    ones = int.from_bytes(_runs_flags(plan), "little")
     f, b, i, w = (int.from_bytes(seen[c * size:(c + 1) * size], "little") for c in range(4))
     if f != ones:
         return False
     if not (b or i or w):
         return True  # forward only
     return b + i == ones and i == w  # every piece's backward: a full one, or an input and a weight grad
+
+
+def _runs_flags(plan: Plan) -> bytes:
+    """A flag per (stage, micro-batch), index ``stage * m + mb``: set where the stage runs the
+    micro-batch (everywhere, unless the plan runs several pipes)."""
+    m = plan.num_microbatches
+    if plan.pipes == 1:
+        return b"\x01" * (plan.num_stages * m)
+    flags = bytearray(plan.num_stages * m)
+    for s in range(plan.num_stages):
+        for mb in plan.microbatches_of(s):
+            flags[s * m + mb] = 1
+    return bytes(flags)
 
 
 def _positions(plan: Plan) -> Positions:
@@ -120,6 +133,10 @@ def _positions(plan: Plan) -> Positions:
         for i, x in enumerate(ra):
             for a in x.parts:
                 _place(a, r, i, seen, acts, where, n_stages, m)
+                if plan.pipes > 1 and a.microbatch is not None and a.microbatch not in plan.microbatches_of(a.stage):
+                    runs = plan.microbatches_of(a.stage)
+                    raise fail(f"rank {r} step {i}: {a} names micro-batch {a.microbatch}, but stage {a.stage}'s pipe "
+                               f"runs micro-batches {runs.start} to {runs.stop - 1}", acts, {r: i})
             if x.kind is Kind.OVERLAP_F_B:
                 f, b = x.parts
                 if f.microbatch == b.microbatch and f.stage == b.stage:
@@ -152,7 +169,7 @@ def _check_complete(plan: Plan, seen: Positions, check_order: bool) -> None:
     for s in range(plan.num_stages):
         r = where[s]
         end = {r: len(acts[r]) - 1}
-        for mb in range(plan.num_microbatches):
+        for mb in plan.microbatches_of(s):
             f = new_action((s, F, mb))
             if f not in seen:
                 raise fail(f"stage {s} never runs the forward of micro-batch {mb} ({f})", acts, end)
@@ -186,7 +203,7 @@ def _check_messages(plan: Plan, seen: Positions) -> None:
                 raise fail(f"{a} on rank {r} has no matching {other}", acts, {r: i})
         if a.kind not in COMPUTE_KINDS:
             continue
-        for key in dependencies(a, plan.num_stages, grads):
+        for key in dependencies(a, plan.stages_per_pipe, grads):
             d = Action(*key)
             pr = plan.stage_to_rank[d.stage]
             if pr == r:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ppsim.costs import CostTable, Workload
-from ppsim.errors import PpsimError
+from ppsim.errors import PpsimError, ScheduleError
 from ppsim.inputs.hardware import get_device
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan import COMPUTE_KINDS, Plan, schedules
@@ -79,8 +79,8 @@ def auto_build(s: Scenario, workload: Workload, profile: Profile | None = None, 
             search["shortest_ms"] = shortest[0]
     # the winner's own actions and placement: built by a schedule or not, as the winner was
     plan = Plan(schedule=schedules.SEARCHED, num_ranks=won.num_ranks, num_microbatches=won.num_microbatches,
-                chunks=won.chunks, stage_to_rank=won.stage_to_rank, actions=won.actions, meta={"search": search},
-                built=won.built)
+                chunks=won.chunks, stage_to_rank=won.stage_to_rank, actions=won.actions, pipes=won.pipes,
+                meta={"search": search}, built=won.built)
     return Built(best.built.scenario, plan, best.built.workload)
 
 
@@ -92,12 +92,19 @@ def _simulate(how: str, b: Built, hand_written: bool) -> Timed:
 
 
 def _chunked_schedules(p: int, m: int) -> list[str]:
-    """The hand-written training schedules of several chunks that run p ranks and m micro-batches."""
+    """The hand-written training schedules of several chunks that run p ranks and m micro-batches on
+    one copy of the model (DualPipe's second copy is a choice of the model's layout, which ``tune``
+    weighs, and no runtime builds it)."""
     out = []
     for name, info in schedules.SCHEDULES.items():
         v = info.chunks.default
-        if info.training and v > 1 and info.microbatches.nearest(p, m, v) is None:
-            out.append(name)
+        if not info.training or v == 1 or info.pipes > 1:  # plans of one copy of the model, as the runtimes run
+            continue
+        try:
+            info.check(p, m, v)
+        except ScheduleError:
+            continue
+        out.append(name)
     return out
 
 

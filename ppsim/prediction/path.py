@@ -65,11 +65,12 @@ def stage_to_rank(s: Scenario) -> tuple[int, ...]:
 
 
 def scenario_workload(s: Scenario, profile: Profile | None = None) -> Workload:
-    """The scenario's costs for its schedule's placement of the virtual stages (and, from a profile,
-    its way of running backwards: split in I and W by every zero-bubble and V schedule but DualPipeV,
-    which runs whole ones too)."""
+    """The scenario's costs for its schedule's placement of the virtual stages and its copies of the
+    model (and, from a profile, its way of running backwards: split in I and W by every zero-bubble
+    and V schedule but DualPipe(V), which runs whole ones too)."""
     info = schedules.describe(s.pipeline.schedule)
-    return build_workload(s, profile, stage_to_rank(s), split_backward=info.splits_backward and not info.overlaps)
+    return build_workload(s, profile, stage_to_rank(s), split_backward=info.splits_backward and not info.overlaps,
+                          pipes=info.pipes)
 
 
 def lower_built(b: Built) -> Plan:

@@ -52,34 +52,41 @@ def step_time_bound_ms(plan: Plan, costs: CostTable, *, data_parallel: int = 1, 
     duration = compute_ms(costs)
     where = plan.stage_to_rank
     # the least a message across boundary b takes: on static links its whole transfer; on a fabric a
-    # flow may run faster than the static share, so only its latency and overheads
+    # flow may run faster than the static share, so only its latency and overheads; none from a
+    # pipe's last stage (with several copies of the model, the next stage starts another copy)
+    per_pipe = plan.stages_per_pipe
     hop = [0.0] * n
     for b in range(n - 1):
-        if where[b] != where[b + 1]:
+        if where[b] != where[b + 1] and (b + 1) % per_pipe:
             link = costs.link(b)
             hop[b] = costs.p2p_ms(b) if costs.fabric is None else \
                 link.send_overhead_ms + link.latency_ms + link.recv_overhead_ms
-    # the time from nothing to the start of stage s's first forward, and the input-grad chain below s
-    before = [0.0] * (n + 1)
-    for s in range(n):
-        before[s + 1] = before[s] + stages[s].forward_ms + hop[s]
-    below = [0.0] * (n + 1)
-    for s in range(n):
-        below[s + 1] = below[s] + min(stages[s].backward_ms, stages[s].input_grad_ms) + hop[s]
+    # the time from nothing to the start of stage s's first forward, and the input-grad chain below s,
+    # each from the first stage of s's pipe; and each pipe's whole chains
+    before, below = [0.0] * n, [0.0] * n
+    for s in range(1, n):
+        if s % per_pipe:
+            before[s] = before[s - 1] + stages[s - 1].forward_ms + hop[s - 1]
+            below[s] = below[s - 1] + min(stages[s - 1].backward_ms, stages[s - 1].input_grad_ms) + hop[s - 1]
+    ends = range(per_pipe - 1, n, per_pipe)
+    forwards = [before[e] + stages[e].forward_ms for e in ends]
+    input_grads = [below[e] + min(stages[e].backward_ms, stages[e].input_grad_ms) for e in ends]
     tail = _tails(plan, costs, data_parallel, clip)
     training = bool(plan.kinds().intersection({Kind.B, Kind.I, Kind.W, Kind.OVERLAP_F_B}))
-    first_rank_tail = tail(plan.stage_to_rank[0])  # after the last input grad of stage 0, on its rank
+    # after the last input grad of a pipe's first stage, on its rank
+    first_rank_tail = [tail(plan.stage_to_rank[k * per_pipe]) for k in range(len(forwards))]
 
     def after(a: Action) -> float:
         """The shortest chain of work that still depends on ``a`` once it has ended."""
         s, k, _ = a
         if k is Kind.OVERLAP_F_B:
             return max(after(part) for part in a.parts)
+        pipe = s // per_pipe
         if k is Kind.F:  # the forwards after it (from the message it sends on), then every input grad
-            rest = before[n] - before[s + 1] + hop[s]
-            return rest + (below[n] - hop[n - 1] + first_rank_tail if training else 0.0)
-        if (k is Kind.B or k is Kind.I) and s > 0:  # the message down, then the input grads below it
-            return below[s] + first_rank_tail
+            rest = forwards[pipe] - before[s] - stages[s].forward_ms
+            return rest + (input_grads[pipe] + first_rank_tail[pipe] if training else 0.0)
+        if (k is Kind.B or k is Kind.I) and s % per_pipe:  # the message down, then the input grads below it
+            return below[s] + first_rank_tail[pipe]
         return 0.0
 
     bound = 0.0

@@ -210,7 +210,7 @@ def test_schedule_table_matches_what_each_runtime_runs(doc: str) -> None:
             if runs == "yes":
                 assert prepare(s, runtime=runtime).runtime == runtime
             else:
-                with pytest.raises(PpsimError, match="--runtime"):
+                with pytest.raises(PpsimError, match="--runtime|pipeline.schedule"):
                     prepare(s, runtime=runtime)
         auto = next((r for r in ("deepspeed", "torch") if by_runtime[r] == "yes"), None)
         if auto:

@@ -44,8 +44,8 @@ def test_auto_is_never_slower_than_a_hand_written_schedule_that_fits(
     auto_ms, auto_peak = _step_and_peak(_scenario(p, m, forward[:p], budget, p2p=p2p, w_share=w_share, comm=comm))
     assert auto_peak <= budget + 1e-9
     for name, info in schedules.SCHEDULES.items():  # every one, of one chunk per rank or several
-        if not info.training or info.microbatches.nearest(p, m, info.chunks.default):
-            continue
+        if not info.training or info.microbatches.nearest(p, m, info.chunks.default) or info.pipes > 1:
+            continue  # auto searches one copy of the model
         ms, peak = _step_and_peak(_scenario(p, m, forward[:p], budget, name, p2p=p2p, w_share=w_share, comm=comm))
         if peak <= budget + 1e-9:
             assert auto_ms <= ms + 1e-9, (name, ms, auto_ms)

@@ -124,9 +124,10 @@ def test_controllable_memory_schedules_trade_memory_for_bubble(name: str, claim:
     assert holds == schedules.get(name).peak_activations(p, m, 2) <= p / (2 if name == "v-half" else 3) + 1.34
 
 
-def _dualpipev(p: int, m: int, f: float, i: float, w: float, f_comm: float = 0.0, b_comm: float = 0.0) -> Trace:
-    """DualPipeV with chunk costs f, i (+ w = its full backward), w, each pass holding the given
-    communication (what the other pass of an overlapped action hides)."""
+def _dualpipev(p: int, m: int, f: float, i: float, w: float, f_comm: float = 0.0, b_comm: float = 0.0,
+               name: str = "dualpipev") -> Trace:
+    """DualPipeV (or DualPipe) with chunk costs f, i (+ w = its full backward), w, each pass
+    holding the given communication (what the other pass of an overlapped action hides)."""
     from dataclasses import replace
 
     from ppsim.plan import lower
@@ -136,7 +137,7 @@ def _dualpipev(p: int, m: int, f: float, i: float, w: float, f_comm: float = 0.0
     costs = replace(base, stages=tuple(replace(c, forward_comm_ms=f_comm, backward_comm_ms=b_comm,
                                                forward_overlap_ms=f_comm, backward_overlap_ms=b_comm)
                                        for c in base.stages))
-    plan = lower(schedules.build("dualpipev", p, m), 1, compute_ms(costs), rendezvous=False)
+    plan = lower(schedules.build(name, p, m), 1, compute_ms(costs), rendezvous=False)
     return simulate(plan, costs, "async")
 
 
@@ -150,6 +151,19 @@ def test_dualpipev_bubble_is_the_papers(f: float, i: float, w: float, p: int, m:
     b = i + w
     idle = idle_per_rank(_dualpipev(p, m, f, i, w))
     assert max(idle) == pytest.approx((p - 1) * ((f + b) + b - 3 * w), abs=1e-9)
+
+
+@pytest.mark.parametrize("f,i,w", [(1.0, 1.0, 1.0), (1.0, 1.0, 0.5), (2.0, 2.0, 1.0), (1.0, 1.0, 0.2)])
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 12), (8, 16), (8, 40), (16, 64)])
+@pytest.mark.parametrize("f_comm,b_comm", [(0.0, 0.0), (0.3, 0.4)])
+def test_dualpipe_bubble_is_the_papers(f: float, i: float, w: float, p: int, m: int, f_comm: float,
+                                       b_comm: float) -> None:
+    # DeepSeek-V3 (2024), Table 2: DualPipe idles (PP/2 - 1)(F&B + B - 3W) on PP ranks, F, B, W
+    # those of a chunk (here every stage of both copies costs the same), F&B the overlapped pass
+    b = i + w
+    hidden = min(f_comm, b - b_comm) + min(b_comm, f - f_comm)
+    idle = idle_per_rank(_dualpipev(p, m, f, i, w, f_comm, b_comm, name="dualpipe"))
+    assert max(idle) == pytest.approx((p // 2 - 1) * ((f + b - hidden) + b - 3 * w), abs=1e-9)
 
 
 @pytest.mark.parametrize("f_comm,b_comm", [(0.3, 0.0), (0.0, 0.4), (0.3, 0.4), (0.9, 0.9)])

@@ -112,7 +112,7 @@ def plans(draw: st.DrawFn) -> tuple[str, int, int, int]:
     on costs, has its own tests (test_auto_schedule.py)."""
     name = draw(st.sampled_from(sorted(schedules.SCHEDULES)))
     info = schedules.get(name)
-    p = draw(st.integers(1, 8))
+    p = info.pipes * draw(st.integers(1, 8 // info.pipes))  # each pipe over every rank
     v = info.chunks.default if info.chunks.fixed else draw(st.integers(info.chunks.minimum, 3))
     assume(info.allows_chunks(p, v))
     m = draw(st.integers(1, 12))
@@ -137,7 +137,8 @@ def test_schedule_invariants(case: tuple[str, int, int, int]) -> None:
         for a in actions:
             passes[(a.stage, a.microbatch)] += 1 if a.kind in (Kind.F, Kind.B) or not info.overlaps else 0.5
         per_mb = 1 if not training else (3 if info.splits_backward and not info.overlaps else 2)
-        assert len(passes) == v * m and set(passes.values()) == {per_mb}  # F + B, or F + I + W (I + W = one B)
+        # every stage of the rank runs its pipe's share of the micro-batches: F + B, or F + I + W (I + W = one B)
+        assert len(passes) == v * m // info.pipes and set(passes.values()) == {per_mb}
         pos = {a: i for i, a in enumerate(compound) for a in a.parts}
         for a in actions:
             if a.kind in (Kind.B, Kind.I):
@@ -160,7 +161,8 @@ def test_lowered_plans_run_under_every_semantics(case: tuple[str, int, int, int]
     assert [sorted(map(str, r)) for r in executed] == [sorted(map(str, r)) for r in lowered.actions]
     s = summarize(trace)
     assert 0.0 <= s.bubble_fraction < 1.0
-    busy = (m * (1.0 + (2.0 if schedules.get(name).training else 0.0)))
+    # a rank's v chunks each cost 1/v of its figures and run their pipe's share of the micro-batches
+    busy = m * (1.0 + (2.0 if schedules.get(name).training else 0.0)) / schedules.get(name).pipes
     for stage in s.per_rank:
         assert stage.busy_ms == pytest.approx(busy, rel=1e-9)
 

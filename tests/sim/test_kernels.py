@@ -86,6 +86,7 @@ def test_every_schedule_and_semantics(name: str, comm: str) -> None:
 def test_random_plans(name: str, p: int, extra: int, comm: str, overlap: bool, seed: int) -> None:
     info = schedules.get(name)
     v = info.chunks.default
+    p += p % info.pipes  # each pipe over every rank
     m = 2 * p + extra
     m = info.microbatches.nearest(p, m, v) or m
     plan = lower(schedules.build(name, p, m, v), 2, rendezvous=comm == "rendezvous")

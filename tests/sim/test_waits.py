@@ -85,7 +85,7 @@ def test_waits_fit_in_the_bubble_and_vanish_on_free_links(name: str, p: int, ext
     """Every schedule, any size: busy + exposed comm + peer wait never exceed the step, none is
     negative, and free links leave no exposed comm at all."""
     info = schedules.SCHEDULES[name]
-    v, p = info.chunks.default, info.ranks or p
+    v, p = info.chunks.default, info.ranks or p + p % info.pipes  # each pipe over every rank
     m = info.microbatches.nearest(p, p * v + extra, v) or p * v + extra  # the nearest count the schedule takes
     assume(p <= 4)
     trace = run_schedule(name, p, m, v, weight_grad=0.5 if info.splits_backward else 0.0, p2p=latency, comm=comm)

@@ -13,7 +13,7 @@ from ppsim.errors import ScheduleError
 from ppsim.plan.plan import Plan
 from ppsim.plan.schedules.base import Capabilities, Chunks, Microbatches, Placement, ScheduleInfo
 from ppsim.plan.schedules.controllable import v_half, v_min
-from ppsim.plan.schedules.dualpipe import dualpipev
+from ppsim.plan.schedules.dualpipe import dualpipe, dualpipev
 from ppsim.plan.schedules.fill_drain import gpipe, inference, looped_bfs
 from ppsim.plan.schedules.from_file import FILE_PREFIX, from_file
 from ppsim.plan.schedules.one_f_one_b import combined_1f1b, interleaved_1f1b, one_f_one_b
@@ -33,6 +33,11 @@ def _whole_rounds(p: int, m: int, v: int) -> int | None:
 def _at_least_two_per_stage(p: int, m: int, v: int) -> int | None:
     """DualPipeV needs a micro-batch per virtual stage (m >= 2p)."""
     return None if m >= 2 * p else 2 * p
+
+
+def _two_per_stage_per_pipe(p: int, m: int, v: int) -> int | None:
+    """DualPipe gives each pipe half the micro-batches and needs a micro-batch per stage of it (m even, m >= 2p)."""
+    return None if m >= 2 * p and m % 2 == 0 else max(2 * p, m + m % 2)
 
 
 def _interleaved_peak(p: int, m: int, v: int) -> float:
@@ -89,6 +94,11 @@ SCHEDULES: dict[str, ScheduleInfo] = {
                      build_order=dualpipev, chunks=V_SHAPED, placement=Placement.V, splits_backward=True, overlaps=True,
                      microbatches=Microbatches("at least 2p", _at_least_two_per_stage),
                      memory="p + 1/2", peak_activations=lambda p, m, v: p + 0.5),
+        ScheduleInfo("dualpipe", "DualPipe (DeepSeek): two copies of the model fed from both ends, a forward and a "
+                     "backward overlapped as one action", build_order=dualpipe, chunks=V_SHAPED, placement=Placement.V,
+                     splits_backward=True, overlaps=True, pipes=2,
+                     microbatches=Microbatches("even, at least 2p", _two_per_stage_per_pipe),
+                     memory="(p + 1) / 2", peak_activations=lambda p, m, v: (p + 1) / 2),
         ScheduleInfo("interleaved-zb", "Interleaved zero bubble: Megatron's interleaving with split backward",
                      build_order=interleaved_zb, chunks=TWO_OR_MORE, splits_backward=True,
                      microbatches=Microbatches("max(1, m // p) equal rounds", _whole_rounds),

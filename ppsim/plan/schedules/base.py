@@ -90,6 +90,9 @@ class Capabilities:
     ranks: int | None = None  #: the one rank count it runs (a plan file); None: any
     #: the chunks it needs once there is a pipeline (p > 1): Megatron's combined 1F1B runs on virtual stages
     pipeline_chunks: int = 1
+    #: the pipelines its stages form, each a copy of the model with its share of the micro-batches
+    #: (DualPipe: two, in opposite directions; see :class:`~ppsim.plan.plan.Plan`)
+    pipes: int = 1
 
     def allows_chunks(self, p: int, v: int) -> bool:
         """Whether it runs ``v`` chunks on ``p`` ranks."""
@@ -110,6 +113,11 @@ class Capabilities:
     def check(self, p: int, m: int, v: int) -> None:
         """Refuse sizes this schedule cannot run, naming the field and the value to use."""
         check_sizes(p, m, v)
+        if self.pipes > 1 and self.ranks is None and p % self.pipes:
+            up = p + self.pipes - p % self.pipes
+            raise ScheduleError(f"schedule {self.name!r} runs {self.pipes} pipelines in opposite directions over the "
+                                f"ranks, so stages must be a multiple of {self.pipes}, got {p}; set stages: {up}",
+                                field="pipeline.stages")
         if self.ranks is not None and p != self.ranks:
             raise ScheduleError(f"schedule {self.name!r} runs {self.ranks} ranks, got {p}; set stages: {self.ranks}",
                                 field="pipeline.stages")
@@ -173,7 +181,7 @@ def check_sizes(num_ranks: int, num_microbatches: int, chunks: int) -> None:
 
 
 def make_plan(name: str, num_ranks: int, num_microbatches: int, chunks: int, orders: list[list[Action]],
-              stage_to_rank: tuple[int, ...] | None = None) -> Plan:
+              stage_to_rank: tuple[int, ...] | None = None, pipes: int = 1) -> Plan:
     return Plan(
         schedule=name,
         num_ranks=num_ranks,
@@ -181,4 +189,5 @@ def make_plan(name: str, num_ranks: int, num_microbatches: int, chunks: int, ord
         chunks=chunks,
         stage_to_rank=stage_to_rank or loop_placement(num_ranks, chunks),
         actions=tuple(tuple(o) for o in orders),
+        pipes=pipes,
     )

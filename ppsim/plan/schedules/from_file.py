@@ -68,6 +68,7 @@ def _info(path: str, mtime_ns: int, size: int) -> ScheduleInfo:
         microbatches=Microbatches(f"exactly {m}, as in the file", only_the_files),
         ranks=ranks,
         memory="as the file's order holds them",
+        pipes=plan.pipes,
         stage_to_rank_of=lambda p, given_v: plan.stage_to_rank,
     )
 
@@ -125,6 +126,7 @@ _FIELDS: dict[str, tuple[str, Any]] = {
 _OPTIONAL: dict[str, tuple[str, Any]] = {
     "lowered": ("true or false", lambda v: isinstance(v, bool)),
     "meta": ("an object", lambda v: isinstance(v, dict)),
+    "pipes": _COUNT,
 }
 
 
@@ -161,6 +163,10 @@ def plan_from_json(text: str) -> Plan:
                         f"{ranks} x {chunks} = {ranks * chunks}; give the rank of every stage")
     if any(not 0 <= r < ranks for r in data["stage_to_rank"]):
         raise PlanError(f"field 'stage_to_rank' names a rank outside 0 to {ranks - 1}")
+    pipes = data.get("pipes", 1)
+    if (ranks * chunks) % pipes or m % pipes:
+        raise PlanError(f"field 'pipes' is {pipes}, which must divide both the stages ({ranks * chunks}) and "
+                        f"'num_microbatches' ({m}): each pipe runs an equal share of both")
     n_actions = sum(map(len, data["actions"]))
     if m > n_actions:
         raise PlanError(f"field 'num_microbatches' is {m:,} but the file has only {n_actions:,} actions; "
@@ -201,7 +207,7 @@ def compute_only(plan: Plan, name: str) -> Plan:
     return Plan(schedule=name, num_ranks=plan.num_ranks, num_microbatches=plan.num_microbatches, chunks=plan.chunks,
                 stage_to_rank=plan.stage_to_rank,
                 actions=tuple(tuple(a for a in r if a.kind in COMPUTE_KINDS) for r in plan.actions),
-                meta=dict(plan.meta))
+                pipes=plan.pipes, meta=dict(plan.meta))
 
 
 def from_torch_csv(text: str, name: str) -> Plan:

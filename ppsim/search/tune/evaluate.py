@@ -49,18 +49,20 @@ class Evaluation:
 
 
 #: the costs of the last few candidates, by what they depend on: the candidate but its schedule,
-#: and the placement of its virtual stages (the costs know no schedule; schedules of one placement
-#: share them, and the search bounds them in a row: :func:`~ppsim.search.tune.prune.search`)
-_WORKLOADS: OrderedDict[tuple[Candidate, tuple[int, ...]], Any] = OrderedDict()
+#: the placement of its virtual stages and the copies of the model they form (the costs know no
+#: schedule; schedules of one placement share them, and the search bounds them in a row:
+#: :func:`~ppsim.search.tune.prune.search`)
+_WORKLOADS: OrderedDict[tuple[Candidate, tuple[int, ...], int], Any] = OrderedDict()
 _WORKLOADS_KEPT = 4
 
 
 def _workload(s: Any, c: Candidate) -> Any:
     """The candidate's costs (``scenario_workload``), shared with the candidates of the same plan
     but for a schedule of the same placement."""
+    from ppsim.plan import schedules
     from ppsim.prediction.path import scenario_workload, stage_to_rank
 
-    key = (replace(c, schedule=""), stage_to_rank(s))
+    key = (replace(c, schedule=""), stage_to_rank(s), schedules.describe(c.schedule).pipes)
     w = _WORKLOADS.get(key)
     if w is None:
         w = _WORKLOADS[key] = scenario_workload(s)

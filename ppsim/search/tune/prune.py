@@ -145,10 +145,11 @@ def _bound_into(ex: Executor, cands: list[Candidate], which: list[int], out: lis
         out[i] = e
 
 
-def _order(c: Candidate) -> tuple[int, int, int, tuple[int, ...], Candidate, str]:
+def _order(c: Candidate) -> tuple[int, int, int, tuple[int, ...], int, Candidate, str]:
     """Stages, micro-batches and chunks (what the plans depend on, with the schedule: the few
-    schedules of one size are remembered at once), then the placement of the virtual stages, then
-    the rest with the schedule last: the schedules of one placement share their costs, so they
-    come in a row."""
-    placement = schedules.describe(c.schedule).stage_to_rank(c.stages, c.chunks)
-    return c.stages, c.microbatches, c.chunks, placement, replace(c, schedule=""), c.schedule
+    schedules of one size are remembered at once), then the placement of the virtual stages and
+    the copies of the model they form, then the rest with the schedule last: the schedules of one
+    placement and copies share their costs, so they come in a row."""
+    info = schedules.describe(c.schedule)
+    placement = info.stage_to_rank(c.stages, c.chunks)
+    return c.stages, c.microbatches, c.chunks, placement, info.pipes, replace(c, schedule=""), c.schedule
