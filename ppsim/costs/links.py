@@ -5,6 +5,7 @@ the scenario's ``hardware`` section (or the device's defaults) or from the route
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ppsim.costs.table import Fabric, FabricCollective, Link, Route
 from ppsim.inputs import cluster as cl
@@ -49,6 +50,16 @@ class FabricRoutes:
         return Fabric(self.capacity, self.forward, self.backward, tuple(
             None if x is None else FabricCollective(self.reduce[k], *x) for k, x in enumerate(reductions)),
             None if clip is None else FabricCollective(self.pipeline, *clip, buckets=1))
+
+
+@lru_cache(maxsize=64)
+def _fabric_routes(cluster: cl.Cluster, stage_to_rank: tuple[int, ...], p: int, d: int, t: int,
+                   placement: cl.Placement) -> FabricRoutes:
+    """The routes of a plan's transfers on the cluster, once per plan shape (a search prices many
+    plans of one shape; the routes are read, never changed)."""
+    forward, backward, reduce, pipeline = cl.plan_routes(cluster, stage_to_rank, p, d, t, placement)
+    return FabricRoutes(cl.capacities(cluster), tuple(map(_route, forward)), tuple(map(_route, backward)),
+                        tuple(map(_route, reduce)), _route(pipeline))
 
 
 def _route(load: cl.RouteLoad) -> Route:
@@ -119,16 +130,11 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank
                  for r in range(d) for k in range(t)]
         embedding = as_link(cl.route_link(cluster, flows))
     copies = None
-    if pipes > 1:  # every pair's devices at once, both ways (the copies sum at the same moment): the slowest
-        pairs = twin_ranks(stage_to_rank, pipes)
-        flows = [(cl.device_of(x, r, k, p, d, t, spec.placement), cl.device_of(y, r, k, p, d, t, spec.placement))
-                 for a, b in pairs for x, y in ((a, b), (b, a)) for r in range(d) for k in range(t)]
-        copies = as_link(min(cl.route_links(cluster, flows), key=lambda x: x.bandwidth_gb_s))
+    if pipes > 1:  # every pair's devices at once (the copies sum at the same moment): the slowest
+        copies = as_link(cl.pairs_link(cluster, tuple(twin_ranks(stage_to_rank, pipes)), p, d, t, spec.placement))
     fabric = None
     if spec.network == "flows":
-        forward, backward, reduce, pipeline = cl.plan_routes(cluster, stage_to_rank, p, d, t, spec.placement)
-        fabric = FabricRoutes(cl.capacities(cluster), tuple(map(_route, forward)), tuple(map(_route, backward)),
-                              tuple(map(_route, reduce)), _route(pipeline))
+        fabric = _fabric_routes(cluster, stage_to_rank, p, d, t, spec.placement)
     context = as_link(cl.context_parallel_link(cluster, p, d, t, cp, spec.placement))
     experts = as_link(cl.expert_parallel_link(cluster, p, d, t, s.expert_parallel, s.expert_tensor, spec.placement))
     expert_tensor = as_link(cl.expert_tensor_link(cluster, p, d, t, s.expert_tensor, spec.placement))

@@ -436,6 +436,18 @@ def expert_parallel_link(cluster: Cluster, p: int, d: int, t: int, ep: int, etp:
 
 
 @lru_cache(maxsize=64)
+def pairs_link(cluster: Cluster, pairs: tuple[tuple[int, int], ...], p: int, d: int, t: int, placement: Placement
+               ) -> LinkSpeed:
+    """The slowest link among transfers between each pair of pipeline ranks, both ways, every
+    replica's and tensor rank's at once (DualPipe's copies of a stage summing their gradients)."""
+    flows = [(device_of(x, r, k, p, d, t, placement), device_of(y, r, k, p, d, t, placement))
+             for a, b in pairs for x, y in ((a, b), (b, a)) for r in range(d) for k in range(t)]
+    routes, load = _routes_and_load(cluster, flows)
+    return min((_shared_link(cluster, *flow, edges, load) for flow, edges in zip(flows, routes, strict=True)),
+               key=lambda x: (x.bandwidth_gb_s, -x.latency_us))
+
+
+@lru_cache(maxsize=64)
 def expert_tensor_link(cluster: Cluster, p: int, d: int, t: int, etp: int, placement: Placement) -> LinkSpeed:
     """The link of a ring over each expert-tensor-parallel group, all groups at once: ``etp``
     consecutive devices of a stage's t x d (tensor rank fastest, as :func:`expert_parallel_link`

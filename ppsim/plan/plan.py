@@ -12,6 +12,7 @@ import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
@@ -99,7 +100,8 @@ class Plan:
 
     def stages_of_rank(self, rank: int) -> list[int]:
         """The virtual stages rank ``rank`` holds, in increasing order."""
-        return [s for s, r in enumerate(self.stage_to_rank) if r == rank]
+        by_rank = _stages_by_rank(self.stage_to_rank)
+        return list(by_rank[rank]) if 0 <= rank < len(by_rank) else []
 
     def num_actions(self) -> int:
         return sum(len(a) for a in self.actions)
@@ -188,6 +190,15 @@ class Plan:
 def _kinds_by_rank(plan: Plan) -> tuple[frozenset[Kind], ...]:
     """Each rank's kinds of action, gathered at C speed."""
     return tuple(frozenset(map(_kind_of, row)) for row in plan.actions)
+
+
+@lru_cache(maxsize=64)
+def _stages_by_rank(stage_to_rank: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Each rank's virtual stages under a placement, worked out once (every pass asks per rank)."""
+    by_rank: list[list[int]] = [[] for _ in range(max(stage_to_rank, default=-1) + 1)]
+    for s, r in enumerate(stage_to_rank):
+        by_rank[r].append(s)
+    return tuple(map(tuple, by_rank))
 
 
 def pipe_microbatches(pipe: int, pipes: int, num_microbatches: int) -> range:

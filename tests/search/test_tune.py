@@ -417,3 +417,60 @@ def test_the_ordered_bound_is_never_above_the_simulated_step() -> None:
             assert skipped.skipped and skipped.step_time_ms is None
             ranked += 1
     assert ranked >= 5
+
+
+def test_a_plan_of_two_copies_needs_at_least_the_memory_of_its_one_copy_twin() -> None:
+    """What the search's bounding relies on to skip DualPipe plans whose DualPipeV twin does not
+    fit: over a small MoE space, DualPipe's peak memory is at least DualPipeV's on the same plan;
+    and the search, which chains this twin with the ETP one, bounds the same plans as fitting as
+    bounding each one would."""
+    from dataclasses import replace
+
+    from conftest import SCENARIOS
+    from ppsim.search.tune.evaluate import bound
+    from ppsim.search.tune.executors import local
+    from ppsim.search.tune.prune import _bounded
+
+    data = load(SCENARIOS / "mixtral-8x7b.yaml").model_dump(exclude_none=True)
+    data["model"]["layers"] = 8
+    data.pop("expert_tensor_parallel")
+    data.pop("cluster")
+    data["training"]["global_batch"] = 64
+    data["pipeline"].update(stages=2, chunks=2, schedule="dualpipe")
+    data["data_parallel"] = 8
+    s = parse_scenario(data)
+    base = s.model_dump(exclude_none=True)
+    cands = candidates(s, SearchSpace(gpus=16, max_stages=4, schedules=("dualpipe", "dualpipev"),
+                                      recompute=("none", "full"), zero=(0, 1), micro_batches=(1, 2)))
+    known = set(cands)
+    two = [c for c in cands if c.schedule == "dualpipe" and replace(c, schedule="dualpipev") in known]
+    assert len(two) > 20
+    for c in two:
+        a, b = bound(base, c), bound(base, replace(c, schedule="dualpipev"))
+        assert a.peak_memory_bytes is not None and b.peak_memory_bytes is not None
+        assert a.peak_memory_bytes >= b.peak_memory_bytes * (1 - 1e-12), c
+    with local(base, 1) as ex:
+        searched = _bounded(ex, cands, None)
+    assert [e.fits for e in searched] == [bound(base, c).fits for c in cands]
+    assert any(e.fits for e in searched) and not all(e.fits for e in searched)
+
+
+def test_every_lighter_twin_the_search_skips_by_holds_no_more_memory() -> None:
+    """Each rule of ``_lighter_twin`` over the small dense search (ZeRO-1 twins of ZeRO-0 plans):
+    the plan needs at least its twin's peak memory on the same partition, and the search, skipping
+    a plan whose twin does not fit, finds the same plans fit as bounding every one would."""
+    from ppsim.search.tune.evaluate import bound
+    from ppsim.search.tune.prune import _bounded, _lighter_twin
+
+    base, cands, evaluated = small_search()
+    index = {c: i for i, c in enumerate(cands)}
+    twins = {i: j for i, c in enumerate(cands) if (j := _lighter_twin(c, index)) is not None}
+    assert len(twins) > 20 and all(cands[i].zero_stage == 0 and cands[j].zero_stage == 1 for i, j in twins.items())
+    for i, j in twins.items():
+        heavy, light = evaluated[i], evaluated[j]
+        assert heavy.peak_memory_bytes >= light.peak_memory_bytes * (1 - 1e-12)
+        partitions = [build(parse_scenario(apply(base, cands[k]))).workload.partition for k in (i, j)]
+        assert partitions[0] == partitions[1]
+    with local(base, 1) as ex:
+        searched = _bounded(ex, cands, None)
+    assert [e.fits for e in searched] == [bound(base, c).fits for c in cands]

@@ -96,7 +96,7 @@ SCHEDULES: dict[str, ScheduleInfo] = {
                      memory="p + 1/2", peak_activations=lambda p, m, v: p + 0.5),
         ScheduleInfo("dualpipe", "DualPipe (DeepSeek): two copies of the model fed from both ends, a forward and a "
                      "backward overlapped as one action", build_order=dualpipe, chunks=V_SHAPED, placement=Placement.V,
-                     splits_backward=True, overlaps=True, pipes=2,
+                     splits_backward=True, overlaps=True, pipes=2, folded="dualpipev",
                      microbatches=Microbatches("even, at least 2p", _two_per_stage_per_pipe),
                      memory="(p + 1) / 2", peak_activations=lambda p, m, v: (p + 1) / 2),
         ScheduleInfo("interleaved-zb", "Interleaved zero bubble: Megatron's interleaving with split backward",

@@ -93,6 +93,9 @@ class Capabilities:
     #: the pipelines its stages form, each a copy of the model with its share of the micro-batches
     #: (DualPipe: two, in opposite directions; see :class:`~ppsim.plan.plan.Plan`)
     pipes: int = 1
+    #: with several pipes, the schedule that runs the same phases on one copy of the model (its
+    #: ranks hold no more memory: the tuner bounds this one only where that one fits)
+    folded: str | None = None
 
     def allows_chunks(self, p: int, v: int) -> bool:
         """Whether it runs ``v`` chunks on ``p`` ranks."""

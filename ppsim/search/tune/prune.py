@@ -111,30 +111,62 @@ def search(ex: Executor, cands: list[Candidate], *, top: int, groups: Sequence[G
 
 def _bounded(ex: Executor, cands: list[Candidate], progress: Progress | None) -> list[Evaluation]:
     """Every candidate bounded, in the candidates' order, but worked through in :func:`_order`,
-    so that a worker builds each plan and each set of costs once while it remembers them. A plan
-    that keeps each expert whole (ETP 1) beside tensor parallelism needs at least the memory of its
-    twin that splits them as the tensor parallelism (the same plan with ETP t: the experts'
-    weights and gradients t times smaller, their optimizer state and the activations the same;
-    tests/search/test_tune.py checks it), so it is bounded only where that twin fits."""
+    so that a worker builds each plan and each set of costs once while it remembers them. A
+    candidate with a lighter twin (:func:`_lighter_twin`) needs at least the twin's memory, so it
+    is bounded only where that twin fits: twins first, round by round, within each group of plans
+    of one size (a twin differs from its plan in neither: the plans built stay remembered)."""
     index = {c: i for i, c in enumerate(cands)}
-    twin_of = {i: index[split] for i, c in enumerate(cands)
-               if c.expert_tensor == 1 and c.tensor_parallel > 1
-               and (split := replace(c, expert_tensor=c.tensor_parallel)) in index}
+    twin_of = {i: j for i, c in enumerate(cands) if (j := _lighter_twin(c, index)) is not None}
     out: list[Evaluation | None] = [None] * len(cands)
-    first = [i for i in range(len(cands)) if i not in twin_of]
-    _bound_into(ex, cands, first, out, progress)
-    second = []
-    for i, j in twin_of.items():
-        twin = out[j]
-        assert twin is not None  # bounded in the first round
-        if twin.fits or twin.error is not None:
-            second.append(i)
-        else:  # more memory than a plan that does not fit
-            out[i] = Evaluation(cands[i], memory_capacity_bytes=twin.memory_capacity_bytes)
-    if progress:
-        progress(len(twin_of) - len(second))
-    _bound_into(ex, cands, second, out, progress)
+    groups: dict[tuple[int, int, int], list[int]] = {}
+    for i in sorted(range(len(cands)), key=lambda i: _order(cands[i])):
+        c = cands[i]
+        groups.setdefault((c.stages, c.microbatches, c.chunks), []).append(i)
+    for members in groups.values():
+        ready = [i for i in members if i not in twin_of]
+        waiting = [i for i in members if i in twin_of]
+        while ready:
+            _bound_into(ex, cands, ready, out, progress)
+            ready, skipped, settled = [], 0, True
+            while settled:  # a skipped plan settles the plans whose twin it is, in the same pass
+                settled, still = False, []
+                for i in waiting:
+                    twin = out[twin_of[i]]
+                    if twin is None:  # its twin still to come
+                        still.append(i)
+                        continue
+                    settled = True
+                    if twin.fits or twin.error is not None:
+                        ready.append(i)
+                    else:  # more memory than a plan that does not fit
+                        out[i] = Evaluation(cands[i], memory_capacity_bytes=twin.memory_capacity_bytes)
+                        skipped += 1
+                waiting = still
+            if progress and skipped:
+                progress(skipped)
+        assert not waiting, "a twin outside its plan's group"  # _lighter_twin keeps the plan's size
     return [e for e in out if e is not None]
+
+
+def _lighter_twin(c: Candidate, index: dict[Candidate, int]) -> int | None:
+    """The candidate that holds no more memory than ``c`` on every rank, where the search has one
+    (tests/search/test_tune.py checks each):
+
+    - a plan without ZeRO: the same plan with ZeRO-1, its optimizer states sharded over the
+      replicas, the same partition, weights, gradients and activations;
+    - a plan that keeps each expert whole (ETP 1) beside tensor parallelism: the same plan with
+      ETP t, the experts' weights and gradients t times smaller, their optimizer state and the
+      activations the same;
+    - a plan of several copies of the model (DualPipe): the same plan on one copy (its schedule's
+      ``folded``, DualPipeV), whose ranks hold half the layers and no more activations."""
+    if c.zero_stage == 0 and (sharded := index.get(replace(c, zero_stage=1))) is not None:
+        return sharded
+    if c.expert_tensor == 1 and c.tensor_parallel > 1:
+        split = index.get(replace(c, expert_tensor=c.tensor_parallel))
+        if split is not None:
+            return split
+    folded = schedules.describe(c.schedule).folded
+    return index.get(replace(c, schedule=folded)) if folded else None
 
 
 def _bound_into(ex: Executor, cands: list[Candidate], which: list[int], out: list[Evaluation | None],
