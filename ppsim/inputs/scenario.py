@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ppsim.errors import ScenarioError, file_error, shown_path
+from ppsim.errors import PpsimError, ScenarioError, file_error, shown_path
 from ppsim.inputs.choices import (
     Comm,
     Dtype,
@@ -822,7 +822,10 @@ def _check_partition(s: Scenario) -> None:
     the LM head); otherwise enough layers for the virtual stages (evenly, for ``uniform``)."""
     part = s.pipeline.partition
     p, v = s.pipeline.stages, s.pipeline.chunks
-    n_virtual = p * v
+    copies = _copies_of_the_model(s)
+    n_virtual = p * v // copies
+    what = (f"stages x chunks = {p} x {v} = {n_virtual}" if copies == 1 else
+            f"stages x chunks / copies of the model = {p} x {v} / {copies} = {n_virtual}")
     if isinstance(part, list):
         inner = part[1:-1] if n_virtual > 1 else part
         if min(part, default=0) < 0 or min(inner, default=1) < 1:
@@ -837,8 +840,8 @@ def _check_partition(s: Scenario) -> None:
     if isinstance(part, list):
         if len(part) != n_virtual:
             raise ScenarioError(
-                f"gives {len(part)} layer counts, but stages x chunks = {p} x {v} = {n_virtual}; "
-                "give one count per virtual stage",
+                f"gives {len(part)} layer counts, but {what}; give one count per virtual stage"
+                + (" of one copy" if copies > 1 else ""),
                 field="pipeline.partition",
             )
         if sum(part) != layers:
@@ -846,16 +849,25 @@ def _check_partition(s: Scenario) -> None:
                                 field="pipeline.partition")
     elif layers < n_virtual:
         raise ScenarioError(
-            f"model.layers ({layers}) is smaller than stages x chunks ({n_virtual}); "
+            f"model.layers ({layers}) is smaller than {what}; "
             "every virtual stage needs at least one layer: use fewer stages or chunks",
             field="pipeline.stages",
         )
     elif part == "uniform" and layers % n_virtual:
         raise ScenarioError(
-            f"model.layers ({layers}) is not divisible by stages x chunks ({p} x {v} = {n_virtual}) "
+            f"model.layers ({layers}) is not divisible by {what} "
             "for a uniform partition; use partition: balanced, explicit layer counts, or another stage count",
             field="pipeline.partition",
         )
+
+
+def _copies_of_the_model(s: Scenario) -> int:
+    """The copies of the model the schedule's virtual stages form (DualPipe's two); 1 where the
+    schedule cannot be read (its own check says why)."""
+    try:
+        return schedules.describe(s.pipeline.schedule).pipes
+    except PpsimError:
+        return 1
 
 
 def _check_costs(s: Scenario) -> None:

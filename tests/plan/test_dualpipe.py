@@ -111,3 +111,24 @@ def test_a_plan_file_whose_pipes_do_not_divide_its_sizes_is_one_line(tmp_path: P
     path.write_text(json.dumps(data))
     with pytest.raises(PlanError, match="field 'pipes' is 3, which must divide"):
         schedules.get(f"file:{path}")
+
+
+def test_a_listed_partition_gives_one_copys_stages() -> None:
+    from ppsim.errors import ScenarioError
+    from ppsim.prediction import build
+
+    s = gpt().with_overrides(schedule="dualpipe", stages=4, microbatches=8, chunks=2)
+    layers = s.model.layers
+    listed = s.with_overrides(partition=[layers // 4] * 4)
+    assert build(listed).workload.partition == [layers // 4] * 8  # both copies laid out alike
+    with pytest.raises(ScenarioError, match="stages x chunks / copies of the model = 4 x 2 / 2 = 4; give one "
+                                            "count per virtual stage of one copy"):
+        s.with_overrides(partition=[layers // 8] * 8)
+
+
+def test_tune_offers_it_only_where_the_ranks_pair_up() -> None:
+    from ppsim.search.tune.space import SearchSpace, candidates
+
+    s = gpt().with_overrides(schedule="1f1b", stages=2, microbatches=8, chunks=1)
+    cands = candidates(s, SearchSpace(gpus=12, schedules=("dualpipe",), micro_batches=(1,)))
+    assert cands and {c.stages % 2 for c in cands if c.schedule == "dualpipe"} == {0}

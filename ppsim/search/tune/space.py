@@ -143,7 +143,8 @@ def _schedules(p: int, m: int, layers: int, space: SearchSpace) -> list[tuple[st
     for name in space.schedules:
         info = registry.get(name)
         for v in space.chunks if not info.chunks.fixed else (info.chunks.default,):
-            if info.allows_chunks(p, v) and layers >= p * v and info.microbatches.nearest(p, m, v) is None:
+            if (info.allows_chunks(p, v) and layers >= p * v // info.pipes and p % info.pipes == 0
+                    and info.microbatches.nearest(p, m, v) is None):
                 out.append((name, v))
     return out
 
