@@ -52,6 +52,7 @@ class TraceMeta(TypedDict, total=False):
     num_microbatches: int
     chunks: int
     stage_to_rank: list[int]
+    pipes: int  #: copies of the model the stages form (DualPipe's 2); absent: one
     comm: str
     message_bytes: int
     search: SearchRecord
@@ -120,6 +121,8 @@ def plan_meta(plan: Plan, *, source: Literal["simulated", "measured"], clock: st
         "comm": comm,
         "message_bytes": message_bytes,
     }
+    if plan.pipes > 1:
+        meta["pipes"] = plan.pipes
     if "search" in plan.meta:
         meta["search"] = plan.meta["search"]
     return meta

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ppsim.plan import Kind
+from ppsim.trace.critical import Bottleneck, bottleneck, critical_path
+from ppsim.trace.ideal import ideal_bubble_fraction
 from ppsim.trace.intervals import union_length
 from ppsim.trace.meta import StaticMemory, TraceMeta
 from ppsim.trace.trace import Span, Trace
@@ -68,6 +70,10 @@ class Summary:
     memory_capacity_bytes: float | None = None  #: the device's memory
     fits: bool | None = None  #: every rank's peak within the capacity (None: memory not modelled)
     mfu_above_peak: str | None = None  #: why MFU exceeds 100 %, when it does (:func:`mfu_above_peak`)
+    #: what sets the step time, from the critical path (:mod:`ppsim.trace.critical`; with waits only)
+    bottleneck: Bottleneck | None = None
+    #: the bubble of the same order with communication free (:mod:`ppsim.trace.ideal`; with waits only)
+    ideal_bubble_fraction: float | None = None
 
     @property
     def num_stages(self) -> int:
@@ -105,6 +111,8 @@ class Summary:
             "mfu_above_peak": self.mfu_above_peak,
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "fits": self.fits,
+            "ideal_bubble_fraction": self.ideal_bubble_fraction,
+            "critical_path": None if self.bottleneck is None else self.bottleneck.to_json_dict(),
         }
 
 
@@ -296,4 +304,6 @@ def summarize(trace: Trace, *, waits: bool = True) -> Summary:
         per_rank=tuple(per_rank),
         meta=meta,
         mfu_above_peak=mfu_above_peak(meta, mfu),
+        bottleneck=bottleneck(critical_path(trace)) if waits else None,
+        ideal_bubble_fraction=ideal_bubble_fraction(trace) if waits else None,
     )

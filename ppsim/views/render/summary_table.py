@@ -84,6 +84,10 @@ def summary_renderable(s: Summary) -> Group:
     else:
         head.add_row("MFU", mfu)
     head.add_row("bubble", f"{100 * s.bubble_fraction:.2f} %  (idle / total over all ranks)")
+    if s.ideal_bubble_fraction is not None:
+        head.add_row("ideal bubble", f"{100 * s.ideal_bubble_fraction:.2f} %  (the same order, communication free)")
+    if s.bottleneck is not None:
+        head.add_row("critical path", s.bottleneck.line())
     memory = memory_line(s)
     if memory:
         head.add_row("memory", memory)
