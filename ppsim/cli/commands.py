@@ -89,12 +89,27 @@ def run(
 
             outputs.atomic_write(targets["--trace"], lambda p: write_chrome_trace(result, p))
         write_pages(targets, lambda: _gantt(result))
+    to_fit = None
+    if summary.fits is False:  # what one change of the plan would make fit, as tune would price it
+        from ppsim.prediction.fixes import fixes
+
+        with bad_input_exits():
+            to_fit = fixes(s)
     if json_out:
-        sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
+        doc = summary.to_json_dict()
+        if to_fit is not None:
+            doc["to_fit"] = [{"options": f.options, "step_time_ms": f.step_ms, "peak_memory_bytes": f.peak_bytes}
+                             for f in to_fit]
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     from ppsim.views.render.summary_table import print_summary
 
-    print_summary(summary)
+    if to_fit is not None:
+        from ppsim.prediction.fixes import fixes_line
+
+        print_summary(summary, to_fit=fixes_line(to_fit, summary.step_time_ms))
+    else:
+        print_summary(summary)
     report_written(targets)
 
 

@@ -95,3 +95,23 @@ def test_the_cli_names_the_bottleneck_and_the_ideal_bubble() -> None:
     assert "ideal bubble   15.15 %  (the same order, communication free)" in res.output
     doc = json.loads(invoke(app, "run", SCENARIOS / "gpt.yaml", "--json").stdout)
     assert doc["critical_path"]["bottleneck_rank"] == 7 and 0 < doc["ideal_bubble_fraction"] < doc["bubble_fraction"]
+
+
+def test_a_plan_that_does_not_fit_breaks_its_peak_down_and_names_the_changes_that_fit() -> None:
+    res = invoke(app, "run", SCENARIOS / "gpt.yaml", "--stages", "2")
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("at the peak"))
+    assert "rank 0: weights 12.23 + gradients 12.23 + optimizer 73.37 + buffers 0.04 + activations 44.55 GiB" in line
+    doc = json.loads(invoke(app, "run", SCENARIOS / "gpt.yaml", "--stages", "2", "--json").stdout)
+    rank0 = doc["ranks"][0]
+    static = rank0["static_memory_bytes"]
+    assert static["weights"] + static["gradients"] + static["optimizer"] + static["buffers"] == static["total"]
+    assert doc["fits"] is False and doc["to_fit"], doc.get("to_fit")
+    steps = [f["step_time_ms"] for f in doc["to_fit"]]
+    assert steps == sorted(steps)
+    for fix in doc["to_fit"]:  # each suggestion, run as written, fits and predicts what it said
+        again = json.loads(invoke(app, "run", SCENARIOS / "gpt.yaml", "--stages", "2", *fix["options"].split(),
+                                  "--json").stdout)
+        assert again["fits"] is True and again["step_time_ms"] == pytest.approx(fix["step_time_ms"])
+        assert again["samples_per_step"] == doc["samples_per_step"]  # the same global batch
+    assert "to fit         --zero-stage 1: " in res.output

@@ -30,8 +30,9 @@ def search_line(search: SearchRecord) -> str:
     return line
 
 
-def summary_renderable(s: Summary) -> Group:
-    """Headline figures and a per-rank table."""
+def summary_renderable(s: Summary, to_fit: str | None = None) -> Group:
+    """Headline figures and a per-rank table (``to_fit``: the changes that would make a plan that
+    does not fit fit, in words: :func:`ppsim.prediction.fixes.fixes_line`)."""
     meta = s.meta
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
@@ -91,6 +92,11 @@ def summary_renderable(s: Summary) -> Group:
     memory = memory_line(s)
     if memory:
         head.add_row("memory", memory)
+        breakdown = peak_breakdown(s)
+        if breakdown:
+            head.add_row("at the peak", breakdown)
+        if to_fit is not None:
+            head.add_row("to fit", to_fit)
     return Group(head, Text(""), rank_table(s))
 
 
@@ -138,7 +144,40 @@ def memory_line(s: Summary) -> Text | None:
     over = s.over_capacity()
     if not over:
         return Text(line + ": fits")
-    return Text.assemble(("DOES NOT FIT", "bold red"), ": " + "; ".join(_over(r, cap) for r in over))
+    shown = sorted(over, key=lambda r: -(r.peak_memory_bytes or 0.0))[:_NAMED]
+    rest = sorted(r.rank for r in over if r not in shown)
+    more = f"; and {len(rest)} more rank{'s' * (len(rest) > 1)} over ({_ranges(rest)})" if rest else ""
+    return Text.assemble(("DOES NOT FIT", "bold red"), ": " + "; ".join(_over(r, cap) for r in shown) + more)
+
+
+_NAMED = 2  #: the ranks over the device's memory named in full, the worst first (the rest counted)
+
+
+def _ranges(ranks: list[int]) -> str:
+    """``2-7, 9, 11-15``: sorted ranks as runs."""
+    runs: list[list[int]] = []
+    for r in ranks:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+
+
+def peak_breakdown(s: Summary) -> str | None:
+    """What the rank of the highest peak holds then: its model states and buffers, and the
+    activations of the micro-batches in flight (None without the static part)."""
+    ranks = [r for r in s.per_rank if r.peak_memory_bytes is not None and r.static_memory_bytes is not None]
+    if not ranks:
+        return None
+    top = max(ranks, key=lambda r: r.peak_memory_bytes or 0.0)
+    static = top.static_memory_bytes
+    assert static is not None and top.peak_memory_bytes is not None  # as filtered
+    parts = [(name, static[key]) for name, key in (("weights", "weights"), ("gradients", "gradients"),  # type: ignore[literal-required]  # StaticMemory's keys
+                                                   ("optimizer", "optimizer"), ("buffers", "buffers"))]
+    parts.append(("activations", top.peak_memory_bytes - static["total"]))
+    return (f"rank {top.rank}: " + " + ".join(f"{name} {gib(b):,.2f}" for name, b in parts if b > 0)
+            + f" GiB ({top.peak_activation_microbatches:g} micro-batches in flight at most)")
 
 
 def _over(r: RankMetrics, cap: float) -> str:
@@ -146,5 +185,5 @@ def _over(r: RankMetrics, cap: float) -> str:
             f"{gib((r.peak_memory_bytes or 0.0) - cap):,.2f} GiB too many, at {r.peak_memory_at}")
 
 
-def print_summary(s: Summary, console: Console | None = None) -> None:
-    (console or stdout_console()).print(summary_renderable(s))
+def print_summary(s: Summary, console: Console | None = None, to_fit: str | None = None) -> None:
+    (console or stdout_console()).print(summary_renderable(s, to_fit))
