@@ -474,3 +474,23 @@ def test_every_lighter_twin_the_search_skips_by_holds_no_more_memory() -> None:
     with local(base, 1) as ex:
         searched = _bounded(ex, cands, None)
     assert [e.fits for e in searched] == [bound(base, c).fits for c in cands]
+
+
+def test_the_search_starts_from_the_scenarios_own_plan() -> None:
+    """The user's plan, as ppsim run predicts it, beside the best: how much faster and what differs."""
+    from ppsim.search.tune.run import TuneRequest, search_plans
+    from ppsim.trace.metrics import summarize
+
+    s = parse_scenario(small_base())
+    result = search_plans(s, TuneRequest(gpus=s.devices, schedules=("1f1b", "zb-h1"), micro_batches=(1, 2), jobs=1))
+    own = result.own
+    assert own is not None and own.fits and own.simulated
+    assert own.step_time_ms == summarize(predict(s).trace).step_time_ms
+    assert (own.candidate.stages, own.candidate.schedule) == (s.pipeline.stages, s.pipeline.schedule)
+    doc = result.to_json_dict(3)
+    best = result.ranked[0]
+    ratio = best.throughput_samples_per_s / own.throughput_samples_per_s
+    assert doc["own"]["step_time_ms"] == own.step_time_ms
+    assert doc["versus_own"].startswith(f"yours ({own.candidate.label()}): ") and f"the best is {ratio:.2f}x" in doc["versus_own"]
+    elsewhere = search_plans(s, TuneRequest(gpus=2 * s.devices, schedules=("1f1b",), micro_batches=(1,), jobs=1))
+    assert elsewhere.own is None  # not the scenario's devices: its plan is not one of the search's

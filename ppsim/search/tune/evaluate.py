@@ -162,6 +162,29 @@ def _simulated(s: Any, built: Any, ev: Evaluation) -> Evaluation:
     )
 
 
+def own_plan(s: Any) -> Evaluation:
+    """The scenario's own plan predicted as ``ppsim run`` predicts it (its partition, schedule and
+    options as written): what the search's best is measured against."""
+    from ppsim.prediction import predict
+    from ppsim.trace.metrics import headline, summarize
+
+    moe = s.model is not None and s.model.moe is not None
+    c = Candidate(s.pipeline.stages, s.data_parallel, s.tensor_parallel, s.training.micro_batch, s.microbatches,
+                  s.pipeline.schedule, s.pipeline.chunks, s.training.recompute, s.training.zero_stage,
+                  s.expert_parallel, s.expert_tensor if moe else None)
+    try:
+        trace = predict(s, placements=False).trace
+    except PpsimError as exc:
+        return Evaluation(c, error=str(exc))
+    summary, head = summarize(trace, waits=False), headline(trace)
+    peaks = [r.peak_memory_bytes for r in summary.per_rank if r.peak_memory_bytes is not None]
+    return Evaluation(c, fits=summary.fits is not False, simulated=True, peak_memory_bytes=max(peaks, default=None),
+                      memory_capacity_bytes=summary.memory_capacity_bytes, step_time_ms=head.step_time_ms,
+                      throughput_samples_per_s=head.throughput_samples_per_s, tokens_per_s=head.tokens_per_s,
+                      mfu=head.mfu, bubble_fraction=head.bubble_fraction,
+                      device_compute_ms=sum(head.busy_ms) * c.data_parallel * c.tensor_parallel)
+
+
 #: :func:`bound` or :func:`evaluate` over candidates, or :func:`evaluate_gated` over :class:`Gated` ones
 Work = Callable[[dict[str, Any], Any], Evaluation]
 

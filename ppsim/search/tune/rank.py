@@ -127,3 +127,33 @@ def _reason(alt: Evaluation, best: Evaluation) -> str:
         parts.append(f"recompute {alt.candidate.recompute}")
     parts.append(f"peak {_gib(alt.peak_memory_bytes)}")
     return "; ".join(parts)
+
+
+#: the knobs a plan is told apart by, as the table names them
+_KNOBS = (("p", "stages"), ("d", "data_parallel"), ("t", "tensor_parallel"), ("ep", "expert_parallel"),
+          ("etp", "expert_tensor"), ("b", "micro_batch"), ("m", "microbatches"), ("schedule", "schedule"),
+          ("v", "chunks"), ("recompute", "recompute"), ("zero", "zero_stage"))
+
+
+def versus_own(own: Evaluation, best: Evaluation) -> str:
+    """The scenario's own plan against the search's best: how much faster the best is, and what
+    differs (the knobs, compute, bubble, memory)."""
+    label = own.candidate.label()
+    if own.error is not None:
+        return f"yours ({label}) cannot run: {own.error}"
+    if not own.fits:
+        return (f"yours ({label}) does not fit: it needs {_gib(own.peak_memory_bytes)} of "
+                f"{_gib(own.memory_capacity_bytes)}; the best fits in {_gib(best.peak_memory_bytes)}")
+    ratio = (best.throughput_samples_per_s or 0) / (own.throughput_samples_per_s or 1)
+    a, b = own.candidate, best.candidate
+    parts = [f"{name} {getattr(a, key)} -> {getattr(b, key)}" for name, key in _KNOBS if getattr(a, key) != getattr(b, key)]
+    if own.device_compute_ms and best.device_compute_ms:
+        extra = best.device_compute_ms / own.device_compute_ms - 1
+        if abs(extra) >= 0.02:
+            parts.append(f"{extra:+.0%} compute")
+    if own.bubble_fraction is not None and best.bubble_fraction is not None \
+            and abs(own.bubble_fraction - best.bubble_fraction) >= 0.01:
+        parts.append(f"bubble {own.bubble_fraction:.1%} -> {best.bubble_fraction:.1%}")
+    parts.append(f"peak {_gib(own.peak_memory_bytes)} -> {_gib(best.peak_memory_bytes)}")
+    return (f"yours ({label}): {own.throughput_samples_per_s:,.2f} samples/s; the best is {ratio:.2f}x"
+            + (": " + "; ".join(parts) if parts else ""))

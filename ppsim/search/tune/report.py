@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ppsim.search.tune.evaluate import Evaluation
-from ppsim.search.tune.rank import GIB, explain, pareto_front, ranking
+from ppsim.search.tune.rank import GIB, explain, pareto_front, ranking, versus_own
 from ppsim.views.palette import series_color
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -91,6 +91,8 @@ class TuneResult:
     seconds: float
     jobs: int
     executor: str
+    #: the scenario's own plan as ppsim run predicts it, when the search is on its devices
+    own: Evaluation | None = None
 
     @property
     def ranked(self) -> list[Evaluation]:
@@ -118,6 +120,8 @@ class TuneResult:
             "noise": NOISE,
             "best_pure_data_parallel": pure[0].to_dict() if pure else None,
             "pareto_front": [e.to_dict() for e in pareto_front(self.evaluations)],
+            "own": self.own.to_dict() if self.own is not None else None,
+            "versus_own": versus_own(self.own, ranked[0]) if self.own is not None and ranked else None,
         }
 
 
@@ -150,6 +154,8 @@ def print_result(result: TuneResult, top: int, console: Console | None = None) -
     console.print(f"[bold]best[/]: {escape(best.candidate.label())}: {best.throughput_samples_per_s:,.2f} samples/s, "
                   f"bubble {best.bubble_fraction:.1%}, peak {(best.peak_memory_bytes or 0) / GIB:,.1f} of "
                   f"{(best.memory_capacity_bytes or 0) / GIB:,.0f} GiB. Against it:", highlight=False)
+    if result.own is not None:
+        console.print(f"  - {versus_own(result.own, best)}", highlight=False, markup=False, soft_wrap=True)
     for line in result.why():
         console.print(f"  - {line}", highlight=False, markup=False, soft_wrap=True)
     note = noise_note(ranked)

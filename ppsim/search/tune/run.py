@@ -60,8 +60,11 @@ def search_plans(s: Scenario, request: TuneRequest, *, on_start: Callable[[int],
             # simulate fewer plans that the bar would have skipped
             evals = search(ex, cands, top=request.exact, progress=on_advance,
                            groups=EXPLAINED + (DRAWN if request.drawn else ()), batch=2 * jobs)
+    from ppsim.search.tune.evaluate import own_plan
+
+    own = own_plan(s) if request.gpus == s.devices else None  # the user's plan, where it is one of the search's
     result = TuneResult(s.name, request.gpus, evals, time.perf_counter() - t0,
-                        1 if request.executor == "ray" else jobs, request.executor)
+                        1 if request.executor == "ray" else jobs, request.executor, own)
     if not result.ranked:
         raise PpsimError(_nothing_fits(result), field="--gpus")
     return result
