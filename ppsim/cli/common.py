@@ -22,7 +22,7 @@ from rich.text import Text
 
 from ppsim.errors import PpsimError
 from ppsim.inputs.choices import Comm, KernelChoice, PartitionMode, Recompute
-from ppsim.inputs.overrides import PlanOverrides, apply_overrides
+from ppsim.inputs.overrides import PlanOverrides, apply_overrides, plan_warnings
 
 if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
@@ -181,7 +181,7 @@ def scenario_with(path: Path, plan: PlanOverrides = PlanOverrides(), ds_config: 
     for note in notes:
         say("note", note)
     new, plan_notes = apply_overrides(s, plan)
-    for note in plan_notes:
+    for note in plan_notes + plan_warnings(new):
         say("note", note)
     return new
 

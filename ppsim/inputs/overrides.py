@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from ppsim.errors import PpsimError
+
 if TYPE_CHECKING:  # pragma: no cover
     from ppsim.inputs.scenario import Scenario
 
@@ -130,3 +132,21 @@ def apply_overrides(s: Scenario, plan: PlanOverrides, source: str = "command-lin
                      f"(micro-batch {new.training.micro_batch} x {new.microbatches} micro-batches x "
                      f"data parallel {new.data_parallel})")
     return new, notes
+
+
+def plan_warnings(s: Scenario) -> list[str]:
+    """What the plan does that users rarely mean: fewer micro-batches than stages. Whatever the
+    schedule, a step lasts at least one micro-batch's way through every stage, W, while the ranks
+    work m x W in all: on average they idle at least (p - m) / p of the step."""
+    from ppsim.plan import schedules
+
+    p, m = s.pipeline.stages, s.microbatches
+    try:
+        trains = schedules.describe(s.pipeline.schedule).training
+    except PpsimError:
+        return []
+    if trains and 1 < p and m < p:
+        return [f"pipeline.microbatches: {m} micro-batch{'es' * (m > 1)} on {p} stages: the ranks idle at least "
+                f"{(p - m) / p:.0%} of the step on average, whatever the schedule; use at least {p} micro-batches "
+                "(a smaller micro_batch, or a larger global batch)"]
+    return []

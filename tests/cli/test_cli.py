@@ -20,7 +20,7 @@ SMALL = ["--microbatches", "16"]  # keeps exports small and fast
 def test_run_prints_the_summary() -> None:
     res = invoke(app, "run", GPT, *SMALL)
     assert res.exit_code == 0, res.output
-    for words in ("step time", "throughput", "tokens/s", "MFU", "bubble", "1f1b", "per rank", "peak act"):
+    for words in ("step time", "throughput", "tokens/s", "MFU", "bubble", "1f1b", "per rank", "micro-batches held"):
         assert words in res.output
 
 

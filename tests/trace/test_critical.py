@@ -115,3 +115,13 @@ def test_a_plan_that_does_not_fit_breaks_its_peak_down_and_names_the_changes_tha
         assert again["fits"] is True and again["step_time_ms"] == pytest.approx(fix["step_time_ms"])
         assert again["samples_per_step"] == doc["samples_per_step"]  # the same global batch
     assert "to fit         --zero-stage 1: " in res.output
+
+
+def test_fewer_microbatches_than_stages_is_a_note_with_the_bound_it_sets() -> None:
+    res = invoke(app, "run", SCENARIOS / "gpt.yaml", "--microbatches", "4")
+    assert res.exit_code == 0
+    assert ("note: pipeline.microbatches: 4 micro-batches on 8 stages: the ranks idle at least 50% of the step on "
+            "average") in res.output
+    doc = json.loads(invoke(app, "run", SCENARIOS / "gpt.yaml", "--microbatches", "4", "--json").stdout)
+    assert doc["bubble_fraction"] >= 0.5  # the bound holds
+    assert "note: pipeline.microbatches" not in invoke(app, "run", SCENARIOS / "gpt.yaml").output

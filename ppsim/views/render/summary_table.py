@@ -115,7 +115,7 @@ def rank_table(s: Summary) -> Table:
     waits = ("exposed comm ms", "peer wait ms")
     # a mixture of experts: each rank's time in its all-to-alls (inside its passes, not hidden)
     alltoall = s.meta.get("alltoall_ms")
-    for col in (("busy ms", "bubble", "peak act. mb", *waits) + (("all-to-all ms",) if alltoall else ())
+    for col in (("busy ms", "bubble", "micro-batches held", *waits) + (("all-to-all ms",) if alltoall else ())
                 + (("peak mem GiB",) if with_memory else ())):
         table.add_column(col, justify="right")
     for r in s.per_rank:
