@@ -28,6 +28,7 @@ from ppsim.trace.trace import LANES, Counter, Span, Trace, lane_of
 
 CHROME_VERSION = 1
 FLOW_CAT = "p2p"
+CRITICAL_CAT = "critical_path"  #: the flow arrows of the step's critical path, from rank to rank
 ALLTOALL_CAT = "alltoall"  #: the slices of the experts' all-to-alls (meta["alltoall_spans"])
 ALLTOALL_THREAD = "all-to-all"  #: their thread on each rank that has some
 _THREADS_PER_PID = 1000  #: tid = pid * 1000 + position, position 1..999
@@ -87,15 +88,17 @@ def _thread_copies(spans: list[Span], ns: list[tuple[int, int]]) -> tuple[list[i
 def to_chrome_trace(trace: Trace) -> dict[str, Any]:
     """The Chrome trace (JSON object format) of ``trace``; deterministic for a given trace: a process
     per rank and a thread per lane (overlapping spans of one lane on extra threads), a slice per span,
-    a flow arrow from each send to its receive, the counters, and ppsim's own copy of the meta."""
+    a flow arrow from each send to its receive, the critical path (marked slices, arrows between
+    ranks), the counters, and ppsim's own copy of the meta."""
     spans = trace.spans
     ns = [(_ns(s.start), _ns(s.end)) for s in spans]
     copy_of, copies = _thread_copies(spans, ns)
     meta_events, tid_of = _process_and_thread_names(trace, copies)
     slices = _slices(spans, ns, [tid_of[(s.rank, s.lane, copy_of[i])] for i, s in enumerate(spans)])
+    flows = _flows(spans, ns, slices)
     return {
-        "traceEvents": meta_events + slices + _flows(spans, ns, slices) + _alltoall_slices(trace, tid_of)
-        + _counter_events(trace),
+        "traceEvents": meta_events + slices + flows + _critical_path(trace, ns, slices, first_id=len(flows) // 2 + 1)
+        + _alltoall_slices(trace, tid_of) + _counter_events(trace),
         "displayTimeUnit": "ms",
         "otherData": _other_data(trace),
     }
@@ -200,6 +203,34 @@ def _flows(spans: list[Span], ns: list[tuple[int, int]], slices: list[dict[str, 
         for ph, e, at in (("s", i, ns[i][0]), ("f", j, ns[j][1])):
             pid, tid = slices[e]["pid"], slices[e]["tid"]
             ev = dict(ph=ph, id=fid, cat=FLOW_CAT, name=name, pid=pid, tid=tid, ts=_us(_inside(*ns[e], at)))
+            if ph == "f":
+                ev["bp"] = "e"
+            flows.append(ev)
+    return flows
+
+
+def _critical_path(trace: Trace, ns: list[tuple[int, int]], slices: list[dict[str, Any]], first_id: int
+                   ) -> list[dict[str, Any]]:
+    """The step's critical path (:mod:`ppsim.trace.critical`): each slice on it marked in its args
+    (``critical_path``: what it waited for), and a flow arrow where the path goes from one rank to
+    another (a message waited for, the last rank into a collective), numbered from ``first_id``."""
+    from ppsim.trace.critical import critical_path
+
+    path = critical_path(trace)
+    index = {id(s): i for i, s in enumerate(trace.spans)}
+    on_path = [index[id(s)] for s in path.spans if id(s) in index]
+    for i in on_path:
+        binding = path.binding(trace.spans[i])
+        slices[i]["args"]["critical_path"] = binding.cause + (
+            f" {binding.waited_ms:.3f} ms" if binding.waited_ms > 0 else "")
+    flows: list[dict[str, Any]] = []
+    for a, b in zip(on_path, on_path[1:], strict=False):
+        if trace.spans[a].rank == trace.spans[b].rank:
+            continue
+        fid = first_id + len(flows) // 2
+        for ph, e, at in (("s", a, ns[a][1]), ("f", b, ns[b][0])):
+            ev = dict(ph=ph, id=fid, cat=CRITICAL_CAT, name="critical path", pid=slices[e]["pid"],
+                      tid=slices[e]["tid"], ts=_us(_inside(*ns[e], at)))
             if ph == "f":
                 ev["bp"] = "e"
             flows.append(ev)

@@ -43,6 +43,11 @@ def events(doc: dict[str, Any], ph: str, name: str | None = None) -> list[dict[s
     return [e for e in doc["traceEvents"] if e["ph"] == ph and (name is None or e["name"] == name)]
 
 
+def p2p(doc: dict[str, Any], ph: str) -> list[dict[str, Any]]:
+    """The flow events of the messages (not those of the critical path)."""
+    return [e for e in events(doc, ph) if e["cat"] == "p2p"]
+
+
 def thread_names(doc: dict[str, Any]) -> dict[tuple[int, int], str]:
     return {(e["pid"], e["tid"]): e["args"]["name"] for e in events(doc, "M", "thread_name")}
 
@@ -202,7 +207,7 @@ def test_one_flow_per_matched_send_recv_pair(name: str) -> None:
     recvs = {s.action: s for s in trace.spans if s.action.kind in RECV_KINDS}
     pairs = {s.action: recvs[matching(s.action)] for s in trace.spans if s.action.kind in SEND_KINDS}
     pairs = {a: r for a, r in pairs.items() if r is not None}
-    starts, finishes = events(doc, "s"), events(doc, "f")
+    starts, finishes = p2p(doc, "s"), p2p(doc, "f")
     assert len(starts) == len(finishes) == len(pairs) > 0
     assert len({e["id"] for e in starts}) == len(starts)
     x = {e["name"]: e for e in events(doc, "X")}
@@ -223,7 +228,7 @@ def test_one_flow_per_matched_send_recv_pair(name: str) -> None:
 def test_unmatched_send_gets_no_flow() -> None:
     trace = Trace(spans=[sp(0, "0SEND_F0", 0.0, 1.0, bytes=8, peer=1)], meta={"num_ranks": 2})
     doc = to_chrome_trace(trace)
-    assert events(doc, "s") == [] and events(doc, "f") == []
+    assert p2p(doc, "s") == [] and p2p(doc, "f") == []
     assert validate_chrome_trace(doc) == []
 
 
@@ -435,7 +440,7 @@ def test_measured_traces_export_validly_with_flows_and_round_trip(path: Path) ->
     sends = [s for s in trace.spans if s.action.kind in SEND_KINDS]
     recvs = {s.action for s in trace.spans if s.action.kind in RECV_KINDS}
     matched = [s for s in sends if matching(s.action) in recvs]
-    assert len(events(doc, "s")) == len(events(doc, "f")) == len(matched) > 0
+    assert len(p2p(doc, "s")) == len(p2p(doc, "f")) == len(matched) > 0
     _assert_same(from_chrome_trace(doc), trace)
 
 
@@ -462,3 +467,21 @@ def test_a_lane_that_is_not_one_is_refused_in_one_line(tmp_path) -> None:
             ev["args"]["name"] = "gpu"
     with pytest.raises(TraceError, match="'gpu' is not a lane"):
         from_chrome_trace(chrome)
+
+
+def test_the_critical_path_is_marked_and_drawn_from_rank_to_rank() -> None:
+    from ppsim.trace.critical import critical_path
+
+    trace = variant("gpt")
+    doc = to_chrome_trace(trace)
+    assert validate_chrome_trace(json.loads(json.dumps(doc))) == []
+    path = critical_path(trace)
+    marked = [e for e in events(doc, "X") if "critical_path" in e["args"]]
+    assert [e["name"] for e in marked] == [str(s.action) for s in path.spans]
+    starts = [e for e in events(doc, "s") if e["cat"] == "critical_path"]
+    ends = {e["id"]: e for e in events(doc, "f") if e["cat"] == "critical_path"}
+    hops = sum(a.rank != b.rank for a, b in zip(path.spans, path.spans[1:], strict=False))
+    assert len(starts) == len(ends) == hops > 0
+    assert all(s["pid"] != ends[s["id"]]["pid"] for s in starts)  # each arrow goes to another rank
+    assert len({e["id"] for e in events(doc, "s")}) == len(events(doc, "s"))  # no id shared with the messages'
+    _assert_same(from_chrome_trace(doc), trace)  # read back as it was written
