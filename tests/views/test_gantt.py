@@ -49,12 +49,13 @@ def big() -> Trace:
 
 
 def bars(fig) -> list:
-    """The Gantt's bar traces (the overview and the memory plot left out)."""
-    return [d for d in fig.data if d.type == "bar"]
+    """The Gantt's bar traces of the spans (the overview, the memory plot and the critical path's
+    outlines left out)."""
+    return [d for d in fig.data if d.type == "bar" and d.name != "critical path"]
 
 
 def bar(fig, name: str):
-    return next(b for b in bars(fig) if b.name == name)
+    return next(b for b in fig.data if b.type == "bar" and b.name == name)
 
 
 def _kinds(t: Trace) -> set[str]:
@@ -80,12 +81,13 @@ def test_page_at_gpt_size_is_small(big: Trace, tmp_path) -> None:
     page = write_html(big, tmp_path / "gpt.html")
     beyond = len(page.read_bytes()) - len(get_plotlyjs().encode())
     assert 0 < beyond <= 1_000_000, beyond
-    # the bulk is typed arrays, not a string per bar
+    # the bulk is typed arrays, not a string per bar (but for the few on the critical path)
     fig = gantt_figure(big)
     for b in bars(fig):
         assert isinstance(b.customdata, np.ndarray) and b.customdata.dtype == np.float32
         assert isinstance(b.x, np.ndarray) and isinstance(b.y, np.ndarray)
         assert b.hovertext is None
+    assert len(bar(fig, "critical path").hovertext) < len(big.spans) / 10
 
 
 def test_the_figure_is_valid_plotly(trace: Trace) -> None:
@@ -335,3 +337,16 @@ def test_header_has_throughput_and_mfu(trace: Trace) -> None:
     text = gantt_figure(trace).layout.title.text
     assert f"throughput {s.throughput_samples_per_s:,.1f} samples/s" in text
     assert f"{s.tokens_per_s:,.0f} tokens/s" in text and f"MFU {s.mfu:.1%}" in text
+
+
+def test_the_critical_path_is_outlined_and_its_hover_says_what_each_block_waited_for(trace: Trace) -> None:
+    from ppsim.trace.critical import critical_path
+
+    fig = gantt_figure(trace)
+    path = bar(fig, "critical path")
+    on_path = critical_path(trace).spans
+    assert list(path.base) == pytest.approx([s.start for s in on_path], abs=1e-3)
+    assert path.marker.color == "rgba(0,0,0,0)" and path.marker.line.width > 0  # an outline over the bars
+    assert [b for b in fig.data if b.type == "bar"][-1].name == "critical path"  # drawn last: on top, its hover shown
+    waits = [h for h in path.hovertext if "waited" in h]
+    assert waits and all("for rank" in h for h in waits)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ppsim.errors import TraceError
 from ppsim.plan import Kind
 from ppsim.trace import LANES, Span, Trace
+from ppsim.trace.critical import CriticalPath
 from ppsim.views.labels import bar_text, chunk_of_stage
 from ppsim.views.palette import ALLTOALL_COLOR, KIND_COLORS, UNKNOWN_KIND_COLOR
 
@@ -186,6 +187,53 @@ def alltoall_bar(trace: Trace, rows: Rows) -> go.Bar | None:
                   width=rows.height["collective"] * BAR_FILL, marker={"color": ALLTOALL_COLOR, "line": {"width": 0}},
                   customdata=np.array([[r, t1 - t0] for r, t0, t1 in found], dtype=np.float32),
                   hovertemplate=hover, _validate=False)
+
+
+CRITICAL_PATH = "critical path"
+CRITICAL_COLOR = "#111111"
+
+
+def _waited(path: CriticalPath, span: Span) -> str:
+    """What a span on the critical path waited for, in words (through the receive or collective
+    right before it, when that is what held it)."""
+    b = path.binding(span)
+    other = b.after
+    if other is not None and b.cause in ("own", "idle") and other.lane != "compute":
+        held = path.binding(other)  # the receive, send or collective just before it: what held that
+        if held.cause in ("peer", "collective") and held.after is not None:
+            b, other = held, held.after
+    if b.cause == "start" or other is None:
+        return "started the step"
+    if b.cause == "peer":
+        return f"waited {b.waited_ms:,.3f} ms for rank {other.rank} ({other.action}), then for the link"
+    if b.cause == "collective":
+        return f"waited {b.waited_ms:,.3f} ms for rank {other.rank}, the last into the collective"
+    if b.cause == "idle":
+        return f"idle {b.waited_ms:,.3f} ms after {other.action}"
+    return f"right after {other.action} on its rank"
+
+
+def critical_bar(trace: Trace, rows: Rows) -> go.Bar | None:
+    """The step's critical path (:mod:`ppsim.trace.critical`) as outlines over its spans, each
+    hover saying what the span waited for (None when no span of it is drawn)."""
+    import numpy as np
+    import plotly.graph_objects as go
+
+    from ppsim.trace.critical import critical_path
+
+    path = critical_path(trace)
+    spans = [s for s in path.spans if (s.rank, s.lane) in rows.position]
+    if not spans:
+        return None
+    return go.Bar(name=CRITICAL_PATH, legendgroup=CRITICAL_PATH, orientation="h",
+                  base=np.round([s.start for s in spans], 3).tolist(),
+                  x=np.array([max(s.duration, 1e-6) for s in spans], dtype=np.float32),
+                  y=np.array([rows.position[(s.rank, s.lane)] for s in spans], dtype=np.float32),
+                  width=[rows.height[s.lane] * BAR_FILL for s in spans],
+                  marker={"color": "rgba(0,0,0,0)", "line": {"width": 1.5, "color": CRITICAL_COLOR}},
+                  hovertext=[f"<b>{s.action}</b> on the critical path<br>rank {s.rank} · {s.lane}<br>"
+                             f"{s.start:,.3f} to {s.end:,.3f} ms<br>{_waited(path, s)}" for s in spans],
+                  hovertemplate="%{hovertext}<extra></extra>", _validate=False)
 
 
 def rows_axis(rows: Rows, tick_size: int = 11) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ppsim.trace import Trace
 from ppsim.trace.metrics import step_bounds, summarize
 from ppsim.views.render.assemble import assemble
-from ppsim.views.render.bars import LABEL_SIZE, Rows, alltoall_bar, bar_traces, rows_axis, rows_of
+from ppsim.views.render.bars import LABEL_SIZE, Rows, alltoall_bar, bar_traces, critical_bar, rows_axis, rows_of
 from ppsim.views.render.memory import GIB, MEMORY_LEGEND, add_limit, memory_lines
 from ppsim.views.render.overview import overview_heatmap
 from ppsim.views.render.page import overview_meta, write_figure
@@ -92,6 +92,9 @@ def gantt_figure(trace: Trace, title: str | None = None) -> go.Figure:
     exchanges = alltoall_bar(trace, rows)
     if exchanges is not None:
         bars.append(exchanges)
+    path = critical_bar(trace, rows)
+    if path is not None:  # drawn last: over the bars it outlines, its hover theirs
+        bars.append(path)
     memory = memory_lines(trace)
     header = figure_title(trace)
     if title:
