@@ -214,3 +214,23 @@ def test_the_same_overrides_give_the_same_scenario_every_way_in(overrides: dict)
     ways["TUI"] = tui.scenario
     for way, s in ways.items():
         assert s.model_dump() == expected.model_dump(), way
+
+
+def test_the_stage_keys_go_to_the_next_stage_count_that_runs_and_say_which_they_skipped() -> None:
+    """GPT-3 175B's published layout (16 stages x 2 chunks of 96 layers, uniform, on a cluster of
+    1,024 GPUs): 15 to 13 stages do not divide the layers, 12 do; every count above 16 either does
+    not divide them or needs more GPUs than the cluster has."""
+    from conftest import SCENARIOS
+    from ppsim.inputs.scenario import load
+
+    s = load(SCENARIOS / "megatron-gpt3-175b.yaml")
+    assert s.pipeline.partition == "uniform" and s.pipeline.stages == 16
+    state = TuiState.from_scenario(s, lambda x: predict(x).trace)
+    state.change_stages(-1)
+    assert state.scenario.pipeline.stages == 12
+    assert "stages 16 -> 12" in state.message and "; 13 to 15 cannot run (pipeline.partition: " in state.message
+    state.change_stages(+1)
+    assert state.scenario.pipeline.stages == 16
+    state.change_stages(+1)
+    assert state.scenario.pipeline.stages == 16 and state.message.startswith("stages stay at 16: no count above it runs")
+    assert "17: pipeline.partition" in state.message and "cluster" in state.message

@@ -92,6 +92,9 @@ class Window:
             self.place(self.start, self.width)
 
 
+_STAGE_TRIES = 64  #: stage counts ``p`` / ``P`` tries past those that cannot run
+
+
 @dataclass
 class TuiState:
     """Everything on screen. Built by :meth:`from_scenario` (plan keys active) or :meth:`from_traces`."""
@@ -146,18 +149,38 @@ class TuiState:
         self._apply({"microbatches": m})
 
     def change_stages(self, delta: int) -> None:
+        """The next stage count in ``delta``'s direction that runs (a uniform partition or a
+        schedule's rules may skip some: the message says which and why); none: the plan stays."""
         s = self._need_scenario()
-        p = s.pipeline.stages + delta
-        if p < 1:
+        now = s.pipeline.stages
+        if now + delta < 1:
             self.message = "one stage is the least"
             return
         before = s.devices
-        if self._apply({"stages": p}):
-            d, t, cp = s.data_parallel, s.tensor_parallel, s.context_parallel
-            self.message = (f"stages {p - delta} -> {p}: GPUs {before} -> {p * d * t * cp} ({p} stages x {d} replicas"
-                            + (f" x {t} tensor-parallel" if t > 1 else "")
-                            + (f" x {cp} context-parallel" if cp > 1 else "") + "): data parallelism and "
-                            "micro-batches stay, so the GPU count follows the stages")
+        limit = s.model.layers if s.model is not None else now + _STAGE_TRIES
+        skipped: list[tuple[int, str]] = []
+        p = now + delta
+        while 1 <= p <= max(limit, now + 1) and len(skipped) < _STAGE_TRIES:
+            if self._apply({"stages": p}):
+                break
+            skipped.append((p, self.message))  # why it cannot run
+            p += delta
+        else:  # none runs: why, each kind of reason (the key it names) once, at the first count it stops
+            reasons: dict[str, tuple[int, str]] = {}
+            for q, why in skipped:
+                reasons.setdefault(why.split(":", 1)[0], (q, why))
+            self.message = (f"stages stay at {now}: no count {'above' if delta > 0 else 'below'} it runs; "
+                            + "; ".join(f"{q}: {why}" for q, why in list(reasons.values())[:2]))
+            return
+        d, t, cp = s.data_parallel, s.tensor_parallel, s.context_parallel
+        self.message = (f"stages {now} -> {p}: GPUs {before} -> {p * d * t * cp} ({p} stages x {d} replicas"
+                        + (f" x {t} tensor-parallel" if t > 1 else "")
+                        + (f" x {cp} context-parallel" if cp > 1 else "") + "): data parallelism and "
+                        "micro-batches stay, so the GPU count follows the stages")
+        if skipped:
+            first, last = skipped[0][0], skipped[-1][0]
+            which = str(first) if first == last else f"{min(first, last)} to {max(first, last)}"
+            self.message += f"; {which} cannot run ({skipped[0][1]})"
 
     def cycle_chunks(self) -> None:
         s = self._need_scenario()
