@@ -62,11 +62,18 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
     precision = scenario_precision(training.fp8, training.fp4, training.low_precision_params)
     narrow = precision.peak if precision else None  # the peak the blocks' linear layers run at
 
+    priced: dict[tuple[int, bool], tuple[tuple[Gemm, ...], float]] = {}  # by the list's identity: stages share lists
+
     def price(gemms: tuple[Gemm, ...], backward: bool = False) -> float:
         """Milliseconds of ``gemms`` of one pass, one by one (curves, or narrow linear layers beside
-        16-bit ones)."""
-        return matmul_ms(gemms, device, model.dtype, flash_attention=training.flash_attention,
-                         efficiency=None if curves else efficiency, narrow=narrow, backward=backward)
+        16-bit ones); a list the layout shares between stages is priced once."""
+        known = priced.get((id(gemms), backward))
+        if known is not None and known[0] is gemms:
+            return known[1]
+        ms = matmul_ms(gemms, device, model.dtype, flash_attention=training.flash_attention,
+                       efficiency=None if curves else efficiency, narrow=narrow, backward=backward)
+        priced[(id(gemms), backward)] = (gemms, ms)
+        return ms
 
     def matmuls(st: StageShape) -> tuple[float, float, float]:
         """The stage's matmul milliseconds: forward, backward (input and weight grads), weight grad."""

@@ -149,6 +149,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
     stages = []
     first = 0  # the stage's first block, counted over the whole model
     family_gemms: dict[tuple[str, int, int], PassGemms] = {}  # stages of as many blocks share their GEMM lists
+    stage_gemms: dict[tuple[tuple[str, int, int], ...], PassGemms] = {}  # and inner stages of one make-up theirs
     for k, count in ((k % n, count) for k, count in enumerate(blocks)):
         if k == 0:
             first = 0  # each copy's stages start at the model's first layer
@@ -159,6 +160,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
         stage_blocks: list[LayerCost] = []
         gemms = PassGemms()
         lead = 0
+        make_up = []
         # each family's blocks, recomputed first (the order block_gemms lists them in)
         for family in sorted(set(kind_at), key=KIND_ORDER.index):
             mine = [i for i, x in enumerate(kind_at) if x == family]
@@ -169,7 +171,9 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
             if key not in family_gemms:
                 family_gemms[key] = block_gemms(full, plain, len(mine), again)
             gemms += family_gemms[key]
+            make_up.append(key)
             lead = lead or len(mine)
+        gemms = stage_gemms.setdefault(tuple(make_up), gemms)  # one object per make-up: priced once
         mtp = mtp_parts(s, layers, kinds, stage_to_rank) if k == n - 1 else []
         stage_blocks += mtp[::2]  # the modules' blocks, then their projections and head passes
         parts = stage_blocks + ([emb] if k == 0 else []) + ([head] if k == n - 1 else []) + mtp[1::2]
