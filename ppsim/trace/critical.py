@@ -14,8 +14,8 @@ starts when the rank's previous action lets it go, except where it waits on anot
   separates them: framework overhead in a measured run).
 
 Every span has its binding predecessor (:class:`Binding`, worked out when asked); the critical
-path follows them back from the step's last action to its start. Its time split by rank and by kind is what the CLI names
-as the bottleneck (:func:`bottleneck`).
+path follows them back from the step's last action to its start. Its time split by rank and by
+kind is what the CLI names as the bottleneck (:func:`bottleneck`).
 """
 
 from __future__ import annotations
