@@ -354,3 +354,14 @@ def test_a_calibrated_prediction_gets_no_hint() -> None:
     assert res.exit_code == 0 and "hint:" not in res.output and "datasheet" not in res.output
     assert "largest differences by kind and stage" in res.output
     assert json.loads(run_compare(PRED, MEAS, "--json").stdout)["hints"] == []
+
+
+def test_every_signed_error_on_the_screen_is_predicted_minus_measured() -> None:
+    data = ROOT / "tests" / "data"
+    res = invoke(app, "compare", data / "tiny-1f1b.predicted.trace.json", data / "tiny-1f1b.measured.trace.json")
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())  # titles wrap
+    assert "measured - predicted" not in text and text.count("error = predicted - measured, relative: over measured") == 3
+    row = next(line for line in res.output.splitlines() if re.match(r"│\s+F\s+│\s+1\s+│", line))
+    pred, meas, err, rel = (float(x.strip().rstrip(" %").replace(",", "")) for x in row.split("│")[5:9])
+    assert err == pytest.approx(pred - meas, abs=2e-3) and rel == pytest.approx(100 * (pred - meas) / meas, abs=0.06)

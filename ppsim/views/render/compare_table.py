@@ -12,6 +12,8 @@ from ppsim.trace.compare import Comparison
 from ppsim.views.render.console import stdout_console
 from ppsim.views.text import or_dash
 
+#: the one sign every error on the screen takes: a prediction too high is positive
+CONVENTION = "error = predicted - measured, relative: over measured"
 
 def comparison_renderable(c: Comparison) -> Group:
     """Headline, per-rank and per-kind tables and the largest disagreements (rich)."""
@@ -38,7 +40,7 @@ def comparison_renderable(c: Comparison) -> Group:
     for hint in c.hints:
         parts.append(Text(f"hint: {hint}", style="yellow"))
 
-    ranks = Table(title="per rank (error = predicted - measured)", title_justify="left")
+    ranks = Table(title=f"per rank ({CONVENTION})", title_justify="left")
     for col in ("rank", "busy pred ms", "busy meas ms", "bubble pred", "bubble meas", "error pp"):
         ranks.add_column(col, justify="right")
     for s in c.ranks:
@@ -48,7 +50,8 @@ def comparison_renderable(c: Comparison) -> Group:
             f"{s.bubble_error_pp:+.2f}",
         )
 
-    kinds = Table(title="per kind (|measured - predicted| in ms; rel = (pred - meas) / meas)", title_justify="left")
+    kinds = Table(title=f"per kind (starts and durations: how far apart, in ms; rel dur: {CONVENTION})",
+                  title_justify="left")
     for col in ("kind", "count", "start med", "start p90", "dur med", "dur p90", "rel dur"):
         kinds.add_column(col, justify="right")
     for k in c.by_kind.values():
@@ -60,13 +63,13 @@ def comparison_renderable(c: Comparison) -> Group:
     parts += [Text(""), ranks, Text(""), kinds]
 
     if c.causes:
-        causes = Table(title="largest differences by kind and stage (durations summed; diff = measured - predicted)",
+        causes = Table(title=f"largest differences by kind and stage (durations summed; {CONVENTION})",
                        title_justify="left")
-        for col in ("kind", "stage", "rank", "count", "pred ms", "meas ms", "diff ms", "rel dur"):
+        for col in ("kind", "stage", "rank", "count", "pred ms", "meas ms", "error ms", "rel dur"):
             causes.add_column(col, justify="right")
         for x in c.causes:
             causes.add_row(x.kind, str(x.stage), str(x.rank), str(x.count), f"{x.predicted_ms:,.3f}",
-                           f"{x.measured_ms:,.3f}", f"{x.delta_ms:+,.3f}",
+                           f"{x.measured_ms:,.3f}", f"{-x.delta_ms:+,.3f}",  # delta_ms: measured - predicted
                            or_dash(None if x.relative_error is None else 100 * x.relative_error, "+.1f", " %"))
         parts += [Text(""), causes]
 
