@@ -102,14 +102,10 @@ def run(
                              for f in to_fit]
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
+    from ppsim.prediction.fixes import fixes_line
     from ppsim.views.render.summary_table import print_summary
 
-    if to_fit is not None:
-        from ppsim.prediction.fixes import fixes_line
-
-        print_summary(summary, to_fit=fixes_line(to_fit, summary.step_time_ms))
-    else:
-        print_summary(summary)
+    print_summary(summary, to_fit=None if to_fit is None else fixes_line(to_fit, summary.step_time_ms))
     report_written(targets)
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ppsim.plan import Action, Kind, matching
+from ppsim.plan.action import COMM_KINDS, RECV_KINDS
 from ppsim.trace.trace import Span, Trace
 
 Cause = Literal["start", "own", "idle", "peer", "collective"]
@@ -33,8 +34,6 @@ Cause = Literal["start", "own", "idle", "peer", "collective"]
 PathKind = Literal["compute", "communication", "link", "idle"]
 
 _EPS = 1e-9  #: times closer than this (ms) are the same moment
-_P2P = frozenset((Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B))
-_RECEIVES = frozenset((Kind.RECV_F, Kind.RECV_B))
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ class _Waits:
         for s in trace.spans:
             self.per_rank[s.rank].append(s)
             kind = s.action.kind
-            if kind in _P2P:
+            if kind in COMM_KINDS:
                 self.peers.setdefault((s.rank, s.action), s)
             elif kind is Kind.CLIP and (self.last_clip is None or s.start > self.last_clip.start):
                 self.last_clip = s
@@ -108,7 +107,7 @@ class _Waits:
         for spans in self.per_rank:
             spans.sort(key=lambda s: (s.start, s.end))
             self.previous.update(zip(map(id, spans), _previous(spans), strict=True))
-        self.waits_for_peer = _P2P if trace.meta.get("comm") == "rendezvous" else _RECEIVES
+        self.waits_for_peer = COMM_KINDS if trace.meta.get("comm") == "rendezvous" else RECV_KINDS
         self.where = trace.meta.get("stage_to_rank")
 
     def binding(self, s: Span) -> Binding:

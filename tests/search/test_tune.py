@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -323,26 +324,31 @@ def test_tune_searches_expert_parallelism_for_a_mixture_of_experts() -> None:
     assert any(line.startswith("ep=") for line in lines)
 
 
+def _small_mixtral(data_parallel: int, **pipeline: Any) -> tuple[Any, dict[str, Any]]:
+    """mixtral-8x7b.yaml cut to 8 layers and a batch of 64, on no cluster, with ``pipeline``: a
+    MoE search small enough to bound every plan of (the scenario, its mapping)."""
+    data = load(SCENARIOS / "mixtral-8x7b.yaml").model_dump(exclude_none=True)
+    data["model"]["layers"] = 8
+    data.pop("expert_tensor_parallel")
+    data.pop("cluster")
+    data["training"]["global_batch"] = 64
+    data["pipeline"].update(pipeline)
+    data["data_parallel"] = data_parallel
+    s = parse_scenario(data)
+    return s, s.model_dump(exclude_none=True)
+
+
 def test_a_whole_expert_plan_needs_at_least_the_memory_of_its_split_twin() -> None:
     """What the search's bounding relies on to skip ETP 1 plans whose ETP t twin does not fit: over
     every t > 1 plan of a small MoE space, ETP 1's peak memory is at least ETP t's; and the search
     bounds the same plans as fitting as bounding each one would."""
     from dataclasses import replace
 
-    from conftest import SCENARIOS
     from ppsim.search.tune.evaluate import bound
     from ppsim.search.tune.executors import local
     from ppsim.search.tune.prune import _bounded
 
-    data = load(SCENARIOS / "mixtral-8x7b.yaml").model_dump(exclude_none=True)
-    data["model"]["layers"] = 8
-    data.pop("expert_tensor_parallel")
-    data.pop("cluster")
-    data["training"]["global_batch"] = 64
-    data["pipeline"].update(stages=1, chunks=1, schedule="1f1b")
-    data["data_parallel"] = 16
-    s = parse_scenario(data)
-    base = s.model_dump(exclude_none=True)
+    s, base = _small_mixtral(16, stages=1, chunks=1, schedule="1f1b")
     cands = candidates(s, SearchSpace(gpus=16, max_stages=2, schedules=("1f1b",), recompute=("none", "full"),
                                       zero=(0, 1), micro_batches=(1, 4)))
     known = set(cands)
@@ -426,20 +432,11 @@ def test_a_plan_of_two_copies_needs_at_least_the_memory_of_its_one_copy_twin() -
     bounding each one would."""
     from dataclasses import replace
 
-    from conftest import SCENARIOS
     from ppsim.search.tune.evaluate import bound
     from ppsim.search.tune.executors import local
     from ppsim.search.tune.prune import _bounded
 
-    data = load(SCENARIOS / "mixtral-8x7b.yaml").model_dump(exclude_none=True)
-    data["model"]["layers"] = 8
-    data.pop("expert_tensor_parallel")
-    data.pop("cluster")
-    data["training"]["global_batch"] = 64
-    data["pipeline"].update(stages=2, chunks=2, schedule="dualpipe")
-    data["data_parallel"] = 8
-    s = parse_scenario(data)
-    base = s.model_dump(exclude_none=True)
+    s, base = _small_mixtral(8, stages=2, chunks=2, schedule="dualpipe")
     cands = candidates(s, SearchSpace(gpus=16, max_stages=4, schedules=("dualpipe", "dualpipev"),
                                       recompute=("none", "full"), zero=(0, 1), micro_batches=(1, 2)))
     known = set(cands)

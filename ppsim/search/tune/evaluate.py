@@ -153,8 +153,12 @@ def _simulated(s: Any, built: Any, ev: Evaluation) -> Evaluation:
     from ppsim.prediction import predict
     from ppsim.trace.metrics import headline
 
+    return _with_step(ev, headline(predict(s, built=built, placements=False).trace))
+
+
+def _with_step(ev: Evaluation, head: Any) -> Evaluation:
+    """``ev`` with the figures of its simulated step (a :class:`~ppsim.trace.metrics.Headline`)."""
     c = ev.candidate
-    head = headline(predict(s, built=built, placements=False).trace)
     return replace(
         ev, simulated=True, step_time_ms=head.step_time_ms, throughput_samples_per_s=head.throughput_samples_per_s,
         tokens_per_s=head.tokens_per_s, mfu=head.mfu, bubble_fraction=head.bubble_fraction,
@@ -176,13 +180,10 @@ def own_plan(s: Any) -> Evaluation:
         trace = predict(s, placements=False).trace
     except PpsimError as exc:
         return Evaluation(c, error=str(exc))
-    summary, head = summarize(trace, waits=False), headline(trace)
+    summary = summarize(trace, waits=False)
     peaks = [r.peak_memory_bytes for r in summary.per_rank if r.peak_memory_bytes is not None]
-    return Evaluation(c, fits=summary.fits is not False, simulated=True, peak_memory_bytes=max(peaks, default=None),
-                      memory_capacity_bytes=summary.memory_capacity_bytes, step_time_ms=head.step_time_ms,
-                      throughput_samples_per_s=head.throughput_samples_per_s, tokens_per_s=head.tokens_per_s,
-                      mfu=head.mfu, bubble_fraction=head.bubble_fraction,
-                      device_compute_ms=sum(head.busy_ms) * c.data_parallel * c.tensor_parallel)
+    return _with_step(Evaluation(c, fits=summary.fits is not False, peak_memory_bytes=max(peaks, default=None),
+                                 memory_capacity_bytes=summary.memory_capacity_bytes), headline(trace))
 
 
 #: :func:`bound` or :func:`evaluate` over candidates, or :func:`evaluate_gated` over :class:`Gated` ones

@@ -36,7 +36,7 @@ BAND_COLOR = "#f3f5f8"  #: every other rank's rows
 
 def figure_title(trace: Trace) -> str:
     """Header: scenario, schedule, sizes, source; step time, bubble, throughput, MFU, peak memory per rank."""
-    s = summarize(trace)
+    s = summarize(trace, waits=False)  # the headline figures only
     name = trace.meta.get("scenario") or "trace"
     figures = [f"step time {s.step_time_ms:.2f} ms", f"bubble {s.bubble_fraction:.1%}"]
     if s.throughput_samples_per_s is not None:
