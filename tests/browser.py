@@ -54,6 +54,12 @@ window.addEventListener('load', async () => {
       const name = cd && cd[0] && cd[0].trace ? cd[0].trace.name : '?';
       out.bars[name] = (out.bars[name] || 0) + g.querySelectorAll('g.point > path').length;
     });
+    out.points = {};
+    gd.querySelectorAll('g.trace.scatter').forEach(g => {
+      const cd = g.__data__;
+      const name = cd && cd[0] && cd[0].trace ? cd[0].trace.name : '?';
+      out.points[name] = (out.points[name] || 0) + g.querySelectorAll('path.point').length;
+    });
     out.labels = labels(gd);
     const first = gd.data.findIndex(t => t.type === 'bar');
     if (first >= 0) {

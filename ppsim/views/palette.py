@@ -1,5 +1,6 @@
 """The colours every view shares: one per action kind (HTML pages and the TUI alike), one per rank
-for memory lines, one per series (schedule, stage count) in line and bar plots."""
+for memory lines, one colour and marker per schedule (the same on every page and in the TUI), one
+per series (stage count, any other value) in line and bar plots."""
 
 from __future__ import annotations
 
@@ -30,9 +31,42 @@ RANK_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#a6761d",
 #: one colour per series of a line or bar plot, in order
 SERIES_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#9D755D", "#EECA3B")
 
+#: one (colour, marker symbol) per schedule, all distinct, on every page and in the TUI; GPipe, the
+#: baseline, in grey. No schedule takes the red of the device-memory line.
+SCHEDULE_STYLES: dict[str, tuple[str, str]] = {
+    "gpipe": ("#7f7f7f", "circle"),
+    "1f1b": ("#1f77b4", "square"),
+    "interleaved-1f1b": ("#17becf", "diamond"),
+    "combined-1f1b": ("#393b79", "cross"),
+    "looped-bfs": ("#bcbd22", "x"),
+    "zb-h1": ("#2ca02c", "triangle-up"),
+    "zb-h2": ("#00563f", "triangle-down"),
+    "zb-v": ("#ff7f0e", "star"),
+    "v-half": ("#c7a000", "pentagon"),
+    "v-min": ("#8c564b", "hexagon"),
+    "dualpipev": ("#9467bd", "hourglass"),
+    "dualpipe": ("#e377c2", "bowtie"),
+    "interleaved-zb": ("#637939", "triangle-left"),
+    "inference": ("#5a5a9e", "star-square"),
+}
+#: schedules read from a file, or not known here, take these in turn (none of them a schedule's)
+OTHER_SCHEDULE_STYLES = (("#000000", "circle-open"), ("#a55194", "square-open"), ("#6b6ecf", "diamond-open"))
+
 #: the capacity line of a memory plot
 LIMIT_COLOR = "#c00"
 
 
 def series_color(i: int) -> str:
     return SERIES_COLORS[i % len(SERIES_COLORS)]
+
+
+def schedule_style(name: str) -> tuple[str, str]:
+    """The colour and marker symbol of schedule ``name`` (``auto`` and ``file:`` plans: a fixed one of
+    :data:`OTHER_SCHEDULE_STYLES` chosen by the name, so it stays the same from page to page)."""
+    if name in SCHEDULE_STYLES:
+        return SCHEDULE_STYLES[name]
+    return OTHER_SCHEDULE_STYLES[sum(name.encode()) % len(OTHER_SCHEDULE_STYLES)]
+
+
+def schedule_color(name: str) -> str:
+    return schedule_style(name)[0]

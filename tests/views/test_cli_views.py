@@ -46,11 +46,11 @@ def test_compare_schedules_figure_values_are_the_predictions() -> None:
     fig = schedules_figure(variants, base.name)
     step = next(d for d in fig.data if d.name == "step time")
     bubble = next(d for d in fig.data if d.name == "bubble")
-    assert list(step.x) == ["1f1b", "interleaved-1f1b", "zb-h1"]
-    assert list(step.y) == pytest.approx([v.summary.step_time_ms for v in variants])
-    assert list(bubble.y) == pytest.approx([100 * v.summary.bubble_fraction for v in variants])
+    assert list(step.y) == ["1f1b", "interleaved-1f1b", "zb-h1"]
+    assert list(step.x) == pytest.approx([v.summary.step_time_ms for v in variants])
+    assert list(bubble.x) == pytest.approx([100 * v.summary.bubble_fraction for v in variants])
     # interleaving with 2 chunks shrinks the bubble against plain 1F1B on the same model and batch
-    assert bubble.y[1] < bubble.y[0]
+    assert bubble.x[1] < bubble.x[0]
     timeline_bars = [d for d in fig.data if d.type == "bar" and d.orientation == "h"]
     # the small timelines draw each schedule's compute (the messages are on `ppsim run`'s page)
     assert sum(len(d.base) for d in timeline_bars) == sum(s.lane == "compute" for v in variants for s in v.trace.spans)

@@ -57,18 +57,52 @@ def test_compare_schedules_draws_the_device_and_marks_what_does_not_fit(schedule
     variants, fig = schedules
     memory = next(d for d in fig.data if d.name == "peak memory")
     peaks = [v.peak_memory_bytes() / GIB for v in variants]
-    assert list(memory.y) == pytest.approx(peaks)
+    assert list(memory.x) == pytest.approx(peaks) and list(memory.y) == NAMES
     capacity = variants[0].summary.memory_capacity_bytes / GIB
     (line,) = limit_lines(fig)
-    assert (line.y0, line.yref) == (capacity, memory.yaxis)
-    assert fig.layout[memory.yaxis.replace("y", "yaxis")].range[1] > max(peaks)
+    assert (line.x0, line.xref) == (capacity, memory.xaxis)
+    axis = fig.layout[memory.xaxis.replace("x", "xaxis")]
+    assert axis.type == "log" and 10 ** axis.range[1] > max(peaks)  # GPipe's 790 GiB beside 72: a log axis
     over = [p > capacity for p in peaks]
     assert over[0] and not over[1]  # GPipe's ~790 GiB against 1F1B's ~72 GiB on 80 GiB devices
-    assert [c == LIMIT_COLOR for c in memory.marker.color] == over
+    assert [w > 0 and c == LIMIT_COLOR for w, c in zip(memory.marker.line.width, [memory.marker.line.color] * 4)] \
+        == over
+    assert [c == LIMIT_COLOR for c in memory.textfont.color] == over
     titles = [a.text for a in fig.layout.annotations]
     for name, o in zip(NAMES, over):
-        title = next(t for t in titles if t.startswith(f"<b>{name}</b>"))
+        title = next(t for t in titles if f"<b>{name}</b>" in t)
         assert ("DOES NOT FIT" in title) == o
+
+
+def test_compare_schedules_step_times_read_at_their_spread(schedules) -> None:
+    """The step-time axis spans the values, not 0 to the slowest (their spread is a few per cent),
+    and each dot says how far it is from the fastest."""
+    variants, fig = schedules
+    steps = next(d for d in fig.data if d.name == "step time")
+    times = [v.summary.step_time_ms for v in variants]
+    assert list(steps.x) == pytest.approx(times)
+    low, high = fig.layout[steps.xaxis.replace("x", "xaxis")].range
+    assert min(times) - low < (max(times) - min(times)) and low > 0.9 * min(times) and high > max(times)
+    fastest = times.index(min(times))
+    for i, (t, text) in enumerate(zip(times, steps.text)):
+        assert text.endswith("(least)") if i == fastest else f"(+{t / min(times) - 1:.1%})" in text
+
+
+def test_compare_schedules_at_every_schedule_labels_each_rank() -> None:
+    """Twelve and more schedules of 8 ranks: rows tall enough to read, each rank labelled."""
+    from ppsim.views.render.schedules_html import LABEL_PX
+
+    variants = [v for v in schedule_variants(gpt(), ["gpipe", "1f1b", "interleaved-1f1b", "combined-1f1b", "looped-bfs",
+                                                     "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "dualpipev",
+                                                     "interleaved-zb"]) if v.ok]
+    assert len(variants) == 12
+    fig = schedules_figure(variants, "gpt")
+    for i, v in enumerate(variants, start=1):
+        axis = fig.layout[f"yaxis{i if i > 1 else ''}"]
+        assert list(axis.ticktext) == [f"rank {r}" for r in range(8)]
+        domain = axis.domain[1] - axis.domain[0]
+        plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+        assert domain * plot_px / 8 >= LABEL_PX  # pixels per rank
 
 
 def test_sweep_draws_the_device_and_marks_what_does_not_fit() -> None:

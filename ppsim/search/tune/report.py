@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ppsim.search.tune.evaluate import Evaluation
 from ppsim.search.tune.rank import GIB, explain, pareto_front, ranking, versus_own
-from ppsim.views.palette import series_color
+from ppsim.views.palette import schedule_style
 
 if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
@@ -181,7 +181,7 @@ def figure(result: TuneResult) -> go.Figure:
         "throughput vs pipeline stages", "throughput vs micro-batches per step", "throughput vs peak memory"
         + (f"<br><sup>{' and '.join(undrawn)}: not drawn</sup>" if undrawn else "")))
     schedules = sorted({e.candidate.schedule for e in ranked})
-    colours = {name: series_color(i) for i, name in enumerate(schedules)}  # the same in both line plots
+    styles = {name: schedule_style(name) for name in schedules}  # each schedule's on every page
     for col, key, title in ((1, "stages", "stages p"), (2, "microbatches", "micro-batches m")):
         values = sorted({getattr(e.candidate, key) for e in ranked})
         for sched in schedules:
@@ -193,14 +193,18 @@ def figure(result: TuneResult) -> go.Figure:
             xs = sorted(best)
             fig.add_trace(go.Scatter(x=xs, y=[best[x].throughput_samples_per_s for x in xs], mode="lines+markers",
                                      name=sched, legendgroup=sched, showlegend=col == 1,
-                                     line={"color": colours[sched]}, marker={"color": colours[sched]},
+                                     line={"color": styles[sched][0]},
+                                     marker={"color": styles[sched][0], "symbol": styles[sched][1], "size": 8},
                                      text=[best[x].candidate.label() for x in xs],
                                      hovertemplate="%{text}<br>%{y:.2f} samples/s<extra></extra>"), row=1, col=col)
         fig.update_xaxes(title_text=title, type="log", tickvals=values, ticktext=[str(v) for v in values],
                          row=1, col=col)
     fig.add_trace(go.Scatter(x=[(e.peak_memory_bytes or 0) / GIB for e in ranked],
                              y=[e.throughput_samples_per_s for e in ranked], mode="markers", name="simulated plans",
-                             marker={"size": 5, "color": "#bbbbbb"}, text=[e.candidate.label() for e in ranked],
+                             marker={"size": 6, "opacity": 0.55,
+                                     "color": [styles[e.candidate.schedule][0] for e in ranked],
+                                     "symbol": [styles[e.candidate.schedule][1] for e in ranked]},
+                             text=[e.candidate.label() for e in ranked],
                              hovertemplate="%{text}<br>%{x:.1f} GiB<br>%{y:.2f} samples/s<extra></extra>"),
                   row=1, col=3)
     front = pareto_front(result.evaluations)

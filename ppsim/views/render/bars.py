@@ -236,7 +236,10 @@ def critical_bar(trace: Trace, rows: Rows) -> go.Bar | None:
                   hovertemplate="%{hovertext}<extra></extra>", _validate=False)
 
 
-def rows_axis(rows: Rows, tick_size: int = 11) -> dict[str, Any]:
-    """The y axis of a timeline: rows top to bottom, each labelled, no grid."""
-    return {"type": "linear", "range": [rows.extent, 0], "tickvals": rows.tickvals, "ticktext": rows.ticktext,
-            "tickfont": {"size": tick_size}, "showgrid": False, "zeroline": False, "ticks": ""}
+def rows_axis(rows: Rows, tick_size: int = 11, every: int = 1) -> dict[str, Any]:
+    """The y axis of a timeline: rows top to bottom, labelled (only every ``every``-th rank's rows
+    where rows are too thin for a label each), no grid."""
+    ticks = [(y, text) for ((rank, _), y), text in zip(rows.position.items(), rows.ticktext) if rank % every == 0]
+    return {"type": "linear", "range": [rows.extent, 0], "tickvals": [y for y, _ in ticks],
+            "ticktext": [text for _, text in ticks], "tickfont": {"size": tick_size}, "showgrid": False,
+            "zeroline": False, "ticks": ""}

@@ -9,6 +9,7 @@ from rich.text import Text
 
 from ppsim.trace import Span
 from ppsim.trace.metrics import Summary
+from ppsim.views.palette import schedule_color
 from ppsim.views.tui.state import Shown, TuiState
 
 BAR_WIDTH = 12
@@ -45,7 +46,7 @@ def plan_text(state: TuiState, show_timing: bool = True) -> Text:
                                   ("m", "micro-batches", s.microbatches), ("c", "chunks", s.pipeline.chunks)):
             text.append(f"[{key}] ", style="dim")
             text.append(f"{label} ")
-            text.append(f"{value}", style="bold cyan")
+            text.append(f"{value}", style=f"bold {schedule_color(str(value))}" if key == "s" else "bold cyan")
             text.append("  ")
         text.append(f"partition {parts}", style="dim")
         counts = state.shown[0].trace.meta.get("partition")
@@ -55,7 +56,11 @@ def plan_text(state: TuiState, show_timing: bool = True) -> Text:
             text.append(f"  sim {state.rerun_ms:.0f} ms", style="dim")
     else:
         text.append("saved trace" + ("s" if len(state.shown) > 1 else "") + ": ", style="bold")
-        text.append("  |  ".join(f"{sh.label} ({sh.summary.source}, {sh.summary.schedule})" for sh in state.shown))
+        for i, sh in enumerate(state.shown):
+            text.append("  |  " if i else "")
+            text.append(f"{sh.label} ({sh.summary.source}, ")
+            text.append(sh.summary.schedule, style=schedule_color(sh.summary.schedule))
+            text.append(")")
         text.append("  (a saved plan cannot change: open a scenario for the plan keys)", style="dim")
     return text
 
