@@ -31,6 +31,9 @@ from ppsim.trace.meta import StaticMemory, TraceMeta
 from ppsim.trace.trace import Span, Trace
 from ppsim.trace.waits import busy_times, rank_times
 
+#: what a rank holds all step, in the order a peak's breakdown lists it (activations come last)
+STATIC_PARTS = ("weights", "gradients", "optimizer", "buffers")
+
 
 @dataclass(frozen=True)
 class RankMetrics:
@@ -48,6 +51,16 @@ class RankMetrics:
     peak_memory_bytes: float | None = None  #: highest ``memory_bytes`` counter value (simulated traces)
     peak_memory_at: str | None = None  #: the action running when the peak was reached
     static_memory_bytes: StaticMemory | None = None  #: weights, gradients, optimizer, buffers, total
+
+    def peak_parts(self) -> dict[str, float] | None:
+        """The peak broken down: what the rank holds all step (:data:`STATIC_PARTS`) and the
+        activations in flight then (the rest), in bytes that add up to the peak; None without both."""
+        static, peak = self.static_memory_bytes, self.peak_memory_bytes
+        if static is None or peak is None:
+            return None
+        parts: dict[str, float] = {name: float(static[name]) for name in STATIC_PARTS}  # type: ignore[literal-required]  # StaticMemory's keys
+        parts["activations"] = max(0.0, peak - sum(parts.values()))
+        return parts
 
 
 @dataclass(frozen=True)
@@ -91,7 +104,7 @@ class Summary:
             "source": self.source,
             "scenario": self.meta.get("scenario"),
             "schedule": self.schedule,
-            "ranks": [asdict(r) for r in self.per_rank],
+            "ranks": [{**asdict(r), "peak_memory_parts": r.peak_parts()} for r in self.per_rank],
             "num_ranks": self.num_ranks,
             "num_stages": self.num_stages,
             "microbatches": self.microbatches,

@@ -28,6 +28,10 @@ ALLTOALL_COLOR = "#17becf"
 #: line colours of the memory plot, one per rank (darker than the kind colours, so they read apart)
 RANK_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#a6761d", "#666666", "#17becf")
 
+#: what a rank holds at its peak, as stacked: model states in blues and purple, activations in amber
+MEMORY_PART_COLORS = {"weights": "#3b5b92", "gradients": "#7a9cc6", "optimizer": "#9b6ba6", "buffers": "#b8b8b8",
+                      "activations": "#f0a830"}
+
 #: one colour per series of a line or bar plot, in order
 SERIES_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#9D755D", "#EECA3B")
 

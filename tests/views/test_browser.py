@@ -23,6 +23,7 @@ from ppsim.prediction import predict
 from ppsim.search.sweep import schedule_variants
 from ppsim.trace import Trace
 from ppsim.trace.compare import compare_traces
+from ppsim.views.palette import MEMORY_PART_COLORS
 from ppsim.views.render.bars import LABEL_SIZE
 from ppsim.views.render.compare_html import write_compare_html
 from ppsim.views.render.gantt import write_html
@@ -41,8 +42,9 @@ def kinds(spans: list) -> dict[str, int]:
 
 
 def span_bars(found: dict) -> dict[str, int]:
-    """The bars drawn per kind, the critical path's outlines (drawn over some of them) left out."""
-    return {k: v for k, v in found["bars"].items() if k != "critical path"}
+    """The bars drawn per kind, the critical path's outlines (drawn over some of them) and the parts
+    of each rank's peak left out."""
+    return {k: v for k, v in found["bars"].items() if k != "critical path" and k not in MEMORY_PART_COLORS}
 
 
 def assert_loaded(found: dict) -> None:
@@ -59,7 +61,8 @@ def test_timeline_page_draws_one_bar_per_span_and_zooms_from_the_overview(tmp_pa
     assert sum(span_bars(found).values()) == len(trace.spans)
     # a drag on the overview zooms the Gantt and the memory plot; the overview keeps the step, framing the window
     step = [min(s.start for s in trace.spans), max(s.end for s in trace.spans)]
-    assert found["ranges"] == {"xaxis": pytest.approx(step), "xaxis2": list(ZOOM), "xaxis3": list(ZOOM)}
+    assert found["ranges"] == {"xaxis": pytest.approx(step), "xaxis2": list(ZOOM), "xaxis3": list(ZOOM),
+                               "xaxis4": [-0.6, 3.6]}  # each rank's peak: ranks, not time
     assert found["frame"] == list(ZOOM)
     # the hover, built from the bar's arrays: action, rank, lane, start, end, duration
     assert re.fullmatch(r"0F0rank 0 · computestart 0\.000 msend [\d.]+ msduration [\d.]+ ms", found["hover"]), found["hover"]

@@ -49,9 +49,9 @@ def big() -> Trace:
 
 
 def bars(fig) -> list:
-    """The Gantt's bar traces of the spans (the overview, the memory plot and the critical path's
+    """The Gantt's bar traces of the spans (the overview, the memory plots and the critical path's
     outlines left out)."""
-    return [d for d in fig.data if d.type == "bar" and d.name != "critical path"]
+    return [d for d in fig.data if d.type == "bar" and d.xaxis == "x2" and d.name != "critical path"]
 
 
 def bar(fig, name: str):
@@ -180,9 +180,14 @@ def test_labels_only_on_compute_bars_at_one_size(trace: Trace) -> None:
         assert bar(fig, name).text is None
 
 
+def memory_lines_of(fig) -> list:
+    """The memory-over-time plot's lines (the breakdown of the peaks under it left out)."""
+    return [d for d in fig.data if d.type == "scatter" and d.xaxis == "x3"]
+
+
 def test_separate_legends_for_kinds_and_memory(trace: Trace) -> None:
     fig = gantt_figure(trace)
-    lines = [d for d in fig.data if d.type == "scatter"]
+    lines = memory_lines_of(fig)
     assert lines and all(ln.legend == MEMORY_LEGEND for ln in lines)
     assert all(b.legend in (None, "legend") for b in bars(fig))
     assert fig.layout.legend.title.text == "action kind" and fig.layout.legend2.title.text == "memory"
@@ -289,13 +294,13 @@ def test_overview_keeps_the_whole_step_and_drives_the_detail(big: Trace) -> None
     assert link == {"axis": "xaxis", "detail": "xaxis2", "range": pytest.approx([start, end]), "shape": 0}
     frame = fig.layout.shapes[0]
     assert (frame.type, frame.xref, frame.yref) == ("rect", "x", "y domain")
-    assert fig.layout.height < 1400  # one screen and a bit, not a wall
+    assert fig.layout.height < 1650  # one screen and a bit, not a wall
 
 
 # ----- memory per rank under the Gantt ------------------------------------------------------------
 def test_memory_plot_shares_the_time_axis(trace: Trace) -> None:
     fig = gantt_figure(trace)
-    lines = [d for d in fig.data if d.type == "scatter"]
+    lines = memory_lines_of(fig)
     memory = sorted((c for c in trace.counters if c.name == "memory_bytes"), key=lambda c: c.rank)
     assert len(lines) == len(memory) == trace.num_ranks
     assert {ln.xaxis for ln in lines} == {"x3"} and fig.layout.xaxis3.matches == "x2"
@@ -318,7 +323,7 @@ def test_memory_plot_draws_the_device_line(overrides: dict) -> None:
     line = next(s for s in fig.layout.shapes if s.name == "device memory")
     assert (line.yref, line.y0, line.y1) == ("y3", capacity, capacity)
     assert any(a.text.startswith("device 80 GiB") for a in fig.layout.annotations)
-    top = max(max(d.y) for d in fig.data if d.type == "scatter")
+    top = max(max(d.y) for d in memory_lines_of(fig))
     assert fig.layout.yaxis3.range[1] > max(capacity, top)  # the line and every curve in view
 
 
@@ -347,6 +352,7 @@ def test_the_critical_path_is_outlined_and_its_hover_says_what_each_block_waited
     on_path = critical_path(trace).spans
     assert list(path.base) == pytest.approx([s.start for s in on_path], abs=1e-3)
     assert path.marker.color == "rgba(0,0,0,0)" and path.marker.line.width > 0  # an outline over the bars
-    assert [b for b in fig.data if b.type == "bar"][-1].name == "critical path"  # drawn last: on top, its hover shown
+    gantt = [b for b in fig.data if b.type == "bar" and b.xaxis == "x2"]
+    assert gantt[-1].name == "critical path"  # drawn last: on top, its hover shown
     waits = [h for h in path.hovertext if "waited" in h]
     assert waits and all("for rank" in h for h in waits)

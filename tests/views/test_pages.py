@@ -97,7 +97,7 @@ def test_compare_schedules_at_every_schedule_labels_each_rank() -> None:
                                                      "interleaved-zb"]) if v.ok]
     assert len(variants) == 12
     fig = schedules_figure(variants, "gpt")
-    for i, v in enumerate(variants, start=1):
+    for i in range(1, len(variants) + 1):
         axis = fig.layout[f"yaxis{i if i > 1 else ''}"]
         assert list(axis.ticktext) == [f"rank {r}" for r in range(8)]
         domain = axis.domain[1] - axis.domain[0]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ppsim.errors import PpsimError
 from ppsim.plan import Kind
+from ppsim.trace.metrics import Summary
 from ppsim.views.palette import LIMIT_COLOR, schedule_color, schedule_style
 from ppsim.views.render.assemble import assemble
 from ppsim.views.render.bars import bar_traces, rows_axis, rows_of
@@ -48,10 +49,15 @@ def _over_least(y: float, least: float) -> str:
     return f"{y:,.1f}" + (f" (+{y / least - 1:.1%})" if least > 0 and y > least * 1.0005 else " (least)")
 
 
+def _summary(v: LabelledPrediction) -> Summary:
+    assert v.summary is not None, f"{v.label} ran but has no summary"
+    return v.summary
+
+
 #: the plots under the timelines
 SUMMARY_DOTS = (
-    Dots("step time (ms): against the fastest", "step time", lambda v: v.summary.step_time_ms, _over_least, False),
-    Dots("bubble (%)", "bubble", lambda v: 100 * v.summary.bubble_fraction, lambda y, _: f"{y:.1f} %", True),
+    Dots("step time (ms): against the fastest", "step time", lambda v: _summary(v).step_time_ms, _over_least, False),
+    Dots("bubble (%)", "bubble", lambda v: 100 * _summary(v).bubble_fraction, lambda y, _: f"{y:.1f} %", True),
     Dots("peak memory per device (GiB)", "peak memory", lambda v: (v.peak_memory_bytes() or 0.0) / GIB,
          lambda y, _: f"{y:,.1f}", True),
 )

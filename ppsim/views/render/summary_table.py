@@ -167,16 +167,13 @@ def _ranges(ranks: list[int]) -> str:
 def peak_breakdown(s: Summary) -> str | None:
     """What the rank of the highest peak holds then: its model states and buffers, and the
     activations of the micro-batches in flight (None without the static part)."""
-    ranks = [r for r in s.per_rank if r.peak_memory_bytes is not None and r.static_memory_bytes is not None]
+    ranks = [r for r in s.per_rank if r.peak_parts() is not None]
     if not ranks:
         return None
     top = max(ranks, key=lambda r: r.peak_memory_bytes or 0.0)
-    static = top.static_memory_bytes
-    assert static is not None and top.peak_memory_bytes is not None  # as filtered
-    parts = [(name, static[key]) for name, key in (("weights", "weights"), ("gradients", "gradients"),  # type: ignore[literal-required]  # StaticMemory's keys
-                                                   ("optimizer", "optimizer"), ("buffers", "buffers"))]
-    parts.append(("activations", top.peak_memory_bytes - static["total"]))
-    return (f"rank {top.rank}: " + " + ".join(f"{name} {gib(b):,.2f}" for name, b in parts if b > 0)
+    parts = top.peak_parts()
+    assert parts is not None  # as filtered
+    return (f"rank {top.rank}: " + " + ".join(f"{name} {gib(b):,.2f}" for name, b in parts.items() if b > 0)
             + f" GiB ({top.peak_activation_microbatches:g} micro-batches in flight at most)")
 
 
