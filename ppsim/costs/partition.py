@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ppsim.errors import ScenarioError
 from ppsim.inputs.scenario import Scenario
@@ -147,3 +148,51 @@ def stage_loads(counts: Sequence[int], layer_costs: Sequence[float], first_extra
         loads.append(load)
         i += c
     return loads
+
+
+@dataclass(frozen=True)
+class Balance:
+    """How even a partition of one stage per rank is: each figure a stage's load over the even
+    share (the total over the stages), so 1.0 is a perfect split whatever the cost's unit."""
+
+    slowest: int  #: the stage of the highest load
+    slowest_share: float
+    holds: str  #: what the slowest stage holds besides layers: "the embedding", "the LM head", both or ""
+    layer_share: float  #: a layer's load (the heaviest layer on the slowest stage)
+    #: moving one layer off the slowest stage to the neighbour it suits best: the stage then slowest and
+    #: its share (None when the slowest stage cannot give a layer up)
+    moved: tuple[int, float] | None
+    best_share: float  #: the slowest share of the best split of whole layers (``balanced``)
+
+
+def balance(counts: Sequence[int], layer_costs: Sequence[float], first_extra: float, last_extra: float) -> Balance | None:
+    """The :class:`Balance` of ``counts`` (one stage per rank) under these costs; None for one stage
+    or no cost."""
+    parts = len(counts)
+    total = sum(layer_costs) + first_extra + last_extra
+    if parts < 2 or total <= 0 or sum(counts) != len(layer_costs):
+        return None
+    mean = total / parts
+    loads = stage_loads(counts, layer_costs, first_extra, last_extra)
+    b = max(range(parts), key=lambda k: (loads[k], -k))
+    holds = " and ".join(what for what, on in (("the embedding", b == 0 and first_extra > 0),
+                                               ("the LM head", b == parts - 1 and last_extra > 0)) if on)
+    start = sum(counts[:b])
+    mine = layer_costs[start:start + counts[b]]
+    options = []
+    least = 0 if b in (0, parts - 1) else 1  # an inner stage keeps a layer
+    if counts[b] > least:
+        for to in (b - 1, b + 1):
+            if 0 <= to < parts:
+                moved = list(counts)
+                moved[b] -= 1
+                moved[to] += 1
+                after = stage_loads(moved, layer_costs, first_extra, last_extra)
+                top = max(range(parts), key=lambda k: (after[k], -k))
+                options.append((after[top] / mean, top))
+    best = balanced(layer_costs, parts, first_extra, last_extra)
+    return Balance(
+        slowest=b, slowest_share=loads[b] / mean, holds=holds,
+        layer_share=(max(mine) if mine else max(layer_costs)) / mean,
+        moved=None if not options else (min(options)[1], min(options)[0]),
+        best_share=max(stage_loads(best, layer_costs, first_extra, last_extra)) / mean)

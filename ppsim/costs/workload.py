@@ -16,7 +16,7 @@ from ppsim.costs.links import scenario_links
 from ppsim.costs.low_precision import check_low_precision, scenario_precision
 from ppsim.costs.mamba import mamba_layer
 from ppsim.costs.moe import ExpertShard
-from ppsim.costs.partition import blocks_per_stage
+from ppsim.costs.partition import Balance, balance, blocks_per_stage
 from ppsim.costs.table import CostTable
 from ppsim.errors import ScenarioError
 from ppsim.inputs.choices import Recompute
@@ -40,6 +40,7 @@ class Workload:
     tokens_per_step: int | None
     costs_from: str = "model"  #: which builder priced the stages: model (the datasheet), profile or explicit
     costs_source: str = ""  #: the same in words, with the figures or the file it used
+    balance: Balance | None = None  #: how even the partition is (one stage per rank, one copy)
 
 
 def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: tuple[int, ...] | None = None,
@@ -69,6 +70,7 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
                             f"stages x chunks = {p} x {v}", field="pipeline.chunks")
     layers = model_layers(s, profile)
     blocks = None
+    even = None
     if layers is not None:
         emb, block, head = layers
         loads: tuple[float | list[float], float, float]  # per layer (one for all, or each layer's), first, last
@@ -86,6 +88,10 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
             per_layer = [kinds.family(kind)[0].total_flops for kind in model.layer_kinds]
             loads = (per_layer, emb.total_flops, head.total_flops + sum(x.total_flops for x in mtp))
         blocks = blocks_per_stage(s, copy_placement(stage_to_rank, pipes), *loads) * pipes
+        if pipes == 1 and len(set(stage_to_rank)) == len(stage_to_rank):
+            each, first, last = loads
+            costs_of = [float(each)] * sum(blocks) if isinstance(each, (int, float)) else list(each)
+            even = balance(blocks, costs_of, first, last)
     layout = lay_out(s, blocks, layers, stage_to_rank, block_kinds(s, layers), pipes)
     if s.costs is not None:
         costs = explicit_costs(s, s.costs, layout, stage_to_rank)
@@ -101,7 +107,7 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
     else:  # pragma: no cover - a Scenario has a model or costs
         raise ScenarioError("a scenario needs a 'model' section or a 'costs' section")
     w = _with_figures(s, costs, layout, device.peak_flops(s.model.dtype) if s.model else None, pipes)
-    return replace(w, costs_from=source[0], costs_source=source[1])
+    return replace(w, costs_from=source[0], costs_source=source[1], balance=even)
 
 
 def copy_placement(stage_to_rank: tuple[int, ...], pipes: int) -> tuple[int, ...]:

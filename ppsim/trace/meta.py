@@ -40,6 +40,18 @@ class StaticMemory(TypedDict):
     total: int
 
 
+class PartitionBalance(TypedDict):
+    """How even a partition of one stage per rank is (:class:`ppsim.costs.partition.Balance`): shares
+    of the even load."""
+
+    slowest: int
+    slowest_share: float
+    holds: str
+    layer_share: float
+    moved: list[float] | None  #: [stage then slowest, its share] after moving one layer off the slowest
+    best_share: float
+
+
 class TraceMeta(TypedDict, total=False):
     """Every key a trace's ``meta`` may hold. A file may hold more (a newer ppsim's); they are kept."""
 
@@ -77,6 +89,7 @@ class TraceMeta(TypedDict, total=False):
     peak_flops_per_device: float | None
     num_devices: int
     partition: list[int] | None
+    partition_balance: PartitionBalance
     costs_from: str | None
     costs_source: str | None
     device_memory_bytes: float | None

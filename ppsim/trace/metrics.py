@@ -111,6 +111,7 @@ class Summary:
             "chunks": self.chunks,
             "data_parallel": self.data_parallel,
             "partition": self.meta.get("partition"),
+            "partition_balance": self.meta.get("partition_balance"),
             "step_time_ms": self.step_time_ms,
             "bubble_fraction": self.bubble_fraction,
             "throughput_samples_per_s": self.throughput_samples_per_s,

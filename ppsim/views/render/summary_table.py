@@ -6,7 +6,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ppsim.trace.meta import SearchRecord
+from ppsim.trace.meta import PartitionBalance, SearchRecord
 from ppsim.trace.metrics import RankMetrics, Summary
 from ppsim.views.render.console import stdout_console
 from ppsim.views.text import gib, or_dash
@@ -71,7 +71,7 @@ def summary_renderable(s: Summary, to_fit: str | None = None) -> Group:
     if meta.get("search"):
         head.add_row("search", search_line(meta["search"]))
     if partition := meta.get("partition"):
-        head.add_row("partition", " ".join(str(c) for c in partition) + " layers per stage")
+        head.add_row("partition", partition_line(partition, meta.get("partition_balance")))
     if meta.get("comm"):
         head.add_row("communication", str(meta["comm"]))
     if meta.get("costs_source") and s.source == "simulated":
@@ -98,6 +98,25 @@ def summary_renderable(s: Summary, to_fit: str | None = None) -> Group:
         if to_fit is not None:
             head.add_row("to fit", to_fit)
     return Group(head, Text(""), rank_table(s))
+
+
+def partition_line(counts: list[int], even: PartitionBalance | None) -> str:
+    """The layers per stage and, for one stage per rank, why the slowest stage is as heavy as it is:
+    its share of the work, a layer's, and what moving one layer would do (or what the balanced split
+    would reach, when it is better)."""
+    line = " ".join(str(c) for c in counts) + " layers per stage"
+    if not even or even["slowest_share"] < 1.005:
+        return line + ("" if not even else ": the work is even")
+    b = even["slowest"]
+    holds = f" and {even['holds']}" if even["holds"] else ""
+    line += (f"; the slowest, stage {b} ({counts[b]} layers{holds}), has {even['slowest_share']:.2f}x the even share"
+             f" of the work, a layer {even['layer_share']:.2f}x")
+    if even["best_share"] < even["slowest_share"] - 0.005:
+        return line + f": the balanced partition reaches {even['best_share']:.2f}x (pipeline.partition: balanced)"
+    if even["moved"] is not None:
+        to, share = even["moved"]
+        line += f"; moving one layer away makes stage {to:.0f} {share:.2f}x"
+    return line + ": no split of whole layers is faster"
 
 
 def rank_table(s: Summary) -> Table:
