@@ -211,12 +211,15 @@ def _flows(spans: list[Span], ns: list[tuple[int, int]], slices: list[dict[str, 
 
 def _critical_path(trace: Trace, ns: list[tuple[int, int]], slices: list[dict[str, Any]], first_id: int
                    ) -> list[dict[str, Any]]:
-    """The step's critical path (:mod:`ppsim.trace.critical`): each slice on it marked in its args
-    (``critical_path``: what it waited for), and a flow arrow where the path goes from one rank to
-    another (a message waited for, the last rank into a collective), numbered from ``first_id``."""
+    """The step's critical path (:mod:`ppsim.trace.critical`): every slice's slack in its args
+    (``slack_ms``), each slice on the path marked (``critical_path``: what it waited for), and a
+    flow arrow where the path goes from one rank to another (a message waited for, the last rank
+    into a collective), numbered from ``first_id``."""
     from ppsim.trace.critical import critical_path
 
     path = critical_path(trace)
+    for i, span in enumerate(trace.spans):  # every slice: how much later it could end, the step the same
+        slices[i]["args"]["slack_ms"] = round(path.slack(span), 6)
     index = {id(s): i for i, s in enumerate(trace.spans)}
     on_path = [index[id(s)] for s in path.spans if id(s) in index]
     for i in on_path:

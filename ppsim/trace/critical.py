@@ -21,7 +21,7 @@ kind is what the CLI names as the bottleneck (:func:`bottleneck`).
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from ppsim.plan import Action, Kind, matching
@@ -66,6 +66,7 @@ class CriticalPath:
 
     stretches: tuple[Stretch, ...]  #: in time order, covering the step
     graph: _Waits
+    _slack: dict[int, float] | None = field(default=None, repr=False, compare=False)
 
     @property
     def spans(self) -> list[Span]:
@@ -79,6 +80,37 @@ class CriticalPath:
     def bindings(self) -> dict[Span, Binding]:
         """Every span's binding (all of them: for views that show each span's wait)."""
         return {s: self.graph.binding(s) for spans in self.graph.per_rank for s in spans}
+
+    def on_path(self) -> frozenset[int]:
+        """The ``id`` of every span on the path (what views mark)."""
+        return frozenset(id(s) for s in self.spans)
+
+    def waited_for(self, span: Span) -> str:
+        """What ``span`` waited for, in words (through the receive or collective right before it,
+        when that is what held it)."""
+        b = self.binding(span)
+        other = b.after
+        if other is not None and b.cause in ("own", "idle") and other.lane != "compute":
+            held = self.binding(other)  # the receive, send or collective just before it: what held that
+            if held.cause in ("peer", "collective") and held.after is not None:
+                b, other = held, held.after
+        if b.cause == "start" or other is None:
+            return "started the step"
+        if b.cause == "peer":
+            return f"waited {b.waited_ms:,.3f} ms for rank {other.rank} ({other.action}), then for the link"
+        if b.cause == "collective":
+            return f"waited {b.waited_ms:,.3f} ms for rank {other.rank}, the last into the collective"
+        if b.cause == "idle":
+            return f"idle {b.waited_ms:,.3f} ms after {other.action}"
+        return f"right after {other.action} on its rank"
+
+    def slack(self, span: Span) -> float:
+        """How much later ``span`` (one of the trace's) could end without a longer step (ms): 0 on
+        the critical path. Worked out for every span on the first call (:func:`_slacks`)."""
+        if self._slack is None:
+            object.__setattr__(self, "_slack", _slacks(self.graph))
+        assert self._slack is not None
+        return self._slack[id(span)]
 
     def ms_by(self) -> dict[tuple[int, PathKind], float]:
         """The path's time per (rank, kind); a link's under its receiving rank."""
@@ -132,6 +164,58 @@ def critical_path(trace: Trace) -> CriticalPath:
     """The critical path of ``trace`` and its spans' bindings (the module docstring)."""
     graph = _Waits(trace)
     return CriticalPath(tuple(_walk(graph)), graph)
+
+
+def _slacks(graph: _Waits) -> dict[int, float]:
+    """Every span's slack (by ``id``): the latest end that keeps the step's end, less its end.
+
+    Each span is three moments: posted (its start, once its rank's previous action let it go),
+    released (posted, and for a receive, or a rendezvous send, its other end posted; for gradient
+    clipping, every rank's clipping posted) and ended (released plus what it then took, which a
+    wait cannot shrink). Those moments and their order form a graph without loops (both ends of a
+    rendezvous wait on each other's *post*, not end); the latest time of each moment is settled
+    from the step's end back in reverse topological order."""
+    spans = [s for rank in graph.per_rank for s in rank]
+    index = {id(s): i for i, s in enumerate(spans)}
+    n = len(spans)
+    step_end = max((s.end for s in spans), default=0.0)
+    hub = 3 * n  # every clipping's post before any clipping's release
+    # edges x -> (y, lag): moment x must come lag before moment y (post 3i, release 3i + 1, end 3i + 2)
+    edges: list[list[tuple[int, float]]] = [[] for _ in range(3 * n + 1)]
+    for i, t in enumerate(spans):
+        b = graph.binding(t)
+        released = b.after.start if b.cause in ("peer", "collective") and b.after is not None else t.start
+        edges[3 * i].append((3 * i + 1, 0.0))
+        edges[3 * i + 1].append((3 * i + 2, max(0.0, t.end - released)))
+        own = graph.previous[id(t)]
+        if own is not None:
+            edges[3 * index[id(own)] + 2].append((3 * i, 0.0))
+        kind = t.action.kind
+        if kind in graph.waits_for_peer and graph.where is not None:
+            peer_action = matching(t.action)
+            if 0 <= peer_action.stage < len(graph.where):
+                other = graph.peers.get((graph.where[peer_action.stage], peer_action))
+                if other is not None:
+                    edges[3 * index[id(other)]].append((3 * i + 1, 0.0))
+        elif kind is Kind.CLIP:
+            edges[3 * i].append((hub, 0.0))
+            edges[hub].append((3 * i + 1, 0.0))
+    indegree = [0] * len(edges)
+    for out in edges:
+        for y, _ in out:
+            indegree[y] += 1
+    order = [x for x in range(len(edges)) if indegree[x] == 0]
+    for x in order:  # grows as it goes: Kahn's order
+        for y, _ in edges[x]:
+            indegree[y] -= 1
+            if indegree[y] == 0:
+                order.append(y)
+    latest = [step_end] * len(edges)
+    for x in reversed(order):  # moments in a loop (an odd measured timing) keep the step's end
+        for y, lag in edges[x]:
+            if latest[y] - lag < latest[x]:
+                latest[x] = latest[y] - lag
+    return {id(s): max(0.0, latest[3 * i + 2] - s.end) for i, s in enumerate(spans)}
 
 
 def _previous(spans: list[Span]) -> list[Span | None]:

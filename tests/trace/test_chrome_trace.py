@@ -114,8 +114,10 @@ def test_slices_carry_times_in_microseconds_and_args() -> None:
     x = {e["name"]: e for e in events(doc, "X")}
     send = x["0SEND_F0"]
     assert (send["ts"], send["dur"], send["cat"]) == (1000.0, 2000.0, "SEND_F")
+    slack = {e["name"]: e["args"].pop("slack_ms") for e in x.values()}
     assert send["args"] == {"stage": 0, "microbatch": 0, "start_ms": 1.0, "end_ms": 3.0, "bytes": 8, "peer": 1}
     assert x["0OPT"]["dur"] == 0 and x["0OPT"]["args"] == {"stage": 0, "start_ms": 9.25, "end_ms": 9.25}
+    assert min(slack.values()) == 0.0 and all(v >= 0 for v in slack.values())
     assert thread_names(doc)[(send["pid"], send["tid"])] == "send"
 
 
@@ -478,6 +480,8 @@ def test_the_critical_path_is_marked_and_drawn_from_rank_to_rank() -> None:
     path = critical_path(trace)
     marked = [e for e in events(doc, "X") if "critical_path" in e["args"]]
     assert [e["name"] for e in marked] == [str(s.action) for s in path.spans]
+    assert all(e["args"]["slack_ms"] == 0.0 for e in marked)  # gpt.yaml's path crosses no idle gap
+    assert sum(e["args"]["slack_ms"] > 0 for e in events(doc, "X")) > len(marked)
     starts = [e for e in events(doc, "s") if e["cat"] == "critical_path"]
     ends = {e["id"]: e for e in events(doc, "f") if e["cat"] == "critical_path"}
     hops = sum(a.rank != b.rank for a, b in zip(path.spans, path.spans[1:], strict=False))

@@ -48,6 +48,43 @@ def test_1f1b_with_a_slow_last_stage_runs_through_all_of_its_work() -> None:
     assert binding.waited_ms == pytest.approx(7.0)
 
 
+def test_slack_is_how_much_later_a_span_could_end_without_a_longer_step() -> None:
+    """The same 1F1B: rank 0's F1 [1, 2] could end at 10 (its next action waits for rank 1's B0 until
+    then, and rank 1 takes F1's data only at 10): 8 ms; its B0 [10, 12] could end at 19, when B1's
+    grad arrives: 7 ms; rank 1's optimizer step, at 19 of 21: 2 ms; the path: none."""
+    trace = _run("1f1b", [1.0, 3.0])
+    path = critical_path(trace)
+
+    def compute(rank: int, kind: Kind, mb: int | None):
+        return next(s for s in trace.spans if s.rank == rank and s.action.kind is kind and s.action.microbatch == mb)
+
+    assert path.slack(compute(0, Kind.F, 1)) == pytest.approx(8.0)
+    assert path.slack(compute(0, Kind.B, 0)) == pytest.approx(7.0)
+    assert path.slack(compute(1, Kind.OPT, None)) == pytest.approx(2.0)
+    assert path.slack(compute(1, Kind.B, 1)) == pytest.approx(0.0)  # its grad is what rank 0's B1 waits for
+    assert all(path.slack(s) == pytest.approx(0.0, abs=1e-9) for s in path.spans)
+
+
+@pytest.mark.parametrize("name,p,m", [("1f1b", 4, 8), ("gpipe", 3, 5), ("zb-h1", 4, 8), ("interleaved-1f1b", 2, 4)])
+@pytest.mark.parametrize("comm", ["async", "rendezvous"])
+def test_slack_is_never_negative_and_none_on_the_path(name: str, p: int, m: int, comm: str) -> None:
+    """Uneven stages and slow links: every span's slack is >= 0; on a path with no idle stretch
+    every span has none; some span off the path has some (the other ranks idle in the bubble)."""
+    from conftest import run_schedule
+
+    v = 2 if name == "interleaved-1f1b" else 1
+    trace = run_schedule(name, p, m, v, forward=1.0, backward=2.5, weight_grad=0.5 if name == "zb-h1" else 0.0,
+                         p2p=0.3, comm=comm)
+    path = critical_path(trace)
+    slack = {id(s): path.slack(s) for s in trace.spans}
+    assert min(slack.values()) >= 0.0
+    assert max(slack.values()) > 0.0
+    if not any(x.kind == "idle" for x in path.stretches):
+        assert all(slack[id(s)] == pytest.approx(0.0, abs=1e-9) for s in path.spans)
+    last = max(trace.spans, key=lambda s: s.end)
+    assert slack[id(last)] == pytest.approx(0.0, abs=1e-9)
+
+
 def test_gpipe_with_a_slow_middle_stage_waits_on_it_both_ways() -> None:
     """p = 3, m = 2, F = 1, 2, 1 (B twice): forwards go at stage 1's pace (1F0 [1, 3], 1F1 [3, 5]),
     rank 2 runs 2F1 [5, 6] and then (GPipe's backward order) 2B0 [6, 8]; rank 1's backwards follow
@@ -78,6 +115,8 @@ def test_a_measured_trace_is_read_by_the_same_code() -> None:
     step = max(s.end for s in trace.spans) - min(s.start for s in trace.spans)
     assert sum(s.ms for s in path.stretches) == pytest.approx(step, rel=1e-9)
     assert len(path.bindings()) == len(trace.spans)
+    step = max(s.end for s in trace.spans) - min(s.start for s in trace.spans)
+    assert all(0.0 <= path.slack(s) <= step for s in trace.spans)
     assert bottleneck(path) is not None and ideal_bubble_fraction(trace) is not None
 
 

@@ -16,6 +16,7 @@ from ppsim.errors import TraceError
 from ppsim.plan import Kind
 from ppsim.prediction import predict
 from ppsim.trace import Trace
+from ppsim.trace.critical import critical_path
 from ppsim.trace.metrics import summarize
 from ppsim.views.render.bars import LABEL_SIZE
 from ppsim.views.render.gantt import gantt_figure, write_html
@@ -159,12 +160,15 @@ def test_hover_built_from_arrays(trace: Trace) -> None:
     assert "MiB" in send.hovertemplate and "peer rank %{customdata[5]}" in send.hovertemplate
     spans = sorted((s for s in trace.spans if s.action.kind is Kind.SEND_F), key=lambda s: s.start)
     rows = sorted(zip(send.base, send.customdata.tolist()))
-    for s, (base, (rank, stage, mb, duration, mib, peer)) in zip(spans, rows):
+    path = critical_path(trace)
+    for s, (base, (rank, stage, mb, duration, mib, peer, slack)) in zip(spans, rows):
         assert (base, rank, stage, mb, peer) == pytest.approx((s.start, s.rank, s.action.stage, s.action.microbatch,
                                                                 s.peer), abs=1e-3)
         assert (duration, mib) == pytest.approx((s.duration, s.bytes / 2**20), rel=1e-5)
+        assert slack == pytest.approx(path.slack(s), abs=1e-3)
     f = bar(fig, "F")
-    assert "peer" not in f.hovertemplate and f.customdata.shape == (len(f.base), 4)
+    assert "peer" not in f.hovertemplate and f.customdata.shape == (len(f.base), 5)
+    assert "slack %{customdata[4]:,.3f} ms" in f.hovertemplate
     assert "<b>%{customdata[1]}OPT</b>" in bar(fig, "OPT").hovertemplate
 
 

@@ -535,3 +535,48 @@ def test_every_footer_key_is_visible_in_80_columns() -> None:
     for b in shown:
         key = b.key_display or {"question_mark": "?"}.get(b.key, b.key)
         assert f"{key} {b.description}" in bottom, (key, b.description, bottom)
+
+
+# ----- the critical path in the terminal (issue 34) ------------------------------------------------
+def test_the_critical_path_is_underlined_and_only_it() -> None:
+    from ppsim.views.tui.timeline import CRITICAL_STYLE
+
+    trace = run_schedule("1f1b", 2, 2, forward=1.0, backward=3.0, comm="async")
+    shown = TuiState.from_traces([("t", trace)]).shown[0]
+    on_path = shown.path.on_path()
+    assert on_path and len(on_path) < len(trace.spans)
+    end = max(s.end for s in trace.spans)
+    d = draw(shown.index, 0.0, end, 80, on_path=on_path)
+    plain = draw(shown.index, 0.0, end, 80)
+    for r, (line, bare) in enumerate(zip(d.lines, plain.lines)):
+        assert line.plain == bare.plain  # the same characters, only styled
+        for c, span in enumerate(d.cells[r]):
+            styles = {str(sp.style) for sp in line.spans if sp.start <= LABEL_WIDTH + c < sp.end}
+            marked = any(CRITICAL_STYLE in st.split() for st in styles)
+            assert marked == (span is not None and id(span) in on_path), (r, c, span)
+
+
+def test_the_selected_block_says_what_it_waited_for_or_its_slack() -> None:
+    from ppsim.views.tui.panels import detail_text
+
+    trace = run_schedule("1f1b", 2, 2, forward=1.0, backward=3.0, comm="async")
+    shown = TuiState.from_traces([("t", trace)]).shown[0]
+    path = shown.path
+    on = next(s for s in path.spans if s.rank == 0 and s.action.kind is Kind.B)
+    text = detail_text(on, 0.0, None, path).plain
+    assert "on the critical path: " + path.waited_for(on) in text and "waited" in path.waited_for(on)
+    off = next(s for s in trace.spans if s.lane == "compute" and id(s) not in path.on_path() and path.slack(s) > 0)
+    assert f"slack {path.slack(off):,.3f} ms" in detail_text(off, 0.0, None, path).plain
+
+
+def test_k_switches_the_critical_path_marks_off_and_on() -> None:
+    async def run() -> None:
+        app = PpsimTui(small(), show_timing=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            assert app.state.critical and "underlined: critical path (k)" in app._shown_text["#legend"].plain
+            await pilot.press("k")
+            assert not app.state.critical and "critical path (k)" not in app._shown_text["#legend"].plain
+            await pilot.press("k")
+            assert app.state.critical and "underlined" in app.state.message
+
+    asyncio.run(run())

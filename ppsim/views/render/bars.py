@@ -98,7 +98,7 @@ def _action_template(kind: Kind, spans: list[Span]) -> str | None:
 
 
 def _bar_trace(kind: Kind, lane: str, spans: list[Span], rows: Rows, chunk_of: dict[int, int],
-               labels: bool) -> go.Bar:
+               labels: bool, path: CriticalPath | None = None) -> go.Bar:
     import numpy as np
     import plotly.graph_objects as go
 
@@ -120,6 +120,10 @@ def _bar_trace(kind: Kind, lane: str, spans: list[Span], rows: Rows, chunk_of: d
         extra += "<br>%{customdata[4]:,.2f} MiB"
     if has_peer:
         extra += f"<br>peer rank %{{customdata[{5 if has_bytes else 4}]}}"
+    if path is not None:
+        extra += f"<br>slack %{{customdata[{len(columns[0])}]:,.3f}} ms (it could end that much later: the same step)"
+        for row, s in zip(columns, spans):
+            row.append(path.slack(s))
     hover = (f"<b>{action or '%{hovertext}'}</b><br>rank %{{customdata[0]}} · {lane}"
              "<br>start %{base:.3f} ms<br>end %{x:.3f} ms<br>duration %{customdata[3]:.3f} ms"
              f"{extra}<extra></extra>")
@@ -141,8 +145,10 @@ def _bar_trace(kind: Kind, lane: str, spans: list[Span], rows: Rows, chunk_of: d
     return go.Bar(**bar, _validate=False)  # typed arrays of known properties; see .assemble
 
 
-def bar_traces(trace: Trace, rows: Rows, legend_shown: set[Kind] | None = None, labels: bool = True) -> list[go.Bar]:
-    """One bar trace per action kind and lane of the spans on ``rows`` (kinds in plan order).
+def bar_traces(trace: Trace, rows: Rows, legend_shown: set[Kind] | None = None, labels: bool = True,
+               path: CriticalPath | None = None) -> list[go.Bar]:
+    """One bar trace per action kind and lane of the spans on ``rows`` (kinds in plan order); with
+    the trace's critical ``path``, each hover gives the span's slack.
 
     ``legend_shown`` collects the kinds already in the legend across several timelines, so a kind is
     listed once (the bars of one kind share a legend group: clicking it hides them everywhere).
@@ -160,7 +166,7 @@ def bar_traces(trace: Trace, rows: Rows, legend_shown: set[Kind] | None = None, 
     shown = set() if legend_shown is None else legend_shown
     out = []
     for kind, lane in sorted(groups, key=lambda g: (order[g[0]], g[1])):
-        bar = _bar_trace(kind, lane, groups[(kind, lane)], rows, chunk_of, labels)
+        bar = _bar_trace(kind, lane, groups[(kind, lane)], rows, chunk_of, labels, path)
         bar.update(showlegend=kind not in shown)
         shown.add(kind)
         out.append(bar)
@@ -193,35 +199,16 @@ CRITICAL_PATH = "critical path"
 CRITICAL_COLOR = "#111111"
 
 
-def _waited(path: CriticalPath, span: Span) -> str:
-    """What a span on the critical path waited for, in words (through the receive or collective
-    right before it, when that is what held it)."""
-    b = path.binding(span)
-    other = b.after
-    if other is not None and b.cause in ("own", "idle") and other.lane != "compute":
-        held = path.binding(other)  # the receive, send or collective just before it: what held that
-        if held.cause in ("peer", "collective") and held.after is not None:
-            b, other = held, held.after
-    if b.cause == "start" or other is None:
-        return "started the step"
-    if b.cause == "peer":
-        return f"waited {b.waited_ms:,.3f} ms for rank {other.rank} ({other.action}), then for the link"
-    if b.cause == "collective":
-        return f"waited {b.waited_ms:,.3f} ms for rank {other.rank}, the last into the collective"
-    if b.cause == "idle":
-        return f"idle {b.waited_ms:,.3f} ms after {other.action}"
-    return f"right after {other.action} on its rank"
-
-
-def critical_bar(trace: Trace, rows: Rows) -> go.Bar | None:
-    """The step's critical path (:mod:`ppsim.trace.critical`) as outlines over its spans, each
-    hover saying what the span waited for (None when no span of it is drawn)."""
+def critical_bar(trace: Trace, rows: Rows, path: CriticalPath | None = None) -> go.Bar | None:
+    """The step's critical path (:mod:`ppsim.trace.critical`; ``path`` when worked out already) as
+    outlines over its spans, each hover saying what the span waited for (None when no span of it
+    is drawn)."""
     import numpy as np
     import plotly.graph_objects as go
 
     from ppsim.trace.critical import critical_path
 
-    path = critical_path(trace)
+    path = path or critical_path(trace)
     spans = [s for s in path.spans if (s.rank, s.lane) in rows.position]
     if not spans:
         return None
@@ -232,7 +219,7 @@ def critical_bar(trace: Trace, rows: Rows) -> go.Bar | None:
                   width=[rows.height[s.lane] * BAR_FILL for s in spans],
                   marker={"color": "rgba(0,0,0,0)", "line": {"width": 1.5, "color": CRITICAL_COLOR}},
                   hovertext=[f"<b>{s.action}</b> on the critical path<br>rank {s.rank} · {s.lane}<br>"
-                             f"{s.start:,.3f} to {s.end:,.3f} ms<br>{_waited(path, s)}" for s in spans],
+                             f"{s.start:,.3f} to {s.end:,.3f} ms<br>{path.waited_for(s)}" for s in spans],
                   hovertemplate="%{hovertext}<extra></extra>", _validate=False)
 
 

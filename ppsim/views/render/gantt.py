@@ -14,7 +14,9 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ppsim.errors import TraceError
 from ppsim.trace import Trace
+from ppsim.trace.critical import critical_path
 from ppsim.trace.metrics import Summary, step_bounds, summarize
 from ppsim.views.render.assemble import assemble
 from ppsim.views.render.bars import LABEL_SIZE, Rows, alltoall_bar, bar_traces, critical_bar, rows_axis, rows_of
@@ -112,14 +114,17 @@ def gantt_figure(trace: Trace, title: str | None = None) -> go.Figure:
     """
     from plotly.subplots import make_subplots
 
+    if not trace.spans:
+        raise TraceError("the trace has no spans: there is nothing to draw")
     rows = rows_of(trace)
-    bars = bar_traces(trace, rows)
+    critical = critical_path(trace)
+    bars = bar_traces(trace, rows, path=critical)
     exchanges = alltoall_bar(trace, rows)
     if exchanges is not None:
         bars.append(exchanges)
-    path = critical_bar(trace, rows)
-    if path is not None:  # drawn last: over the bars it outlines, its hover theirs
-        bars.append(path)
+    outline = critical_bar(trace, rows, critical)
+    if outline is not None:  # drawn last: over the bars it outlines, its hover theirs
+        bars.append(outline)
     summary = summarize(trace, waits=False)
     capacity = trace.meta.get("device_memory_bytes") if trace.meta.get("memory_measured") != "rss" else None
     heat = trace.num_ranks > RANK_LINES

@@ -56,7 +56,7 @@ class TimelineView(Widget):
         """The rows of every shown trace: measured again only when the window, width, lanes or
         timelines change, drawn again only when the selection changes too."""
         st, width = self.state, self._time_columns()
-        key = (st.window.start, st.window.end, width, st.lanes)
+        key = (st.window.start, st.window.end, width, st.lanes, st.critical)
         if not (_same(st.shown, self._shown) and key == self._key):
             self._key, self._shown, self._drawn_selection = key, list(st.shown), None
             self._measured = [measure_rows(sh.index, st.window.start, st.window.end, width, st.lanes)
@@ -73,7 +73,8 @@ class TimelineView(Widget):
         for k, (shown, measured) in enumerate(zip(st.shown, self._measured)):
             if len(st.shown) > 1:
                 lines.append(Text(f"{shown.label}", style="bold underline"))
-            d = render_rows(shown.index, measured, st.selected[1] if st.selected and st.selected[0] == k else None)
+            d = render_rows(shown.index, measured, st.selected[1] if st.selected and st.selected[0] == k else None,
+                            shown.path.on_path() if st.critical else frozenset())
             self.drawn.append((len(lines), d))
             lines.extend(d.lines)
             lines.append(axis(st.window.start, st.window.end, width))
@@ -146,6 +147,7 @@ class PpsimTui(App[None]):
         Binding("up", "rank(-1)", "rank above", show=False),
         Binding("down", "rank(1)", "rank below", show=False),
         Binding("l", "lanes", "lanes", show=False),  # in the ? list; the footer keeps to 80 columns
+        Binding("k", "critical", "critical path", show=False),
         Binding("e", "export", "export"),
     ]
 
@@ -180,7 +182,7 @@ class PpsimTui(App[None]):
     def _update_legend(self) -> None:
         st = self.state
         kinds = set().union(*(sh.index.kinds(st.lanes) for sh in st.shown))
-        self._show("#legend", legend(kinds, max(20, self.size.width - 2)))
+        self._show("#legend", legend(kinds, max(20, self.size.width - 2), st.critical))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Plan keys do not apply to saved traces: off, and out of the footer."""
@@ -197,7 +199,8 @@ class PpsimTui(App[None]):
             self.query_one("#figures", Static).update(Group(*(panels.figures(sh, many) for sh in st.shown)))
         origin = st.origin(st.selected[0])[0] if st.selected else 0.0
         trace = st.shown[st.selected[0]].label if st.selected and many else None
-        self._show("#detail", panels.detail_text(st.selected_span(), origin, trace))
+        path = st.shown[st.selected[0]].path if st.selected else None
+        self._show("#detail", panels.detail_text(st.selected_span(), origin, trace, path))
         self._show("#message", Text(st.message, style="bold yellow") if st.message else Text(""))
         self._update_legend()
         timeline = self.query_one("#timeline", TimelineView)
@@ -255,6 +258,12 @@ class PpsimTui(App[None]):
 
     def action_lanes(self) -> None:
         self.state.lanes = not self.state.lanes
+        self.refresh_all()
+
+    def action_critical(self) -> None:
+        self.state.critical = not self.state.critical
+        self.state.message = ("the critical path is underlined: the chain of actions, each waiting for the one "
+                              "before, that sets the step time" if self.state.critical else "critical path not marked")
         self.refresh_all()
 
     def action_help(self) -> None:

@@ -45,21 +45,25 @@ def swatch(kind: Kind) -> Text:
     return Text(f" {kind.value} ", style=f"{text_colour(colour)} on {colour}")
 
 
-def entries(kinds: Iterable[Kind]) -> list[Text]:
-    """One entry per kind (in the order of :class:`Kind`), then idle and part-busy cells."""
+def entries(kinds: Iterable[Kind], critical: bool = False) -> list[Text]:
+    """One entry per kind (in the order of :class:`Kind`), then idle and part-busy cells, and with
+    ``critical`` the critical path's underline."""
     present = set(kinds)
     out = []
     for kind in (k for k in Kind if k in present):
         out.append(Text.assemble(swatch(kind), f" {WORDS.get(kind, kind.value)}"))
     out.append(Text.assemble((IDLE, IDLE_STYLE), " idle"))
     out.append(Text.assemble((PART_BUSY, KIND_COLORS[Kind.B]), " part busy"))
+    if critical:
+        colour = KIND_COLORS[Kind.F]
+        out.append(Text.assemble((" F ", f"underline {text_colour(colour)} on {colour}"), " underlined: critical path (k)"))
     return out
 
 
-def legend(kinds: Iterable[Kind], width: int) -> Text:
+def legend(kinds: Iterable[Kind], width: int, critical: bool = False) -> Text:
     """The entries of ``kinds`` packed into lines of ``width`` columns, two blanks apart."""
     text, used = Text(no_wrap=True, overflow="crop"), 0
-    for entry in entries(kinds):
+    for entry in entries(kinds, critical):
         if used and used + 2 + entry.cell_len > width:
             text.append("\n")
             used = 0

@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ppsim.trace import Span
+from ppsim.trace.critical import CriticalPath
 from ppsim.trace.metrics import Summary
 from ppsim.views.palette import schedule_color
 from ppsim.views.tui.state import Shown, TuiState
@@ -28,6 +29,7 @@ KEYS: list[tuple[str, str]] = [
     ("click", "select the block under the mouse"),
     ("l", "show or hide the send / recv / collective rows"),
     ("e", "export the view as an HTML page"),
+    ("k", "underline the critical path, or not"),
     ("?", "this help"),
     ("q", "quit"),
 ]
@@ -112,9 +114,11 @@ def fit_text(s: Summary) -> Text | None:
     return Text(f"memory: DOES NOT FIT ({over})", style="bold red")
 
 
-def detail_text(span: Span | None, origin: float = 0.0, trace: str | None = None) -> Text:
+def detail_text(span: Span | None, origin: float = 0.0, trace: str | None = None,
+                path: CriticalPath | None = None) -> Text:
     """The selected block: the trace it belongs to (when two are shown), action, rank, lane, start,
-    end, duration, bytes and peer."""
+    end, duration, bytes and peer; with the trace's critical ``path``, whether the block is on it
+    and what it waited for, or its slack."""
     if span is None:
         return Text("select a block: click it, or [ ] and ↑ ↓", style="dim")
     text = Text()
@@ -127,6 +131,14 @@ def detail_text(span: Span | None, origin: float = 0.0, trace: str | None = None
         text.append(f"  {span.bytes:,} bytes")
     if span.peer is not None:
         text.append(f"  peer rank {span.peer}")
+    if path is not None:
+        if id(span) in path.on_path():
+            text.append("  ")
+            text.append("on the critical path", style="bold underline")
+            text.append(f": {path.waited_for(span)}")
+        else:
+            text.append(f"  slack {path.slack(span):,.3f} ms", style="bold")
+            text.append(" (it could end that much later: the same step)", style="dim")
     return text
 
 

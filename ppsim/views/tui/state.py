@@ -17,6 +17,7 @@ from ppsim.errors import PpsimError, TraceError
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan.schedules import NAMES, describe
 from ppsim.trace import Span, Trace
+from ppsim.trace.critical import CriticalPath, critical_path
 from ppsim.trace.metrics import Summary, summarize
 from ppsim.views.tui.index import TraceIndex
 
@@ -39,6 +40,11 @@ class Shown:
     def index(self) -> TraceIndex:
         """The trace's rows, sorted once: what drawing and selection read."""
         return TraceIndex(self.trace)
+
+    @cached_property
+    def path(self) -> CriticalPath:
+        """The step's critical path (what the timeline underlines and the detail line explains)."""
+        return critical_path(self.trace)
 
 
 @dataclass
@@ -106,6 +112,7 @@ class TuiState:
     rerun_ms: float | None = None  #: how long the last simulation took
     selected: tuple[int, Span] | None = None  #: (timeline, span)
     lanes: bool = False  #: show the send / recv / collective rows too
+    critical: bool = True  #: underline the critical path
     predictor: Predictor | None = None  #: reruns the prediction after a plan key (None: saved traces)
     schedules: list[str] = field(default_factory=list)  #: what ``s`` cycles through
 

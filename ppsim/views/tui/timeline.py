@@ -24,6 +24,7 @@ from ppsim.views.tui.legend import IDLE, IDLE_STYLE, text_colour
 
 LABEL_WIDTH = 9  #: the row name column ("rank 12 ", " send")
 SELECTED_STYLE = "bold reverse"
+CRITICAL_STYLE = "underline"  #: the cells of a span on the step's critical path
 EDGE = "▏"  #: where two blocks of one colour meet
 
 
@@ -88,9 +89,10 @@ def _marked(cells: Cells, selected: Span | None, start: float, end: float) -> se
 
 
 def draw_row(cells: Cells, chunk_of: Mapping[int, int], selected: Span | None = None,
-             window: tuple[float, float] = (0.0, 0.0)) -> Text:
+             window: tuple[float, float] = (0.0, 0.0), on_path: frozenset[int] = frozenset()) -> Text:
     """One row's cells as styled text (``window``: the cells' [start, end), to find a selected
-    span too short to own a cell)."""
+    span too short to own a cell); the cells whose span is on the critical path (``on_path``: the
+    spans' ids) underlined."""
     n = len(cells.top)
     chars = [IDLE] * n
     styles = [IDLE_STYLE] * n
@@ -112,6 +114,10 @@ def draw_row(cells: Cells, chunk_of: Mapping[int, int], selected: Span | None = 
         if len(label) + 2 <= j - i:
             at = i + (j - i - len(label)) // 2
             chars[at:at + len(label)] = list(label)
+    if on_path:
+        for c, span in enumerate(cells.top):
+            if span is not None and id(span) in on_path and cells.eighths(c):
+                styles[c] += " " + CRITICAL_STYLE
     for c in _marked(cells, selected, *window):
         styles[c] += " " + SELECTED_STYLE
     text = Text(no_wrap=True, overflow="crop")
@@ -144,23 +150,25 @@ def measure_rows(index: TraceIndex, window_start: float, window_end: float, widt
                     start, end)
 
 
-def render_rows(index: TraceIndex, measured: Measured, selected: Span | None = None) -> Drawn:
-    """The measured rows as lines of text, the selected span marked."""
+def render_rows(index: TraceIndex, measured: Measured, selected: Span | None = None,
+                on_path: frozenset[int] = frozenset()) -> Drawn:
+    """The measured rows as lines of text, the selected span marked, the critical path's spans
+    (``on_path``: their ids) underlined."""
     lines = []
     for row, cells in zip(measured.rows, measured.cells):
         on_row = selected if selected is not None and (selected.rank, selected.lane) == (row.rank, row.lane) else None
         line = Text(no_wrap=True, overflow="crop")
         line.append(f"{row.label:<{LABEL_WIDTH}}", style="bold" if row.lane == "compute" else "dim")
-        line.append_text(draw_row(cells, index.chunk_of, on_row, (measured.start, measured.end)))
+        line.append_text(draw_row(cells, index.chunk_of, on_row, (measured.start, measured.end), on_path))
         lines.append(line)
     return Drawn(measured.rows, lines, [c.top for c in measured.cells])
 
 
 def draw(source: Trace | TraceIndex, window_start: float, window_end: float, width: int, lanes: bool = False,
-         selected: Span | None = None) -> Drawn:
+         selected: Span | None = None, on_path: frozenset[int] = frozenset()) -> Drawn:
     """The trace's rows over the window (ms from the trace's first span) in ``width`` columns."""
     index = source if isinstance(source, TraceIndex) else TraceIndex(source)
-    return render_rows(index, measure_rows(index, window_start, window_end, width, lanes), selected)
+    return render_rows(index, measure_rows(index, window_start, window_end, width, lanes), selected, on_path)
 
 
 def axis(window_start: float, window_end: float, width: int) -> Text:
