@@ -20,7 +20,7 @@ chunks, several. Definitions (used everywhere in ppsim):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ppsim.plan import Kind
@@ -234,6 +234,7 @@ class Headline:
     throughput_samples_per_s: float | None
     tokens_per_s: float | None
     mfu: float | None
+    optimizer_ms: float = 0.0  #: the ranks' optimizer steps, summed (a part of their busy time)
 
 
 def headline(trace: Trace) -> Headline:
@@ -242,6 +243,7 @@ def headline(trace: Trace) -> Headline:
     meta = trace.meta
     compute: list[list[tuple[float, float]]] = [[] for _ in range(trace.num_ranks)]
     lo, hi = float("inf"), float("-inf")
+    optimizer = 0.0
     for s in trace.spans:
         if s.start < lo:
             lo = s.start
@@ -249,7 +251,10 @@ def headline(trace: Trace) -> Headline:
             hi = s.end
         if s.lane == "compute":
             compute[s.rank].append((s.start, s.end))
-    return _headline(meta, hi - lo if trace.spans else 0.0, tuple(union_length(c) for c in compute))
+            if s.action.kind is Kind.OPT:
+                optimizer += s.end - s.start
+    head = _headline(meta, hi - lo if trace.spans else 0.0, tuple(union_length(c) for c in compute))
+    return replace(head, optimizer_ms=optimizer)
 
 
 def _headline(meta: TraceMeta, step: float, busy: tuple[float, ...]) -> Headline:

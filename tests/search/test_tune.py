@@ -19,11 +19,11 @@ from ppsim.costs import build_workload
 from ppsim.errors import PpsimError
 from ppsim.inputs.scenario import load, parse_scenario
 from ppsim.prediction import build, predict
-from ppsim.search.tune.evaluate import evaluate
+from ppsim.search.tune.evaluate import Evaluation, evaluate
 from ppsim.search.tune.executors import local, run_local, run_ray
 from ppsim.search.tune.prune import search
 from ppsim.search.tune.rank import DRAWN, EXPLAINED, explain, pareto_front, ranking
-from ppsim.search.tune.space import SearchSpace, apply, candidates
+from ppsim.search.tune.space import Candidate, SearchSpace, apply, candidates
 from ppsim.sim.allocation import peak_memory_bytes
 from ppsim.trace.metrics import summarize
 
@@ -491,3 +491,42 @@ def test_the_search_starts_from_the_scenarios_own_plan() -> None:
     assert doc["versus_own"].startswith(f"yours ({own.candidate.label()}): ") and f"the best is {ratio:.2f}x" in doc["versus_own"]
     elsewhere = search_plans(s, TuneRequest(gpus=2 * s.devices, schedules=("1f1b",), micro_batches=(1,), jobs=1))
     assert elsewhere.own is None  # not the scenario's devices: its plan is not one of the search's
+
+
+def test_a_step_ratio_is_its_compute_times_its_bubble() -> None:
+    """On the same devices a step is compute / (devices x (1 - bubble)), so the two factors the why
+    lines give multiply to the ratio of the steps exactly."""
+    from ppsim.search.tune.rank import step_factors
+
+    _, _, evals = small_search()
+    ranked = ranking(evals)
+    best = ranked[0]
+    for e in ranked:
+        compute, bubble = step_factors(e, best)
+        assert compute * bubble == pytest.approx(e.step_time_ms / best.step_time_ms, rel=1e-9)
+
+
+def test_every_why_line_names_its_reason() -> None:
+    _, _, evals = small_search()
+    best = ranking(evals)[0]
+    reasons = ("compute", "bubble", "the same compute and bubble within 1 %", "nothing fits", "no such plan")
+    for line in explain(evals, best):
+        assert any(r in line for r in reasons), line
+        if " compute (" in line:  # a compute difference says what makes it
+            assert line.split(" compute (")[1].split(")")[0], line
+
+
+def test_dualpipes_gradient_sum_is_named_as_the_optimizer_steps() -> None:
+    from ppsim.search.tune.rank import compute_causes, step_causes
+
+    def ev(schedule: str, compute: float, optimizer: float, bubble: float) -> Evaluation:
+        c = Candidate(4, 2, 1, 1, 16, schedule, 2, "none", 1)
+        return Evaluation(c, fits=True, simulated=True, step_time_ms=1.0, throughput_samples_per_s=1.0,
+                          bubble_fraction=bubble, device_compute_ms=compute, device_optimizer_ms=optimizer)
+
+    dualpipe, dualpipev = ev("dualpipe", 1070.0, 90.0, 0.05), ev("dualpipev", 1000.0, 20.0, 0.08)
+    assert compute_causes(dualpipe, dualpipev) == ["optimizer steps +350%: DualPipe sums the two copies' gradients"]
+    lines = step_causes(dualpipe, dualpipev, "vs")
+    assert lines[0].startswith("+7% compute (optimizer steps") and lines[1] == "bubble 5.0% vs 8.0%"
+    # the same compute but in the passes: no optimizer cause, the stage counts equal: nothing named
+    assert compute_causes(ev("zb-v", 1070.0, 20.0, 0.05), dualpipev) == []

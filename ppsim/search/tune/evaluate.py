@@ -28,6 +28,7 @@ class Evaluation:
     mfu: float | None = None
     bubble_fraction: float | None = None
     device_compute_ms: float | None = None  #: compute time of all devices in one step (recompute shows here)
+    device_optimizer_ms: float | None = None  #: the part of it in optimizer steps (with DualPipe's copies' sum)
     error: str | None = None
     #: no simulated step can be shorter (:mod:`ppsim.sim.bound`); known for every plan that fits
     step_time_bound_ms: float | None = None
@@ -163,6 +164,7 @@ def _with_step(ev: Evaluation, head: Any) -> Evaluation:
         ev, simulated=True, step_time_ms=head.step_time_ms, throughput_samples_per_s=head.throughput_samples_per_s,
         tokens_per_s=head.tokens_per_s, mfu=head.mfu, bubble_fraction=head.bubble_fraction,
         device_compute_ms=sum(head.busy_ms) * c.data_parallel * c.tensor_parallel,
+        device_optimizer_ms=head.optimizer_ms * c.data_parallel * c.tensor_parallel,
     )
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from ppsim.search.tune.evaluate import Evaluation
-from ppsim.search.tune.space import Candidate
+from ppsim.search.tune.space import RECOMPUTE, Candidate
 
 GIB = 2**30
 
@@ -116,17 +116,67 @@ def explain(evals: list[Evaluation], best: Evaluation) -> list[str]:
 def _reason(alt: Evaluation, best: Evaluation) -> str:
     ratio = (alt.throughput_samples_per_s or 0) / (best.throughput_samples_per_s or 1)
     parts = [f"best {alt.throughput_samples_per_s:,.2f} samples/s = {ratio:.2f}x ({alt.candidate.label()})"]
-    if best.device_compute_ms and alt.device_compute_ms:  # the same batch: compute per sample
-        extra = alt.device_compute_ms / best.device_compute_ms - 1
-        if abs(extra) >= 0.02:
-            parts.append(f"{extra:+.0%} compute")
-    if alt.bubble_fraction is not None and best.bubble_fraction is not None:
-        if abs(alt.bubble_fraction - best.bubble_fraction) >= 0.01:
-            parts.append(f"bubble {alt.bubble_fraction:.1%} vs {best.bubble_fraction:.1%}")
-    if alt.candidate.recompute != best.candidate.recompute:
-        parts.append(f"recompute {alt.candidate.recompute}")
+    parts += step_causes(alt, best, "vs") or ["the same compute and bubble within 1 %"]
     parts.append(f"peak {_gib(alt.peak_memory_bytes)}")
     return "; ".join(parts)
+
+
+def step_factors(a: Evaluation, b: Evaluation) -> tuple[float, float] | None:
+    """``a``'s step over ``b``'s on the same devices as (compute, bubble): the devices' compute time
+    over ``b``'s, and the busy share of ``b``'s step over ``a``'s; their product is the step ratio
+    (step = compute / (devices x (1 - bubble))). None without the figures."""
+    if not (a.device_compute_ms and b.device_compute_ms) or a.bubble_fraction is None or b.bubble_fraction is None \
+            or a.bubble_fraction >= 1:
+        return None
+    return a.device_compute_ms / b.device_compute_ms, (1 - b.bubble_fraction) / (1 - a.bubble_fraction)
+
+
+def step_causes(a: Evaluation, b: Evaluation, versus: str) -> list[str]:
+    """Why ``a``'s step differs from ``b``'s, in the two factors of :func:`step_factors` that move it
+    by 1 % or more: the compute with what makes it differ, the bubble (``versus``: "vs" or "->",
+    how the two bubbles are joined)."""
+    factors = step_factors(a, b)
+    if factors is None:
+        return []
+    compute, bubble = factors
+    out = []
+    if abs(compute - 1) >= 0.01:
+        causes = compute_causes(a, b)
+        out.append(f"{compute - 1:+.0%} compute" + (f" ({'; '.join(causes)})" if causes else ""))
+    if abs(bubble - 1) >= 0.01:
+        pair = (a, b) if versus == "vs" else (b, a)
+        out.append(f"bubble {pair[0].bubble_fraction:.1%} {versus} {pair[1].bubble_fraction:.1%}")
+    return out
+
+
+def compute_causes(a: Evaluation, b: Evaluation) -> list[str]:
+    """What makes ``a``'s devices compute for longer (or shorter) than ``b``'s in a step: the knobs
+    that change the work, and the optimizer step when it holds most of the difference."""
+    ka, kb = a.candidate, b.candidate
+    out = []
+    if ka.recompute != kb.recompute:
+        more = ka.recompute in RECOMPUTE and kb.recompute in RECOMPUTE \
+            and RECOMPUTE.index(ka.recompute) > RECOMPUTE.index(kb.recompute)  # listed from the least work
+        out.append(f"recompute {ka.recompute} against {kb.recompute}" + (": more forwards run again" if more else ""))
+    if ka.tensor_parallel != kb.tensor_parallel:
+        out.append(f"tensor parallel {ka.tensor_parallel} against {kb.tensor_parallel}"
+                   + (": more all-reduces, smaller matmuls" if ka.tensor_parallel > kb.tensor_parallel else ""))
+    if ka.expert_parallel != kb.expert_parallel:
+        out.append(f"expert parallel {ka.expert_parallel} against {kb.expert_parallel}")
+    if ka.micro_batch != kb.micro_batch:
+        out.append(f"micro-batches of {ka.micro_batch} against {kb.micro_batch}")
+    opt_a, opt_b = a.device_optimizer_ms or 0.0, b.device_optimizer_ms or 0.0
+    total = (a.device_compute_ms or 0.0) - (b.device_compute_ms or 0.0)
+    if opt_b > 0 and total and (opt_a - opt_b) / total >= 0.5:  # the optimizer step holds most of it
+        why = ""
+        if (ka.schedule == "dualpipe") != (kb.schedule == "dualpipe"):
+            why = ": DualPipe sums the two copies' gradients" if ka.schedule == "dualpipe" else ": one copy of the model"
+        elif ka.zero_stage != kb.zero_stage:
+            why = f": ZeRO-{ka.zero_stage}"
+        out.append(f"optimizer steps {opt_a / opt_b - 1:+.0%}{why}")
+    if not out and ka.stages != kb.stages:
+        out.append(f"{ka.stages} stages: each stage's share of the embedding and the head")
+    return out
 
 
 #: the knobs a plan is told apart by, as the table names them
@@ -147,13 +197,7 @@ def versus_own(own: Evaluation, best: Evaluation) -> str:
     ratio = (best.throughput_samples_per_s or 0) / (own.throughput_samples_per_s or 1)
     a, b = own.candidate, best.candidate
     parts = [f"{name} {getattr(a, key)} -> {getattr(b, key)}" for name, key in _KNOBS if getattr(a, key) != getattr(b, key)]
-    if own.device_compute_ms and best.device_compute_ms:
-        extra = best.device_compute_ms / own.device_compute_ms - 1
-        if abs(extra) >= 0.02:
-            parts.append(f"{extra:+.0%} compute")
-    if own.bubble_fraction is not None and best.bubble_fraction is not None \
-            and abs(own.bubble_fraction - best.bubble_fraction) >= 0.01:
-        parts.append(f"bubble {own.bubble_fraction:.1%} -> {best.bubble_fraction:.1%}")
+    parts += step_causes(best, own, "->")
     parts.append(f"peak {_gib(own.peak_memory_bytes)} -> {_gib(best.peak_memory_bytes)}")
     return (f"yours ({label}): {own.throughput_samples_per_s:,.2f} samples/s; the best is {ratio:.2f}x"
             + (": " + "; ".join(parts) if parts else ""))
