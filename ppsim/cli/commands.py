@@ -75,6 +75,7 @@ def run(
     from ppsim.trace.metrics import summarize
 
     with bad_input_exits():
+        _not_a_trace(scenario)
         inputs = [scenario] + [p for p in (profile, ds_config) if p is not None]
         targets = output_targets({"--trace": trace, "--html": html, "--png": png, "--save-trace": save_trace},
                                  inputs, force)
@@ -107,6 +108,48 @@ def run(
 
     print_summary(summary, to_fit=None if to_fit is None else fixes_line(to_fit, summary.step_time_ms))
     report_written(targets)
+
+
+@app.command()
+def show(
+    trace_path: Path = typer.Argument(..., metavar="TRACE", help="A saved step: ppsim's Trace JSON (--save-trace), a "
+                                      "ppexec run folder, a Chrome trace ppsim or ppexec wrote, or a folder of torch "
+                                      "profiler traces."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as one JSON document."),
+    trace: Path | None = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto, chrome://tracing)."),
+    html: Path | None = html_option("the timeline and memory per rank"),
+    png: Path | None = png_option(),
+    force: bool = force_option(),
+) -> None:
+    """Print a saved or measured step's figures as `ppsim run` prints a prediction's, and draw its page."""
+    from ppsim import outputs
+    from ppsim.trace.load import load_trace
+    from ppsim.trace.metrics import summarize
+
+    with bad_input_exits():
+        targets = output_targets({"--trace": trace, "--html": html, "--png": png}, [trace_path], force)
+        step = load_trace(trace_path)
+        summary = summarize(step)
+        if "--trace" in targets:
+            from ppsim.trace.chrome import write_chrome_trace
+
+            outputs.atomic_write(targets["--trace"], lambda p: write_chrome_trace(step, p))
+        write_pages(targets, lambda: _gantt(step))
+    if json_out:
+        sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
+        return
+    from ppsim.views.render.summary_table import print_summary
+
+    print_summary(summary)
+    report_written(targets)
+
+
+def _not_a_trace(scenario: Path) -> None:
+    """Raise a PpsimError when ``scenario`` is a saved step (a run folder or a JSON trace): ``ppsim
+    show`` reads those."""
+    if scenario.is_dir() or scenario.name.endswith((".json", ".json.gz")):
+        raise PpsimError(f"{scenario} is a saved step or a run folder, not a scenario: `ppsim show {scenario}` prints "
+                         "its figures, with --html / --png / --trace for its pages")
 
 
 def _gantt(trace: Trace) -> go.Figure:
