@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, invoke
+from conftest import ROOT, SCENARIOS, invoke
 from ppsim.cli import app
 from ppsim.errors import TraceError
 from ppsim.formats import HTML_MARKER
@@ -264,20 +265,54 @@ def test_overlay_figure_draws_every_span_once_on_a_numeric_axis() -> None:
     assert sum(len(bar.x) for bar in fig.data) == len(pred.spans) + len(meas.spans)
     assert len({bar.name for bar in fig.data}) == len(fig.data)
     rows = list(fig.layout.yaxis.categoryarray)
-    assert rows == ["rank 0 predicted", "rank 0 measured", "rank 1 predicted", "rank 1 measured"]
+    assert rows == [f"rank {r} {side}{comm}" for r in (0, 1) for side in ("predicted", "measured") for comm in ("", " · comm")]
     assert fig.layout.xaxis.type == "linear" and fig.layout.barmode == "overlay"
     for bar in fig.data:
         assert bar.type == "bar" and bar.orientation == "h" and set(bar.y) <= set(rows)
     ys = [y for bar in fig.data for y in bar.y]
-    assert ys.count("rank 0 predicted") == sum(s.rank == 0 for s in pred.spans)
-    assert ys.count("rank 1 measured") == sum(s.rank == 1 for s in meas.spans)
-    measured_starts = sorted(b for bar in fig.data for b, y in zip(bar.base, bar.y) if y.endswith("measured"))
+    # compute on the rank's row, sends, receives and collectives on its comm row under it
+    assert ys.count("rank 0 predicted") == sum(s.rank == 0 and s.lane == "compute" for s in pred.spans)
+    assert ys.count("rank 0 predicted · comm") == sum(s.rank == 0 and s.lane != "compute" for s in pred.spans)
+    assert ys.count("rank 1 measured") + ys.count("rank 1 measured · comm") == sum(s.rank == 1 for s in meas.spans)
+    measured_starts = sorted(b for bar in fig.data for b, y in zip(bar.base, bar.y) if "measured" in y)
     lo = min(s.start for s in meas.spans)
     assert measured_starts == pytest.approx(sorted(s.start - lo for s in meas.spans))
     f = next(bar for bar in fig.data if bar.name == "F")
     hovers = [cd[6] for cd, y in zip(f.customdata, f.y) if y.endswith("measured")]
     assert all("vs predicted:" in h and "than predicted" in h for h in hovers)
     assert f"{c.predicted_step_time_ms:.2f} ms" in fig.layout.title.text and f"{c.step_time_error:+.1%}" in fig.layout.title.text
+
+
+def _measured_like(pred: Trace, memory: str | None) -> Trace:
+    """``pred`` as a measured run would record it: the same spans, its memory as ``memory`` says."""
+    meta = {**pred.meta, "source": "measured"}
+    if memory:
+        meta["memory_measured"] = memory
+    return dataclasses.replace(pred, meta=meta)
+
+
+def test_the_page_puts_memory_under_the_timelines_predicted_dashed_measured_solid() -> None:
+    from ppsim.inputs.scenario import load
+    from ppsim.prediction import predict
+
+    pred = predict(load(SCENARIOS / "tiny-cpu.yaml")).trace
+    meas = _measured_like(pred, "device")
+    fig = compare_figure(pred, meas, compare_traces(pred, meas))
+    lines = [d for d in fig.data if d.type == "scatter"]
+    assert {d.name for d in lines} == {f"rank {r} {side}" for r in (0, 1) for side in ("predicted", "measured")}
+    assert {d.xaxis for d in lines} == {"x2"} and fig.layout.xaxis2.matches == "x"  # the timelines' time axis
+    for d in lines:
+        assert d.line.dash == ("dash" if d.name.endswith("predicted") else "solid")
+        counter = next(c for c in pred.counters if c.name == "memory_bytes" and c.rank == int(d.name.split()[1]))
+        assert max(d.y) == pytest.approx(max(v for _, v in counter.points) / 2**30, abs=1e-4)
+        assert min(d.x) == pytest.approx(counter.points[0][0] - min(s.start for s in pred.spans), abs=1e-3)
+    assert any(s.name == "device memory" and s.yref == "y2" for s in fig.layout.shapes)
+    # a CPU run's resident memory is not the device's: its own panel, no device line on it
+    rss = compare_figure(pred, _measured_like(pred, "rss"), compare_traces(pred, meas))
+    axes = {d.name: d.yaxis for d in rss.data if d.type == "scatter"}
+    assert axes["rank 0 predicted"] == "y2" and axes["rank 0 measured"] == "y3"
+    assert "RSS" in rss.layout.yaxis3.title.text
+    assert not any(s.name == "device memory" and s.yref == "y3" for s in rss.layout.shapes)
 
 
 def test_html_never_overwrites_a_users_file(tmp_path: Path) -> None:

@@ -1,9 +1,12 @@
 """The predicted and the measured timeline on one numeric time axis, as a self-contained HTML page.
 
-Rows run rank by rank: ``rank R predicted`` then ``rank R measured``. Compute spans are full bars,
-communication spans thinner bars on the same row; predicted bars are paler. Each trace's times
-start at its own first span. One Plotly bar trace per action kind, colours from the Gantt's
-:data:`~ppsim.views.palette.KIND_COLORS`. Plotly is imported here only, on first use.
+Rows run rank by rank: ``rank R predicted`` then ``rank R measured``, each followed by a thinner
+row of its sends, receives and collectives (``... · comm``) when the trace has any. Predicted bars
+are paler. Each trace's times start at its own first span. One Plotly bar trace per action kind,
+colours from the Gantt's :data:`~ppsim.views.palette.KIND_COLORS`. Under the timelines, memory per
+rank over the step when a trace records it: predicted dashed, measured solid, on one axis when the
+measured is the device allocator's, on an axis of its own when it is the process's resident memory
+(which holds the interpreter and libraries too). Plotly is imported here only, on first use.
 """
 
 from __future__ import annotations
@@ -77,8 +80,14 @@ def kind_bars(kind: Kind, spans: list[Span], rows: list[str], texts: list[str], 
     )
 
 
-def row_label(rank: int, side: str) -> str:
-    return f"rank {rank} {side}"
+def row_label(rank: int, side: str, lane: str = "compute") -> str:
+    """The timeline row of a span: its rank and side, and ``· comm`` for anything but compute."""
+    return f"rank {rank} {side}" + ("" if lane == "compute" else COMM_ROW)
+
+
+COMM_ROW = " · comm"
+MEMORY_PX = 240
+GAP_PX = 90  #: between the timelines and a memory panel: the time axis title, the panel title
 
 
 def _error_hover(m: Span, p: Span | None) -> str:
@@ -99,8 +108,8 @@ def compare_title(c: Comparison) -> str:
 
 
 def compare_figure(predicted: Trace, measured: Trace, comparison: Comparison) -> go.Figure:
-    """Both timelines, every span of both traces drawn once, on one ms axis."""
-    import plotly.graph_objects as go
+    """Both timelines, every span of both traces drawn once, on one ms axis; memory under them."""
+    from plotly.subplots import make_subplots
 
     spans = {"predicted": aligned(predicted), "measured": aligned(measured)}
     by_key = {(s.rank, str(s.action)): s for s in spans["predicted"]}
@@ -110,23 +119,76 @@ def compare_figure(predicted: Trace, measured: Trace, comparison: Comparison) ->
     for side in SIDES:
         for s in spans[side]:
             by_kind.setdefault(s.action.kind, []).append((side, s))
-
-    fig = go.Figure()
+    comm = {side: any(s.lane != "compute" for s in spans[side]) for side in SIDES}
+    rows = [label for r in range(ranks) for side in SIDES
+            for label in [row_label(r, side)] + ([row_label(r, side, "comm")] if comm[side] else [])]
+    memory = {side: _memory(t) for side, t in zip(SIDES, (predicted, measured))}
+    rss = measured.meta.get("memory_measured") == "rss"
+    panels = [side for side in SIDES if memory[side]] if rss else (["both"] if any(memory.values()) else [])
+    layout = timeline_layout(rows, compare_title(comparison))
+    timeline_px = layout["height"] - 130
+    heights = [timeline_px] + [MEMORY_PX] * len(panels)
+    total = sum(heights) + GAP_PX * len(panels)
+    titles = ["timelines"] + [_MEMORY_TITLES[p] for p in panels]
+    grid = make_subplots(rows=len(heights), cols=1, row_heights=heights, vertical_spacing=GAP_PX / total if panels else 0.0,
+                         subplot_titles=titles if panels else None, shared_xaxes=False)
     for kind in [k for k in Kind if k in by_kind]:
         items = by_kind[kind]
-        fig.add_trace(kind_bars(
+        grid.add_trace(kind_bars(
             kind,
             [s for _, s in items],
-            [row_label(s.rank, side) for side, s in items],
+            [row_label(s.rank, side, s.lane) for side, s in items],
             [bar_text(s, chunk_of[side]) for side, s in items],
             [hover_row(s, f"{side} · {s.lane}",
                        _error_hover(s, by_key.get((s.rank, str(s.action)))) if side == "measured" else "")
              for side, s in items],
             opacity=[_OPACITY[side] for side, _ in items],
-        ))
-    rows = [row_label(r, side) for r in range(ranks) for side in SIDES]
-    fig.update_layout(**timeline_layout(rows, compare_title(comparison)))
-    return fig
+        ), row=1, col=1)
+    for i, panel in enumerate(panels, start=2):
+        for side in SIDES if panel == "both" else (panel,):
+            for line in memory[side]:
+                grid.add_trace(line, row=i, col=1)
+        grid.update_xaxes(matches="x", title={"text": "time (ms)"}, showgrid=True, gridcolor="#e4e4e4", row=i, col=1)
+        grid.update_yaxes(title={"text": "RSS (GiB)" if panel == "measured" and rss else "GiB"}, rangemode="tozero",
+                          showgrid=True, gridcolor="#ddd", row=i, col=1)
+        capacity = predicted.meta.get("device_memory_bytes")
+        if capacity and panel != "measured":
+            from ppsim.views.render.memory import add_limit
+
+            add_limit(grid, capacity, max(max(ln.y) for side in SIDES for ln in memory[side]
+                                          if panel == "both" or side == panel), row=i, col=1)
+    layout["height"] = total + 130
+    layout["yaxis"] = {**layout["yaxis"], "tickfont": {"size": 10}}
+    for k in ("xaxis",):  # the timeline's axis keeps the page's numeric time axis
+        layout[k] = {**layout[k], "title": {"text": "time (ms)"}}
+    grid.update_layout(**layout)
+    return grid
+
+
+#: the title of each memory panel: both sides on one axis, or each on its own (a measured RSS)
+_MEMORY_TITLES = {"both": "memory per rank: predicted dashed, measured solid",
+                  "predicted": "predicted memory per rank",
+                  "measured": "measured process memory per rank (RSS: the interpreter and libraries too)"}
+
+
+def _memory(trace: Trace) -> list[go.Scatter]:
+    """The trace's memory lines (:func:`~ppsim.views.render.memory.memory_lines`) from its own first
+    span, named by side: predicted dashed, measured solid."""
+    import numpy as np
+
+    from ppsim.trace.metrics import step_bounds
+    from ppsim.views.render.memory import memory_lines
+
+    side = "measured" if trace.meta.get("source") == "measured" else "predicted"
+    lo, _ = step_bounds(trace)
+    lines = memory_lines(trace)
+    for line in lines:
+        rank = line.name.split()[-1]
+        line.update(x=np.round(np.asarray(line.x) - lo, 3), name=f"rank {rank} {side}", legend=None,
+                    legendgroup=f"memory {rank} {side}",
+                    line={"dash": "dash" if side == "predicted" else "solid", "width": 1.5 if side == "measured" else 1.2},
+                    hovertemplate=f"rank {rank} {side}<br>%{{x:,.3f}} ms<br>%{{y:.2f}} GiB<extra></extra>")
+    return lines
 
 
 def write_compare_html(predicted: Trace, measured: Trace, comparison: Comparison, path: str | Path) -> Path:
