@@ -74,3 +74,16 @@ def schedule_style(name: str) -> tuple[str, str]:
 
 def schedule_color(name: str) -> str:
     return schedule_style(name)[0]
+
+
+CHUNK_DARKEST = 0.5  #: the last chunk of a rank's stages: its kind's colour this far towards black
+
+
+def chunk_shade(colour: str, chunk: int, chunks: int) -> str:
+    """``colour`` (#rrggbb) for a block of a rank's ``chunk``-th stage of ``chunks``: chunk 0 as it
+    is, each later one darker, up to :data:`CHUNK_DARKEST`, so interleaved chunks read apart."""
+    if chunks < 2 or chunk <= 0:
+        return colour
+    k = 1.0 - CHUNK_DARKEST * min(chunk, chunks - 1) / (chunks - 1)
+    r, g, b = (round(int(colour[i:i + 2], 16) * k) for i in (1, 3, 5))
+    return f"#{r:02x}{g:02x}{b:02x}"

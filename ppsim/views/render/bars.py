@@ -18,7 +18,7 @@ from ppsim.plan import Kind
 from ppsim.trace import LANES, Span, Trace
 from ppsim.trace.critical import CriticalPath
 from ppsim.views.labels import bar_text, chunk_of_stage
-from ppsim.views.palette import ALLTOALL_COLOR, KIND_COLORS, UNKNOWN_KIND_COLOR
+from ppsim.views.palette import ALLTOALL_COLOR, KIND_COLORS, UNKNOWN_KIND_COLOR, chunk_shade
 
 if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
@@ -97,6 +97,15 @@ def _action_template(kind: Kind, spans: list[Span]) -> str | None:
     return None
 
 
+def _colours(kind: Kind, spans: list[Span], chunk_of: dict[int, int]) -> str | list[str]:
+    """The kind's colour, or per bar its chunk's shade of it when ranks hold several chunks."""
+    colour = KIND_COLORS.get(kind, UNKNOWN_KIND_COLOR)
+    if not chunk_of:
+        return colour
+    chunks = max(chunk_of.values()) + 1
+    return [chunk_shade(colour, chunk_of.get(s.action.stage, 0), chunks) for s in spans]
+
+
 def _bar_trace(kind: Kind, lane: str, spans: list[Span], rows: Rows, chunk_of: dict[int, int],
                labels: bool, path: CriticalPath | None = None) -> go.Bar:
     import numpy as np
@@ -133,7 +142,7 @@ def _bar_trace(kind: Kind, lane: str, spans: list[Span], rows: Rows, chunk_of: d
         "x": np.array([s.duration for s in spans], dtype=np.float32),
         "y": np.array([rows.position[(s.rank, lane)] for s in spans], dtype=np.float32),
         "width": rows.height[lane] * BAR_FILL,
-        "marker": {"color": KIND_COLORS.get(kind, UNKNOWN_KIND_COLOR), "line": {"width": 0}},
+        "marker": {"color": _colours(kind, spans, chunk_of), "line": {"width": 0}},
         "customdata": np.array(columns, dtype=np.float32),
         "hovertemplate": hover,
     }
@@ -166,7 +175,10 @@ def bar_traces(trace: Trace, rows: Rows, legend_shown: set[Kind] | None = None, 
     shown = set() if legend_shown is None else legend_shown
     out = []
     for kind, lane in sorted(groups, key=lambda g: (order[g[0]], g[1])):
-        bar = _bar_trace(kind, lane, groups[(kind, lane)], rows, chunk_of, labels, path)
+        spans = groups[(kind, lane)]
+        if chunk_of:  # chunk 0's first: the legend draws a trace in its first bar's colour, the kind's own
+            spans.sort(key=lambda s: chunk_of.get(s.action.stage, 0))
+        bar = _bar_trace(kind, lane, spans, rows, chunk_of, labels, path)
         bar.update(showlegend=kind not in shown)
         shown.add(kind)
         out.append(bar)

@@ -18,6 +18,7 @@ from ppsim.errors import TraceError
 from ppsim.trace import Trace
 from ppsim.trace.critical import critical_path
 from ppsim.trace.metrics import Summary, step_bounds, summarize
+from ppsim.views.labels import chunk_of_stage
 from ppsim.views.render.assemble import assemble
 from ppsim.views.render.bars import LABEL_SIZE, Rows, alltoall_bar, bar_traces, critical_bar, rows_axis, rows_of
 from ppsim.views.render.memory import (
@@ -161,7 +162,8 @@ def gantt_figure(trace: Trace, title: str | None = None) -> go.Figure:
         "title": {"text": header, "x": 0.01},
         "barmode": "overlay",
         "uniformtext": {"mode": "hide", "minsize": LABEL_SIZE},
-        "legend": {"title": {"text": "action kind"}, "x": 1.01, "xanchor": "left", "y": gantt_domain[1],
+        "legend": {"title": {"text": "action kind" + ("<br><sup>darker: later chunks</sup>" if chunk_of_stage(trace) else "")},
+                   "x": 1.01, "xanchor": "left", "y": gantt_domain[1],
                    "yanchor": "top", "tracegroupgap": 2},
         "height": total + 160,
         "margin": {"l": 80, "r": 150, "t": 110, "b": 50},

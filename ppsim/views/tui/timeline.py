@@ -17,7 +17,7 @@ from rich.text import Text
 
 from ppsim.trace import Span, Trace
 from ppsim.views.labels import bar_text
-from ppsim.views.palette import KIND_COLORS, UNKNOWN_KIND_COLOR
+from ppsim.views.palette import KIND_COLORS, UNKNOWN_KIND_COLOR, chunk_shade
 from ppsim.views.tui.cells import EIGHTHS, Cells, measure
 from ppsim.views.tui.index import TraceIndex
 from ppsim.views.tui.legend import IDLE, IDLE_STYLE, text_colour
@@ -59,9 +59,14 @@ def rows_of(index: TraceIndex, lanes: bool) -> list[Row]:
     return [Row(r, ln) for r in range(index.num_ranks) for ln in kinds]
 
 
-def _colour(cells: Cells, c: int) -> str:
+def _colour(cells: Cells, c: int, chunk_of: Mapping[int, int]) -> str:
+    """The cell's kind colour, in its block's chunk's shade when ranks hold several chunks."""
     kind = cells.kinds[c]
-    return UNKNOWN_KIND_COLOR if kind is None else KIND_COLORS.get(kind, UNKNOWN_KIND_COLOR)
+    colour = UNKNOWN_KIND_COLOR if kind is None else KIND_COLORS.get(kind, UNKNOWN_KIND_COLOR)
+    span = cells.top[c]
+    if not chunk_of or span is None or span.action.kind is not kind:
+        return colour
+    return chunk_shade(colour, chunk_of.get(span.action.stage, 0), max(chunk_of.values()) + 1)
 
 
 def _blocks(cells: Cells) -> list[tuple[int, int]]:
@@ -100,7 +105,7 @@ def draw_row(cells: Cells, chunk_of: Mapping[int, int], selected: Span | None = 
         e = cells.eighths(c)
         if e == 0:
             continue
-        colour = _colour(cells, c)
+        colour = _colour(cells, c, chunk_of)
         chars[c], styles[c] = (" ", f"{text_colour(colour)} on {colour}") if e == 8 else (EIGHTHS[e], colour)
     for c in range(1, n):
         starting = cells.starts[c]
