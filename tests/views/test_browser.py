@@ -42,9 +42,9 @@ def kinds(spans: list) -> dict[str, int]:
 
 
 def span_bars(found: dict) -> dict[str, int]:
-    """The bars drawn per kind, the critical path's outlines (drawn over some of them) and the parts
-    of each rank's peak left out."""
-    return {k: v for k, v in found["bars"].items() if k != "critical path" and k not in MEMORY_PART_COLORS}
+    """The bars drawn per kind, the critical path's outlines and the hatching of waits (drawn over
+    some of them) and the parts of each rank's peak left out."""
+    return {k: v for k, v in found["bars"].items() if k not in ("critical path", "waiting") and k not in MEMORY_PART_COLORS}
 
 
 def assert_loaded(found: dict) -> None:

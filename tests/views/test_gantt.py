@@ -50,9 +50,9 @@ def big() -> Trace:
 
 
 def bars(fig) -> list:
-    """The Gantt's bar traces of the spans (the overview, the memory plots and the critical path's
-    outlines left out)."""
-    return [d for d in fig.data if d.type == "bar" and d.xaxis == "x2" and d.name != "critical path"]
+    """The Gantt's bar traces of the spans (the overview, the memory plots, the critical path's
+    outlines and the hatching of waits left out)."""
+    return [d for d in fig.data if d.type == "bar" and d.xaxis == "x2" and d.name not in ("critical path", "waiting")]
 
 
 def bar(fig, name: str):
@@ -360,3 +360,22 @@ def test_the_critical_path_is_outlined_and_its_hover_says_what_each_block_waited
     assert gantt[-1].name == "critical path"  # drawn last: on top, its hover shown
     waits = [h for h in path.hovertext if "waited" in h]
     assert waits and all("for rank" in h for h in waits)
+
+
+def test_the_waiting_part_of_a_collective_or_receive_is_hatched_over_it(trace: Trace) -> None:
+    """CLIP's all-reduce waits for the last rank to reach it; a receive for its peer to send: the
+    hatching covers that wait, inside its block, ending when the other rank got there."""
+    fig = gantt_figure(trace)
+    waits = next(d for d in fig.data if d.name == "waiting")
+    assert waits.marker.pattern.shape == "/"
+    path = critical_path(trace)
+    expected = sorted((b.after.start - b.waited_ms, b.waited_ms) for s in trace.spans if s.lane != "compute"
+                      for b in [path.binding(s)] if b.cause in ("peer", "collective") and b.waited_ms > 0)
+    got = sorted(zip(waits.base, waits.x.tolist()))
+    assert len(got) == len(expected)
+    assert [x for pair in got for x in pair] == pytest.approx([x for pair in expected for x in pair], abs=1e-3)
+    clips = [s for s in trace.spans if s.action.kind is Kind.CLIP]
+    last = max(clips, key=lambda s: s.start)
+    hatched = [h for h in waits.hovertext if "CLIP" in h]
+    assert len(hatched) == sum(s.start < last.start - 1e-9 for s in clips)  # every rank but the last in
+    assert all("the last rank into the collective" in h for h in hatched)

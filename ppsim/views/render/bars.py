@@ -209,6 +209,37 @@ def alltoall_bar(trace: Trace, rows: Rows) -> go.Bar | None:
 
 CRITICAL_PATH = "critical path"
 CRITICAL_COLOR = "#111111"
+WAITING = "waiting"  #: the legend's name of the hatched part of a message or collective spent waiting
+
+
+def waiting_bar(trace: Trace, rows: Rows, path: CriticalPath) -> go.Bar | None:
+    """Hatching over the part of each receive (or rendezvous send) spent waiting for its peer to
+    start, and of each collective waiting for the last rank into it: what is left of the block is
+    the transfer or the collective's work (None when nothing waited)."""
+    import numpy as np
+    import plotly.graph_objects as go
+
+    found = []
+    for s in trace.spans:
+        if s.lane == "compute" or (s.rank, s.lane) not in rows.position:
+            continue
+        b = path.binding(s)
+        if b.cause in ("peer", "collective") and b.after is not None and b.waited_ms > 0:
+            found.append((s, b.after.start - b.waited_ms, b.waited_ms, b.after.rank))
+    if not found:
+        return None
+    what = ["the last rank into the collective" if path.binding(s).cause == "collective" else "its peer"
+            for s, _, _, _ in found]
+    return go.Bar(name=WAITING, legendgroup=WAITING, orientation="h",
+                  base=np.round([t0 for _, t0, _, _ in found], 3).tolist(),
+                  x=np.array([w for _, _, w, _ in found], dtype=np.float32),
+                  y=np.array([rows.position[(s.rank, s.lane)] for s, _, _, _ in found], dtype=np.float32),
+                  width=[rows.height[s.lane] * BAR_FILL for s, _, _, _ in found],
+                  marker={"color": "rgba(255,255,255,0.55)", "line": {"width": 0},
+                          "pattern": {"shape": "/", "fgcolor": "#555", "size": 5, "solidity": 0.25}},
+                  hovertext=[f"<b>{s.action}</b> waiting {w:,.3f} ms for {who}, rank {peer}; the rest of the block "
+                             f"is its {'transfer' if 'peer' in who else 'work'}" for (s, _, w, peer), who in zip(found, what)],
+                  hovertemplate="%{hovertext}<extra></extra>", _validate=False)
 
 
 def critical_bar(trace: Trace, rows: Rows, path: CriticalPath | None = None) -> go.Bar | None:

@@ -20,7 +20,16 @@ from ppsim.trace.critical import critical_path
 from ppsim.trace.metrics import Summary, step_bounds, summarize
 from ppsim.views.labels import chunk_of_stage
 from ppsim.views.render.assemble import assemble
-from ppsim.views.render.bars import LABEL_SIZE, Rows, alltoall_bar, bar_traces, critical_bar, rows_axis, rows_of
+from ppsim.views.render.bars import (
+    LABEL_SIZE,
+    Rows,
+    alltoall_bar,
+    bar_traces,
+    critical_bar,
+    rows_axis,
+    rows_of,
+    waiting_bar,
+)
 from ppsim.views.render.memory import (
     GIB,
     MEMORY_LEGEND,
@@ -123,6 +132,9 @@ def gantt_figure(trace: Trace, title: str | None = None) -> go.Figure:
     exchanges = alltoall_bar(trace, rows)
     if exchanges is not None:
         bars.append(exchanges)
+    waits = waiting_bar(trace, rows, critical)
+    if waits is not None:  # over the blocks it hatches
+        bars.append(waits)
     outline = critical_bar(trace, rows, critical)
     if outline is not None:  # drawn last: over the bars it outlines, its hover theirs
         bars.append(outline)
