@@ -580,3 +580,27 @@ def test_k_switches_the_critical_path_marks_off_and_on() -> None:
             assert app.state.critical and "underlined" in app.state.message
 
     asyncio.run(run())
+
+
+def test_plan_keys_say_what_they_changed() -> None:
+    """m / M said nothing while the global batch moved with them (issue 34)."""
+    state = small()  # gpt.yaml on 4 stages, 8 micro-batches of 1, 8 replicas: a global batch of 64
+    state.scale_microbatches(2)
+    assert state.scenario.microbatches == 16
+    assert state.message == ("micro-batches 8 -> 16: global batch 64 -> 128 (1 x 16 micro-batches x 8 replicas); "
+                             "the micro-batch size and the replicas stay")
+    before = state.scenario.pipeline.schedule
+    state.cycle_schedule()
+    after = state.scenario.pipeline.schedule
+    assert after != before and state.message.startswith(f"schedule {before} -> {after}")
+    while describe_chunks(state.scenario.pipeline.schedule):
+        state.cycle_schedule()
+    state.cycle_chunks()
+    assert state.message.startswith("chunks ") and " per rank" in state.message
+
+
+def describe_chunks(name: str) -> bool:
+    """Whether ``name`` runs a fixed chunk count (``c`` cannot change it)."""
+    from ppsim.plan.schedules import describe
+
+    return describe(name).chunks.fixed

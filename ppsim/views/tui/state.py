@@ -144,6 +144,9 @@ class TuiState:
         for step in range(1, len(names)):
             name = names[(i + step) % len(names)]
             if self._apply({"schedule": name}, quiet=True):  # on the chunks it takes (apply_overrides)
+                self.message = f"schedule {s.pipeline.schedule} -> {name}" + _chunks_change(s, self.scenario)
+                if step > 1:
+                    self.message += f" ({step - 1} cannot run this plan)"
                 return
         self.message = "no other schedule can run this plan"
 
@@ -153,7 +156,11 @@ class TuiState:
         if m == s.microbatches:
             self.message = f"micro-batches stay at {m}"
             return
-        self._apply({"microbatches": m})
+        if self._apply({"microbatches": m}):
+            new = self._need_scenario()
+            b, d = new.training.micro_batch, new.data_parallel
+            self.message = (f"micro-batches {s.microbatches} -> {m}: global batch {s.global_batch} -> {new.global_batch}"
+                            f" ({b} x {m} micro-batches x {d} replicas); the micro-batch size and the replicas stay")
 
     def change_stages(self, delta: int) -> None:
         """The next stage count in ``delta``'s direction that runs (a uniform partition or a
@@ -197,6 +204,7 @@ class TuiState:
             return
         for v in (c for c in _next_chunks(s.pipeline.chunks) if chunks.allows(c)):
             if self._apply({"chunks": v}, quiet=True):
+                self.message = f"chunks {s.pipeline.chunks} -> {v} per rank"
                 return
         self.message = "no other chunk count runs this plan"
 
@@ -292,3 +300,10 @@ def _bounds(shown: list[Shown]) -> tuple[float, float]:
     """One time axis for all timelines: each starts at its own first span."""
     width = max(sh.index.bounds[1] - sh.index.bounds[0] for sh in shown)
     return 0.0, width
+
+
+def _chunks_change(before: Scenario, after: Scenario | None) -> str:
+    """``, chunks 1 -> 2`` when a schedule change took another chunk count, else nothing."""
+    if after is None or after.pipeline.chunks == before.pipeline.chunks:
+        return ""
+    return f", chunks {before.pipeline.chunks} -> {after.pipeline.chunks} (the count it takes)"
