@@ -75,10 +75,10 @@ def run(
     from ppsim.trace.metrics import summarize
 
     with bad_input_exits():
-        _not_a_trace(scenario)
         inputs = [scenario] + [p for p in (profile, ds_config) if p is not None]
         targets = output_targets({"--trace": trace, "--html": html, "--png": png, "--save-trace": save_trace},
-                                 inputs, force)
+                                 inputs, force)  # each input reachable first: a name too long is one line
+        _not_a_trace(scenario)
         s = scenario_with(scenario, plan, ds_config)
         prediction = predict(s, load_profile_option(profile))
         result = prediction.trace

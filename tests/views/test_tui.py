@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -482,7 +482,7 @@ def test_snapshot_main_screen_80x24_does_not_fit(snap_compare) -> None:
 
 def test_snapshot_wide_terminal_with_lanes_and_a_selection(snap_compare) -> None:
     assert snap_compare(PpsimTui(fitting(), show_timing=False), terminal_size=(180, 40),
-                        press=["l", "right_square_bracket", "right_square_bracket"])
+                        press=["right_square_bracket", "right_square_bracket"])  # the lanes fit: shown
 
 
 def test_snapshot_help(snap_compare) -> None:
@@ -604,3 +604,72 @@ def describe_chunks(name: str) -> bool:
     from ppsim.plan.schedules import describe
 
     return describe(name).chunks.fixed
+
+
+# ----- the screen's height used (issue 34: at 200 x 50, 8 rows of timeline and 35 empty) -----------
+def test_the_room_goes_to_the_lanes_then_to_memory_over_time() -> None:
+    async def run(size: tuple[int, int]) -> tuple[bool, bool, str]:
+        app = PpsimTui(TuiState.from_scenario(load(GPT), predicted), show_timing=False)
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            return app.state.lanes, app.state.memory, _screen_text(app)
+
+    lanes, memory, screen = asyncio.run(run((200, 50)))
+    assert lanes and memory
+    assert " send" in screen and "mem 7" in screen and "memory per rank" in screen
+    lanes, memory, screen = asyncio.run(run((80, 24)))
+    assert not lanes and not memory and "mem 0" not in screen
+
+
+def test_l_keeps_the_lanes_as_chosen_whatever_the_room() -> None:
+    async def run() -> None:
+        app = PpsimTui(TuiState.from_scenario(load(GPT), predicted), show_timing=False)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await pilot.pause()
+            assert app.state.lanes
+            await pilot.press("l")
+            assert not app.state.lanes and app.state.lanes_chosen
+            await pilot.resize_terminal(210, 52)
+            await pilot.pause()
+            assert not app.state.lanes
+
+    asyncio.run(run())
+
+
+@given(st.lists(st.tuples(st.floats(0, 100), st.floats(0, 50)), min_size=1, max_size=20), st.integers(1, 30),
+       st.floats(0, 50), st.floats(1, 50))
+def test_a_memory_cell_holds_the_most_its_counter_takes_there(points, width: int, start: float, length: float) -> None:
+    from ppsim.views.tui.timeline import memory_peaks
+
+    points.sort(key=lambda p: p[0])
+    end = start + length
+    edges = [start + c * (end - start) / width for c in range(width + 1)]
+    assume(all(abs(t - e) > 1e-6 for t, _ in points for e in edges))  # no point on a cell's edge: no rounding
+    got = memory_peaks(points, start, end, width)
+    for c, value in enumerate(got):
+        lo, hi = edges[c], edges[c + 1]
+        before = [v for t, v in points if t <= lo]
+        inside = [v for t, v in points if lo < t < hi]
+        candidates = ([before[-1]] if before else []) + inside
+        if candidates:
+            assert value == pytest.approx(max(candidates), rel=1e-9, abs=1e-9)
+        else:
+            assert value is None
+
+
+def test_memory_beyond_the_device_is_red() -> None:
+    from ppsim.views.tui.timeline import MEMORY_OK, MEMORY_OVER, memory_rows
+
+    trace = predict(load(GPT).with_overrides(stages=4, microbatches=8)).trace  # rank 0 needs 95.6 of 80 GiB
+    end = max(s.end for s in trace.spans) - min(s.start for s in trace.spans)
+    rows = memory_rows(trace, 0.0, end, 120)
+    assert len(rows) == 1 + trace.num_ranks and "device's 80 GiB" in rows[0].plain and "red" in rows[0].plain
+    styles = {r: {str(sp.style) for sp in rows[1 + r].spans} for r in range(trace.num_ranks)}
+    assert MEMORY_OVER in styles[0] and MEMORY_OK in styles[0]
+    assert MEMORY_OVER not in styles[3]  # rank 3's 62 GiB fits
+
+
+def test_snapshot_tall_terminal_shows_lanes_and_memory(snap_compare) -> None:
+    """gpt.yaml at 200 x 50: the lanes and memory per rank fill the room (docs/img/tui-tall.png)."""
+    assert snap_compare(PpsimTui(TuiState.from_scenario(load(GPT), predicted), show_timing=False),
+                        terminal_size=(200, 50))

@@ -22,11 +22,42 @@ from ppsim.trace import Span
 from ppsim.views.tui import panels
 from ppsim.views.tui.legend import help_legend, legend
 from ppsim.views.tui.state import PAN_FRACTION, ZOOM_FACTOR, Shown, TuiState
-from ppsim.views.tui.timeline import LABEL_WIDTH, Drawn, Measured, axis, measure_rows, render_rows, rows_of
+from ppsim.views.tui.timeline import (
+    LABEL_WIDTH,
+    Drawn,
+    Measured,
+    axis,
+    measure_rows,
+    memory_rows,
+    render_rows,
+    rows_of,
+)
 
 WIDE = 150  #: from this many columns the figures sit right of the timeline
+TIMELINE_SHARE = 0.7  #: of the body's height, the most the timeline takes under 150 columns (app.tcss)
 HELP_WIDTH = 76  #: the help's legend is packed to this width at most
 PLAN_ACTIONS = frozenset({"schedule", "microbatches", "stages", "chunks"})  #: off (and hidden) for saved traces
+
+
+def timeline_rows(shown: Shown, lanes: bool, memory: bool, several: bool = True) -> int:
+    """Screen rows one timeline takes: its title (when several), its rows, its axis, and with
+    ``memory`` a title and a row per rank when it records memory."""
+    has_memory = any(c.name == "memory_bytes" and c.points for c in shown.trace.counters)
+    return (len(rows_of(shown.index, lanes)) + 1 + several
+            + ((shown.trace.num_ranks + 1) if memory and has_memory else 0))
+
+
+def fill_room(state: TuiState, room: int) -> None:
+    """Use the timeline's ``room`` (screen rows): the send / recv / collective lanes when they fit
+    (unless ``l`` chose), then memory per rank over the window when that fits too."""
+    several = len(state.shown) > 1
+
+    def need(lanes: bool, memory: bool) -> int:
+        return sum(timeline_rows(sh, lanes, memory, several) for sh in state.shown)
+
+    if not state.lanes_chosen:
+        state.lanes = need(True, False) <= room
+    state.memory = need(state.lanes, True) <= room
 
 
 def _same(shown: list[Shown], before: list[Shown]) -> bool:
@@ -56,7 +87,7 @@ class TimelineView(Widget):
         """The rows of every shown trace: measured again only when the window, width, lanes or
         timelines change, drawn again only when the selection changes too."""
         st, width = self.state, self._time_columns()
-        key = (st.window.start, st.window.end, width, st.lanes, st.critical)
+        key = (st.window.start, st.window.end, width, st.lanes, st.critical, st.memory)
         if not (_same(st.shown, self._shown) and key == self._key):
             self._key, self._shown, self._drawn_selection = key, list(st.shown), None
             self._measured = [measure_rows(sh.index, st.window.start, st.window.end, width, st.lanes)
@@ -78,11 +109,13 @@ class TimelineView(Widget):
             self.drawn.append((len(lines), d))
             lines.extend(d.lines)
             lines.append(axis(st.window.start, st.window.end, width))
+            if st.memory:
+                lines.extend(memory_rows(shown.trace, st.window.start, st.window.end, width))
         return lines
 
     def get_content_height(self, container: object, viewport: object, width: int) -> int:
         st = self.state
-        return sum(len(rows_of(sh.index, st.lanes)) + 1 + (len(st.shown) > 1) for sh in st.shown)
+        return sum(timeline_rows(sh, st.lanes, st.memory) for sh in st.shown)
 
     def on_click(self, event: events.Click) -> None:
         column = event.x - LABEL_WIDTH
@@ -177,7 +210,7 @@ class PpsimTui(App[None]):
 
     def on_resize(self, event: events.Resize) -> None:
         self.query_one("#body").set_class(event.size.width >= WIDE, "wide")
-        self._update_legend()
+        self.call_after_refresh(self.refresh_all)  # the body's new height: the room the timeline has
 
     def _update_legend(self) -> None:
         st = self.state
@@ -188,10 +221,17 @@ class PpsimTui(App[None]):
         """Plan keys do not apply to saved traces: off, and out of the footer."""
         return self.state.editable or action not in PLAN_ACTIONS
 
+    def _room(self) -> int:
+        """Screen rows the timeline may take: all of the body beside the figures (wide), else the
+        most its box may take under them (its max-height)."""
+        body = self.query_one("#body")
+        return body.size.height if body.has_class("wide") else int(body.size.height * TIMELINE_SHARE)
+
     def refresh_all(self) -> None:
         """Show the state: each panel updated only when its text changed, the timeline redrawn
-        (laid out again only when its height changed)."""
+        (laid out again only when its height changed); the room it has filled first."""
         st = self.state
+        fill_room(st, self._room())
         self._show("#plan", panels.plan_text(st, self.show_timing))
         many = len(st.shown) > 1
         if not _same(st.shown, self._figures_of):
@@ -258,6 +298,7 @@ class PpsimTui(App[None]):
 
     def action_lanes(self) -> None:
         self.state.lanes = not self.state.lanes
+        self.state.lanes_chosen = True
         self.refresh_all()
 
     def action_critical(self) -> None:

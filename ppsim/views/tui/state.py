@@ -112,6 +112,8 @@ class TuiState:
     rerun_ms: float | None = None  #: how long the last simulation took
     selected: tuple[int, Span] | None = None  #: (timeline, span)
     lanes: bool = False  #: show the send / recv / collective rows too
+    lanes_chosen: bool = False  #: ``l`` was pressed: the lanes stay as chosen, whatever the room
+    memory: bool = False  #: show memory per rank over the window under each timeline (when there is room)
     critical: bool = True  #: underline the critical path
     predictor: Predictor | None = None  #: reruns the prediction after a plan key (None: saved traces)
     schedules: list[str] = field(default_factory=list)  #: what ``s`` cycles through

@@ -197,3 +197,56 @@ def _fmt_ms(t: float) -> str:
     if abs(t) >= 1:
         return f"{t:.1f}"
     return f"{t:.3g}"
+
+
+MEMORY_OK, MEMORY_OVER = "green3", "red1"  #: a memory cell within / beyond the device's memory
+
+
+def memory_peaks(points: list[tuple[float, float]], start: float, end: float, width: int) -> list[float | None]:
+    """A step counter (``points``: time, value; held until the next) as the most it holds in each of
+    ``width`` cells of [start, end): None before its first point."""
+    out: list[float | None] = [None] * width
+    if width <= 0 or end <= start or not points:
+        return out
+    held: float | None = None
+    i = 0
+    while i < len(points) and points[i][0] <= start:
+        held = points[i][1]
+        i += 1
+    for c in range(width):
+        t1 = start + (c + 1) * (end - start) / width
+        top = held
+        while i < len(points) and points[i][0] < t1:
+            held = points[i][1]
+            top = held if top is None else max(top, held)
+            i += 1
+        out[c] = top
+    return out
+
+
+def memory_rows(trace: Trace, window_start: float, window_end: float, width: int) -> list[Text]:
+    """A row per rank of its memory over the window (ms from the trace's first span): each cell a
+    bar as high as the most it holds there over the device's memory (or the highest value), green
+    within the device, red beyond; [] without a ``memory_bytes`` counter."""
+    counters = {c.rank: sorted(c.points) for c in trace.counters if c.name == "memory_bytes" and c.points}
+    if not counters:
+        return []
+    origin = min(s.start for s in trace.spans)
+    start, end = origin + window_start, origin + window_end
+    capacity = trace.meta.get("device_memory_bytes") if trace.meta.get("memory_measured") != "rss" else None
+    top = max(max(v for _, v in pts) for pts in counters.values())
+    scale = max(top, capacity or 0.0) or 1.0
+    what = "memory (RSS)" if trace.meta.get("memory_measured") == "rss" else "memory"
+    lines = [Text(f"{what} per rank: a cell's height is the most it holds there, of "
+                  + (f"the device's {capacity / 2**30:,.0f} GiB" if capacity else f"the highest, {top / 2**30:,.1f} GiB")
+                  + (" (red: beyond it)" if capacity and top > capacity else ""), style="dim", no_wrap=True)]
+    for rank in range(trace.num_ranks):
+        line = Text(f"{'mem ' + str(rank):<{LABEL_WIDTH}}", style="dim", no_wrap=True, overflow="crop")
+        for value in memory_peaks(counters.get(rank, []), start, end, width):
+            if value is None:
+                line.append(" ")
+                continue
+            level = max(1, min(8, round(8 * value / scale)))
+            line.append(EIGHTHS[level], style=MEMORY_OVER if capacity and value > capacity else MEMORY_OK)
+        lines.append(line)
+    return lines
