@@ -673,3 +673,14 @@ def test_snapshot_tall_terminal_shows_lanes_and_memory(snap_compare) -> None:
     """gpt.yaml at 200 x 50: the lanes and memory per rank fill the room (docs/img/tui-tall.png)."""
     assert snap_compare(PpsimTui(TuiState.from_scenario(load(GPT), predicted), show_timing=False),
                         terminal_size=(200, 50))
+
+
+def test_the_figures_break_the_highest_peak_down() -> None:
+    from ppsim.views.render.summary_table import peak_breakdown
+    from ppsim.views.tui.panels import figures
+
+    shown = small().shown[0]
+    text = "\n".join(t.plain for t in figures(shown).renderables)
+    expected = peak_breakdown(shown.summary)
+    assert expected is not None and expected.startswith("rank 0: weights ")
+    assert f"at the peak: {expected}" in text

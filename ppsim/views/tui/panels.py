@@ -11,6 +11,7 @@ from ppsim.trace import Span
 from ppsim.trace.critical import CriticalPath
 from ppsim.trace.metrics import Summary
 from ppsim.views.palette import schedule_color
+from ppsim.views.render.summary_table import peak_breakdown
 from ppsim.views.tui.state import Shown, TuiState
 
 BAR_WIDTH = 12
@@ -73,7 +74,8 @@ def _bar(fraction: float, width: int = BAR_WIDTH) -> str:
 
 
 def figures(shown: Shown, with_label: bool = False) -> Group:
-    """Step time, throughput, MFU, bubble; per rank its bubble and peak memory against the device's."""
+    """Step time, throughput, MFU, bubble; the highest peak broken down; per rank its bubble and peak
+    memory against the device's."""
     s = shown.summary
     head = Text()
     if with_label:
@@ -88,6 +90,9 @@ def figures(shown: Shown, with_label: bool = False) -> Group:
     fit = fit_text(s)
     if fit is not None:
         lines.append(fit)
+    breakdown = peak_breakdown(s)
+    if breakdown is not None:
+        lines.append(Text(f"at the peak: {breakdown}", style="dim"))
     cap = s.memory_capacity_bytes
     for st in s.per_rank:
         line = Text(f"r{st.rank:<3}bubble {_bar(st.bubble_fraction)} {st.bubble_fraction * 100:5.1f} %", no_wrap=True)
