@@ -203,7 +203,9 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
             linear_input_bytes=narrow.value_bytes if narrow else e, swiglu=model.mlp == "swiglu",
             routed_width=experts.moe.top_k * experts.skew * experts.moe.ffn_hidden if experts else 0.0,
             mla_up=[(i, o) for i, o in latent or [] if mla and i in (mla.q_lora_rank, mla.kv_lora_rank)],
-            mla_kept=a * (2 * mla.qk_dim + mla.v_head_dim) / t if mla else 0.0)
+            mla_kept=a * (2 * mla.qk_dim + mla.v_head_dim) / t if mla else 0.0,
+            mlp_width=f * wm if not experts else 0.0,
+            shared_width=experts.moe.shared_experts * experts.moe.shared_ffn if experts else 0.0)
         held = max(0, held - int(extra.saved_bytes))
         recomputed += extra.flops
         traffic = Traffic(traffic.forward, traffic.backward, traffic.recompute + extra.traffic_bytes)

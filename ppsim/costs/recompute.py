@@ -13,8 +13,14 @@ module no longer holds between the forward and the backward, and what the backwa
   writes one; GELU reads one and writes one).
 - ``mla_up_proj``: multi-head latent attention's queries, keys and values (a x qk and a x v wide per
   token) are not kept; the up projections from the latents run again (GEMMs).
+- ``mlp`` (a dense block's MLP) and ``shared_experts`` (a MoE layer's shared experts): checkpointed
+  whole, as Megatron does (its input kept, in the dtype: under FP8 the up projection no longer keeps
+  its narrow copy), so nothing of width f inside is held (the up projections' outputs, the
+  activation's, the down projection's input); the backward runs their forward again (GEMMs, and the
+  activation as HBM work).
 
-Not priced (refused by the scenario's schema): ``mlp``, ``moe``, ``shared_experts``.
+Not priced (refused by the scenario's schema): ``moe`` (the whole MoE layer, its all-to-alls run
+again).
 """
 
 from __future__ import annotations
@@ -58,12 +64,13 @@ def attention_mode(recompute: Recompute, modules: frozenset[str]) -> Recompute:
 def module_recompute(modules: frozenset[str], *, norms: int = 2, tokens: float, hidden: int, tensor_parallel: int,
                      sequence_parallel: bool, dtype_bytes: float, linear_input_bytes: float, swiglu: bool,
                      routed_width: float = 0.0, mla_up: Sequence[tuple[float, float]] = (),
-                     mla_kept: float = 0.0) -> ModuleRecompute:
-    """The layernorm, moe_act and mla_up_proj modules of ``modules`` for a block of ``tokens``
-    tokens on one device (see the module docstring), of ``norms`` norms (a hybrid layer has one):
-    ``routed_width`` the routed experts' k x skew x
-    f_e (0 without experts), ``mla_up`` the (in, out) of the up projections per device, ``mla_kept``
-    the values per token of the queries, keys and values they make (a x qk + a x qk + a x v, / t)."""
+                     mla_kept: float = 0.0, mlp_width: float = 0.0, shared_width: float = 0.0) -> ModuleRecompute:
+    """The layernorm, moe_act, mla_up_proj, mlp and shared_experts modules of ``modules`` for a block
+    of ``tokens`` tokens on one device (see the module docstring), of ``norms`` norms (a hybrid layer
+    has one): ``routed_width`` the routed experts' k x skew x f_e (0 without experts), ``mla_up`` the
+    (in, out) of the up projections per device, ``mla_kept`` the values per token of the queries,
+    keys and values they make (a x qk + a x qk + a x v, / t); ``mlp_width`` a dense MLP's f (0 for a
+    MoE layer or none), ``shared_width`` the shared experts' n_s x f_s (0 without)."""
     t = tensor_parallel
     whole = tokens * hidden / (t if sequence_parallel else 1)  # a norm's output on this device
     out = ModuleRecompute()
@@ -78,7 +85,27 @@ def module_recompute(modules: frozenset[str], *, norms: int = 2, tokens: float, 
         gemms = tuple(Gemm(tokens, i, o, linear=True) for i, o in mla_up)
         out = _add(out, ModuleRecompute(saved_bytes=tokens * mla_kept * dtype_bytes,
                                         flops=sum(g.flops for g in gemms), gemms=gemms))
+    for module, width in (("mlp", mlp_width), ("shared_experts", shared_width)):
+        if module in modules and width:
+            # its input is the pre-MLP norm's output: not held at all when layernorm discards it
+            kept = 0.0 if "layernorm" in modules else whole
+            out = _add(out, _checkpointed_mlp(tokens, hidden, width, t, kept, dtype_bytes, linear_input_bytes, swiglu))
     return out
+
+
+def _checkpointed_mlp(tokens: float, hidden: int, width: float, t: int, whole: float, dtype_bytes: float,
+                      linear_input_bytes: float, swiglu: bool) -> ModuleRecompute:
+    """An MLP of ``width`` checkpointed whole on one of ``t`` devices (its input, ``whole`` values
+    on this device, kept in the dtype): the values of width f it held (the up projections' outputs
+    and the activation's, the last being the down projection's input, kept in the linear layers'
+    input format) are not held; its GEMMs and activation run again."""
+    inner = tokens * width / t
+    up = 2 if swiglu else 1
+    held = up * inner * dtype_bytes + inner * linear_input_bytes  # the up outputs, the down projection's input
+    gemms = tuple(Gemm(tokens, i, o, linear=True) for i, o in [(hidden, width / t)] * up + [(width / t, hidden)])
+    return ModuleRecompute(saved_bytes=held - whole * (dtype_bytes - linear_input_bytes),
+                           flops=sum(g.flops for g in gemms),
+                           traffic_bytes=(3 if swiglu else 2) * inner * dtype_bytes, gemms=gemms)
 
 
 def _add(a: ModuleRecompute, b: ModuleRecompute) -> ModuleRecompute:

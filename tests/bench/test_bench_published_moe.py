@@ -93,5 +93,10 @@ def test_a_row_recomputes_the_modules_its_recipe_lists() -> None:
     data, _ = b.scenario_data(first([]))
     assert "recompute_modules" not in data["training"] and data["training"].get("recompute", "none") == "none"
     data, assumed = b.scenario_data(first(["mla_up_proj", "mlp"]))
-    assert data["training"]["recompute_modules"] == ["mla_up_proj"]
-    assert "selective recomputation of mlp priced as none" in assumed
+    assert data["training"]["recompute_modules"] == ["mla_up_proj", "mlp"]  # the dense layers' MLPs, priced
+    assert not any("priced as none" in a for a in assumed)
+    moe_row = next(r for r in rows if "moe" in ((r.get("recipe_settings") or {}).get("recompute_modules") or [])
+                   and b.unexpressible(r) is None)
+    data, assumed = b.scenario_data(moe_row)
+    assert "moe" not in data["training"].get("recompute_modules", [])
+    assert any(a.startswith("selective recomputation of ") and "moe" in a and "priced as none" in a for a in assumed)

@@ -85,6 +85,54 @@ def test_mla_up_proj_runs_the_up_projections_again_and_drops_q_k_v() -> None:
     assert core.activation_bytes - up.activation_bytes == T * 128 * (2 * 192 + 128) * 2
 
 
+def test_mlp_checkpoints_the_dense_mlp_whole() -> None:
+    """Llama's dense block (SwiGLU, f = 14,336), t = 1: the gate's, the up's and the activation's
+    outputs, 3 x T x f values of 2 bytes, go; the three GEMMs, 2 T x 3 h f FLOPs, run again in the
+    input grad, and SwiGLU reads two values of width f and writes one."""
+    m = ModelSpec(**LLAMA)
+    core = block(m, modules=["core_attn"], flash_attention=True)
+    mlp = block(m, modules=["core_attn", "mlp"], flash_attention=True)
+    f = 14336
+    assert core.activation_bytes - mlp.activation_bytes == 3 * T * f * 2
+    flops = 2 * T * 3 * 4096 * f
+    assert mlp.recompute_flops - core.recompute_flops == pytest.approx(flops)
+    assert mlp.input_grad_flops - core.input_grad_flops == pytest.approx(flops)
+    assert sum(g.flops for g in mlp.gemms.input_grad) - sum(g.flops for g in core.gemms.input_grad) \
+        == pytest.approx(flops)
+    assert mlp.backward_bytes - core.backward_bytes == pytest.approx(3 * T * f * 2)
+
+
+def test_mlp_under_tensor_parallelism_and_fp8_keeps_its_input_whole_and_in_the_dtype() -> None:
+    """t = 4 with sequence parallelism and FP8: a quarter of the width-f values go (the down
+    projection's input was narrow), and the MLP's input, T x h / 4 values, is kept in 2 bytes by the
+    checkpoint instead of the up projection's narrow copy; with layernorm too, not at all."""
+    from ppsim.costs.low_precision import LowPrecision
+
+    m, fp8, f = ModelSpec(**LLAMA), LowPrecision("blockwise"), 14336
+    kw: dict[str, Any] = {"tensor_parallel": 4, "sequence_parallel": True, "flash_attention": True, "narrow": fp8}
+    core, mlp = block(m, modules=["core_attn"], **kw), block(m, modules=["core_attn", "mlp"], **kw)
+    narrow = fp8.value_bytes
+    inner = T * f / 4
+    assert core.activation_bytes - mlp.activation_bytes == pytest.approx(
+        2 * inner * 2 + inner * narrow - T * 4096 / 4 * (2 - narrow), abs=2)
+    ln = block(m, modules=["core_attn", "layernorm"], **kw)
+    both = block(m, modules=["core_attn", "layernorm", "mlp"], **kw)
+    assert ln.activation_bytes - both.activation_bytes == pytest.approx(2 * inner * 2 + inner * narrow, abs=2)
+
+
+def test_shared_experts_checkpoint_the_shared_experts_and_mlp_leaves_a_moe_layer() -> None:
+    """DeepSeek-like MoE block (one shared expert of 2,048, SwiGLU): shared_experts drops its 3 x T x
+    2,048 values and reruns its GEMMs; mlp changes nothing there (the layer has no dense MLP)."""
+    moe = {"experts": 8, "top_k": 2, "ffn_hidden": 1408, "shared_experts": 1, "shared_ffn_hidden": 2048}
+    m = ModelSpec(**{**LLAMA, "moe": moe})
+    experts = ExpertShard(m.moe, 8)  # type: ignore[arg-type]
+    core = block(m, modules=["core_attn"], flash_attention=True, experts=experts)
+    shared = block(m, modules=["core_attn", "shared_experts"], flash_attention=True, experts=experts)
+    assert core.activation_bytes - shared.activation_bytes == 3 * T * 2048 * 2
+    assert shared.recompute_flops - core.recompute_flops == pytest.approx(2 * T * 3 * 4096 * 2048)
+    assert block(m, modules=["core_attn", "mlp"], flash_attention=True, experts=experts) == core
+
+
 def _scenario(**training: Any) -> dict[str, Any]:
     return {"model": LLAMA, "training": {"recompute": "selective", **training}, "pipeline": {"stages": 2}}
 
@@ -94,7 +142,8 @@ def _scenario(**training: Any) -> dict[str, Any]:
     ({"recompute_modules": ["layernorm", "layernorm"]}, "lists a module twice"),
     ({"recompute_modules": ["moe_act"]}, "moe_act recomputes part of model.moe, which the model has not"),
     ({"recompute_modules": ["mla_up_proj"]}, "mla_up_proj recomputes part of model.mla"),
-    ({"recompute_modules": ["mlp"]}, "recompute_modules"),
+    ({"recompute_modules": ["shared_experts"]}, "shared_experts recomputes part of model.moe"),
+    ({"recompute_modules": ["moe"]}, "recompute_modules"),
 ])
 def test_the_rules_name_the_key(training: dict[str, Any], says: str) -> None:
     with pytest.raises(ScenarioError, match=says):
