@@ -145,11 +145,25 @@ def show(
 
 
 def _not_a_trace(scenario: Path) -> None:
-    """Raise a PpsimError when ``scenario`` is a saved step (a run folder or a JSON trace): ``ppsim
-    show`` reads those."""
-    if scenario.is_dir() or scenario.name.endswith((".json", ".json.gz")):
-        raise PpsimError(f"{scenario} is a saved step or a run folder, not a scenario: `ppsim show {scenario}` prints "
-                         "its figures, with --html / --png / --trace for its pages")
+    """Raise a PpsimError when ``scenario`` is a saved step (a run folder, or a JSON file that holds
+    spans or trace events: a scenario may be JSON too): ``ppsim show`` reads those."""
+    if scenario.is_dir():
+        saved = (scenario / "trace.json").is_file()
+    elif scenario.is_file() and scenario.name.endswith((".json", ".json.gz")):
+        import gzip
+
+        try:
+            with (gzip.open(scenario, "rt", encoding="utf-8") if scenario.suffix == ".gz"
+                  else scenario.open(encoding="utf-8")) as fh:
+                head = fh.read(4096)
+        except (OSError, UnicodeDecodeError, EOFError):
+            return  # the scenario reader says what is wrong with it
+        saved = any(key in head for key in ('"spans"', '"traceEvents"', '"schemaVersion"'))
+    else:
+        return
+    if saved:
+        raise PpsimError(f"{scenario} is a saved step, not a scenario: `ppsim show {scenario}` prints its figures, "
+                         "with --html / --png / --trace for its pages")
 
 
 def _gantt(trace: Trace) -> go.Figure:

@@ -108,7 +108,7 @@ def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
         meta["partition_balance"] = {
             "slowest": even.slowest, "slowest_share": even.slowest_share, "holds": even.holds,
             "layer_share": even.layer_share, "best_share": even.best_share,
-            "moved": None if even.moved is None else [float(even.moved[0]), even.moved[1]]}
+            "moved": None if even.moved is None else {"stage": even.moved[0], "share": even.moved[1]}}
     if s.training.recompute_layers is not None:
         meta["recompute_layers"] = s.training.recompute_layers
     if s.training.fp8:

@@ -20,6 +20,7 @@ kind is what the CLI names as the bottleneck (:func:`bottleneck`).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from dataclasses import dataclass, field
 from typing import Literal
@@ -34,6 +35,7 @@ Cause = Literal["start", "own", "idle", "peer", "collective"]
 PathKind = Literal["compute", "communication", "link", "idle"]
 
 _EPS = 1e-9  #: times closer than this (ms) are the same moment
+_BACKWARD_WORK = frozenset({Kind.B, Kind.I, Kind.W, Kind.OVERLAP_F_B})  #: what makes a rank's gradients
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,19 @@ class _Waits:
             spans.sort(key=lambda s: (s.start, s.end))
             self.previous.update(zip(map(id, spans), _previous(spans), strict=True))
         self.waits_for_peer = COMM_KINDS if trace.meta.get("comm") == "rendezvous" else RECV_KINDS
+        self._backward_ends: list[list[tuple[float, int]]] | None = None  # per rank, (end, index) of its backward work
         self.where = trace.meta.get("stage_to_rank")
+
+    def last_backward(self, s: Span) -> Span | None:
+        """The last backward work (B, I, W or an overlapped pair) of ``s``'s rank to end by ``s``'s
+        start: what made the gradients a reduction sends."""
+        if self._backward_ends is None:
+            self._backward_ends = [sorted(((x.end, i) for i, x in enumerate(spans)
+                                           if x.lane == "compute" and x.action.kind in _BACKWARD_WORK))
+                                   for spans in self.per_rank]
+        ends = self._backward_ends[s.rank]
+        k = bisect.bisect_right(ends, (s.start + _EPS, len(self.per_rank[s.rank]))) - 1
+        return self.per_rank[s.rank][ends[k][1]] if k >= 0 else None
 
     def binding(self, s: Span) -> Binding:
         own = self.previous[id(s)]
@@ -150,7 +164,8 @@ class _Waits:
             peer_action = matching(s.action)
             if 0 <= peer_action.stage < len(self.where):
                 other = self.peers.get((self.where[peer_action.stage], peer_action))
-                if other is not None and other.start > max(ready, s.start) + _EPS:
+                # a peer that started after this span ended did not hold it (a measured run's clocks)
+                if other is not None and max(ready, s.start) + _EPS < other.start < s.end + _EPS:
                     return Binding("peer", other, other.start - max(ready, s.start))
         elif kind is Kind.CLIP and self.last_clip is not None and self.last_clip.start > s.start + _EPS:
             return Binding("collective", self.last_clip, self.last_clip.start - s.start)
@@ -188,8 +203,8 @@ def _slacks(graph: _Waits) -> dict[int, float]:
         edges[3 * i].append((3 * i + 1, 0.0))
         edges[3 * i + 1].append((3 * i + 2, max(0.0, t.end - released)))
         own = graph.previous[id(t)]
-        if own is not None:
-            edges[3 * index[id(own)] + 2].append((3 * i, 0.0))
+        if own is not None:  # a gap after it (overhead, or a wait the trace does not name) stays as long
+            edges[3 * index[id(own)] + 2].append((3 * i, max(0.0, t.start - own.end)))
         kind = t.action.kind
         if kind in graph.waits_for_peer and graph.where is not None:
             peer_action = matching(t.action)
@@ -197,6 +212,10 @@ def _slacks(graph: _Waits) -> dict[int, float]:
                 other = graph.peers.get((graph.where[peer_action.stage], peer_action))
                 if other is not None:
                     edges[3 * index[id(other)]].append((3 * i + 1, 0.0))
+                    if kind in RECV_KINDS:  # the data has all arrived no sooner than it has all left
+                        edges[3 * index[id(other)] + 2].append((3 * i + 2, 0.0))
+        elif kind is Kind.REDUCE_GRAD and (grads := graph.last_backward(t)) is not None:
+            edges[3 * index[id(grads)] + 2].append((3 * i, max(0.0, t.start - grads.end)))  # its gradients
         elif kind is Kind.CLIP:
             edges[3 * i].append((hub, 0.0))
             edges[hub].append((3 * i + 1, 0.0))

@@ -40,6 +40,13 @@ class StaticMemory(TypedDict):
     total: int
 
 
+class MovedLayer(TypedDict):
+    """Where moving one layer off the slowest stage leaves the slowest: that stage and its share."""
+
+    stage: int
+    share: float
+
+
 class PartitionBalance(TypedDict):
     """How even a partition of one stage per rank is (:class:`ppsim.costs.partition.Balance`): shares
     of the even load."""
@@ -48,7 +55,7 @@ class PartitionBalance(TypedDict):
     slowest_share: float
     holds: str
     layer_share: float
-    moved: list[float] | None  #: [stage then slowest, its share] after moving one layer off the slowest
+    moved: MovedLayer | None  #: after moving one layer off the slowest (None: it cannot give one up)
     best_share: float
 
 

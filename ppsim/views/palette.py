@@ -41,10 +41,10 @@ SCHEDULE_STYLES: dict[str, tuple[str, str]] = {
     "gpipe": ("#7f7f7f", "circle"),
     "1f1b": ("#1f77b4", "square"),
     "interleaved-1f1b": ("#17becf", "diamond"),
-    "combined-1f1b": ("#393b79", "cross"),
+    "combined-1f1b": ("#5254a3", "cross"),
     "looped-bfs": ("#bcbd22", "x"),
     "zb-h1": ("#2ca02c", "triangle-up"),
-    "zb-h2": ("#00563f", "triangle-down"),
+    "zb-h2": ("#1a9850", "triangle-down"),
     "zb-v": ("#ff7f0e", "star"),
     "v-half": ("#c7a000", "pentagon"),
     "v-min": ("#8c564b", "hexagon"),
@@ -53,8 +53,9 @@ SCHEDULE_STYLES: dict[str, tuple[str, str]] = {
     "interleaved-zb": ("#637939", "triangle-left"),
     "inference": ("#5a5a9e", "star-square"),
 }
-#: schedules read from a file, or not known here, take these in turn (none of them a schedule's)
-OTHER_SCHEDULE_STYLES = (("#000000", "circle-open"), ("#a55194", "square-open"), ("#6b6ecf", "diamond-open"))
+#: schedules read from a file, or not known here (auto's search), take these by name (none of them a
+#: schedule's; each reads on a white page and on a dark terminal)
+OTHER_SCHEDULE_STYLES = (("#a0522d", "circle-open"), ("#a55194", "square-open"), ("#6b6ecf", "diamond-open"))
 
 #: the capacity line of a memory plot
 LIMIT_COLOR = "#c00"

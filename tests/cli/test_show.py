@@ -50,3 +50,18 @@ def test_run_given_a_saved_step_points_to_show(tmp_path: Path) -> None:
 def test_a_missing_trace_is_one_line_naming_what_to_give(tmp_path: Path) -> None:
     res = invoke(app, "show", tmp_path / "nothing.json")
     assert res.exit_code == 1 and "does not exist" in res.output and "Traceback" not in res.output
+
+
+def test_a_json_scenario_still_runs_and_a_plain_folder_is_not_called_a_saved_step(tmp_path: Path) -> None:
+    import yaml
+
+    from conftest import GPT_YAML
+
+    scenario = tmp_path / "gpt.json"
+    scenario.write_text(json.dumps(yaml.safe_load(GPT_YAML.read_text())))
+    res = invoke(app, "run", scenario, "--stages", "4", "--microbatches", "8")
+    assert res.exit_code == 0, res.output
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    res = invoke(app, "run", folder)
+    assert res.exit_code == 1 and "saved step" not in res.output and "Traceback" not in res.output

@@ -164,3 +164,39 @@ def test_fewer_microbatches_than_stages_is_a_note_with_the_bound_it_sets() -> No
     doc = json.loads(invoke(app, "run", SCENARIOS / "gpt.yaml", "--microbatches", "4", "--json").stdout)
     assert doc["bubble_fraction"] >= 0.5  # the bound holds
     assert "note: pipeline.microbatches" not in invoke(app, "run", SCENARIOS / "gpt.yaml").output
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b.yaml", "nemotron3-nano.yaml", "llama3-405b.yaml"])
+def test_no_span_on_the_path_has_slack_and_a_send_has_no_more_than_its_receive(name: str) -> None:
+    """The data-parallel reductions wait for the backward that made their gradients, and a gap on a
+    rank stays as long: the path's spans have none; an async send's message cannot arrive later
+    than its receive may end, so the send has no more slack than the receive plus its own wait."""
+    from ppsim.inputs.scenario import load
+    from ppsim.plan.action import RECV_KINDS
+    from ppsim.prediction import predict
+
+    trace = predict(load(SCENARIOS / name)).trace
+    path = critical_path(trace)
+    assert all(path.slack(s) == pytest.approx(0.0, abs=1e-6) for s in path.spans)
+    sends = {(s.rank, s.action): s for s in trace.spans if s.lane == "send"}
+    where = trace.meta["stage_to_rank"]
+    from ppsim.plan import matching
+
+    for r in (s for s in trace.spans if s.action.kind in RECV_KINDS):
+        other = matching(r.action)
+        send = sends.get((where[other.stage], other))
+        if send is not None:
+            assert path.slack(send) <= path.slack(r) + (r.end - send.end) + 1e-6
+
+
+def test_a_measured_path_adds_up_to_its_step() -> None:
+    """A torch profiler trace whose clocks put a peer's send after the receive ended: that peer did
+    not hold the receive, and the path covers the step once."""
+    trace = load_trace(DATA / "kineto" / "no-schedule")
+    path = critical_path(trace)
+    step = max(s.end for s in trace.spans) - min(s.start for s in trace.spans)
+    assert sum(s.ms for s in path.stretches) == pytest.approx(step, rel=1e-9)
+    for s in trace.spans:
+        b = path.binding(s)
+        if b.cause == "peer":
+            assert b.after is not None and b.after.start < s.end + 1e-9

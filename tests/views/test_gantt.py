@@ -379,3 +379,16 @@ def test_the_waiting_part_of_a_collective_or_receive_is_hatched_over_it(trace: T
     hatched = [h for h in waits.hovertext if "CLIP" in h]
     assert len(hatched) == sum(s.start < last.start - 1e-9 for s in clips)  # every rank but the last in
     assert all("the last rank into the collective" in h for h in hatched)
+
+
+def test_the_hatching_stays_inside_its_block_on_a_measured_trace() -> None:
+    from conftest import DATA
+    from ppsim.trace.load import load_trace
+
+    trace = load_trace(DATA / "kineto" / "no-schedule")
+    fig = gantt_figure(trace)
+    waits = next(d for d in fig.data if d.name == "waiting")  # its receives waited on their peers
+    blocks = [(s.start, s.end) for s in trace.spans if s.lane != "compute"]
+    for base, width in zip(waits.base, waits.x.tolist()):
+        assert width > 0
+        assert any(lo - 1e-3 <= base and base + width <= hi + 1e-3 for lo, hi in blocks), (base, width)

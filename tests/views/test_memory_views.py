@@ -114,3 +114,18 @@ def test_a_plan_over_the_device_turns_red_on_the_heat_map() -> None:
     below = [c for at, c in heat.colorscale if at <= k]
     beyond = [c for at, c in heat.colorscale if at > k]
     assert beyond and beyond[-1] == "#c00" and "#c00" not in below
+
+
+def test_a_peak_a_hair_over_the_device_still_draws() -> None:
+    import dataclasses
+
+    from ppsim.views.render.memory import memory_heatmap
+
+    trace = predict(gpt().with_overrides(stages=10, microbatches=20)).trace
+    top = max(v for c in trace.counters if c.name == "memory_bytes" for _, v in c.points)
+    hair = dataclasses.replace(trace, meta={**trace.meta, "device_memory_bytes": top * (1 - 1e-8)})
+    heat, _ = memory_heatmap(hair, hair.meta["device_memory_bytes"])
+    import plotly.graph_objects as go
+
+    go.Figure(data=[heat])  # a valid colour scale
+    assert [at for at, _ in heat.colorscale] == sorted(at for at, _ in heat.colorscale)

@@ -116,7 +116,8 @@ def explain(evals: list[Evaluation], best: Evaluation) -> list[str]:
 def _reason(alt: Evaluation, best: Evaluation) -> str:
     ratio = (alt.throughput_samples_per_s or 0) / (best.throughput_samples_per_s or 1)
     parts = [f"best {alt.throughput_samples_per_s:,.2f} samples/s = {ratio:.2f}x ({alt.candidate.label()})"]
-    parts += step_causes(alt, best, "vs") or ["the same compute and bubble within 1 %"]
+    if step_factors(alt, best) is not None:  # without the figures, no claim either way
+        parts += step_causes(alt, best, "vs") or ["the same compute and bubble within 1 %"]
     parts.append(f"peak {_gib(alt.peak_memory_bytes)}")
     return "; ".join(parts)
 

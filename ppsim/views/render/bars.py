@@ -225,7 +225,10 @@ def waiting_bar(trace: Trace, rows: Rows, path: CriticalPath) -> go.Bar | None:
             continue
         b = path.binding(s)
         if b.cause in ("peer", "collective") and b.after is not None and b.waited_ms > 0:
-            found.append((s, b.after.start - b.waited_ms, b.waited_ms, b.after.rank))
+            start = b.after.start - b.waited_ms
+            waited = min(b.waited_ms, s.end - start)  # inside its block
+            if waited > 0:
+                found.append((s, start, waited, b.after.rank))
     if not found:
         return None
     what = ["the last rank into the collective" if path.binding(s).cause == "collective" else "its peer"

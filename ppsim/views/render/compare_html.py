@@ -19,6 +19,7 @@ from ppsim.trace import Span, Trace
 from ppsim.trace.compare import Comparison, aligned, describe
 from ppsim.views.labels import bar_text, chunk_of_stage
 from ppsim.views.palette import KIND_COLORS
+from ppsim.views.render.memory import MEMORY_LEGEND
 from ppsim.views.render.page import write_figure
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -158,6 +159,9 @@ def compare_figure(predicted: Trace, measured: Trace, comparison: Comparison) ->
             add_limit(grid, capacity, max(max(ln.y) for side in SIDES for ln in memory[side]
                                           if panel == "both" or side == panel), row=i, col=1)
     layout["height"] = total + 130
+    if panels:
+        layout[MEMORY_LEGEND] = {"title": {"text": "memory"}, "x": 1.01, "xanchor": "left",
+                                 "y": grid.layout.yaxis2.domain[1], "yanchor": "top"}
     layout["yaxis"] = {**layout["yaxis"], "tickfont": {"size": 10}}
     for k in ("xaxis",):  # the timeline's axis keeps the page's numeric time axis
         layout[k] = {**layout[k], "title": {"text": "time (ms)"}}
@@ -184,7 +188,7 @@ def _memory(trace: Trace) -> list[go.Scatter]:
     lines = memory_lines(trace)
     for line in lines:
         rank = line.name.split()[-1]
-        line.update(x=np.round(np.asarray(line.x) - lo, 3), name=f"rank {rank} {side}", legend=None,
+        line.update(x=np.round(np.asarray(line.x) - lo, 3), name=f"rank {rank} {side}", legend=MEMORY_LEGEND,
                     legendgroup=f"memory {rank} {side}",
                     line={"dash": "dash" if side == "predicted" else "solid", "width": 1.5 if side == "measured" else 1.2},
                     hovertemplate=f"rank {rank} {side}<br>%{{x:,.3f}} ms<br>%{{y:.2f}} GiB<extra></extra>")

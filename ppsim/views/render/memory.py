@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ppsim.trace import Trace
+from ppsim.trace import Counter, Trace
 from ppsim.trace.metrics import RankMetrics, step_bounds
 from ppsim.views.palette import LIMIT_COLOR, MEMORY_PART_COLORS, RANK_COLORS
 
@@ -27,7 +27,7 @@ PART_WIDTH = 0.8  #: of a rank's bar in the breakdown of the peaks
 HEAT_BINS = 400  #: time bins of the heat map (each the highest value in it, so no peak is lost)
 
 
-def _counters(trace: Trace) -> list:
+def _counters(trace: Trace) -> list[Counter]:
     return sorted((c for c in trace.counters if c.name == "memory_bytes" and c.points), key=lambda c: c.rank)
 
 
@@ -116,11 +116,14 @@ def memory_heatmap(trace: Trace, capacity_bytes: float | None) -> list[go.Heatma
     ranks = trace.num_ranks
     z = np.zeros((ranks, HEAT_BINS))
     for c in counters:
-        z[c.rank] = binned_peaks(np.array([t for t, _ in c.points]), np.array([v for _, v in c.points]), edges) / GIB
+        points = sorted(c.points)
+        z[c.rank] = binned_peaks(np.array([t for t, _ in points]), np.array([v for _, v in points]), edges) / GIB
     top = float(z.max())
     cap = capacity_bytes / GIB if capacity_bytes else None
     zmax = max(top, cap or 0.0) or 1.0
     k = min(1.0, cap / zmax) if cap else 1.0  # the device's memory: blues below, the limit's colour beyond
+    if k > 1.0 - 1e-5:  # over by a hair: nothing to tell apart on the scale
+        k = 1.0
     scale: list[list[object]] = [[0.0, "#f4f7fb"], [0.5 * k, "#6baed6"], [k, "#08306b"]]
     if k < 1.0:
         scale += [[k + 1e-6, "#f4a582"], [1.0, LIMIT_COLOR]]

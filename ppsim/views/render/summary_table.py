@@ -114,8 +114,7 @@ def partition_line(counts: list[int], even: PartitionBalance | None) -> str:
     if even["best_share"] < even["slowest_share"] - 0.005:
         return line + f": the balanced partition reaches {even['best_share']:.2f}x (pipeline.partition: balanced)"
     if even["moved"] is not None:
-        to, share = even["moved"]
-        line += f"; moving one layer away makes stage {to:.0f} {share:.2f}x"
+        line += f"; moving one layer away makes stage {even['moved']['stage']} {even['moved']['share']:.2f}x"
     return line + ": no split of whole layers is faster"
 
 

@@ -115,7 +115,7 @@ class TimelineView(Widget):
 
     def get_content_height(self, container: object, viewport: object, width: int) -> int:
         st = self.state
-        return sum(timeline_rows(sh, st.lanes, st.memory) for sh in st.shown)
+        return sum(timeline_rows(sh, st.lanes, st.memory, len(st.shown) > 1) for sh in st.shown)
 
     def on_click(self, event: events.Click) -> None:
         column = event.x - LABEL_WIDTH

@@ -237,9 +237,11 @@ def memory_rows(trace: Trace, window_start: float, window_end: float, width: int
     top = max(max(v for _, v in pts) for pts in counters.values())
     scale = max(top, capacity or 0.0) or 1.0
     what = "memory (RSS)" if trace.meta.get("memory_measured") == "rss" else "memory"
-    lines = [Text(f"{what} per rank: a cell's height is the most it holds there, of "
-                  + (f"the device's {capacity / 2**30:,.0f} GiB" if capacity else f"the highest, {top / 2**30:,.1f} GiB")
-                  + (" (red: beyond it)" if capacity and top > capacity else ""), style="dim", no_wrap=True)]
+    full = (f"the device's {capacity / 2**30:,.0f} GiB" if capacity and capacity >= top
+            else f"the highest, {top / 2**30:,.1f} GiB"
+            + (f" (red: beyond the device's {capacity / 2**30:,.0f} GiB)" if capacity else ""))
+    lines = [Text(f"{what} per rank: a cell's height is the most it holds there, a full cell {full}", style="dim",
+                  no_wrap=True)]
     for rank in range(trace.num_ranks):
         line = Text(f"{'mem ' + str(rank):<{LABEL_WIDTH}}", style="dim", no_wrap=True, overflow="crop")
         for value in memory_peaks(counters.get(rank, []), start, end, width):
