@@ -40,7 +40,13 @@ class Workload:
     tokens_per_step: int | None
     costs_from: str = "model"  #: which builder priced the stages: model (the datasheet), profile or explicit
     costs_source: str = ""  #: the same in words, with the figures or the file it used
-    balance: Balance | None = None  #: how even the partition is (one stage per rank, one copy)
+    #: what the partition balanced, (counts, each layer's cost, first's extra, last's extra): one stage per
+    #: rank, one copy (how even it came out is :meth:`balance`, worked out when asked: a search never asks)
+    balanced_over: tuple[list[int], list[float], float, float] | None = None
+
+    def balance(self) -> Balance | None:
+        """How even the partition is (one stage per rank, one copy of the model; else None)."""
+        return None if self.balanced_over is None else balance(*self.balanced_over)
 
 
 def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: tuple[int, ...] | None = None,
@@ -70,7 +76,7 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
                             f"stages x chunks = {p} x {v}", field="pipeline.chunks")
     layers = model_layers(s, profile)
     blocks = None
-    even = None
+    even: tuple[list[int], list[float], float, float] | None = None
     if layers is not None:
         emb, block, head = layers
         loads: tuple[float | list[float], float, float]  # per layer (one for all, or each layer's), first, last
@@ -91,7 +97,7 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
         if pipes == 1 and len(set(stage_to_rank)) == len(stage_to_rank):
             each, first, last = loads
             costs_of = [float(each)] * sum(blocks) if isinstance(each, (int, float)) else list(each)
-            even = balance(blocks, costs_of, first, last)
+            even = (list(blocks), costs_of, first, last)
     layout = lay_out(s, blocks, layers, stage_to_rank, block_kinds(s, layers), pipes)
     if s.costs is not None:
         costs = explicit_costs(s, s.costs, layout, stage_to_rank)
@@ -107,7 +113,7 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
     else:  # pragma: no cover - a Scenario has a model or costs
         raise ScenarioError("a scenario needs a 'model' section or a 'costs' section")
     w = _with_figures(s, costs, layout, device.peak_flops(s.model.dtype) if s.model else None, pipes)
-    return replace(w, costs_from=source[0], costs_source=source[1], balance=even)
+    return replace(w, costs_from=source[0], costs_source=source[1], balanced_over=even)
 
 
 def copy_placement(stage_to_rank: tuple[int, ...], pipes: int) -> tuple[int, ...]:

@@ -104,7 +104,7 @@ def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
         "recompute": s.training.recompute,
         "zero_stage": s.training.zero_stage,
     }
-    if (even := w.balance) is not None:
+    if (even := w.balance()) is not None:
         meta["partition_balance"] = {
             "slowest": even.slowest, "slowest_share": even.slowest_share, "holds": even.holds,
             "layer_share": even.layer_share, "best_share": even.best_share,
