@@ -315,6 +315,19 @@ def test_the_page_puts_memory_under_the_timelines_predicted_dashed_measured_soli
     assert not any(s.name == "device memory" and s.yref == "y3" for s in rss.layout.shapes)
 
 
+def test_beyond_eight_ranks_the_page_draws_the_highest_ranks_memory() -> None:
+    from ppsim.inputs.scenario import load
+    from ppsim.prediction import predict
+    from ppsim.trace.metrics import summarize
+
+    pred = predict(load(SCENARIOS / "gpt.yaml").with_overrides(stages=10, microbatches=20)).trace
+    meas = _measured_like(pred, "device")
+    fig = compare_figure(pred, meas, compare_traces(pred, meas))
+    lines = [d for d in fig.data if d.type == "scatter"]
+    top = max(summarize(pred, waits=False).per_rank, key=lambda r: r.peak_memory_bytes).rank
+    assert sorted(d.name for d in lines) == [f"rank {top} measured", f"rank {top} predicted"]
+
+
 def test_html_never_overwrites_a_users_file(tmp_path: Path) -> None:
     mine = tmp_path / "notes.html"
     mine.write_text("<html>my notes</html>")

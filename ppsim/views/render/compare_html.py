@@ -4,9 +4,10 @@ Rows run rank by rank: ``rank R predicted`` then ``rank R measured``, each follo
 row of its sends, receives and collectives (``... · comm``) when the trace has any. Predicted bars
 are paler. Each trace's times start at its own first span. One Plotly bar trace per action kind,
 colours from the Gantt's :data:`~ppsim.views.palette.KIND_COLORS`. Under the timelines, memory per
-rank over the step when a trace records it: predicted dashed, measured solid, on one axis when the
-measured is the device allocator's, on an axis of its own when it is the process's resident memory
-(which holds the interpreter and libraries too). Plotly is imported here only, on first use.
+rank over the step when a trace records it (beyond 8 ranks, the rank of the highest peak): predicted
+dashed, measured solid, on one axis when the measured is the device allocator's, on an axis of its
+own when it is the process's resident memory (which holds the interpreter and libraries too).
+Plotly is imported here only, on first use.
 """
 
 from __future__ import annotations
@@ -177,15 +178,18 @@ _MEMORY_TITLES = {"both": "memory per rank: predicted dashed, measured solid",
 
 def _memory(trace: Trace) -> list[go.Scatter]:
     """The trace's memory lines (:func:`~ppsim.views.render.memory.memory_lines`) from its own first
-    span, named by side: predicted dashed, measured solid."""
+    span, named by side: predicted dashed, measured solid; beyond :data:`RANK_LINES` ranks only the
+    rank of the highest peak (the lines would overlap, their colours repeat)."""
     import numpy as np
 
     from ppsim.trace.metrics import step_bounds
-    from ppsim.views.render.memory import memory_lines
+    from ppsim.views.render.memory import RANK_LINES, memory_lines
 
     side = "measured" if trace.meta.get("source") == "measured" else "predicted"
     lo, _ = step_bounds(trace)
     lines = memory_lines(trace)
+    if len(lines) > RANK_LINES:
+        lines = [max(lines, key=lambda ln: float(max(ln.y)))]
     for line in lines:
         rank = line.name.split()[-1]
         line.update(x=np.round(np.asarray(line.x) - lo, 3), name=f"rank {rank} {side}", legend=MEMORY_LEGEND,
