@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import published_modern as dense  # noqa: E402  # the dense set's rules for precision, devices, partitions
 
 from ppsim.inputs.choices import RecomputeModule  # noqa: E402
+from ppsim.inputs.megatron_layout import blocks_per_stage, parse_layout  # noqa: E402
 from ppsim.inputs.overrides import sequence_parallel_for_experts  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "published_moe.yaml"
@@ -117,14 +118,10 @@ def model_section(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def layout_partition(layout: str) -> list[int]:
-    """Blocks per virtual stage of a Megatron ``pipeline_model_parallel_layout`` string: ``|``
-    separates the virtual stages, ``t`` is a block, ``x*n`` and ``(...)*n`` repeat (``E``, ``m``
-    and ``L``, the embedding, an MTP layer and the loss, hold no block)."""
-    text = layout.split()[0]
-    while "(" in text:  # innermost groups first
-        text = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
-    text = re.sub(r"([A-Za-z])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
-    return [stage.count("t") for stage in text.split("|")]
+    """Blocks per virtual stage of a Megatron ``pipeline_model_parallel_layout`` string (the text
+    before any remark after a space, as the data writes some), read as Megatron reads it
+    (:mod:`ppsim.inputs.megatron_layout`)."""
+    return blocks_per_stage(parse_layout(layout.split()[0]))
 
 
 def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[str, Any], list[str]]:
