@@ -5,6 +5,7 @@ per series (stage count, any other value) in line and bar plots."""
 from __future__ import annotations
 
 from ppsim.plan import Kind
+from ppsim.plan.schedules import SCHEDULES
 
 #: fixed colour of each action kind (all distinct)
 KIND_COLORS: dict[Kind, str] = {
@@ -35,24 +36,16 @@ MEMORY_PART_COLORS = {"weights": "#3b5b92", "gradients": "#7a9cc6", "optimizer":
 #: one colour per series of a line or bar plot, in order
 SERIES_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#9D755D", "#EECA3B")
 
-#: one (colour, marker symbol) per schedule, all distinct, on every page and in the TUI; GPipe, the
-#: baseline, in grey. No schedule takes the red of the device-memory line.
-SCHEDULE_STYLES: dict[str, tuple[str, str]] = {
-    "gpipe": ("#7f7f7f", "circle"),
-    "1f1b": ("#1f77b4", "square"),
-    "interleaved-1f1b": ("#17becf", "diamond"),
-    "combined-1f1b": ("#5254a3", "cross"),
-    "looped-bfs": ("#bcbd22", "x"),
-    "zb-h1": ("#2ca02c", "triangle-up"),
-    "zb-h2": ("#1a9850", "triangle-down"),
-    "zb-v": ("#ff7f0e", "star"),
-    "v-half": ("#c7a000", "pentagon"),
-    "v-min": ("#8c564b", "hexagon"),
-    "dualpipev": ("#9467bd", "hourglass"),
-    "dualpipe": ("#e377c2", "bowtie"),
-    "interleaved-zb": ("#637939", "triangle-left"),
-    "inference": ("#5a5a9e", "star-square"),
-}
+#: the (colour, marker symbol) of the registry's schedules, in its order (``ppsim.plan.schedules``),
+#: all distinct: the first, GPipe, the baseline, in grey; none the red of the device-memory line. A
+#: schedule added to the registry takes the next one (a test keeps the list as long as the registry).
+_STYLES = (("#7f7f7f", "circle"), ("#1f77b4", "square"), ("#17becf", "diamond"), ("#5254a3", "cross"),
+           ("#bcbd22", "x"), ("#2ca02c", "triangle-up"), ("#1a9850", "triangle-down"), ("#ff7f0e", "star"),
+           ("#c7a000", "pentagon"), ("#8c564b", "hexagon"), ("#9467bd", "hourglass"), ("#e377c2", "bowtie"),
+           ("#637939", "triangle-left"), ("#5a5a9e", "star-square"), ("#b15928", "diamond-tall"),
+           ("#41ab5d", "hexagram"))
+#: each schedule's style, on every page and in the TUI
+SCHEDULE_STYLES: dict[str, tuple[str, str]] = dict(zip(SCHEDULES, _STYLES))
 #: schedules read from a file, or not known here (auto's search), take these by name (none of them a
 #: schedule's; each reads on a white page and on a dark terminal)
 OTHER_SCHEDULE_STYLES = (("#a0522d", "circle-open"), ("#a55194", "square-open"), ("#6b6ecf", "diamond-open"))
