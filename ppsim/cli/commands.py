@@ -85,11 +85,7 @@ def run(
         summary = summarize(result)
         if "--save-trace" in targets:
             outputs.atomic_write(targets["--save-trace"], result.save)
-        if "--trace" in targets:
-            from ppsim.trace.chrome import write_chrome_trace
-
-            outputs.atomic_write(targets["--trace"], lambda p: write_chrome_trace(result, p))
-        write_pages(targets, lambda: _gantt(result))
+        _write_step(targets, result)
     to_fit = None
     if summary.fits is False:  # what one change of the plan would make fit, as tune would price it
         from ppsim.prediction.fixes import fixes
@@ -122,7 +118,6 @@ def show(
     force: bool = force_option(),
 ) -> None:
     """Print a saved or measured step's figures as `ppsim run` prints a prediction's, and draw its page."""
-    from ppsim import outputs
     from ppsim.trace.load import load_trace
     from ppsim.trace.metrics import summarize
 
@@ -130,11 +125,7 @@ def show(
         targets = output_targets({"--trace": trace, "--html": html, "--png": png}, [trace_path], force)
         step = load_trace(trace_path)
         summary = summarize(step)
-        if "--trace" in targets:
-            from ppsim.trace.chrome import write_chrome_trace
-
-            outputs.atomic_write(targets["--trace"], lambda p: write_chrome_trace(step, p))
-        write_pages(targets, lambda: _gantt(step))
+        _write_step(targets, step)
     if json_out:
         sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
         return
@@ -145,25 +136,23 @@ def show(
 
 
 def _not_a_trace(scenario: Path) -> None:
-    """Raise a PpsimError when ``scenario`` is a saved step (a run folder, or a JSON file that holds
-    spans or trace events: a scenario may be JSON too): ``ppsim show`` reads those."""
-    if scenario.is_dir():
-        saved = (scenario / "trace.json").is_file()
-    elif scenario.is_file() and scenario.name.endswith((".json", ".json.gz")):
-        import gzip
+    """Raise a PpsimError when ``scenario`` is a saved step: ``ppsim show`` reads those."""
+    from ppsim.trace.load import looks_like_a_saved_step
 
-        try:
-            with (gzip.open(scenario, "rt", encoding="utf-8") if scenario.suffix == ".gz"
-                  else scenario.open(encoding="utf-8")) as fh:
-                head = fh.read(4096)
-        except (OSError, UnicodeDecodeError, EOFError):
-            return  # the scenario reader says what is wrong with it
-        saved = any(key in head for key in ('"spans"', '"traceEvents"', '"schemaVersion"'))
-    else:
-        return
-    if saved:
+    if looks_like_a_saved_step(scenario):
         raise PpsimError(f"{scenario} is a saved step, not a scenario: `ppsim show {scenario}` prints its figures, "
                          "with --html / --png / --trace for its pages")
+
+
+def _write_step(targets: dict[str, Path], step: Trace) -> None:
+    """A step's Chrome trace (``--trace``) and pages (``--html``, ``--png``), those asked for."""
+    from ppsim import outputs
+
+    if "--trace" in targets:
+        from ppsim.trace.chrome import write_chrome_trace
+
+        outputs.atomic_write(targets["--trace"], lambda p: write_chrome_trace(step, p))
+    write_pages(targets, lambda: _gantt(step))
 
 
 def _gantt(trace: Trace) -> go.Figure:

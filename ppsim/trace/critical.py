@@ -156,17 +156,25 @@ class _Waits:
         k = bisect.bisect_right(ends, (s.start + _EPS, len(self.per_rank[s.rank]))) - 1
         return self.per_rank[s.rank][ends[k][1]] if k >= 0 else None
 
+    def peer_of(self, s: Span) -> Span | None:
+        """The other end of ``s``'s message when ``s`` waits on it (a receive; a send too under
+        rendezvous), None otherwise or when the trace does not hold it."""
+        if s.action.kind not in self.waits_for_peer or self.where is None:
+            return None
+        peer_action = matching(s.action)
+        if not 0 <= peer_action.stage < len(self.where):
+            return None
+        return self.peers.get((self.where[peer_action.stage], peer_action))
+
     def binding(self, s: Span) -> Binding:
         own = self.previous[id(s)]
         ready = own.end if own is not None else s.start
         kind = s.action.kind
-        if kind in self.waits_for_peer and self.where is not None:
-            peer_action = matching(s.action)
-            if 0 <= peer_action.stage < len(self.where):
-                other = self.peers.get((self.where[peer_action.stage], peer_action))
-                # a peer that started after this span ended did not hold it (a measured run's clocks)
-                if other is not None and max(ready, s.start) + _EPS < other.start < s.end + _EPS:
-                    return Binding("peer", other, other.start - max(ready, s.start))
+        if kind in self.waits_for_peer:
+            other = self.peer_of(s)
+            # a peer that started after this span ended did not hold it (a measured run's clocks)
+            if other is not None and max(ready, s.start) + _EPS < other.start < s.end + _EPS:
+                return Binding("peer", other, other.start - max(ready, s.start))
         elif kind is Kind.CLIP and self.last_clip is not None and self.last_clip.start > s.start + _EPS:
             return Binding("collective", self.last_clip, self.last_clip.start - s.start)
         if own is None:
@@ -206,14 +214,12 @@ def _slacks(graph: _Waits) -> dict[int, float]:
         if own is not None:  # a gap after it (overhead, or a wait the trace does not name) stays as long
             edges[3 * index[id(own)] + 2].append((3 * i, max(0.0, t.start - own.end)))
         kind = t.action.kind
-        if kind in graph.waits_for_peer and graph.where is not None:
-            peer_action = matching(t.action)
-            if 0 <= peer_action.stage < len(graph.where):
-                other = graph.peers.get((graph.where[peer_action.stage], peer_action))
-                if other is not None:
-                    edges[3 * index[id(other)]].append((3 * i + 1, 0.0))
-                    if kind in RECV_KINDS:  # the data has all arrived no sooner than it has all left
-                        edges[3 * index[id(other)] + 2].append((3 * i + 2, 0.0))
+        if kind in graph.waits_for_peer:
+            other = graph.peer_of(t)
+            if other is not None:
+                edges[3 * index[id(other)]].append((3 * i + 1, 0.0))
+                if kind in RECV_KINDS:  # the data has all arrived no sooner than it has all left
+                    edges[3 * index[id(other)] + 2].append((3 * i + 2, 0.0))
         elif kind is Kind.REDUCE_GRAD and (grads := graph.last_backward(t)) is not None:
             edges[3 * index[id(grads)] + 2].append((3 * i, max(0.0, t.start - grads.end)))  # its gradients
         elif kind is Kind.CLIP:

@@ -57,16 +57,32 @@ def _may_be_kineto(p: Path) -> bool:
     return p.name.endswith((".json", ".json.gz")) and not p.name.endswith(".trace.json")
 
 
-def _looks_like_kineto(p: Path) -> bool:
-    """The head of a torch profiler file (it opens with its schema version; ppsim's files do not)."""
+def _head(p: Path) -> str:
+    """The first 4 KiB of a (gzipped) text file, or "" when it cannot be read as one."""
     import gzip
 
     try:
         with (gzip.open(p, "rt", encoding="utf-8") if p.suffix == ".gz" else p.open(encoding="utf-8")) as fh:
-            head = fh.read(4096)
+            return fh.read(4096)
     except (OSError, UnicodeDecodeError, EOFError):
-        return False
+        return ""
+
+
+def _looks_like_kineto(p: Path) -> bool:
+    """The head of a torch profiler file (it opens with its schema version; ppsim's files do not)."""
+    head = _head(p)
     return '"schemaVersion"' in head or '"distributedInfo"' in head
+
+
+def looks_like_a_saved_step(p: Path) -> bool:
+    """Whether ``p`` is a step this module reads rather than a scenario (which may be JSON too): a
+    run folder, or a JSON file whose head holds spans, trace events or a profiler's schema."""
+    if p.is_dir():
+        return (p / "trace.json").is_file()
+    if not (p.is_file() and p.name.endswith((".json", ".json.gz"))):
+        return False
+    head = _head(p)
+    return any(key in head for key in ('"spans"', '"traceEvents"', '"schemaVersion"'))
 
 
 def _load_files(paths: list[Path]) -> Trace:

@@ -59,14 +59,14 @@ def rows_of(index: TraceIndex, lanes: bool) -> list[Row]:
     return [Row(r, ln) for r in range(index.num_ranks) for ln in kinds]
 
 
-def _colour(cells: Cells, c: int, chunk_of: Mapping[int, int]) -> str:
-    """The cell's kind colour, in its block's chunk's shade when ranks hold several chunks."""
+def _colour(cells: Cells, c: int, chunk_of: Mapping[int, int], chunks: int) -> str:
+    """The cell's kind colour, in its block's chunk's shade when ranks hold several (``chunks``)."""
     kind = cells.kinds[c]
     colour = UNKNOWN_KIND_COLOR if kind is None else KIND_COLORS.get(kind, UNKNOWN_KIND_COLOR)
     span = cells.top[c]
-    if not chunk_of or span is None or span.action.kind is not kind:
+    if chunks < 2 or span is None or span.action.kind is not kind:
         return colour
-    return chunk_shade(colour, chunk_of.get(span.action.stage, 0), max(chunk_of.values()) + 1)
+    return chunk_shade(colour, chunk_of.get(span.action.stage, 0), chunks)
 
 
 def _blocks(cells: Cells) -> list[tuple[int, int]]:
@@ -99,13 +99,14 @@ def draw_row(cells: Cells, chunk_of: Mapping[int, int], selected: Span | None = 
     span too short to own a cell); the cells whose span is on the critical path (``on_path``: the
     spans' ids) underlined."""
     n = len(cells.top)
+    chunks = max(chunk_of.values(), default=0) + 1  # a rank's chunks, once per row
     chars = [IDLE] * n
     styles = [IDLE_STYLE] * n
     for c in range(n):
         e = cells.eighths(c)
         if e == 0:
             continue
-        colour = _colour(cells, c, chunk_of)
+        colour = _colour(cells, c, chunk_of, chunks)
         chars[c], styles[c] = (" ", f"{text_colour(colour)} on {colour}") if e == 8 else (EIGHTHS[e], colour)
     for c in range(1, n):
         starting = cells.starts[c]
@@ -203,25 +204,19 @@ MEMORY_OK, MEMORY_OVER = "green3", "red1"  #: a memory cell within / beyond the 
 
 
 def memory_peaks(points: list[tuple[float, float]], start: float, end: float, width: int) -> list[float | None]:
-    """A step counter (``points``: time, value; held until the next) as the most it holds in each of
-    ``width`` cells of [start, end): None before its first point."""
-    out: list[float | None] = [None] * width
+    """A step counter (``points``: time, value; held until the next, in time order) as the most it
+    holds in each of ``width`` cells of [start, end) (the page's rule,
+    :func:`~ppsim.views.render.memory.binned_peaks`): None before its first point."""
+    import numpy as np
+
+    from ppsim.views.render.memory import binned_peaks
+
     if width <= 0 or end <= start or not points:
-        return out
-    held: float | None = None
-    i = 0
-    while i < len(points) and points[i][0] <= start:
-        held = points[i][1]
-        i += 1
-    for c in range(width):
-        t1 = start + (c + 1) * (end - start) / width
-        top = held
-        while i < len(points) and points[i][0] < t1:
-            held = points[i][1]
-            top = held if top is None else max(top, held)
-            i += 1
-        out[c] = top
-    return out
+        return [None] * width
+    times, values = np.array([t for t, _ in points]), np.array([v for _, v in points], dtype=float)
+    edges = start + np.arange(width + 1) * (end - start) / width
+    peaks = binned_peaks(times, values, edges)
+    return [float(v) if times[0] < hi else None for v, hi in zip(peaks, edges[1:])]
 
 
 def memory_rows(trace: Trace, window_start: float, window_end: float, width: int) -> list[Text]:
