@@ -397,6 +397,9 @@ def tune(
     micro_batches: str | None = typer.Option(None, "--micro-batch-sizes", help="Micro-batch sizes to consider "
                                                                               "(default: 1,2,4,8)."),
     max_stages: int | None = typer.Option(None, "--max-stages", min=1, help="Consider at most this many stages."),
+    cp_sizes: str | None = typer.Option(None, "--context-parallel-sizes", help="Context parallel sizes to consider, "
+                                                                              "each sequence split over that many "
+                                                                              "devices (default: the scenario's)."),
     write: Path | None = typer.Option(None, "--write", help="Write the best plan as a scenario file, ready for "
                                                             "`ppsim run`, `ppsim tui` and `ppexec run`."),
     write_top: tuple[int, Path] | None = typer.Option(None, "--write-top", metavar="N DIR",
@@ -419,12 +422,14 @@ def tune(
         raise usage_error(f"{', '.join(map(repr, forward_only))} does not train; choose training schedules from "
                           f"{', '.join(n for n in NAMES if describe(n).training)}", "--schedules")
     sizes = tuple(int_list(micro_batches, "--micro-batch-sizes") or space.MICRO_BATCHES)
+    cps = int_list(cp_sizes, "--context-parallel-sizes")
     with bad_input_exits():
         targets = output_targets({"--html": html, "--png": png}, [scenario], force)
         plan_targets = plan_files(write, write_top, scenario, force)
         s = scenario_with(scenario)
         request = TuneRequest(gpus=gpus if gpus is not None else s.devices,
                               micro_batches=sizes, schedules=names, max_stages=max_stages,
+                              context_parallel=tuple(cps) if cps else None,
                               exact=max(top, len(plan_targets)), drawn=bool(html or png), exhaustive=exhaustive,
                               executor=executor, jobs=jobs, ray_address=ray_address)
         with progress_bar("searching", total=0) as bar:  # each plan is bounded, then simulated or skipped
@@ -432,7 +437,8 @@ def tune(
         write_pages(targets, lambda: figure(result))
         command = shlex.join(["ppsim", "tune", str(scenario)] + [
             x for opt, value in (("--gpus", gpus), ("--schedules", schedules_list), ("--micro-batch-sizes", micro_batches),
-                                 ("--max-stages", max_stages)) if value is not None for x in (opt, str(value))])
+                                 ("--max-stages", max_stages), ("--context-parallel-sizes", cp_sizes))
+            if value is not None for x in (opt, str(value))])
         written = write_plans(result, s, plan_targets, command)
     if json_out:
         sys.stdout.write(json.dumps(result.to_json_dict(top), indent=2) + "\n")

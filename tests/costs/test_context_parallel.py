@@ -4,9 +4,11 @@ from ppsim/costs/context_parallel.py's docstring."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from ppsim.costs.context_parallel import context_parallel_comm
 from ppsim.costs.layers import gpt_layers
@@ -124,6 +126,53 @@ def test_tune_keeps_the_scenarios_context_parallelism_and_counts_its_devices() -
         written = parse_scenario(apply(base, c))
         assert written.context_parallel == 2 and written.devices == 16
         assert written.training.tp_comm_overlap == (c.tensor_parallel > 1)
+
+
+def test_tune_searches_the_context_parallel_sizes_asked_for() -> None:
+    """--context-parallel-sizes 1,2,4 on 16 GPUs: each size's plans fill the 16 devices, each written
+    scenario runs that size, a size that cannot split the sequence is not searched, and the devices'
+    compute time counts every context-parallel rank (the same FLOPs at a flat efficiency: the same
+    total, not a cp-th of it)."""
+    from ppsim.search.tune.evaluate import evaluate
+    from ppsim.search.tune.space import SearchSpace, apply, candidates
+
+    s = parse_scenario(scenario(1, pipeline={"microbatches": 16}))  # a batch of 16 sequences
+    found = candidates(s, SearchSpace(gpus=16, context_parallel=(1, 2, 4, 3)))  # 8192 is no multiple of 6
+    assert {c.context_parallel for c in found} == {1, 2, 4}
+    assert all(c.devices == c.tensor_parallel * c.context_parallel * c.stages * c.data_parallel == 16 for c in found)
+    base = s.model_dump(exclude_none=True)
+    for c in found[:: max(1, len(found) // 40)]:
+        written = parse_scenario(apply(base, c))
+        assert (written.context_parallel, written.devices) == (c.context_parallel, 16)
+    twins = [next(c for c in found if (c.stages, c.tensor_parallel, c.context_parallel, c.micro_batch, c.schedule,
+                                       c.recompute, c.zero_stage) == (2, 1, cp, 1, "1f1b", "none", 1))
+             for cp in (1, 4)]
+    one, four = (evaluate(base, c) for c in twins)
+    assert one.device_compute_ms and four.device_compute_ms
+    assert four.device_compute_ms == pytest.approx(one.device_compute_ms, rel=1e-6)
+
+
+def test_tune_says_when_no_context_parallel_size_splits_the_sequence() -> None:
+    from ppsim.search.tune.space import SearchSpace, candidates
+
+    with pytest.raises(PpsimError, match="no context parallel size of 3/5 splits model.seq_len") as err:
+        candidates(parse_scenario(scenario(1)), SearchSpace(gpus=16, context_parallel=(3, 5)))
+    assert err.value.field == "--context-parallel-sizes"
+
+
+def test_the_tune_command_lists_context_parallelism_and_why(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from ppsim.cli import app
+
+    path = tmp_path / "cp.yaml"
+    path.write_text(yaml.safe_dump(scenario(1)))
+    result = CliRunner().invoke(app, ["tune", str(path), "--gpus", "4", "--schedules", "1f1b",
+                                      "--micro-batch-sizes", "1", "--context-parallel-sizes", "1,2"])
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if "schedule" in line and "step ms" in line)
+    assert " cp " in header
+    assert any(line.strip().startswith("- cp=") for line in result.output.splitlines())
 
 
 def test_ppexec_refuses_context_parallelism_naming_the_key() -> None:

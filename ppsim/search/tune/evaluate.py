@@ -163,8 +163,8 @@ def _with_step(ev: Evaluation, head: Any) -> Evaluation:
     return replace(
         ev, simulated=True, step_time_ms=head.step_time_ms, throughput_samples_per_s=head.throughput_samples_per_s,
         tokens_per_s=head.tokens_per_s, mfu=head.mfu, bubble_fraction=head.bubble_fraction,
-        device_compute_ms=sum(head.busy_ms) * c.data_parallel * c.tensor_parallel,
-        device_optimizer_ms=head.optimizer_ms * c.data_parallel * c.tensor_parallel,
+        device_compute_ms=sum(head.busy_ms) * c.data_parallel * c.tensor_parallel * c.context_parallel,
+        device_optimizer_ms=head.optimizer_ms * c.data_parallel * c.tensor_parallel * c.context_parallel,
     )
 
 
@@ -177,7 +177,7 @@ def own_plan(s: Any) -> Evaluation:
     moe = s.model is not None and s.model.moe is not None
     c = Candidate(s.pipeline.stages, s.data_parallel, s.tensor_parallel, s.training.micro_batch, s.microbatches,
                   s.pipeline.schedule, s.pipeline.chunks, s.training.recompute, s.training.zero_stage,
-                  s.expert_parallel, s.expert_tensor if moe else None)
+                  s.expert_parallel, s.expert_tensor if moe else None, s.context_parallel)
     try:
         trace = predict(s, placements=False).trace
     except PpsimError as exc:

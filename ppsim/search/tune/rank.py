@@ -36,6 +36,7 @@ EXPLAINED: tuple[Group, ...] = (
     lambda c: c.recompute,
     lambda c: c.zero_stage,
     lambda c: c.expert_parallel,
+    lambda c: c.context_parallel,
 )
 #: the groups the page draws a line point for (best plan per stages, per micro-batches, each schedule)
 DRAWN: tuple[Group, ...] = (
@@ -64,7 +65,7 @@ def _group(evals: list[Evaluation], what: str, keep: Callable[[Evaluation], bool
 
 def alternatives(evals: list[Evaluation], best: Evaluation) -> list[Alternative]:
     """The winner against: the nearest fewer and more stages, pure data parallel, each other
-    schedule, each other recompute mode, ZeRO-1 on / off, and each other expert parallelism."""
+    schedule, each other recompute mode, ZeRO-1 on / off, each other expert and context parallelism."""
     b = best.candidate
     out: list[Alternative | None] = []
     stage_counts = sorted({e.candidate.stages for e in evals})
@@ -88,6 +89,9 @@ def alternatives(evals: list[Evaluation], best: Evaluation) -> list[Alternative]
     for ep in sorted({e.candidate.expert_parallel for e in evals} - {b.expert_parallel}):
         out.append(_group(evals, f"ep={ep}",
                           lambda e, ep=ep: e.candidate.expert_parallel == ep))  # type: ignore[misc]  # mypy#15459
+    for cp in sorted({e.candidate.context_parallel for e in evals} - {b.context_parallel}):
+        out.append(_group(evals, f"cp={cp}",
+                          lambda e, cp=cp: e.candidate.context_parallel == cp))  # type: ignore[misc]  # mypy#15459
     return [a for a in out if a is not None]
 
 
@@ -164,6 +168,10 @@ def compute_causes(a: Evaluation, b: Evaluation) -> list[str]:
                    + (": more all-reduces, smaller matmuls" if ka.tensor_parallel > kb.tensor_parallel else ""))
     if ka.expert_parallel != kb.expert_parallel:
         out.append(f"expert parallel {ka.expert_parallel} against {kb.expert_parallel}")
+    if ka.context_parallel != kb.context_parallel:
+        out.append(f"context parallel {ka.context_parallel} against {kb.context_parallel}"
+                   + (": keys and values passed round, shorter sequences a device"
+                      if ka.context_parallel > kb.context_parallel else ""))
     if ka.micro_batch != kb.micro_batch:
         out.append(f"micro-batches of {ka.micro_batch} against {kb.micro_batch}")
     opt_a, opt_b = a.device_optimizer_ms or 0.0, b.device_optimizer_ms or 0.0
@@ -181,7 +189,8 @@ def compute_causes(a: Evaluation, b: Evaluation) -> list[str]:
 
 
 #: the knobs a plan is told apart by, as the table names them
-_KNOBS = (("p", "stages"), ("d", "data_parallel"), ("t", "tensor_parallel"), ("ep", "expert_parallel"),
+_KNOBS = (("p", "stages"), ("d", "data_parallel"), ("t", "tensor_parallel"), ("cp", "context_parallel"),
+          ("ep", "expert_parallel"),
           ("etp", "expert_tensor"), ("b", "micro_batch"), ("m", "microbatches"), ("schedule", "schedule"),
           ("v", "chunks"), ("recompute", "recompute"), ("zero", "zero_stage"))
 

@@ -134,8 +134,9 @@ def print_result(result: TuneResult, top: int, console: Console | None = None) -
         return
     table = Table(show_edge=False, pad_edge=False)
     experts = any(e.candidate.expert_parallel > 1 for e in ranked)  # a mixture of experts: its EP column
+    context = any(e.candidate.context_parallel > 1 for e in ranked)  # long sequences split: the CP column
     columns: tuple[tuple[str, JustifyMethod], ...] = (
-        ("#", "right"), ("p", "right"), ("d", "right"), ("t", "right"),
+        ("#", "right"), ("p", "right"), ("d", "right"), ("t", "right"), *((("cp", "right"),) if context else ()),
         *((("ep", "right"), ("etp", "right")) if experts else ()),
         ("b", "right"), ("m", "right"), ("schedule", "left"), ("recompute", "left"), ("zero", "right"),
         ("step ms", "right"), ("samples/s", "right"), ("MFU", "right"), ("bubble", "right"), ("peak GiB", "right"))
@@ -145,6 +146,7 @@ def print_result(result: TuneResult, top: int, console: Console | None = None) -
         k = e.candidate
         sched = k.schedule + (f" v={k.chunks}" if k.chunks > 1 else "")
         table.add_row(str(i), str(k.stages), str(k.data_parallel), str(k.tensor_parallel),
+                      *((str(k.context_parallel),) if context else ()),
                       *((str(k.expert_parallel), str(k.expert_tensor)) if experts else ()), str(k.micro_batch),
                       str(k.microbatches), sched, k.recompute, str(k.zero_stage), f"{e.step_time_ms:,.1f}",
                       f"{e.throughput_samples_per_s:,.2f}", f"{(e.mfu or 0) * 100:.1f} %",

@@ -21,6 +21,7 @@ class TuneRequest:
     micro_batches: tuple[int, ...] = space.MICRO_BATCHES  #: micro-batch sizes
     schedules: tuple[str, ...] = space.SCHEDULES
     max_stages: int | None = None
+    context_parallel: tuple[int, ...] | None = None  #: context parallel sizes (None: the scenario's)
     #: how many of the best plans must be exact (simulated, not only bounded): those listed or written
     exact: int = 10
     drawn: bool = False  #: a page will draw the search: the plans its curves need are simulated too
@@ -44,7 +45,8 @@ def search_plans(s: Scenario, request: TuneRequest, *, on_start: Callable[[int],
         raise PpsimError(f"{request.executor!r} is not an executor; choose {' or '.join(executors.EXECUTORS)}",
                          field="--executor")
     cands = space.candidates(s, space.SearchSpace(gpus=request.gpus, micro_batches=request.micro_batches,
-                                                  schedules=request.schedules, max_stages=request.max_stages))
+                                                  schedules=request.schedules, max_stages=request.max_stages,
+                                                  context_parallel=request.context_parallel))
     base = s.model_dump(exclude_none=True)
     jobs = request.jobs or executors.default_jobs()
     if on_start is not None:

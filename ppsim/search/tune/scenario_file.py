@@ -28,6 +28,7 @@ def plan_of(c: Candidate) -> PlanOverrides:
     """The candidate as plan options: what ``ppsim run`` would be given to run it."""
     return PlanOverrides(schedule=c.schedule, stages=c.stages, microbatches=c.microbatches, chunks=c.chunks,
                          partition="balanced", data_parallel=c.data_parallel, tensor_parallel=c.tensor_parallel,
+                         context_parallel=c.context_parallel,
                          micro_batch=c.micro_batch, recompute=c.recompute, zero_stage=c.zero_stage,
                          expert_parallel=c.expert_parallel if c.expert_parallel > 1 else None,
                          expert_tensor_parallel=c.expert_tensor if c.expert_tensor not in (None, c.tensor_parallel)

@@ -33,18 +33,20 @@ class Candidate:
     zero_stage: int
     expert_parallel: int = 1
     expert_tensor: int | None = None  #: each expert's matrices split over this many devices (a MoE model's ETP)
+    context_parallel: int = 1  #: each sequence's tokens split over this many devices
 
     @property
     def devices(self) -> int:
-        return self.stages * self.data_parallel * self.tensor_parallel
+        return self.stages * self.data_parallel * self.tensor_parallel * self.context_parallel
 
     @property
     def pure_data_parallel(self) -> bool:
-        return self.stages == 1 and self.tensor_parallel == 1
+        return self.stages == 1 and self.tensor_parallel == 1 and self.context_parallel == 1
 
     def label(self) -> str:
         sched = self.schedule + (f" v={self.chunks}" if self.chunks > 1 else "")
-        ep = f" ep={self.expert_parallel}" if self.expert_parallel > 1 else ""
+        ep = f" cp={self.context_parallel}" if self.context_parallel > 1 else ""
+        ep += f" ep={self.expert_parallel}" if self.expert_parallel > 1 else ""
         ep += f" etp={self.expert_tensor}" if self.expert_tensor not in (None, self.tensor_parallel) else ""
         return (f"p={self.stages} d={self.data_parallel} t={self.tensor_parallel}{ep} b={self.micro_batch} "
                 f"m={self.microbatches} {sched} recompute={self.recompute} zero={self.zero_stage}")
@@ -65,6 +67,7 @@ class SearchSpace:
     chunks: tuple[int, ...] = CHUNKS
     zero: tuple[int, ...] = (0, 1)
     max_stages: int | None = None
+    context_parallel: tuple[int, ...] | None = None  #: None: the scenario's own
 
 
 def _divisors(n: int) -> list[int]:
@@ -85,26 +88,34 @@ def candidates(s: Scenario, space: SearchSpace) -> list[Candidate]:
         raise PpsimError(f"--gpus {space.gpus} is more than the cluster's {s.cluster.nodes} x "
                          f"{s.cluster.devices_per_node} devices; enlarge cluster.nodes or ask for fewer", field="--gpus")
     m = s.model
-    cp = s.context_parallel  # the scenario's: kept, not searched
+    sizes = space.context_parallel or (s.context_parallel,)
+    if not any(_splits_sequences(s, cp) for cp in sizes):
+        raise PpsimError(f"no context parallel size of {'/'.join(map(str, sizes))} splits model.seq_len "
+                         f"({m.seq_len}) into 2 x cp chunks{' of whole heads' if s.training.cp_comm != 'p2p' else ''} "
+                         "(a hybrid pattern takes none); choose divisors of seq_len / 2",
+                         field="--context-parallel-sizes")
     out: list[Candidate] = []
-    for t in space.tensor_parallel:
-        if space.gpus % (t * cp) or t > per_domain or m.heads % t or m.ffn % t or m.kv % t:
+    for cp in sizes:
+        if not _splits_sequences(s, cp):
             continue
-        for p in _divisors(space.gpus // (t * cp)):
-            if p > m.layers or (space.max_stages and p > space.max_stages):
+        for t in space.tensor_parallel:
+            if space.gpus % (t * cp) or t > per_domain or m.heads % t or m.ffn % t or m.kv % t:
                 continue
-            d = space.gpus // (t * cp * p)
-            for b in space.micro_batches:
-                if gb % (b * d):
+            for p in _divisors(space.gpus // (t * cp)):
+                if p > m.layers or (space.max_stages and p > space.max_stages):
                     continue
-                mb = gb // (b * d)
-                for schedule, v in _schedules(p, mb, m.layers, space):
-                    for rc in space.recompute:
-                        for z in space.zero:
-                            if z and d * cp == 1:
-                                continue  # ZeRO-1 shards over replicas: with one it is the same plan
-                            out += [Candidate(p, d, t, b, mb, schedule, v, rc, z, ep, etp)
-                                    for ep, etp in _expert_layouts(s, t * cp * d, t)]
+                d = space.gpus // (t * cp * p)
+                for b in space.micro_batches:
+                    if gb % (b * d):
+                        continue
+                    mb = gb // (b * d)
+                    for schedule, v in _schedules(p, mb, m.layers, space):
+                        for rc in space.recompute:
+                            for z in space.zero:
+                                if z and d * cp == 1:
+                                    continue  # ZeRO-1 shards over replicas: with one it is the same plan
+                                out += [Candidate(p, d, t, b, mb, schedule, v, rc, z, ep, etp, cp)
+                                        for ep, etp in _expert_layouts(s, t * cp * d, t)]
     if not out:
         raise PpsimError(
             f"no plan splits global_batch {gb} over {space.gpus} devices with micro-batches of "
@@ -112,6 +123,21 @@ def candidates(s: Scenario, space: SearchSpace) -> list[Candidate]:
             f"{'/'.join(map(str, space.tensor_parallel))}; choose another --gpus (a divisor-friendly count)",
             field="--gpus")
     return out
+
+
+def _splits_sequences(s: Scenario, cp: int) -> bool:
+    """Whether ``cp``-way context parallelism can split the scenario's sequences: into 2 x cp chunks
+    (two a rank, for the causal mask's balance) and, by all-to-all, its heads (the rest of the rules
+    are the scenario's: a plan that breaks one is counted invalid)."""
+    m = s.model
+    if cp == 1:
+        return True
+    if m is None or m.seq_len % (2 * cp) or (m.pattern is not None):
+        return False
+    a2a = {"a2a": cp, "a2a+p2p": s.training.cp_a2a_size or 0}.get(s.training.cp_comm, 1)
+    if s.training.cp_comm == "a2a+p2p" and not (a2a and cp % a2a == 0 and 1 < a2a < cp):
+        return False
+    return a2a == 1 or not (m.heads % a2a or m.kv % a2a)
 
 
 def _expert_layouts(s: Scenario, stage_devices: int, t: int) -> list[tuple[int, int | None]]:
@@ -154,6 +180,8 @@ def apply(base: dict[str, Any], c: Candidate) -> dict[str, Any]:
     data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
     data["data_parallel"] = c.data_parallel
     data["tensor_parallel"] = c.tensor_parallel
+    if c.context_parallel > 1 or "context_parallel" in data:
+        data["context_parallel"] = c.context_parallel
     if c.expert_parallel > 1 or "expert_parallel" in data:
         data["expert_parallel"] = c.expert_parallel
     if c.expert_tensor is not None:
