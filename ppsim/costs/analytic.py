@@ -29,7 +29,7 @@ from ppsim.costs.collectives import (
     ring_allreduce_ms,
     traffic,
 )
-from ppsim.costs.context_parallel import ContextParallelComm, context_parallel_comm
+from ppsim.costs.context_parallel import ContextParallelComm, context_parallel_comm, exchange_bytes
 from ppsim.costs.copies import copies_summed
 from ppsim.costs.fsdp import Exposed, fsdp_stage, offload
 from ppsim.costs.gemms import Gemm
@@ -41,7 +41,7 @@ from ppsim.costs.table import CostTable, Link
 from ppsim.costs.tensor_parallel import TensorParallelComm, exposed_comm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
 from ppsim.inputs.hardware import Device
-from ppsim.inputs.scenario import DTYPE_BYTES, ModelSpec, Scenario
+from ppsim.inputs.scenario import ModelSpec, Scenario
 
 OPTIMIZER_BYTES_PER_PARAM = 32
 
@@ -224,14 +224,7 @@ def block_context_comm(s: Scenario, model: ModelSpec, st: StageShape, link: Link
     cp = s.context_parallel
     if cp <= 1 or not st.blocks:
         return ContextParallelComm()
-    tokens = s.training.micro_batch * model.seq_len // cp
-    e = DTYPE_BYTES[model.dtype]
-    if model.mla:  # a rank's keys and values after the up projection, per head
-        kv_bytes = tokens * model.heads * (model.mla.qk_dim + model.mla.v_head_dim) // s.tensor_parallel * e
-        q_bytes = tokens * model.heads * model.mla.qk_dim // s.tensor_parallel * e
-    else:
-        kv_bytes = 2 * tokens * model.kv * model.head_width // s.tensor_parallel * e
-        q_bytes = tokens * model.q_width // s.tensor_parallel * e
+    kv_bytes, q_bytes = exchange_bytes(model, s.training.micro_batch, cp, s.tensor_parallel)
 
     def attention(gemms: tuple[Gemm, ...], backward: bool) -> float:
         return price(tuple(g for g in gemms if g.head_dim), backward) / st.blocks

@@ -22,16 +22,33 @@ values. Per block and micro-batch, with a rank's K and V of ``kv_bytes`` (2 x b 
   of the attention.
 
 The time of a transfer is the CP group's link (inside a node before data parallelism, as
-Megatron orders its groups: ``ppsim.inputs.cluster``); both levels of ``a2a+p2p`` run on it. Not
-modelled: the K/V buffers' memory, and attention kernels slowed by the copies beside them.
+Megatron orders its groups: ``ppsim.inputs.cluster``); both levels of ``a2a+p2p`` run on it.
+
+The exchange's buffers, beyond the activations the block keeps (Transformer Engine's attention
+with context parallelism, :func:`exchange_buffer_bytes`), a working set that each block's
+attention allocates again, so the caching allocator keeps it reserved for the step:
+
+- ``p2p``: the forward keeps every step's received K/V block and every step's partial output
+  until it combines them at the end, cp x (kv + q); the backward double-buffers the K/V blocks
+  with their gradients, 4 kv; the larger of the two;
+- ``all_gather``: the backward's gathered K/V and their gradients before the reduce-scatter, 2 cp kv;
+- ``a2a``: the backward's output gradient and the Q, K, V gradients re-laid beside their inputs,
+  2 q + kv;
+- ``a2a+p2p``: the all-to-alls' then the ring's over cp / a2a groups, together.
+
+Not modelled: attention kernels slowed by the copies beside them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ppsim.costs.collectives import ring_allgather_ms
 from ppsim.costs.table import Link
+
+if TYPE_CHECKING:
+    from ppsim.inputs.scenario import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -73,4 +90,35 @@ def context_parallel_comm(kind: str, cp: int, link: Link, *, kv_bytes: float, q_
 
         per_pass = a2a(q_bytes) + a2a(kv_bytes) + a2a(q_bytes)  # Q, K and V, the output
         return ContextParallelComm(per_pass, per_pass)
+    raise ValueError(f"unknown context-parallel communication {kind!r}")
+
+
+def exchange_bytes(model: ModelSpec, micro_batch: int, cp: int, tensor_parallel: int) -> tuple[int, int]:
+    """A rank's (keys and values, queries) of one block, in bytes, over its s / cp tokens and h / t
+    heads (MLA: the keys and values after the up projection, per head)."""
+    from ppsim.inputs.scenario import DTYPE_BYTES
+
+    tokens, t, e = micro_batch * model.seq_len // cp, tensor_parallel, DTYPE_BYTES[model.dtype]
+    if model.mla:
+        return (tokens * model.heads * (model.mla.qk_dim + model.mla.v_head_dim) // t * e,
+                tokens * model.heads * model.mla.qk_dim // t * e)
+    return 2 * tokens * model.kv * model.head_width // t * e, tokens * model.q_width // t * e
+
+
+def exchange_buffer_bytes(kind: str, cp: int, *, kv_bytes: float, q_bytes: float,
+                          a2a_size: int | None = None) -> float:
+    """The most one block's exchange holds beside the block's activations (the module's docstring)."""
+    if cp <= 1:
+        return 0.0
+    if kind == "p2p":
+        return max(cp * (kv_bytes + q_bytes), 4 * kv_bytes)
+    if kind == "all_gather":
+        return 2 * cp * kv_bytes
+    if kind == "a2a":
+        return 2 * q_bytes + kv_bytes
+    if kind == "a2a+p2p":
+        if not a2a_size or cp % a2a_size:
+            raise ValueError(f"a2a+p2p needs all-to-all groups that divide cp = {cp}, not {a2a_size}")
+        return (exchange_buffer_bytes("a2a", a2a_size, kv_bytes=kv_bytes, q_bytes=q_bytes)
+                + exchange_buffer_bytes("p2p", cp // a2a_size, kv_bytes=kv_bytes, q_bytes=q_bytes))
     raise ValueError(f"unknown context-parallel communication {kind!r}")

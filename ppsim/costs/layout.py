@@ -8,13 +8,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypedDict
 
+from ppsim.costs.context_parallel import exchange_buffer_bytes, exchange_bytes
 from ppsim.costs.gemms import PassGemms
 from ppsim.costs.layers import LayerCost, mtp_module
 from ppsim.costs.memory import StaticMemory, static_memory
 from ppsim.costs.moe import reduced_params
 from ppsim.costs.table import StageCost
 from ppsim.costs.tensor_parallel import message_split
-from ppsim.inputs.scenario import DTYPE_BYTES, MOE_KINDS, Scenario
+from ppsim.inputs.scenario import DTYPE_BYTES, MOE_KINDS, ModelSpec, Scenario
 
 if TYPE_CHECKING:  # pragma: no cover - typing.Unpack is Python 3.11+
     from typing_extensions import Unpack
@@ -146,6 +147,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
     n = len(blocks) // pipes  # the stages of one copy
     if model.tie_embeddings and stage_to_rank[0] == stage_to_rank[-1]:
         head = replace(head, params=head.params - model.vocab * model.hidden // s.tensor_parallel)
+    context_buffers = context_parallel_buffers(s, model)
     stages = []
     first = 0  # the stage's first block, counted over the whole model
     family_gemms: dict[tuple[str, int, int], PassGemms] = {}  # stages of as many blocks share their GEMM lists
@@ -205,9 +207,19 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
             memory=static_memory(params, dtype_bytes, zero_stage=s.training.zero_stage, data_parallel=s.weight_replicas,
                                  message_bytes=message, neighbours=(k > 0) + (k < n - 1),
                                  extra_weight_bytes=int(sum(x.extra_weight_bytes for x in parts)),
-                                 expert_params=expert_params, expert_replicas=s.expert_replicas),
+                                 expert_params=expert_params, expert_replicas=s.expert_replicas,
+                                 workspace_bytes=context_buffers if count else 0),
         ))
     return Layout(tuple(stages), message, whole, dtype_bytes, pipes)
+
+
+def context_parallel_buffers(s: Scenario, model: ModelSpec) -> int:
+    """The bytes a block's context-parallel exchange holds beside its activations (0 without it)."""
+    if s.context_parallel <= 1:
+        return 0
+    kv, q = exchange_bytes(model, s.training.micro_batch, s.context_parallel, s.tensor_parallel)
+    return int(exchange_buffer_bytes(s.training.cp_comm, s.context_parallel, kv_bytes=kv, q_bytes=q,
+                                     a2a_size=s.training.cp_a2a_size))
 
 
 def mtp_parts(s: Scenario, layers: tuple[LayerCost, LayerCost, LayerCost], kinds: BlockKinds,

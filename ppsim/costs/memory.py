@@ -24,7 +24,8 @@ recomputes them, as selective recomputation does). A model without dropout keeps
 the 5as/h).
 
 Communication buffers: a receive and a send buffer of one stage-to-stage message for each
-neighbouring stage.
+neighbouring stage, and the working set of context parallelism's K/V exchange
+(:func:`ppsim.costs.context_parallel.exchange_buffer_bytes`).
 
 A forward-only plan (schedule ``inference``) holds the weights and the buffers, and a micro-batch's
 activations only while its forward runs (:meth:`StaticMemory.forward_only`, ``ppsim.plan.held``):
@@ -112,12 +113,13 @@ class StaticMemory:
 
 def static_memory(params: int, dtype_bytes: int, *, zero_stage: int = 0, data_parallel: int = 1,
                   message_bytes: int = 0, neighbours: int = 0, extra_weight_bytes: int = 0,
-                  expert_params: int = 0, expert_replicas: int = 1) -> StaticMemory:
+                  expert_params: int = 0, expert_replicas: int = 1, workspace_bytes: int = 0) -> StaticMemory:
     """Model states of ``params`` parameters, sharded over ``data_parallel`` replicas as ZeRO's
     stage says (1: the optimizer state, 2: also the gradients, 3: also the weights), the
     ``expert_params`` among them over their ``expert_replicas`` (:mod:`ppsim.costs.moe`), plus send
     and receive buffers for each of ``neighbours`` neighbouring stages; ``extra_weight_bytes`` (FP8
-    training's weight copies) count with the weights, unsharded."""
+    training's weight copies) count with the weights, unsharded; ``workspace_bytes`` (a working set
+    every block allocates again, such as context parallelism's exchange buffers) with the buffers."""
     w, g, o = model_state_bytes_per_param(dtype_bytes)
     dense = params - expert_params
 
@@ -127,4 +129,4 @@ def static_memory(params: int, dtype_bytes: int, *, zero_stage: int = 0, data_pa
         return -(-dense * per_param // data_parallel) + -(-expert_params * per_param // expert_replicas)
 
     return StaticMemory(weights=sharded(w, 3) + extra_weight_bytes, gradients=sharded(g, 2),
-                        optimizer=sharded(o, 1), buffers=2 * message_bytes * neighbours)
+                        optimizer=sharded(o, 1), buffers=2 * message_bytes * neighbours + workspace_bytes)

@@ -92,6 +92,36 @@ def test_context_parallel_ranks_sit_between_the_tensor_ranks_and_the_replicas() 
     assert cl.context_parallel_link(c, 2, 4, 2, 2, "megatron").bandwidth_gb_s == pytest.approx(450)
 
 
+MIB = 2**20
+
+
+@pytest.mark.parametrize("training, buffers", [
+    # a rank's K and V: 2 x 4096 tokens x 4 heads x 128 x 2 bytes = 8 MiB; its Q: 4096 x 2048 x 2 = 16 MiB
+    ({"cp_comm": "p2p"}, 2 * (8 + 16) * MIB),  # each of the 2 steps' K/V block and partial output
+    ({"cp_comm": "all_gather"}, 2 * 2 * 8 * MIB),  # the gathered K/V and their gradients
+    ({"cp_comm": "a2a"}, (2 * 16 + 8) * MIB),  # the output's and Q, K, V's gradients re-laid
+])
+def test_the_exchange_buffers_are_held_with_the_message_buffers(training: dict[str, Any], buffers: int) -> None:
+    """cp = 2 on two stages: each stage holds its send and receive buffers of one message (s / cp x h
+    x 2 bytes = 16 MiB, one neighbour) and the working set of the exchange as cp_comm runs it."""
+    one = build(parse_scenario(scenario(1))).workload.costs.stages
+    two = build(parse_scenario(scenario(2, training=training))).workload.costs.stages
+    for a, b in zip(one, two, strict=True):
+        assert a.memory.buffers == 2 * 32 * MIB
+        assert b.memory.buffers == 2 * 16 * MIB + buffers
+
+
+def test_the_hierarchical_exchange_holds_both_levels_buffers() -> None:
+    """cp = 4 in all-to-all pairs: the pairs' re-laid tensors (a2a of 2: 2 q + kv) and the ring's over
+    2 groups (2 x (kv + q)), K/V of 4 MiB and Q of 8 MiB a rank."""
+    from ppsim.costs.context_parallel import exchange_buffer_bytes
+
+    kw = {"kv_bytes": 4 * MIB, "q_bytes": 8 * MIB}
+    assert exchange_buffer_bytes("a2a+p2p", 4, a2a_size=2, **kw) == (2 * 8 + 4 + 2 * (4 + 8)) * MIB
+    assert exchange_buffer_bytes("p2p", 8, kv_bytes=4 * MIB, q_bytes=0) == 8 * 4 * MIB  # cp blocks beat 4 kv
+    assert exchange_buffer_bytes("p2p", 2, kv_bytes=4 * MIB, q_bytes=0) == 4 * 4 * MIB  # the backward's 4 kv
+
+
 def test_gradients_reduce_over_data_and_context_parallel_ranks() -> None:
     """d = 1 and cp = 2: two devices hold the same weights, so the step ends with a reduction."""
     b = build(parse_scenario(scenario(2)))
