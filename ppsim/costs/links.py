@@ -120,23 +120,33 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank
     )
     # context-parallel ranks sit between the tensor ranks and the replicas (Megatron's order): to the
     # cluster they are d x cp replicas of each stage, each sending its own messages
-    p, d, t, cp = s.pipeline.stages, s.weight_replicas, s.tensor_parallel, s.context_parallel
+    tied = s.model is not None and s.model.tie_embeddings
+    return _routed_links(cluster, spec.placement, spec.network, s.pipeline.stages, s.weight_replicas,
+                         s.tensor_parallel, s.context_parallel, s.expert_parallel, s.expert_tensor, tied,
+                         stage_to_rank, pipes)
+
+
+@lru_cache(maxsize=256)
+def _routed_links(cluster: cl.Cluster, placement: cl.Placement, network: str, p: int, d: int, t: int, cp: int,
+                  ep: int, etp: int, tied: bool, stage_to_rank: tuple[int, ...], pipes: int) -> Links:
+    """The links of a plan's groups routed over ``cluster``: what a search's plans of one layout share
+    (worked out once for them, not once each)."""
     cl.check_fits(cluster, p, d, t, cp)
-    boundaries, dp, tp = cl.plan_links(cluster, stage_to_rank, p, d, t, spec.placement)
+    boundaries, dp, tp = cl.plan_links(cluster, stage_to_rank, p, d, t, placement)
     first, last = stage_to_rank[0], stage_to_rank[-1]
     embedding = None
-    if first != last and s.model is not None and s.model.tie_embeddings:  # every replica's and tensor rank's pair at once
-        flows = [(cl.device_of(first, r, k, p, d, t, spec.placement), cl.device_of(last, r, k, p, d, t, spec.placement))
+    if first != last and tied:  # every replica's and tensor rank's pair at once
+        flows = [(cl.device_of(first, r, k, p, d, t, placement), cl.device_of(last, r, k, p, d, t, placement))
                  for r in range(d) for k in range(t)]
         embedding = as_link(cl.route_link(cluster, flows))
     copies = None
     if pipes > 1:  # every pair's devices at once (the copies sum at the same moment): the slowest
-        copies = as_link(cl.pairs_link(cluster, tuple(twin_ranks(stage_to_rank, pipes)), p, d, t, spec.placement))
+        copies = as_link(cl.pairs_link(cluster, tuple(twin_ranks(stage_to_rank, pipes)), p, d, t, placement))
     fabric = None
-    if spec.network == "flows":
-        fabric = _fabric_routes(cluster, stage_to_rank, p, d, t, spec.placement)
-    context = as_link(cl.context_parallel_link(cluster, p, d, t, cp, spec.placement))
-    experts = as_link(cl.expert_parallel_link(cluster, p, d, t, s.expert_parallel, s.expert_tensor, spec.placement))
-    expert_tensor = as_link(cl.expert_tensor_link(cluster, p, d, t, s.expert_tensor, spec.placement))
+    if network == "flows":
+        fabric = _fabric_routes(cluster, stage_to_rank, p, d, t, placement)
+    context = as_link(cl.context_parallel_link(cluster, p, d, t, cp, placement))
+    experts = as_link(cl.expert_parallel_link(cluster, p, d, t, ep, etp, placement))
+    expert_tensor = as_link(cl.expert_tensor_link(cluster, p, d, t, etp, placement))
     return Links(tuple(as_link(b) for b in boundaries), as_link(dp), as_link(tp), context, experts, expert_tensor,
                  embedding, copies, fabric)
