@@ -174,7 +174,7 @@ def schedules() -> None:
 @app.command()
 @plan_options("schedule", "stages", "microbatches", "chunks")
 def plan(
-    file: Path = typer.Argument(..., help="Scenario YAML, or a plan JSON written by --save."),
+    file: Path = typer.Argument(..., help="Scenario YAML, a plan JSON written by --save, or torch's schedule CSV."),
     comms: bool = typer.Option(False, "--comms", help="Show the lowered plan (sends, receives, end of step)."),
     save: Path | None = typer.Option(None, "--save", help="Write the plan as JSON."),
     csv_out: bool = typer.Option(False, "--csv", help="Print the plan as CSV (one row per rank, torch's layout)."),
@@ -187,12 +187,12 @@ def plan(
 
     with bad_input_exits():
         targets = output_targets({"--save": save}, [file], force)
-        if file.suffix == ".json":
+        if file.suffix in (".json", ".csv"):
             if plan.given():
                 raise usage_error("plan options need a scenario, not a saved plan", "--schedule / --stages")
-            from ppsim.plan.schedules.from_file import load_plan_file
+            from ppsim.plan.schedules.from_file import load_plan_file, read_plan
 
-            the_plan = load_plan_file(file)
+            the_plan = read_plan(file) if file.suffix == ".csv" else load_plan_file(file)
             # a plan lowered for posted sends need not run if every send blocked
             validate(the_plan, rendezvous=the_plan.meta.get("sends", "rendezvous") == "rendezvous")
         else:

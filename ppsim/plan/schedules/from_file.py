@@ -4,8 +4,12 @@ writes it) or torch's schedule CSV (one row per rank, one action per cell, as
 
 Only the compute actions are read: sends, receives and the end of the step are placed again by
 lowering, as for every other schedule, and torch's FSDP actions (UNSHARD, RESHARD) and empty
-(bubble) cells are skipped. Sizes and placement come from the file; the plan is validated on
-reading, so one that cannot finish is refused with the grid.
+(bubble) cells are skipped. torch's CSVs are read in both of torch's namings of the backward: today
+``B`` is the full backward and ``I`` / ``W`` its input and weight halves; before torch renamed
+them, ``BW`` was the full backward and ``B`` the input half. A file is of the older naming when it
+has a ``BW``, or ``W`` without any ``I`` (a full backward is never followed by a weight grad).
+Sizes and placement come from the file; the plan is validated on reading, so one that cannot
+finish is refused with the grid.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -210,16 +215,40 @@ def compute_only(plan: Plan, name: str) -> Plan:
                 pipes=plan.pipes, meta=dict(plan.meta))
 
 
+#: a compute cell of torch's CSV in the naming before the rename: (stage, BW or B, micro-batch)
+_OLD_BACKWARD = re.compile(r"^(\d+)(BW|B)(\d+)$")
+_KIND_CELL = re.compile(r"^\d+([A-Z_]+)\d*$")
+
+
+def before_rename(cells: list[str]) -> bool:
+    """Whether torch's CSV cells name the backward as torch did before the rename (module docstring)."""
+    kinds = {m.group(1) for c in cells if (m := _KIND_CELL.match(c))}
+    return "BW" in kinds or ("W" in kinds and "I" not in kinds)
+
+
+def _renamed(cell: str) -> str:
+    """A cell of the older naming in today's: ``BW`` -> ``B`` (full), ``B`` -> ``I`` (input half)."""
+    m = _OLD_BACKWARD.match(cell)
+    if not m:
+        return cell
+    stage, kind, mb = m.groups()
+    return f"{stage}{'B' if kind == 'BW' else 'I'}{mb}"
+
+
 def from_torch_csv(text: str, name: str) -> Plan:
     """A plan from torch's schedule CSV: row r is rank r's actions (``0F0``, ``1I3``, ``2W1``;
-    communication, FSDP and empty cells skipped). Sizes and placement follow from the actions."""
+    communication, FSDP and empty cells skipped), in either of torch's namings of the backward.
+    Sizes and placement follow from the actions."""
+    table = [[cell.strip() for cell in row] for row in csv.reader(io.StringIO(text))]
+    old = before_rename([c for row in table for c in row])
     rows: list[list[Action]] = []
-    for r, row in enumerate(csv.reader(io.StringIO(text))):
+    for r, row in enumerate(table):
         actions = []
         for cell in row:
-            cell = cell.strip()
             if not cell or cell.endswith(_SKIPPED):
                 continue
+            if old:
+                cell = _renamed(cell)
             try:
                 a = Action.parse(cell)
             except PlanError as exc:
@@ -248,4 +277,5 @@ def from_torch_csv(text: str, name: str) -> Plan:
                 stage_to_rank=tuple(where[s] for s in range(stages)), actions=tuple(tuple(r) for r in rows))
 
 
-__all__ = ["FILE_PREFIX", "compute_only", "from_file", "from_torch_csv", "load_plan_file", "plan_from_json", "read_plan"]
+__all__ = ["FILE_PREFIX", "before_rename", "compute_only", "from_file", "from_torch_csv", "load_plan_file",
+           "plan_from_json", "read_plan"]
