@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the same names as _SOURCES below, for the type checker
     from ppsim.costs.host_memory import host_run_bytes
     from ppsim.costs.layers import gpt_layers
     from ppsim.costs.moe import ExpertShard
+    from ppsim.export.deepspeed import parts as deepspeed_parts
     from ppsim.formats import DEVICE_FILE_MARKER
     from ppsim.inputs.hardware import Device, get_device
     from ppsim.inputs.profile import (
@@ -103,6 +104,7 @@ _SOURCES: dict[str, str] = {
     "workload_meta": "ppsim.prediction",
     "simulate": "ppsim.sim",
     "host_run_bytes": "ppsim.costs.host_memory",
+    "deepspeed_parts": "ppsim.export.deepspeed:parts",
     "gpt_layers": "ppsim.costs.layers",
     "ExpertShard": "ppsim.costs.moe",
     # the trace
@@ -146,7 +148,7 @@ __all__ = [
     "LinkProfile", "MeasuredCollective", "MemorySource", "ModelSpec", "Overheads", "Plan", "PlanOverrides",
     "Prediction", "Profile", "QuartileTimes",
     "RecomputeTimes", "SEARCHED_SCHEDULE", "Scenario", "Span", "Summary", "TensorParallelTimes", "Trace", "TraceMeta", "build",
-    "compare_traces",
+    "compare_traces", "deepspeed_parts",
     "comparison_renderable", "err", "fail", "get_device", "gpt_layers", "host_run_bytes", "load_profile_option",
     "lower_built", "output_targets", "parse_scenario", "peer_stage", "plan_meta", "plan_options", "predict",
     "print_summary", "progress_bar", "rank_metrics", "say", "scenario_with", "scenario_workload", "shape_of",

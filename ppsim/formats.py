@@ -22,6 +22,12 @@ TUNED_SCENARIO_MARKER = "# written by ppsim tune"
 DEVICE_FILE_MARKER = "# written by ppexec device"
 
 
+#: the first line of the files ``ppsim export`` writes that can hold a comment, or the value of a JSON
+#: file's first key (a schedule CSV holds neither: it counts as ppsim's when the TOML beside it is)
+EXPORT_MARKER = "# written by ppsim export"
+EXPORT_JSON_KEY = "written_by"
+
+
 def written_markers() -> tuple[bytes, ...]:
     """Byte strings, one of which lies in the first 4 KiB of every file ppsim writes."""
     return (
@@ -33,4 +39,6 @@ def written_markers() -> tuple[bytes, ...]:
         PNG_MARKER,
         TUNED_SCENARIO_MARKER.encode(),
         DEVICE_FILE_MARKER.encode(),
+        EXPORT_MARKER.encode(),
+        f'"{EXPORT_JSON_KEY}": "ppsim export'.encode(),
     )

@@ -141,12 +141,11 @@ def layer_factories(spec: ModelSpec, seed: int, recompute: str = "none", tp: TPG
 
 def stage_boundaries(blocks_per_stage: list[int]) -> list[int]:
     """DeepSpeed ``parts`` (layer index where each stage starts, plus the end) for block counts,
-    the embedding going to the first stage and the head to the last."""
-    parts = [0]
-    for k, count in enumerate(blocks_per_stage):
-        parts.append(parts[-1] + count + (1 if k == 0 else 0))
-    parts[-1] += 1  # the head
-    return parts
+    the embedding going to the first stage and the head to the last: what ``ppsim export --to
+    deepspeed`` writes."""
+    from ppsim.api import deepspeed_parts
+
+    return deepspeed_parts(blocks_per_stage)
 
 
 def optimizer_state(optimizer: Any) -> dict[str, Any]:

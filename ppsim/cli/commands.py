@@ -453,6 +453,46 @@ def tune(
 
 @app.command()
 @plan_options()
+def export(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+    to: str = typer.Option(..., "--to", help="The framework: megatron, torchtitan or deepspeed."),
+    out: Path = typer.Option(Path("."), "--out", help="Folder to write the files in, made if missing (default: "
+                                                      "here); - prints them instead."),
+    force: bool = force_option(),
+    plan: PlanOverrides = PlanOverrides(),
+) -> None:
+    """Write what a framework needs to run SCENARIO's plan: Megatron-LM's arguments, torchtitan's TOML
+    and schedule CSV, or DeepSpeed's config and pipeline parts; or say in one line a reason it cannot."""
+    from ppsim.cli.export_files import export_targets, write_export
+    from ppsim.export import FRAMEWORKS
+    from ppsim.export import export as export_plan
+
+    if to not in FRAMEWORKS:
+        raise usage_error(f"{to!r} is not a framework ppsim exports to; choose {', '.join(FRAMEWORKS)}", "--to")
+    with bad_input_exits():
+        s = scenario_with(scenario, plan)
+        stem = scenario.stem
+        given = [x for opt, value in plan.given().items() for x in (f"--{opt.replace('_', '-')}", str(value))]
+        command = shlex.join(["ppsim", "export", str(scenario), "--to", to] + given)
+        printed = str(out) == "-"
+        result = export_plan(s, to, stem, command, Path(".") if printed else out)
+        paths = {} if printed else export_targets(out, stem, list(result.files), [scenario], force)
+        write_export(result, paths)
+    say("layers", result.check)
+    for note in result.notes:
+        say("note", note)
+    if printed:
+        for sfx, text in result.files.items():
+            typer.echo(f"==> {stem}{sfx} <==\n{text}", nl=False)
+        return
+    for path in paths.values():
+        err.print(f"wrote {path}")
+    for line in result.usage:
+        typer.echo(line)
+
+
+@app.command()
+@plan_options()
 def tui(
     files: list[Path] = typer.Argument(..., help="A scenario YAML, or one or two saved traces to see side by side: "
                                                  "Trace or Chrome JSON, ppexec run folders, torch profiler traces "

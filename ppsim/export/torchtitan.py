@@ -1,0 +1,157 @@
+"""The plan as torchtitan's TOML job config (its v0.2.2 format, the last with TOML files) and the
+schedule CSV its ``_PipelineScheduleRuntime`` runs: the plan's exact order of compute actions on
+each rank (compute only: torch places the sends and receives), for every ppsim schedule, torch
+class or not. Names from :data:`ppsim.export.names.TORCHTITAN`.
+
+torchtitan splits the model by ``module_fqns_per_model_part`` (one list per virtual stage, its
+llama3 model's module names) and places the stages by the schedule's name: V placement for
+``ZBVZeroBubble``, a loop otherwise; so the TOML names a torch class of the plan's placement and
+stage count, while the CSV says the order. Refused, each with its fix: DualPipe (two copies of the
+model), ZeRO-1 and 2 (torchtitan shards with FSDP, ZeRO-3), FP8 recipes torchtitan has not (delayed,
+blockwise), FP4, a hybrid pattern, sliding windows, offloading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ppsim.export.names import TORCHTITAN as N
+from ppsim.export.placement import StageLayers
+from ppsim.export.result import Refusals
+from ppsim.formats import EXPORT_MARKER
+from ppsim.inputs.scenario import Scenario
+from ppsim.plan import Plan
+
+TomlValue = str | int | float | bool | list[str] | list[list[str]]
+
+
+def torchtitan_config(s: Scenario, plan: Plan, stages: list[StageLayers], csv_name: str, refuse: Refusals,
+                      notes: list[str]) -> dict[str, dict[str, TomlValue]]:
+    """The TOML sections and keys of the plan; ``csv_name``: the schedule CSV's path as the TOML gives it."""
+    model, tr, pl = s.model, s.training, s.pipeline
+    assert model is not None
+    out: dict[str, dict[str, TomlValue]] = {}
+
+    def put(key: str, value: TomlValue) -> None:
+        section, name = N[key].name.rsplit(".", 1)
+        out.setdefault(section, {})[name] = value
+
+    put("model_name", "llama3")
+    notes.append("model.name llama3: torchtitan builds the model from its name and flavor; choose (or add) the "
+                 f"flavor of this shape ({model.layers} layers, hidden {model.hidden}, {model.heads} heads, "
+                 f"{model.kv} KV heads, MLP {model.ffn}, vocabulary {model.vocab}); the stages' module names are "
+                 "llama3's")
+    if tr.fp8 == "tensorwise":
+        put("converters", ["quantize.linear.float8"])
+        put("float8_recipe", "tensorwise")
+    elif tr.fp8 == "mxfp8":
+        put("converters", ["quantize.linear.mx"])
+        put("mx_recipe", "mxfp8_cublas")
+    elif tr.fp8:
+        refuse.add(f"torchtitan has no {tr.fp8} FP8 scaling: export with training.fp8: tensorwise or mxfp8")
+    if tr.fp4:
+        refuse.add("torchtitan's TOML has no FP4 training: export without training.fp4")
+    d = s.data_parallel
+    # a pipeline's micro-batches are its local batch over the micro-batch size; without one, torchtitan
+    # accumulates gradients over the global batch's excess over the local batch x replicas
+    put("local_batch", tr.micro_batch * (s.microbatches if pl.stages > 1 else 1))
+    put("global_batch", s.global_batch)
+    put("seq_len", model.seq_len)
+    put("max_norm", tr.grad_clip)
+    if model.dtype == "fp16":
+        refuse.add("torchtitan trains in bfloat16 or float32, not fp16: export with model.dtype: bf16")
+    put("param_dtype", "float32" if model.dtype == "fp32" else "bfloat16")
+    # data parallelism: replicated (DDP) or fully sharded (FSDP, ZeRO-3); torchtitan has no ZeRO-1 or 2
+    if tr.zero_stage in (1, 2) and d > 1:
+        refuse.add(f"torchtitan shards with FSDP (ZeRO-3) or replicates (ZeRO-0); it has no ZeRO-{tr.zero_stage}: "
+                   "export with --zero-stage 0 or 3")
+    sharded = tr.zero_stage == 3
+    put("replicate", 1 if sharded else d)
+    put("shard", d if sharded else 1)
+    put("tensor_parallel", s.tensor_parallel)
+    put("context_parallel", s.context_parallel)
+    put("stages", pl.stages)
+    put("microbatch_size", tr.micro_batch)
+    if pl.stages > 1:
+        put("schedule", placement_schedule(plan))
+        put("schedule_csv", csv_name)
+        put("fqns", module_fqns(stages, model.layers))
+    if pl.schedule == "dualpipe":
+        refuse.add("DualPipe runs two copies of the model; torchtitan runs one: export dualpipev")
+    if model.moe is not None:
+        put("expert_parallel", s.expert_parallel)
+        etp = s.expert_tensor
+        if etp not in (1, s.tensor_parallel):
+            refuse.add(f"torchtitan splits experts over 1 or t devices, not {etp}: export with expert_tensor_parallel "
+                       f"1 or {s.tensor_parallel}")
+        put("expert_tensor", etp)
+    _checkpointing(s, put, refuse, notes)
+    if model.pattern is not None:
+        refuse.add("torchtitan has no hybrid Mamba model: export a GPT-style model")
+    if model.attention_window is not None:
+        refuse.add("sliding-window attention is not exported yet: drop model.attention_window")
+    if tr.offload_layers:
+        refuse.add("ppsim's activation offloading is not torchtitan's: export with training.offload_layers: 0")
+    if s.context_parallel > 1 and tr.cp_comm != "all_gather":
+        notes.append(f"torchtitan's ring attention passes keys and values by all-gather or all-to-all "
+                     f"(context_parallel_rotate_method), not Megatron's {tr.cp_comm}: ppsim priced {tr.cp_comm}")
+    if s.tensor_parallel > 1 and not tr.sequence_parallel:
+        notes.append("torchtitan's tensor parallelism always splits the norms' activations (sequence parallel); "
+                     "ppsim priced it without")
+    return out
+
+
+def _checkpointing(s: Scenario, put: Callable[[str, TomlValue], None], refuse: Refusals, notes: list[str]) -> None:
+    tr = s.training
+    if tr.recompute == "none":
+        put("ac_mode", "none")
+    elif tr.recompute == "full":
+        put("ac_mode", "full")
+        if tr.recompute_layers:
+            refuse.add("torchtitan checkpoints every block or every n-th, not the first n of each stage: "
+                       "drop training.recompute_layers")
+    else:
+        put("ac_mode", "selective")
+        put("ac_option", "op")
+        notes.append("selective recomputation as torchtitan's per-operator checkpointing (it keeps the matmuls' "
+                     "outputs and recomputes the rest; ppsim priced the attention core recomputed)")
+
+
+def placement_schedule(plan: Plan) -> str:
+    """The torch schedule class whose placement and stages per rank torchtitan splits the model for:
+    ``1F1B`` for one stage a rank, ``ZBVZeroBubble`` for V placement, ``Interleaved1F1B`` for a loop."""
+    if plan.chunks == 1:
+        return "1F1B"
+    p = plan.num_ranks
+    v_placement = tuple(list(range(p)) + list(range(p - 1, -1, -1)))
+    return "ZBVZeroBubble" if plan.stage_to_rank == v_placement else "Interleaved1F1B"
+
+
+def module_fqns(stages: list[StageLayers], layers: int) -> list[list[str]]:
+    """Each virtual stage's modules, in llama3's names: the embedding, the blocks, the final norm
+    and the output head."""
+    out = []
+    for st in stages:
+        names = (["tok_embeddings"] if st.embedding else []) + [f"layers.{i}" for i in st.block_range]
+        out.append(names + (["norm", "output"] if st.head else []))
+    return out
+
+
+def toml_text(sections: dict[str, dict[str, TomlValue]], command: str) -> str:
+    """The sections as TOML (strings, numbers, booleans and lists of them)."""
+    lines = [f"{EXPORT_MARKER}: {command}", "# torchtitan v0.2.2's TOML: merge these keys into your train config", ""]
+    for section, keys in sections.items():
+        lines.append(f"[{section}]")
+        lines += [f"{key} = {_value(value)}" for key, value in keys.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _value(v: TomlValue) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return "[" + ", ".join(_value(x) for x in v) + "]"
