@@ -36,8 +36,8 @@ if TYPE_CHECKING:  # the same names as _SOURCES below, for the type checker
     from ppsim.costs.host_memory import host_run_bytes
     from ppsim.costs.layers import gpt_layers
     from ppsim.costs.moe import ExpertShard
-    from ppsim.export.deepspeed import parts as deepspeed_parts
     from ppsim.formats import DEVICE_FILE_MARKER
+    from ppsim.frameworks.deepspeed import parts as deepspeed_parts
     from ppsim.inputs.hardware import Device, get_device
     from ppsim.inputs.profile import (
         LayerTimes,
@@ -104,7 +104,7 @@ _SOURCES: dict[str, str] = {
     "workload_meta": "ppsim.prediction",
     "simulate": "ppsim.sim",
     "host_run_bytes": "ppsim.costs.host_memory",
-    "deepspeed_parts": "ppsim.export.deepspeed:parts",
+    "deepspeed_parts": "ppsim.frameworks.deepspeed:parts",
     "gpt_layers": "ppsim.costs.layers",
     "ExpertShard": "ppsim.costs.moe",
     # the trace

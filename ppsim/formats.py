@@ -18,6 +18,8 @@ HTML_MARKER = "<!-- ppsim -->"
 PNG_MARKER = b"tEXtSoftware\x00ppsim"
 #: the first line of every scenario file ``ppsim tune --write`` writes
 TUNED_SCENARIO_MARKER = "# written by ppsim tune"
+#: the first line of every scenario ``ppsim import`` writes
+IMPORTED_SCENARIO_MARKER = "# written by ppsim import"
 #: the first line of every device file (and its GEMM timings) ``ppexec device`` writes
 DEVICE_FILE_MARKER = "# written by ppexec device"
 
@@ -38,6 +40,7 @@ def written_markers() -> tuple[bytes, ...]:
         f"format: {PROFILE_FORMAT}".encode(),  # Profile.to_yaml
         PNG_MARKER,
         TUNED_SCENARIO_MARKER.encode(),
+        IMPORTED_SCENARIO_MARKER.encode(),
         DEVICE_FILE_MARKER.encode(),
         EXPORT_MARKER.encode(),
         f'"{EXPORT_JSON_KEY}": "ppsim export'.encode(),

@@ -464,8 +464,8 @@ def export(
     """Write what a framework needs to run SCENARIO's plan: Megatron-LM's arguments, torchtitan's TOML
     and schedule CSV, or DeepSpeed's config and pipeline parts; or say in one line a reason it cannot."""
     from ppsim.cli.export_files import export_targets, write_export
-    from ppsim.export import FRAMEWORKS
-    from ppsim.export import export as export_plan
+    from ppsim.frameworks import FRAMEWORKS
+    from ppsim.frameworks import export as export_plan
 
     if to not in FRAMEWORKS:
         raise usage_error(f"{to!r} is not a framework ppsim exports to; choose {', '.join(FRAMEWORKS)}", "--to")
@@ -489,6 +489,45 @@ def export(
         err.print(f"wrote {path}")
     for line in result.usage:
         typer.echo(line)
+
+
+@app.command("import")
+def import_(
+    files: list[Path] = typer.Argument(..., help="Megatron-LM arguments (a command line or file), a torchtitan TOML, "
+                                                 "or a DeepSpeed config JSON (and its pipeline parts JSON)."),
+    base: Path | None = typer.Option(None, "--base", help="Scenario giving what the files do not: the device and "
+                                                          "cluster, and the model for torchtitan and DeepSpeed."),
+    gpus: int | None = typer.Option(None, "--gpus", min=1, help="GPUs of the job (Megatron's data parallelism is "
+                                                                "the GPUs over t x p x cp); default: the base's."),
+    write: Path | None = typer.Option(None, "--write", help="Write the scenario here (default: print it)."),
+    force: bool = force_option(),
+) -> None:
+    """Read a framework's configuration into a ppsim scenario, for `ppsim run` to predict."""
+    from ppsim import outputs
+    from ppsim.formats import IMPORTED_SCENARIO_MARKER
+    from ppsim.frameworks.importing import import_scenario, scenario_yaml
+    from ppsim.inputs.scenario import load, parse_scenario
+
+    with bad_input_exits():
+        targets = output_targets({"--write": write}, [*files, *([base] if base else [])], force)
+        base_data = load(base).model_dump(exclude_none=True) if base else {}
+        data, framework, notes = import_scenario(files, base_data, gpus)
+        if base is None:
+            notes.append("no --base: the device is ppsim's default; give --base SCENARIO for yours and its cluster")
+        data.pop("deepspeed", None)
+        parse_scenario(data, source=f"the scenario imported from {files[0].name}")  # checked before it is written
+        command = shlex.join(["ppsim", "import", *map(str, files)] + [
+            x for opt, value in (("--base", base), ("--gpus", gpus)) if value is not None for x in (opt, str(value))])
+        text = f"{IMPORTED_SCENARIO_MARKER} from {framework}'s configuration: {command}\n" + scenario_yaml(data)
+        if "--write" in targets:
+            outputs.write_text(targets["--write"], text)
+    for note in notes:
+        say("note", note)
+    if "--write" not in targets:
+        typer.echo(text, nl=False)
+        return
+    report_written(targets)
+    typer.echo(f"ppsim run {shlex.quote(str(targets['--write']))}  # predicts it")
 
 
 @app.command()

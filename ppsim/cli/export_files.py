@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ppsim import outputs
 from ppsim.errors import PpsimError, file_error, shown_path
-from ppsim.export import Export
+from ppsim.frameworks import Export
 
 UNMARKED = (".schedule.csv", ".ds_config.json")  #: files whose format has no room for ppsim's mark
 

@@ -22,10 +22,10 @@ ALLOWED: dict[str, set[str]] = {
     "views": {"trace", "plan", "inputs"},
     "prediction": {"inputs", "costs", "plan", "sim", "trace"},
     "search": {"inputs", "costs", "plan", "sim", "trace", "views", "prediction"},
-    "export": {"inputs", "plan", "prediction"},  # a plan as a framework's configuration
-    "cli": {"inputs", "costs", "plan", "sim", "trace", "views", "prediction", "search", "export"},
+    "frameworks": {"inputs", "plan", "prediction"},  # a plan as a framework's configuration, and back
+    "cli": {"inputs", "costs", "plan", "sim", "trace", "views", "prediction", "search", "frameworks"},
     # what an executor (ppexec) may use of ppsim, on top of everything (tests/ppexec/test_layout_ppexec.py)
-    "api": {"inputs", "costs", "plan", "sim", "trace", "views", "prediction", "search", "cli", "export"},
+    "api": {"inputs", "costs", "plan", "sim", "trace", "views", "prediction", "search", "cli", "frameworks"},
 }
 
 

@@ -1,7 +1,7 @@
 """The plan as Megatron-LM's command-line arguments (``pretrain_gpt.py``): parallel sizes, the
 pipeline layout string (virtual stages, uneven stages, the embedding and the loss placed as ppsim
 placed them), batch, recomputation, the distributed optimizer, overlaps, precision, the model's
-shape and its experts. Names from :data:`ppsim.export.names.MEGATRON`.
+shape and its experts. Names from :data:`ppsim.frameworks.names.MEGATRON`.
 
 Megatron-Core runs 1F1B, interleaved 1F1B and, for a mixture of experts, the combined 1F1B; its
 distributed optimizer is ZeRO-1. A plan it cannot run as predicted (another schedule, ZeRO-2 or 3,
@@ -13,10 +13,10 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 
-from ppsim.export.names import MEGATRON as N
-from ppsim.export.placement import StageLayers
-from ppsim.export.result import Refusals
 from ppsim.formats import EXPORT_MARKER
+from ppsim.frameworks.names import MEGATRON as N
+from ppsim.frameworks.placement import StageLayers
+from ppsim.frameworks.result import Refusals
 from ppsim.inputs.megatron_layout import format_layout
 from ppsim.inputs.scenario import Scenario
 

@@ -3,7 +3,7 @@ stage's first layer in the list of layers the module is built from (the embeddin
 the head), then its end. DeepSpeed runs one pipeline schedule (its TrainSchedule, 1F1B) and ZeRO 0
 or 1 beside a pipeline; its ``partition_method`` takes ``uniform``, ``parameters`` or
 ``type:regex``; the parts say which of them gives ppsim's partition, or that the module must be
-given the parts itself. Names from :data:`ppsim.export.names.DEEPSPEED`.
+given the parts itself. Names from :data:`ppsim.frameworks.names.DEEPSPEED`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ppsim.export.names import DEEPSPEED as N
-from ppsim.export.placement import StageLayers
-from ppsim.export.result import Refusals
+from ppsim.errors import ScenarioError
 from ppsim.formats import EXPORT_JSON_KEY
+from ppsim.frameworks.names import DEEPSPEED as N
+from ppsim.frameworks.placement import StageLayers
+from ppsim.frameworks.result import Refusals
 from ppsim.inputs.scenario import Scenario
 
 
@@ -76,6 +77,19 @@ def parts(blocks_per_stage: Sequence[int]) -> list[int]:
         out.append(out[-1] + count + (k == 0))
     out[-1] += 1  # the head
     return out
+
+
+def blocks_of_parts(cuts: list[int]) -> list[int]:
+    """Blocks per stage of DeepSpeed parts over [embedding, blocks..., head]."""
+    sizes = [b - a for a, b in zip(cuts, cuts[1:])]
+    if any(x < 0 for x in sizes) or cuts[0] != 0:
+        raise ScenarioError(f"parts {cuts} must start at 0 and never fall", field="FILES")
+    sizes[0] -= 1
+    sizes[-1] -= 1
+    if min(sizes) < 0:
+        raise ScenarioError(f"parts {cuts} leave no room for the embedding on the first stage or the head on the last",
+                            field="FILES")
+    return sizes
 
 
 def uniform_parts(items: int, stages: int) -> list[int]:

@@ -1,7 +1,7 @@
 """The plan as torchtitan's TOML job config (its v0.2.2 format, the last with TOML files) and the
 schedule CSV its ``_PipelineScheduleRuntime`` runs: the plan's exact order of compute actions on
 each rank (compute only: torch places the sends and receives), for every ppsim schedule, torch
-class or not. Names from :data:`ppsim.export.names.TORCHTITAN`.
+class or not. Names from :data:`ppsim.frameworks.names.TORCHTITAN`.
 
 torchtitan splits the model by ``module_fqns_per_model_part`` (one list per virtual stage, its
 llama3 model's module names) and places the stages by the schedule's name: V placement for
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ppsim.export.names import TORCHTITAN as N
-from ppsim.export.placement import StageLayers
-from ppsim.export.result import Refusals
 from ppsim.formats import EXPORT_MARKER
+from ppsim.frameworks.names import TORCHTITAN as N
+from ppsim.frameworks.placement import StageLayers
+from ppsim.frameworks.result import Refusals
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan import Plan
 

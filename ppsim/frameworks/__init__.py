@@ -1,14 +1,14 @@
 """ppsim's plan as the configuration of the framework a user trains with: Megatron-LM's
 arguments, torchtitan's TOML and schedule CSV, DeepSpeed's config and pipeline parts
-(:func:`export`); each framework's names in :mod:`ppsim.export.names`."""
+(:func:`export`); each framework's names in :mod:`ppsim.frameworks.names`."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from ppsim.export.placement import layer_check, stage_layers
-from ppsim.export.result import CannotExport, Export, Refusals
+from ppsim.frameworks.placement import layer_check, stage_layers
+from ppsim.frameworks.result import CannotExport, Export, Refusals
 from ppsim.inputs.scenario import Scenario
 
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
@@ -29,7 +29,7 @@ def export(s: Scenario, framework: str, stem: str, command: str, folder: Path = 
     check = layer_check(stages, s.model.layers)
     refuse, notes = Refusals(framework), list[str]()
     if framework == "megatron":
-        from ppsim.export.megatron import ARRAY, args_file, megatron_args
+        from ppsim.frameworks.megatron import ARRAY, args_file, megatron_args
 
         args = megatron_args(s, stages, refuse, notes)
         refuse.check()
@@ -38,7 +38,7 @@ def export(s: Scenario, framework: str, stem: str, command: str, folder: Path = 
                       [f"source {name}", f"torchrun --nproc-per-node ... pretrain_gpt.py \"${{{ARRAY}[@]}}\" "
                        "--data-path ... --tokenizer-type ... --train-iters ..."], notes)
     if framework == "torchtitan":
-        from ppsim.export.torchtitan import toml_text, torchtitan_config
+        from ppsim.frameworks.torchtitan import toml_text, torchtitan_config
 
         csv_name = f"{stem}.schedule.csv"
         sections = torchtitan_config(s, built.plan, stages, csv_name, refuse, notes)
@@ -50,7 +50,7 @@ def export(s: Scenario, framework: str, stem: str, command: str, folder: Path = 
                       [f"torchrun --nproc-per-node ... -m torchtitan.train --job.config_file "
                        f"{folder / (stem + '.torchtitan.toml')} (from the folder that holds {folder / csv_name}: "
                        "the TOML names it by a relative path)"], notes)
-    from ppsim.export.deepspeed import ds_config, parts_file
+    from ppsim.frameworks.deepspeed import ds_config, parts_file
 
     config = ds_config(s, refuse, notes)
     refuse.check()

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from conftest import GPT_YAML, SCENARIOS, invoke
 from ppsim.cli import app
-from ppsim.export import CannotExport, export
-from ppsim.export.deepspeed import parts, uniform_parts
-from ppsim.export.megatron import ARRAY
+from ppsim.frameworks import CannotExport, export
+from ppsim.frameworks.deepspeed import parts, uniform_parts
+from ppsim.frameworks.megatron import ARRAY
 from ppsim.inputs.megatron_layout import blocks_per_stage, parse_layout
 from ppsim.inputs.scenario import load, parse_scenario
 from ppsim.plan import Kind, schedules
@@ -97,7 +97,7 @@ def test_megatron_gets_the_plans_batch_recompute_optimizer_and_precision() -> No
 def test_a_mixture_of_experts_layer_list_is_megatrons() -> None:
     flags = megatron_flags(load(SCENARIOS / "mixtral-8x7b.yaml"))
     assert flags["--moe-layer-freq"] == ["([1]*32)"] and flags["--num-experts"] == ["8"]
-    from ppsim.export.megatron import moe_layer_freq
+    from ppsim.frameworks.megatron import moe_layer_freq
 
     assert moe_layer_freq([False] * 3 + [True] * 58) == "([0]*3+[1]*58)"
     assert eval(moe_layer_freq([False, True, True, False])) == [0, 1, 1, 0]  # what Megatron's parser evaluates

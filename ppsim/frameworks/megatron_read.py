@@ -1,0 +1,256 @@
+"""Megatron-LM's command-line arguments read back into a ppsim scenario mapping: what
+``ppsim import`` does with an argument list (a ``pretrain_gpt.py`` command line, a file of
+arguments, or the bash array ``ppsim export --to megatron`` writes). The reverse of
+:mod:`ppsim.frameworks.megatron`, through the same names table; Megatron's defaults where a flag
+is absent (LayerNorm-free pricing aside: tied embeddings, learned positions, dropout 0.1, fp32).
+
+What Megatron does not say is the cluster: the data-parallel size is the GPUs over t x p x cp,
+so the GPUs come from ``gpus`` (or the base scenario's plan); the device and the network from the
+base scenario.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from ppsim.errors import ScenarioError
+from ppsim.frameworks.names import MEGATRON as N
+from ppsim.inputs.megatron_layout import blocks_per_stage, check_layout, parse_layout
+
+FIELD = "megatron arguments"
+#: flags that take no value (the rest take one, or several: --recompute-modules, --hierarchical-...)
+_SWITCHES = {N[k].name for k in ("sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
+                                 "overlap_param_gather", "tp_comm_overlap", "moe_overlap", "delay_wgrad",
+                                 "fp8_param_gather", "gqa", "swiglu", "untie", "bf16", "fp16", "grouped_gemm", "mla")}
+
+
+def argument_tokens(text: str) -> list[str]:
+    """The words of a Megatron command line or argument file, from its first ``--flag`` on: shell
+    comments, line continuations, a bash array's brackets and what comes before the first flag
+    (``torchrun ... pretrain_gpt.py``) dropped."""
+    text = text.replace("\\\n", " ")
+    words = [w for w in shlex.split(text, comments=True) if not re.fullmatch(r"[A-Za-z_]\w*=\(|\(|\)", w)]
+    first = next((i for i, w in enumerate(words) if w.startswith("--")), len(words))
+    return words[first:]
+
+
+def flags(words: list[str]) -> dict[str, list[str]]:
+    """Each flag and its values (a switch: none); a flag given twice keeps its last values, as argparse does."""
+    out: dict[str, list[str]] = {}
+    key = None
+    for w in words:
+        if w.startswith("--"):
+            name, eq, value = w.partition("=")
+            key = name
+            out[key] = [value] if eq else []
+            if key in _SWITCHES:
+                key = None
+        elif key is not None:
+            out[key].append(w)
+    return out
+
+
+def _one(f: dict[str, list[str]], key: str, kind: type = int) -> Any:
+    values = f.get(N[key].name)
+    if values is None:
+        return None
+    if len(values) != 1:
+        raise ScenarioError(f"{N[key].name} takes one value, got {len(values)}", field=FIELD)
+    try:
+        return kind(values[0])
+    except ValueError:
+        raise ScenarioError(f"{N[key].name} must be {'a whole number' if kind is int else 'a number'}, got "
+                            f"{values[0]!r}", field=FIELD) from None
+
+
+def scenario_mapping(f: dict[str, list[str]], base: dict[str, Any], gpus: int | None, notes: list[str]
+                     ) -> dict[str, Any]:
+    """The scenario the arguments describe, laid over ``base`` (a scenario mapping: its device, cluster
+    and what Megatron does not say)."""
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    model = _model(f, dict(data.get("model") or {}), notes)
+    data["model"] = model
+    t = _one(f, "tensor_parallel") or 1
+    p = _one(f, "stages") or 1
+    cp = _one(f, "context_parallel") or 1
+    for key, value in (("tensor_parallel", t), ("context_parallel", cp)):
+        data[key] = value
+    if (ep := _one(f, "expert_parallel")) is not None:
+        data["expert_parallel"] = ep
+    if (etp := _one(f, "expert_tensor")) is not None:
+        data["expert_tensor_parallel"] = etp
+    devices = gpus or _base_devices(base)
+    if devices is None:
+        raise ScenarioError("Megatron's arguments do not say how many GPUs run the job (its data-parallel size is "
+                            "the GPUs over tensor x pipeline x context parallel): give --gpus", field="--gpus")
+    if devices % (t * p * cp):
+        raise ScenarioError(f"{devices} GPUs do not split into tensor x pipeline x context parallel = {t} x {p} x {cp}; "
+                            "give --gpus a multiple of it", field="--gpus")
+    d = devices // (t * p * cp)
+    data["data_parallel"] = d
+    training = dict(data.get("training") or {})
+    pipeline = dict(data.get("pipeline") or {})
+    mb = _one(f, "micro_batch") or 1
+    gb = _one(f, "global_batch") or mb * d
+    if gb % (mb * d):
+        raise ScenarioError(f"--global-batch-size {gb} is not a multiple of --micro-batch-size x data parallel = "
+                            f"{mb} x {d}", field=FIELD)
+    training["micro_batch"] = mb
+    training.pop("global_batch", None)
+    pipeline["stages"] = p
+    pipeline["microbatches"] = gb // (mb * d)
+    _layout(f, model, p, pipeline, notes)
+    _training(f, training, notes)
+    data["training"], data["pipeline"] = training, pipeline
+    return data
+
+
+def _base_devices(base: dict[str, Any]) -> int | None:
+    if not base:
+        return None
+    keys = ("tensor_parallel", "context_parallel", "data_parallel")
+    n = 1
+    for k in keys:
+        n *= int(base.get(k) or 1)
+    return n * int((base.get("pipeline") or {}).get("stages") or 1)
+
+
+def _layout(f: dict[str, list[str]], model: dict[str, Any], p: int, pipeline: dict[str, Any], notes: list[str]) -> None:
+    """Virtual stages and the partition: the layout string, or the virtual-stage counts and the
+    first and last stages' block counts."""
+    layers = int(model["layers"])
+    layout = f.get(N["layout"].name)
+    chunks = 1
+    if layout:
+        stages = parse_layout(layout[0])
+        check_layout(stages, layers, p, int(model.get("mtp_layers") or 0))
+        pipeline["partition"] = blocks_per_stage(stages)
+        chunks = len(stages) // p
+    else:
+        if (v := _one(f, "virtual_stages")) is not None:
+            chunks = v
+        elif (per := _one(f, "layers_per_virtual_stage")) is not None:
+            chunks = layers // (p * per)
+        first, last = (f.get(N[k].name) for k in ("first_stage_layers", "last_stage_layers"))
+        if first or last:
+            n = p * chunks
+            a = int(first[0]) if first else None
+            b = int(last[0]) if last else None
+            rest = layers - (a or 0) - (b or 0)
+            inner = n - (a is not None) - (b is not None)
+            if inner <= 0 or rest % inner:
+                raise ScenarioError(f"the first and last stages' blocks leave {rest} for {inner} stages: Megatron needs "
+                                    "them to divide evenly", field=FIELD)
+            pipeline["partition"] = ([a] if a is not None else []) + [rest // inner] * inner + ([b] if b is not None else [])
+        else:
+            pipeline["partition"] = "uniform"  # Megatron's own split: the blocks evenly
+    pipeline["chunks"] = chunks
+    if N["moe_overlap"].name in f:
+        pipeline["schedule"] = "combined-1f1b"
+    elif p > 1:
+        pipeline["schedule"] = "interleaved-1f1b" if chunks > 1 else "1f1b"
+
+
+def _training(f: dict[str, list[str]], tr: dict[str, Any], notes: list[str]) -> None:
+    granularity = f.get(N["recompute_granularity"].name)
+    if granularity == ["full"]:
+        tr["recompute"] = "full"
+        method, count = f.get(N["recompute_method"].name), _one(f, "recompute_layers")
+        if method == ["block"] and count:
+            tr["recompute_layers"] = count
+        elif method == ["uniform"] and count and count > 1:
+            notes.append(f"--recompute-method uniform checkpoints groups of {count} blocks; ppsim recomputes each "
+                         "block (the same work, more activations kept)")
+    elif granularity == ["selective"]:
+        tr["recompute"] = "selective"
+        modules = f.get(N["recompute_modules"].name)
+        if modules and modules != ["core_attn"]:
+            tr["recompute_modules"] = modules
+    else:
+        tr["recompute"] = "none"
+    tr["zero_stage"] = 1 if N["distributed_optimizer"].name in f else 0
+    for key, field in (("sequence_parallel", "sequence_parallel"), ("overlap_grad_reduce", "overlap_grad_reduce"),
+                       ("overlap_param_gather", "overlap_param_gather"), ("tp_comm_overlap", "tp_comm_overlap"),
+                       ("delay_wgrad", "delay_wgrad")):
+        tr[field] = N[key].name in f
+    if (comm := f.get(N["cp_comm"].name)) is not None:
+        if len(set(comm)) != 1:
+            raise ScenarioError("--cp-comm-type per layer is not read: give one type", field=FIELD)
+        tr["cp_comm"] = comm[0].replace("allgather", "all_gather")
+        if tr["cp_comm"] == "a2a+p2p" and (sizes := f.get(N["cp_hierarchy"].name)):
+            tr["cp_a2a_size"] = int(sizes[0])
+    if (recipe := f.get(N["fp8_recipe"].name)) is not None or N["fp8_format"].name in f:
+        tr["fp8"] = (recipe or ["delayed"])[0]  # Megatron's default recipe
+    if N["fp4_format"].name in f:
+        tr["fp4"] = (f.get(N["fp4_recipe"].name) or ["nvfp4"])[0]
+    tr["low_precision_params"] = N["fp8_param_gather"].name in f
+    if (clip := _one(f, "clip_grad", float)) is not None:
+        tr["grad_clip"] = clip
+    tr["flash_attention"] = f.get(N["attention_backend"].name, ["auto"])[0] in ("flash", "fused", "auto")
+
+
+def _model(f: dict[str, list[str]], model: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    for key, field in (("layers", "layers"), ("hidden", "hidden"), ("heads", "heads"), ("seq_len", "seq_len"),
+                       ("vocab", "vocab"), ("ffn_hidden", "ffn_hidden"), ("head_dim", "head_dim"),
+                       ("mtp_layers", "mtp_layers")):
+        if (value := _one(f, key)) is not None:
+            model[field] = value
+    missing = [N[k].name for k in ("layers", "hidden", "heads", "seq_len", "vocab") if k not in model]
+    if missing:
+        raise ScenarioError(f"the arguments do not give {', '.join(missing)} (nor does a --base scenario): add them "
+                            "(--vocab-size is the tokenizer's vocabulary)", field=FIELD)
+    if N["gqa"].name in f:
+        model["kv_heads"] = _one(f, "kv_heads") or 1
+    model["mlp"] = "swiglu" if N["swiglu"].name in f else "gelu"
+    positions = f.get(N["positions"].name, ["learned_absolute"])[0]
+    model["positions"] = "rope" if positions in ("rope", "yarn") else "learned"
+    model["tie_embeddings"] = N["untie"].name not in f
+    dropouts = [_one(f, k, float) for k in ("attention_dropout", "hidden_dropout")]
+    model["dropout"] = any(x is None or x > 0 for x in dropouts)
+    model["dtype"] = "bf16" if N["bf16"].name in f else "fp16" if N["fp16"].name in f else "fp32"
+    if (experts := _one(f, "experts")) is not None:
+        moe = dict(model.get("moe") or {})
+        moe["experts"] = experts
+        moe["top_k"] = _one(f, "top_k") or 2
+        moe["ffn_hidden"] = _one(f, "expert_ffn") or model.get("ffn_hidden") or 4 * int(model["hidden"])
+        if (shared := _one(f, "shared_ffn")) is not None:
+            moe["shared_experts"], moe["shared_ffn_hidden"] = 1, shared
+        if (freq := f.get(N["moe_layers"].name)) is not None:
+            moe["dense_layers"], moe["layer_freq"] = moe_layers(freq[0], int(model["layers"]))
+        model["moe"] = moe
+    if N["mla"].name in f:
+        mla: dict[str, Any] = {"kv_lora_rank": _one(f, "kv_lora_rank") or 512}
+        for key, field in (("q_lora_rank", "q_lora_rank"), ("qk_head_dim", "qk_nope_head_dim"),
+                           ("qk_pos_dim", "qk_rope_head_dim"), ("v_head_dim", "v_head_dim")):
+            if (value := _one(f, key)) is not None:
+                mla[field] = value
+        model["mla"] = mla
+    return model
+
+
+def moe_layers(text: str, layers: int) -> tuple[int, int]:
+    """(dense layers first, then every n-th a MoE layer) of --moe-layer-freq: an int n, or a list
+    expression of runs ``([0]*3+[1]*58)`` / ``[0,1,1]`` (read without evaluating it)."""
+    if text.strip().isdigit():
+        return 0, int(text)
+    body = text.strip().strip("()")
+    flags_: list[int] = []
+    for part in body.split("+"):
+        m = re.fullmatch(r"\s*\[([01\s,]*)\](?:\s*\*\s*(\d+))?\s*", part)
+        if not m:
+            raise ScenarioError(f"--moe-layer-freq {text!r}: ppsim reads an int or runs such as ([0]*3+[1]*58)",
+                                field=FIELD)
+        items = [int(x) for x in m.group(1).replace(" ", "").split(",") if x]
+        flags_ += items * int(m.group(2) or 1)
+    if len(flags_) != layers:
+        raise ScenarioError(f"--moe-layer-freq lists {len(flags_)} layers, the model has {layers}", field=FIELD)
+    dense = next((i for i, x in enumerate(flags_) if x), layers)
+    rest = flags_[dense:]
+    gaps = {b - a for a, b in zip([i for i, x in enumerate(rest) if x], [i for i, x in enumerate(rest) if x][1:])}
+    freq = gaps.pop() if len(gaps) == 1 else 1 if not gaps else 0
+    if freq == 0 or rest != [int(i % freq == 0) for i in range(len(rest))]:
+        raise ScenarioError(f"--moe-layer-freq {text!r}: ppsim describes dense layers first, then every n-th layer a "
+                            "MoE layer; this pattern is not one", field=FIELD)
+    return dense, freq

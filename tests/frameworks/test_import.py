@@ -1,0 +1,129 @@
+"""``ppsim import``: a framework's files read back into the scenario they came from (exported by
+``ppsim export`` and imported over the same base: the same plan and the same predicted step),
+Megatron command lines as users write them, and bad input in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import GPT_YAML, SCENARIOS, invoke
+from ppsim.cli import app
+from ppsim.errors import ScenarioError
+from ppsim.frameworks import export
+from ppsim.frameworks.importing import import_scenario
+from ppsim.frameworks.megatron_read import argument_tokens, flags, moe_layers
+from ppsim.inputs.scenario import load, parse_scenario
+from ppsim.prediction import build, predict
+from ppsim.trace.metrics import step_time_ms
+
+
+def round_trip(path: Path, framework: str, tmp_path: Path, **plan: object) -> tuple[object, object]:
+    s = load(path).with_overrides(**plan) if plan else load(path)
+    result = export(s, framework, path.stem, "ppsim export", tmp_path)
+    for sfx, text in result.files.items():
+        (tmp_path / f"{path.stem}{sfx}").write_text(text)
+    files = [tmp_path / f"{path.stem}{sfx}" for sfx in result.files if sfx != ".schedule.csv"]
+    data, _, _ = import_scenario(files, s.model_dump(exclude_none=True), s.devices)
+    return s, parse_scenario(data)
+
+
+def same_plan(a: object, b: object) -> None:
+    pa, pb = build(a), build(b)  # type: ignore[arg-type]
+    assert pb.plan.actions == pa.plan.actions and pb.plan.stage_to_rank == pa.plan.stage_to_rank
+    assert pb.workload.partition == pa.workload.partition
+    for key in ("tensor_parallel", "context_parallel", "data_parallel", "expert_parallel", "global_batch"):
+        assert getattr(b, key) == getattr(a, key), key
+
+
+@pytest.mark.parametrize("name", ["gpt", "megatron-gpt3-175b", "llama31-405b-h100", "mixtral-8x7b"])
+def test_megatrons_arguments_come_back_as_the_plan_they_left(name: str, tmp_path: Path) -> None:
+    s, back = round_trip(SCENARIOS / f"{name}.yaml", "megatron", tmp_path)
+    same_plan(s, back)
+    assert step_time_ms(predict(back).trace) == pytest.approx(step_time_ms(predict(s).trace), rel=1e-9)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("plan", [{}, {"schedule": "zb-v", "chunks": 2}, {"schedule": "v-min", "chunks": 2},
+                                  {"schedule": "interleaved-1f1b", "chunks": 2, "recompute": "full"}])
+def test_torchtitans_toml_and_csv_come_back_as_the_plan(plan: dict, tmp_path: Path) -> None:
+    s, back = round_trip(GPT_YAML, "torchtitan", tmp_path, **plan)
+    same_plan(s, back)
+    assert back.pipeline.schedule == s.pipeline.schedule  # type: ignore[attr-defined]  # named, not file:
+
+
+def test_deepspeeds_config_and_parts_come_back_as_the_plan(tmp_path: Path) -> None:
+    s, back = round_trip(GPT_YAML, "deepspeed", tmp_path, recompute="full", zero_stage=1)
+    same_plan(s, back)
+    assert back.training.recompute == "full" and back.training.zero_stage == 1  # type: ignore[attr-defined]
+
+
+def test_a_megatron_command_line_as_users_write_it() -> None:
+    text = """# Llama 3 8B on 16 GPUs
+torchrun --nproc-per-node 8 pretrain_gpt.py \\
+    --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \\
+    --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8 \\
+    --ffn-hidden-size 14336 --seq-length 8192 --max-position-embeddings 8192 --vocab-size 128256 --swiglu \\
+    --position-embedding-type rope --untie-embeddings-and-output-weights --bf16 \\
+    --micro-batch-size 1 --global-batch-size 128 --recompute-granularity selective \\
+    --use-distributed-optimizer --lr 3e-4 --data-path /data/x
+"""
+    data, framework, _ = import_scenario_text(text)
+    s = parse_scenario(data)
+    assert framework == "megatron"
+    assert (s.tensor_parallel, s.pipeline.stages, s.data_parallel, s.microbatches) == (2, 2, 4, 32)
+    assert s.model is not None and (s.model.kv, s.model.mlp, s.model.tie_embeddings) == (8, "swiglu", False)
+    assert s.training.recompute == "selective" and s.training.zero_stage == 1
+    assert s.pipeline.partition == "uniform" and s.pipeline.schedule == "1f1b"
+
+
+def import_scenario_text(text: str, gpus: int = 16) -> tuple[dict, str, list[str]]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "args.sh"
+        path.write_text(text)
+        return import_scenario([path], {}, gpus)
+
+
+def test_the_argument_words_and_values() -> None:
+    words = argument_tokens("X=(\n  --a 1 --b\n  --c 'E|t*2' # note\n)\n")
+    assert words == ["--a", "1", "--b", "--c", "E|t*2"]
+    assert flags(["--bf16", "--recompute-modules", "core_attn", "mlp", "--seq-length=4096"]) == {
+        "--bf16": [], "--recompute-modules": ["core_attn", "mlp"], "--seq-length": ["4096"]}
+
+
+def test_moe_layer_lists_are_read_without_evaluating_them() -> None:
+    assert moe_layers("([0]*3+[1]*58)", 61) == (3, 1)
+    assert moe_layers("[0,1,0,1,0,1]", 6) == (1, 2)  # one dense layer, then every second
+    assert moe_layers("2", 8) == (0, 2)
+    with pytest.raises(ScenarioError, match="this pattern is not one"):
+        moe_layers("[1,1,0,1]", 4)
+    with pytest.raises(ScenarioError, match="reads an int or runs"):
+        moe_layers("__import__('os')", 4)
+
+
+def test_without_gpus_megatron_says_which_option_to_give(tmp_path: Path) -> None:
+    path = tmp_path / "a.sh"
+    path.write_text("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --vocab-size 256\n")
+    with pytest.raises(ScenarioError, match="give --gpus") as err:
+        import_scenario([path], {}, None)
+    assert err.value.field == "--gpus"
+
+
+def test_the_command_prints_or_writes_and_never_overwrites_a_users_file(tmp_path: Path) -> None:
+    assert invoke(app, "export", GPT_YAML, "--to", "megatron", "--out", tmp_path).exit_code == 0
+    args = tmp_path / "gpt.megatron.sh"
+    shown = invoke(app, "import", args, "--base", GPT_YAML)
+    assert shown.exit_code == 0, shown.output
+    assert "# written by ppsim import from megatron's configuration" in shown.output
+    out = tmp_path / "back.yaml"
+    wrote = invoke(app, "import", args, "--base", GPT_YAML, "--write", out)
+    assert wrote.exit_code == 0 and f"ppsim run {out}" in wrote.output
+    assert invoke(app, "import", args, "--base", GPT_YAML, "--write", out).exit_code == 0  # its own file
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("name: mine\n")
+    refused = invoke(app, "import", args, "--base", GPT_YAML, "--write", mine)
+    assert refused.exit_code == 1 and mine.read_text() == "name: mine\n"
+    titan = invoke(app, "import", GPT_YAML.with_suffix(".toml"))
+    assert titan.exit_code == 1
