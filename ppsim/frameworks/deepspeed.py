@@ -104,10 +104,18 @@ def uniform_parts(items: int, stages: int) -> list[int]:
     return out
 
 
+#: ``partition_method`` for blocks spread evenly: DeepSpeed balances the layers whose class matches
+#: the regular expression (weight 1 each, the rest 0), so equal counts are its only answer
+BY_BLOCK_TYPE = "type:<your block class>"
+
+
 def partition_method(stages: list[StageLayers]) -> str | None:
-    """The ``partition_method`` that gives the plan's parts, or None when none does."""
+    """The ``partition_method`` that gives the plan's parts, or None when none does: ``uniform``
+    (every layer counted), or balancing the blocks by their type when every stage holds as many."""
     mine = parts([st.blocks for st in stages])
-    return "uniform" if mine == uniform_parts(mine[-1], len(stages)) else None
+    if mine == uniform_parts(mine[-1], len(stages)):
+        return "uniform"
+    return BY_BLOCK_TYPE if len({st.blocks for st in stages}) == 1 else None
 
 
 def parts_file(stages: list[StageLayers], command: str) -> str:

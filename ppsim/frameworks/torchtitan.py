@@ -41,6 +41,11 @@ def torchtitan_config(s: Scenario, plan: Plan, stages: list[StageLayers], csv_na
                  f"flavor of this shape ({model.layers} layers, hidden {model.hidden}, {model.heads} heads, "
                  f"{model.kv} KV heads, MLP {model.ffn}, vocabulary {model.vocab}); the stages' module names are "
                  "llama3's")
+    if model.positions != "rope" or model.mlp != "swiglu":
+        notes.append("torchtitan's llama3 has rotary positions and SwiGLU MLPs, this model "
+                     f"{'learned positions' if model.positions != 'rope' else 'rotary positions'} and "
+                     f"{model.mlp.upper() if model.mlp == 'gelu' else 'SwiGLU'} MLPs: the plan and the schedule "
+                     "hold for the model you bring, whose modules must carry these names")
     if tr.fp8 == "tensorwise":
         put("converters", ["quantize.linear.float8"])
         put("float8_recipe", "tensorwise")

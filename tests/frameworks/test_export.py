@@ -238,6 +238,23 @@ def test_deepspeeds_parts_and_its_uniform_partition() -> None:
     assert parts([3, 2, 0, 4]) == [0, 4, 6, 6, 11]  # the embedding with stage 0, the head with the last
 
 
+def test_even_blocks_are_deepspeeds_balance_by_block_type() -> None:
+    """partition_method type:<block class> weighs each block 1 and the embedding and head 0: DeepSpeed's
+    balanced partition then gives every stage as many blocks, the ends with the embedding and head."""
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.utils import partition_balanced
+
+    from ppsim.frameworks.deepspeed import BY_BLOCK_TYPE, partition_method
+    from ppsim.frameworks.placement import StageLayers
+
+    for stages in range(1, 9):
+        for each in range(1, 6):
+            weights = [0] + [1] * (stages * each) + [0]
+            layers = [StageLayers(k, k, k * each, each, k == 0, k == stages - 1) for k in range(stages)]
+            assert partition_balanced(weights, stages) == parts([each] * stages)
+            assert partition_method(layers) in (BY_BLOCK_TYPE, "uniform")
+
+
 def test_deepspeeds_config_reads_back_as_the_plan(tmp_path: Path) -> None:
     s = scenario(4, 2).with_overrides(recompute="full", data_parallel=2, zero_stage=1)
     result = export(s, "deepspeed", "x", "ppsim export c")
