@@ -404,6 +404,9 @@ def tune(
                                                             "`ppsim run`, `ppsim tui` and `ppexec run`."),
     write_top: tuple[int, Path] | None = typer.Option(None, "--write-top", metavar="N DIR",
                                                       help="Write the best N plans as DIR/SCENARIO-tuned-K.yaml."),
+    write_for: str | None = typer.Option(None, "--write-for", help="With --write: the best plan this framework "
+                                                                   "(megatron, torchtitan, deepspeed) runs as "
+                                                                   "predicted, and its files beside the scenario."),
     exhaustive: bool = typer.Option(False, "--exhaustive", help="Simulate every plan that fits, not only those "
                                                                 "whose step-time bound leaves them a chance to be "
                                                                 "reported (the same report, slower)."),
@@ -411,6 +414,7 @@ def tune(
     """Search the plans of SCENARIO's model and batch on N devices; rank those that fit by throughput."""
     from ppsim.cli.progress import progress_bar
     from ppsim.cli.tune_write import plan_files, write_plans
+    from ppsim.frameworks import FRAMEWORKS, SUFFIXES
     from ppsim.plan.schedules import NAMES, describe
     from ppsim.search.tune import space
     from ppsim.search.tune.report import figure, print_result
@@ -423,9 +427,16 @@ def tune(
                           f"{', '.join(n for n in NAMES if describe(n).training)}", "--schedules")
     sizes = tuple(int_list(micro_batches, "--micro-batch-sizes") or space.MICRO_BATCHES)
     cps = int_list(cp_sizes, "--context-parallel-sizes")
+    if write_for is not None and (write is None or write_for not in FRAMEWORKS):
+        raise usage_error(f"names the framework whose files go beside --write FILE: give --write and one of "
+                          f"{', '.join(FRAMEWORKS)}", "--write-for")
     with bad_input_exits():
         targets = output_targets({"--html": html, "--png": png}, [scenario], force)
         plan_targets = plan_files(write, write_top, scenario, force)
+        if write is not None and write_for is not None:
+            from ppsim.cli.export_files import export_targets
+
+            framework_paths = export_targets(write.parent, write.stem, list(SUFFIXES[write_for]), [scenario], force)
         s = scenario_with(scenario)
         request = TuneRequest(gpus=gpus if gpus is not None else s.devices,
                               micro_batches=sizes, schedules=names, max_stages=max_stages,
@@ -439,7 +450,19 @@ def tune(
             x for opt, value in (("--gpus", gpus), ("--schedules", schedules_list), ("--micro-batch-sizes", micro_batches),
                                  ("--max-stages", max_stages), ("--context-parallel-sizes", cp_sizes))
             if value is not None for x in (opt, str(value))])
-        written = write_plans(result, s, plan_targets, command)
+        if write is not None and write_for is not None:
+            from ppsim.cli.export_files import write_export
+            from ppsim.cli.tune_write import best_for
+
+            k, exported, lines = best_for(result, s, write_for, write.stem, command, write.parent)
+            plan_targets = [(p, k if p == write else rank) for p, rank in plan_targets if k or p != write]
+            written = write_plans(result, s, plan_targets, command) + lines
+            if exported is not None:
+                write_export(exported, {sfx: framework_paths[sfx] for sfx in exported.files})
+                written += [f"wrote {framework_paths[sfx]} (plan {k}, for {write_for})" for sfx in exported.files]
+                written += exported.usage
+        else:
+            written = write_plans(result, s, plan_targets, command)
     if json_out:
         sys.stdout.write(json.dumps(result.to_json_dict(top), indent=2) + "\n")
     else:

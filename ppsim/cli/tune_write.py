@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from ppsim.errors import PpsimError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ppsim.frameworks import Export
     from ppsim.inputs.scenario import Scenario
     from ppsim.search.tune.report import TuneResult
 
@@ -61,3 +62,26 @@ def write_plans(result: TuneResult, source: Scenario, files: list[tuple[Path, in
         lines.append(f"wrote {path} (plan {k}: {ranked[k - 1].candidate.label()}); on any machine: ppsim run "
                      f"{shlex.quote(str(path))}; for ppexec on the cluster, see its header")
     return lines
+
+
+def best_for(result: TuneResult, source: Scenario, framework: str, stem: str, command: str, folder: Path
+             ) -> tuple[int, Export | None, list[str]]:
+    """The rank of the best plan ``framework`` can run as predicted, its export, and a line saying why
+    the better ones cannot (rank 0 and None when no ranked plan can)."""
+    from ppsim.frameworks import CannotExport, export
+    from ppsim.inputs.scenario import parse_scenario
+    from ppsim.search.tune.space import apply
+
+    base = source.model_dump(exclude_none=True)
+    first_refusal = None
+    for k, ev in enumerate(result.ranked, 1):
+        try:
+            exported = export(parse_scenario(apply(base, ev.candidate), source="the plan"), framework, stem, command,
+                              folder)
+        except CannotExport as exc:
+            first_refusal = first_refusal or f"plan 1 ({result.ranked[0].candidate.label()}): {exc.reasons[0]}"
+            continue
+        lines = [] if k == 1 else [f"plans 1-{k - 1} cannot run on {framework} as predicted; {first_refusal}"]
+        return k, exported, lines
+    return 0, None, [f"none of the {len(result.ranked)} ranked plans can run on {framework} as predicted; "
+                     f"{first_refusal}"]

@@ -12,6 +12,9 @@ from ppsim.frameworks.result import CannotExport, Export, Refusals
 from ppsim.inputs.scenario import Scenario
 
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
+#: the files each framework's export may write, by their suffix after the scenario's stem
+SUFFIXES = {"megatron": (".megatron.sh",), "torchtitan": (".torchtitan.toml", ".schedule.csv"),
+            "deepspeed": (".ds_config.json", ".pipeline_parts.json")}
 
 
 def export(s: Scenario, framework: str, stem: str, command: str, folder: Path = Path(".")) -> Export:
@@ -60,4 +63,4 @@ def export(s: Scenario, framework: str, stem: str, command: str, folder: Path = 
                    f"PipelineModule cut at the parts of {folder / (stem + '.pipeline_parts.json')}"], notes)
 
 
-__all__ = ["FRAMEWORKS", "CannotExport", "Export", "export"]
+__all__ = ["FRAMEWORKS", "SUFFIXES", "CannotExport", "Export", "export"]

@@ -288,3 +288,18 @@ def test_the_command_writes_the_files_and_never_a_users(tmp_path: Path) -> None:
     cannot = invoke(app, "export", GPT_YAML, "--to", "deepspeed", "--schedule", "zb-h1", "--out", tmp_path)
     assert cannot.exit_code == 1 and "only, not zb-h1" in cannot.output
     assert not (tmp_path / "gpt.ds_config.json").exists()
+
+
+def test_tune_writes_the_best_plan_the_framework_runs(small_yaml: Path, tmp_path: Path) -> None:
+    """--write-for deepspeed: the scenario written is the best plan DeepSpeed runs as predicted (1F1B),
+    the plans above it are said to be what DeepSpeed cannot run, and its files lie beside it."""
+    out = tmp_path / "best.yaml"
+    result = invoke(app, "tune", small_yaml, "--gpus", "8", "--micro-batch-sizes", "1",
+                    "--schedules", "zb-h1,1f1b", "--write", out, "--write-for", "deepspeed", "--jobs", "1")
+    assert result.exit_code == 0, result.output
+    written = load(out)
+    assert written.pipeline.schedule == "1f1b" or written.pipeline.stages == 1
+    assert (tmp_path / "best.ds_config.json").exists() and (tmp_path / "best.pipeline_parts.json").exists()
+    assert "for deepspeed" in result.output
+    bad = invoke(app, "tune", small_yaml, "--write-for", "deepspeed")
+    assert bad.exit_code == 2 and "give --write" in bad.output
