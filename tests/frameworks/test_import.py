@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import GPT_YAML, SCENARIOS, invoke
 from ppsim.cli import app
@@ -127,3 +129,14 @@ def test_the_command_prints_or_writes_and_never_overwrites_a_users_file(tmp_path
     assert refused.exit_code == 1 and mine.read_text() == "name: mine\n"
     titan = invoke(app, "import", GPT_YAML.with_suffix(".toml"))
     assert titan.exit_code == 1
+
+
+@given(st.lists(st.integers(0, 8), min_size=1, max_size=32))
+def test_deepspeed_parts_round_trip_every_partition(blocks: list[int]) -> None:
+    """Any blocks per stage (1-32 stages, empty ones too) -> parts -> blocks: each block once, the
+    embedding on the first stage and the head on the last."""
+    from ppsim.frameworks.deepspeed import blocks_of_parts, parts
+
+    cuts = parts(blocks)
+    assert cuts[0] == 0 and cuts[-1] == sum(blocks) + 2 and len(cuts) == len(blocks) + 1
+    assert blocks_of_parts(cuts) == blocks
