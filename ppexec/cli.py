@@ -150,6 +150,31 @@ def run(
     _report(result, out, json_out)
 
 
+@app.command("rank")
+@plan_options(*RUN_PLAN_OPTIONS)
+def rank_cmd(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file (needs a model section)."),
+    rank: str = typer.Option(..., "--rank", help="The pipeline rank to run alone, or all: each in turn."),
+    steps: int = steps_option(3, "Timed steps (the first is not counted when there are more)."),
+    waits: bool = typer.Option(True, "--waits/--no-waits", help="Feed each receive when the prediction says its "
+                                                                "message arrives (default), or at once."),
+    device: Literal["auto", "cpu", "cuda"] = typer.Option("auto", "--device", help="Where to run it (auto: a GPU "
+                                                                                   "where there is one)."),
+    out: Path | None = typer.Option(None, "--out", help="Folder for each rank's measured and predicted traces "
+                                                        "(for ppsim compare and ppsim tui)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the checks as JSON."),
+    seed: int = seed_option(),
+    force: bool = typer.Option(False, "--force", help="Overwrite trace files not written by ppsim."),
+    plan: PlanOverrides = PlanOverrides(),
+) -> None:
+    """Run one rank of SCENARIO's plan alone at full size, its actions in plan order, and check its
+    times and its memory (by the allocator) against ppsim's prediction of that rank."""
+    from ppexec.rank.command import run_ranks
+
+    with exits(None, writing=False):
+        run_ranks(scenario_with(scenario, plan), scenario, rank, steps, waits, device, out, json_out, seed, force)
+
+
 @app.command()
 @plan_options(*RUN_PLAN_OPTIONS)
 def prepare(

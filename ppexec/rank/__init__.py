@@ -1,0 +1,3 @@
+"""``ppexec rank``: one rank of a real plan run alone on one device, at full size, its actions in
+plan order with receives fed and sends dropped, timed and its memory measured by the allocator;
+compared with ppsim's prediction of the same rank."""
