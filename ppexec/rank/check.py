@@ -33,8 +33,10 @@ class RankCheck:
     kinds: dict[str, tuple[float, float]]
     predicted_peak_bytes: float
     predicted_peak_at: str | None
-    measured_peak_bytes: int
+    measured_peak_bytes: int  #: the most held at any moment (inside an action: its working memory too)
     measured_peak_at: str
+    measured_between_bytes: int  #: the most held after an action (what ppsim's counters model)
+    measured_between_at: str
     #: weights, gradients, optimizer: (predicted, measured) bytes
     model_states: dict[str, tuple[int, int]]
     device_bytes: int  #: the device's memory
@@ -51,7 +53,9 @@ class RankCheck:
         return {"rank": self.rank, "stages": self.stages, "device": self.device, "steps": self.steps,
                 "compute_ms": {k: {"predicted": p, "measured": m} for k, (p, m) in self.kinds.items()},
                 "peak_memory_bytes": {"predicted": self.predicted_peak_bytes, "predicted_at": self.predicted_peak_at,
-                                      "measured": self.measured_peak_bytes, "measured_at": self.measured_peak_at},
+                                      "measured": self.measured_peak_bytes, "measured_at": self.measured_peak_at,
+                                      "measured_after_actions": self.measured_between_bytes,
+                                      "measured_after_actions_at": self.measured_between_at},
                 "model_state_bytes": {k: {"predicted": p, "measured": m} for k, (p, m) in self.model_states.items()},
                 "device_bytes": self.device_bytes, "beyond_bytes": self.beyond_bytes, "verdict": self.verdict,
                 "order_ok": self.order_ok}
@@ -76,12 +80,29 @@ def check_rank(s: Scenario, prediction: Prediction, rank: int, device: torch.dev
     model_states = {name: (int(static[name]) if static else 0, states[name])
                     for name in ("weights", "gradients", "optimizer")}
     peak = max(memory, key=lambda m: m.most_bytes)
+    between = max(memory, key=lambda m: m.after_bytes)
     capacity = int(get_device(s.hardware.device, s.hardware.device_file).memory_gb * 2**30)
     beyond = _beyond_tensors(device, context)
     return RankCheck(rank, run.stages, str(device), steps, kinds, mine.peak_memory_bytes or 0.0,
-                     mine.peak_memory_at, peak.most_bytes, peak.action, model_states, capacity, beyond,
+                     mine.peak_memory_at, peak.most_bytes, peak.action, between.after_bytes, between.action,
+                     model_states, capacity, beyond,
                      verdict(peak.most_bytes + beyond, capacity),
                      rank_trace(prediction, rank, timed[-1], memory), order_ok)
+
+
+def as_built(s: Scenario) -> tuple[Scenario, list[str]]:
+    """The scenario of the model ppexec builds, and what differs: its blocks have no dropout, so a
+    model with dropout is predicted without its masks (the attention follows the scenario:
+    fused under ``flash_attention``, its scores kept without)."""
+    from ppsim.api import parse_scenario
+
+    if s.model is None or not s.model.dropout:
+        return s, []
+    data = s.model_dump(exclude_none=True)
+    data["model"]["dropout"] = False
+    return (parse_scenario(data, source="the model ppexec builds"),
+            ["ppexec's blocks have no dropout: the prediction checked is of the model without it (model.dropout: "
+             "false; with dropout ppsim adds its masks)"])
 
 
 def verdict(held: int, capacity: int) -> str:

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from ppsim.api import Scenario, output_targets, predict, stdout_console
+from ppsim.api import Scenario, output_targets, predict, say, stdout_console
 from ppsim.errors import PpsimError
 
 
@@ -34,7 +34,7 @@ def run_ranks(s: Scenario, path: Path, rank: str, steps: int, waits: bool, devic
     import torch
 
     from ppexec.launch.prepare import check_buildable
-    from ppexec.rank.check import check_rank, predicted_rank
+    from ppexec.rank.check import as_built, check_rank, predicted_rank
     from ppexec.rank.report import print_check, print_heaviest
 
     check_buildable(s)
@@ -44,6 +44,9 @@ def run_ranks(s: Scenario, path: Path, rank: str, steps: int, waits: bool, devic
     if s.expert_parallel > 1:
         raise PpsimError("a rank's experts exchange tokens with the other expert-parallel ranks; ppexec rank runs "
                          "expert_parallel 1", field="expert_parallel")
+    s, notes = as_built(s)
+    for note in notes:
+        say("note", note)
     prediction = predict(s)
     chosen = ranks_of(rank, prediction.plan.num_ranks)
     targets: dict[str, Path] = {}

@@ -102,7 +102,7 @@ class RankRun:
         bounds = stage_boundaries(partition)
         self.stages = list(self.plan.stages_of_rank(rank))
         self.num_stages = self.plan.num_stages
-        factories = layer_factories(s.model, seed, s.training.recompute)
+        factories = layer_factories(s.model, seed, s.training.recompute, fused=s.training.flash_attention)
         self.dtype = TORCH_DTYPES[s.model.dtype]
         full = s.training.recompute == "full"
         self.modules = {k: StageModule({i: factories[i][0](*factories[i][1]) for i in range(bounds[k], bounds[k + 1])},
@@ -275,11 +275,15 @@ class RankRun:
 
 def memory_by_action(events: list[dict[str, Any]], base: int) -> list[MemoryRecord]:
     """Per ``PP:<action>`` window of a profiler trace, in order: the bytes held at its end and at
-    most within it, from the ``[memory]`` events' running total (which counts from the profiler's
-    start) plus ``base``."""
+    most within it: ``base`` plus the running sum of the ``[memory]`` events' allocations and frees
+    (not their ``Total Allocated``, which carries over what earlier profiling sessions left)."""
     windows = sorted((e["ts"], e["ts"] + e.get("dur", 0), e["name"][3:]) for e in events
                      if e.get("ph") == "X" and str(e.get("name", "")).startswith("PP:"))
-    memory = sorted((e["ts"], int(e["args"]["Total Allocated"])) for e in events if e.get("name") == "[memory]")
+    deltas = sorted((e["ts"], int(e["args"]["Bytes"])) for e in events if e.get("name") == "[memory]")
+    memory, total = [], 0
+    for ts, nbytes in deltas:
+        total += nbytes
+        memory.append((ts, total))
     out, i, held = [], 0, 0
     for t0, t1, text in windows:
         while i < len(memory) and memory[i][0] < t0:

@@ -25,8 +25,10 @@ def print_check(c: RankCheck, console: Console) -> None:
     for kind, (p, m) in c.kinds.items():
         table.add_row(kind, f"{p:,.3f}", f"{m:,.3f}", _ratio(p, m))
     console.print(table)
-    console.print(f"peak memory  predicted {c.predicted_peak_bytes / MIB:,.1f} MiB at {c.predicted_peak_at}, measured "
-                  f"{c.measured_peak_bytes / MIB:,.1f} MiB at {c.measured_peak_at} "
+    console.print(f"peak memory  predicted {c.predicted_peak_bytes / MIB:,.1f} MiB at {c.predicted_peak_at}; measured "
+                  f"between actions {c.measured_between_bytes / MIB:,.1f} MiB after {c.measured_between_at} (error "
+                  f"{_ratio(c.predicted_peak_bytes, c.measured_between_bytes)}), within one "
+                  f"{c.measured_peak_bytes / MIB:,.1f} MiB in {c.measured_peak_at} "
                   f"(error {_ratio(c.predicted_peak_bytes, c.measured_peak_bytes)})", highlight=False)
     states = ", ".join(f"{name} {p / MIB:,.2f} / {m / MIB:,.2f} MiB" + (" (exact)" if p == m else "")
                        for name, (p, m) in c.model_states.items())

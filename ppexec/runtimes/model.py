@@ -51,8 +51,9 @@ class Block(nn.Module):
     ppexec/tensor_parallel.py), with the weights the whole block would have, sliced."""
 
     def __init__(self, spec: ModelSpec, seed: int, selective: bool = False, tp: TPGroup | None = None,
-                 moe: bool = False, experts: ExpertGroups | None = None) -> None:
+                 moe: bool = False, experts: ExpertGroups | None = None, fused: bool = True) -> None:
         super().__init__()
+        self.fused = fused  #: the attention core as one fused kernel (SDPA), or its scores kept (unfused)
         h, t = spec.hidden, tp.size if tp else 1
         if spec.heads % t or spec.ffn % t:
             raise ValueError(f"tensor_parallel {t} must divide the heads ({spec.heads}) and the MLP width ({spec.ffn})")
@@ -86,10 +87,11 @@ class Block(nn.Module):
         q, k, v = self.qkv(copy_to_group(self.norm1(x), self.tp)).split(width, dim=-1)
         shape = (b, s, self.heads, width // self.heads)
         q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
+        core = _attention_core if self.fused else _unfused_attention_core
         if self.selective and torch.is_grad_enabled():
-            att = checkpoint(_attention_core, q, k, v, use_reentrant=False)
+            att = checkpoint(core, q, k, v, use_reentrant=False)
         else:
-            att = _attention_core(q, k, v)
+            att = core(q, k, v)
         out = F.linear(att.transpose(1, 2).reshape(b, s, width), self.proj.weight)
         x = x + reduce_from_group(out, self.tp) + self.proj.bias
         if self.moe is not None:
@@ -102,6 +104,16 @@ def _attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.
     """softmax(QK^T / sqrt(d)) V, causal: the part selective recomputation reruns."""
     FORWARDS["attention_core"] += 1
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _unfused_attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The same product as separate kernels, as without FlashAttention: the softmax's b x a x s x s
+    probabilities kept for the backward (the scores ppsim counts when ``flash_attention`` is off)."""
+    FORWARDS["attention_core"] += 1
+    s = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    causal = torch.ones(s, s, dtype=torch.bool, device=q.device).triu_(1)
+    return torch.softmax(scores.masked_fill(causal, float("-inf")), dim=-1) @ v
 
 
 class Head(nn.Module):
@@ -123,19 +135,22 @@ def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 def layer_factories(spec: ModelSpec, seed: int, recompute: str = "none", tp: TPGroup | None = None,
-                    experts: ExpertGroups | None = None) -> list[tuple[type[nn.Module], tuple[object, ...]]]:
+                    experts: ExpertGroups | None = None, fused: bool = True
+                    ) -> list[tuple[type[nn.Module], tuple[object, ...]]]:
     """(class, args) of every layer in order: embedding, blocks, head; layer i is seeded seed + i.
     With ``recompute`` selective the blocks checkpoint their attention core (``full`` is the
     pipeline module's business: see the module docstring); with ``tp`` they hold this rank's
     slices (the embedding and the head are replicated); the MoE blocks of a ``model.moe`` hold
-    this rank's experts (``experts``: its expert-parallel groups; None: every expert)."""
+    this rank's experts (``experts``: its expert-parallel groups; None: every expert); ``fused``:
+    the attention core as one kernel (what a run uses), or unfused (what ``flash_attention: false``
+    describes, for ``ppexec rank``'s memory)."""
     classes: list[type[nn.Module]] = [Embedding] + [Block] * spec.layers + [Head]
     selective = recompute == "selective"
 
     def moe(block: int) -> bool:
         return spec.moe is not None and spec.moe.is_moe(block)
 
-    return [(cls, (spec, seed + i, selective, tp, moe(i - 1), experts) if cls is Block else (spec, seed + i))
+    return [(cls, (spec, seed + i, selective, tp, moe(i - 1), experts, fused) if cls is Block else (spec, seed + i))
             for i, cls in enumerate(classes)]
 
 

@@ -30,11 +30,12 @@ ALLOWED: dict[str, set[str]] = {
     "measure.device_bench": {"runtimes.model", "measure.device_curves"},
     "measure": set(),  # measure/__init__.py
     "results": {"launch", "worker", "runtimes", "measure"},  # the end of the flow: runs, collects, compares
-    "cli": {"launch", "worker", "runtimes", "measure", "results"},
+    "rank": {"runtimes", "launch"},  # one rank run alone in this process: a runtime's model, the launcher's checks
+    "cli": {"launch", "worker", "runtimes", "measure", "results", "rank"},
 }
 #: what runs inside a rank, and what starts and watches ranks: the first never imports the second
 WORKER_SIDE = ("worker", "runtimes", "measure.stats", "measure.microbench")
-LAUNCHER_SIDE = ("launch", "results", "measure.profile", "cli")
+LAUNCHER_SIDE = ("launch", "results", "measure.profile", "rank", "cli")
 #: the only ppsim modules ppexec imports
 PPSIM_SURFACE = {"ppsim.api", "ppsim.errors"}
 
