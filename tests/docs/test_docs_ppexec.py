@@ -72,6 +72,8 @@ def _documented_default(param: Any) -> str | None:
         return None
     if param.default is False:
         return "off"
+    if param.default is True:  # a --x / --no-x pair, on unless turned off
+        return "on"
     if isinstance(param.default, float) and param.default.is_integer():
         return str(int(param.default))
     return str(param.default)
@@ -143,12 +145,20 @@ def test_run_folder_names_match_the_files_the_code_writes(doc: str) -> None:
         _placeholder(m.group(2))
         for src in sorted(PPEXEC.rglob("*.py"))
         if src.name != "prediction_check.py"  # writes a validation folder around a run folder (checked below)
+        and src.parent.name != "rank"  # ppexec rank writes its traces to a folder of its own (checked below)
         for m in literal.finditer(src.read_text(encoding="utf-8"))
     }
     assert {"trace.json", "run.json", "rank-N.jsonl"} <= in_code, "the scan of ppexec's sources found too little"
     in_doc = {_placeholder(Path(p).name) for p in _documented_paths(doc)}
     assert in_doc == in_code, (f"undocumented: {sorted(in_code - in_doc)}; "
                                f"documented but never written: {sorted(in_doc - in_code)}")
+
+
+def test_the_rank_files_are_in_the_rank_section(doc: str) -> None:
+    code = (PPEXEC / "rank" / "command.py").read_text(encoding="utf-8")
+    assert 'f"rank{r}.{side}.json"' in code and '("measured", "predicted")' in code
+    section = _section(doc, "#### `ppexec rank`")
+    assert "`rankR.measured.json`" in section and "`rankR.predicted.json`" in section
 
 
 def test_validation_files_are_in_the_validate_section(doc: str) -> None:
