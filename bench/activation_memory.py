@@ -24,26 +24,32 @@ DENSE = [(128, 4, 256, 4), (256, 2, 512, 8), (512, 1, 768, 12)]  #: (seq_len, mi
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
-def row(what: str, spec: ModelSpec, batch: int, recompute: str, moe: bool = False) -> str:
+def row(what: str, spec: ModelSpec, batch: int, recompute: str, moe: bool = False, flash: bool = True) -> str:
     dtype = DTYPES[spec.dtype]
-    block = Block(spec, 0, selective=recompute == "selective", moe=moe).to(dtype)
+    block = Block(spec, 0, selective=recompute == "selective", moe=moe, fused=flash).to(dtype)
     x = torch.randn(batch, spec.seq_len, spec.hidden, dtype=dtype, requires_grad=True)
     measured, _ = saved_activation_bytes(block, x, parameters=block.parameters())
     experts = ExpertShard.of(spec, 1) if moe else None
-    predicted = gpt_layers(spec, batch, recompute, flash_attention=True, experts=experts)[1].activation_bytes  # type: ignore[arg-type]
-    return (f"{what:<44} {recompute:<9} {spec.dtype:<4} {predicted / 2**20:10.2f} {measured / 2**20:10.2f} "
+    predicted = gpt_layers(spec, batch, recompute, flash_attention=flash,  # type: ignore[arg-type]
+                           experts=experts)[1].activation_bytes
+    mode = recompute + ("" if flash else ", unfused")
+    return (f"{what:<44} {mode:<18} {spec.dtype:<4} {predicted / 2**20:10.2f} {measured / 2**20:10.2f} "
             f"{measured / predicted:7.3f}")
 
 
 def main() -> None:
     torch.manual_seed(0)
-    print(f"{'block (s, b, h, heads)':<44} {'recompute':<9} {'type':<4} {'pred. MiB':>10} {'meas. MiB':>10} "
+    print(f"{'block (s, b, h, heads)':<44} {'recompute':<18} {'type':<4} {'pred. MiB':>10} {'meas. MiB':>10} "
           f"{'ratio':>7}")
-    for s, b, h, a in DENSE:
-        for dtype in DTYPES:
-            spec = ModelSpec(layers=2, hidden=h, heads=a, seq_len=s, vocab=1000, dropout=False, dtype=dtype)
-            for recompute in ("none", "selective"):
-                print(row(f"GPT dense ({s}, {b}, {h}, {a})", spec, b, recompute))
+    for family, keys in (("GPT", {}), ("Llama", {"mlp": "swiglu", "positions": "rope"})):
+        for s, b, h, a in DENSE:
+            gqa = {"kv_heads": a // 4} if family == "Llama" else {}
+            for dtype in DTYPES:
+                spec = ModelSpec(layers=2, hidden=h, heads=a, seq_len=s, vocab=1000, dropout=False, dtype=dtype,
+                                 **keys, **gqa)  # type: ignore[arg-type]
+                for recompute in ("none", "selective"):
+                    print(row(f"{family} dense ({s}, {b}, {h}, {a})", spec, b, recompute))
+                print(row(f"{family} dense ({s}, {b}, {h}, {a})", spec, b, "none", flash=False))
     spec = ModelSpec(layers=2, hidden=256, heads=4, seq_len=128, vocab=1000, dropout=False, dtype="fp32",
                      moe={"experts": 4, "top_k": 2, "ffn_hidden": 512})
     print(row("ppexec MoE, 4 experts, top-2 (128, 2, 256, 4)", spec, 2, "none", moe=True))

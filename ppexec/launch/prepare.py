@@ -99,11 +99,7 @@ def check_buildable(s: Scenario) -> None:
         raise PpsimError("ppexec needs a 'model' section to build a network; this scenario has only costs",
                          field="model")
     unbuilt = [(f"model.{k}", v, fix) for k, v, fix in (
-        ("kv_heads", s.model.kv_heads if s.model.kv != s.model.heads else None, "leave it out (kv_heads = heads)"),
-        ("mlp", s.model.mlp if s.model.mlp != "gelu" else None, "use mlp: gelu"),
-        ("positions", s.model.positions if s.model.positions != "learned" else None, "use positions: learned"),
         ("tie_embeddings", True if s.model.tie_embeddings else None, "use tie_embeddings: false"),
-        ("head_dim", s.model.head_dim if s.model.q_width != s.model.hidden else None, "leave it out (hidden / heads)"),
         ("mla", "latent attention" if s.model.mla is not None else None, "leave it out (multi-head attention)"),
         ("mtp_layers", s.model.mtp_layers or None, "leave it out (no multi-token prediction)"),
         ("attention_window", s.model.attention_window, "leave it out (every earlier key)"),
@@ -111,9 +107,17 @@ def check_buildable(s: Scenario) -> None:
     ) if v is not None]
     if unbuilt:
         name, value, fix = unbuilt[0]
-        raise PpsimError(f"ppexec builds GPT-style blocks (multi-head attention, GELU MLP, learned positions, a head "
-                         f"of its own), "
-                         f"not {name}: {value}; ppsim predicts it, for a run {fix}", field=name)
+        raise PpsimError(f"ppexec builds GPT- and Llama-style blocks (multi-head or grouped-query attention, GELU or "
+                         f"SwiGLU MLPs, learned or rotary positions, a head of its own), not {name}: {value}; ppsim "
+                         f"predicts it, for a run {fix}", field=name)
+    plain = s.model.mlp == "gelu" and s.model.kv == s.model.heads and s.model.q_width == s.model.hidden
+    if s.tensor_parallel > 1 and not plain:
+        raise PpsimError("ppexec's tensor parallelism splits GPT-style multi-head blocks (GELU MLP, kv_heads = heads, "
+                         "hidden / heads wide heads); ppsim predicts this model's, for a run use tensor_parallel: 1",
+                         field="tensor_parallel")
+    if s.model.moe is not None and s.model.mlp != "gelu":
+        raise PpsimError("ppexec's experts are GELU MLPs; ppsim predicts SwiGLU experts, for a run use mlp: gelu",
+                         field="model.mlp")
     if s.model.moe is not None and s.tensor_parallel > 1:
         raise PpsimError("ppexec's MoE layers run without tensor parallelism (their experts are split over the "
                          "replicas by expert_parallel); ppsim predicts it, for a run use tensor_parallel: 1",

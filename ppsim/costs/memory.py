@@ -19,7 +19,9 @@ The 24 sbh split by tensor parallelism are the attention's Q, K, V and output-pr
 (8 sbh) and the MLP's intermediate values (16 sbh = 4 sbf for f = 4h). The same accounting covers
 grouped-query attention (K and V are kv/a of Q's size: (4 + 4 kv/a) sbh) and SwiGLU MLPs (gate, up
 and their product: 6 sbf). FlashAttention keeps no s x s scores: the 5as/h term goes (its backward
-recomputes them, as selective recomputation does). A model without dropout keeps neither the two
+recomputes them, as selective recomputation does). Without it, grouped-query attention's unfused
+matmuls keep K and V expanded to every query head (Megatron's core attention repeats them), 4(1 -
+kv/a) sbh more; measured by ppexec's blocks (docs/calibration.md). A model without dropout keeps neither the two
 1-byte masks of the block (2 sbh of the 10) nor the attention's dropout mask and output (3as/h of
 the 5as/h).
 
@@ -78,6 +80,8 @@ def block_activation_bytes(seq_len: int, micro_batch: int, hidden: int, heads: i
     kept = (5 if dropout else 4) * (wa + wm) * sbh / whole_t + split / t  # each half: its norm's input and output
     if recompute == "none" and not flash_attention and with_attention:
         kept += (5 if dropout else 2) * heads * (kv_len or seq_len) * sbh / (hidden * t)
+        # the unfused matmuls take K and V expanded to every query head (grouped-query attention)
+        kept += 4 * (1 - kv / heads) * sbq / t
     saved = 0.0
     if linear_input_bytes is not None:  # values of the linear layers' inputs, each kept in fewer bytes
         values = (wa + wm) * sbh / whole_t + (sbh * wa + seq_len * micro_batch * ffn * wm) / t

@@ -239,3 +239,20 @@ def test_the_torch_runtime_recomputes_with_split_backwards_too(tmp_path: Path, r
     for trace in result.traces:
         assert trace.meta["forward_calls"]["block"] >= blocks * once
         assert trace.meta["forward_calls"]["attention_core"] >= cores * once
+
+
+@pytest.mark.parametrize("runtime, schedule", [("deepspeed", "1f1b"), ("torch", "zb-v")])
+def test_a_llama_style_model_trains_like_one_process(tmp_path: Path, runtime: str, schedule: str) -> None:
+    """SwiGLU MLPs, RMSNorms, rotary positions and a KV head shared by two query heads: pipelined
+    over two ranks by either runtime, losses and weights equal one process's."""
+    s = _torch_tiny(schedule, 2)
+    data = s.model_dump(exclude_none=True)
+    data["model"].update(mlp="swiglu", positions="rope", kv_heads=1)
+    s = parse_scenario(data)
+    result = execute(s, RunOptions(out=tmp_path, steps=3, warmup=0, seed=7, lr=1e-2, timeout_s=60, save_params=True,
+                                   runtime=runtime))
+    assert result.runtime == runtime
+    ref_losses, ref_params = train_reference(s, steps=3, seed=7, lr=1e-2)
+    assert result.losses == pytest.approx(ref_losses, rel=1e-5, abs=1e-6)
+    assert _assert_weights_equal(tmp_path, ref_params) == set(ref_params)
+    assert any(name.endswith("gate.weight") for name in ref_params)

@@ -390,7 +390,8 @@ def test_fp16_on_the_cpu_is_refused_before_any_rank_starts(tmp_path: Path) -> No
     assert res.exit_code == 1 and "model.dtype: fp16 does not train on a CPU" in " ".join(res.output.split())
 
 
-@pytest.mark.parametrize("key, value", [("model.mlp", "swiglu"), ("model.positions", "rope"), ("model.kv_heads", 1)])
+@pytest.mark.parametrize("key, value", [("model.tie_embeddings", True), ("model.mtp_layers", 1),
+                                        ("model.attention_window", 8)])
 def test_model_features_ppexec_does_not_build_are_refused_by_name(key: str, value: object) -> None:
     from ppexec.launch.prepare import prepare
     from ppsim.errors import PpsimError
@@ -398,7 +399,26 @@ def test_model_features_ppexec_does_not_build_are_refused_by_name(key: str, valu
 
     data = load(TINY).model_dump(exclude_none=True)
     data["model"][key.split(".")[1]] = value
-    with pytest.raises(PpsimError, match=f"{key}: ppexec builds GPT-style blocks"):
+    with pytest.raises(PpsimError, match=f"{key}: ppexec builds GPT- and Llama-style blocks"):
+        prepare(parse_scenario(data))
+
+
+def test_llama_blocks_are_built_and_their_tensor_parallelism_refused() -> None:
+    """SwiGLU, rotary positions and grouped-query attention build (the same parameters as ppsim
+    counts); their tensor-parallel split is not ppexec's, refused by name."""
+    from ppexec.launch.prepare import prepare
+    from ppexec.runtimes.model import parameter_count, reference_model
+    from ppsim.errors import PpsimError
+    from ppsim.inputs.scenario import parse_scenario
+
+    data = load(TINY).model_dump(exclude_none=True)
+    data["model"].update(mlp="swiglu", positions="rope", kv_heads=2)
+    s = parse_scenario(data)
+    assert prepare(s).partition
+    assert s.model is not None
+    assert sum(p.numel() for p in reference_model(s.model, 0).parameters()) == parameter_count(s.model)
+    data["tensor_parallel"] = 2
+    with pytest.raises(PpsimError, match="tensor_parallel: ppexec's tensor parallelism splits GPT-style"):
         prepare(parse_scenario(data))
 
 
