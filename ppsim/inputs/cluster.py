@@ -398,12 +398,14 @@ def plan_routes(cluster: Cluster, stage_to_rank: tuple[int, ...], p: int, d: int
             tuple(reduction(rank) for rank in stage_to_rank), pipeline_ring())
 
 
+@lru_cache(maxsize=1024)  # a search asks again for each plan of a layout
 def data_parallel_link(cluster: Cluster, p: int, d: int, t: int, placement: Placement) -> LinkSpeed:
     """The link of the gradient all-reduce: a ring over each stage's replicas (per tensor rank)."""
     groups = [[device_of(s, r, k, p, d, t, placement) for r in range(d)] for s in range(p) for k in range(t)]
     return group_link(cluster, groups)
 
 
+@lru_cache(maxsize=1024)  # a search asks again for each plan of a layout
 def context_parallel_link(cluster: Cluster, p: int, d: int, t: int, cp: int, placement: Placement) -> LinkSpeed:
     """The link of a ring over each context-parallel group, all groups at once: ``d`` counts the
     replicas with the context-parallel ranks (d x cp), a group being cp consecutive ones."""
@@ -414,7 +416,7 @@ def context_parallel_link(cluster: Cluster, p: int, d: int, t: int, cp: int, pla
     return group_link(cluster, groups)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=1024)  # a search asks again for each plan of a layout
 def expert_parallel_link(cluster: Cluster, p: int, d: int, t: int, ep: int, etp: int, placement: Placement
                          ) -> LinkSpeed:
     """The link of an all-to-all over each expert-parallel group, all groups at once: a stage's
@@ -435,7 +437,7 @@ def expert_parallel_link(cluster: Cluster, p: int, d: int, t: int, ep: int, etp:
     return LinkSpeed(bandwidth, latency_us)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=1024)  # a search asks again for each plan of a layout
 def pairs_link(cluster: Cluster, pairs: tuple[tuple[int, int], ...], p: int, d: int, t: int, placement: Placement
                ) -> LinkSpeed:
     """The slowest link among transfers between each pair of pipeline ranks, both ways, every
@@ -447,7 +449,7 @@ def pairs_link(cluster: Cluster, pairs: tuple[tuple[int, int], ...], p: int, d: 
                key=lambda x: (x.bandwidth_gb_s, -x.latency_us))
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=1024)  # a search asks again for each plan of a layout
 def expert_tensor_link(cluster: Cluster, p: int, d: int, t: int, etp: int, placement: Placement) -> LinkSpeed:
     """The link of a ring over each expert-tensor-parallel group, all groups at once: ``etp``
     consecutive devices of a stage's t x d (tensor rank fastest, as :func:`expert_parallel_link`
@@ -459,6 +461,7 @@ def expert_tensor_link(cluster: Cluster, p: int, d: int, t: int, etp: int, place
     return group_link(cluster, groups)
 
 
+@lru_cache(maxsize=1024)  # a search asks again for each plan of a layout
 def tensor_parallel_link(cluster: Cluster, p: int, d: int, t: int, placement: Placement) -> LinkSpeed:
     groups = [[device_of(s, r, k, p, d, t, placement) for k in range(t)] for s in range(p) for r in range(d)]
     return group_link(cluster, groups)

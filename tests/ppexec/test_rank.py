@@ -103,10 +103,16 @@ def test_the_heaviest_rank_of_an_uneven_plan_is_named_as_measured(tmp_path: Path
 
 
 def test_an_interleaved_plans_heaviest_rank_is_the_measured_one() -> None:
-    result = invoke(ppexec_app, "rank", SCENARIOS / "tiny-cpu.yaml", "--rank", "all", "--steps", "1", "--no-waits",
-                    "--schedule", "interleaved-1f1b", "--chunks", "2")
-    assert result.exit_code == 0, result.output
-    assert "heaviest: rank " in result.output
+    args = ["rank", SCENARIOS / "tiny-cpu.yaml", "--rank", "all", "--steps", "1", "--no-waits",
+            "--schedule", "interleaved-1f1b", "--chunks", "2"]
+    doc_run = invoke(ppexec_app, *args, "--json")
+    assert doc_run.exit_code == 0, doc_run.output
+    doc = json.loads(doc_run.output[doc_run.output.index("{"):])
+    peaks = {r["rank"]: r["peak_memory_bytes"]["measured"] for r in doc["ranks"]}
+    heaviest = max(peaks, key=peaks.__getitem__)
+    assert doc["heaviest_measured"] == heaviest
+    shown = invoke(ppexec_app, *args)
+    assert f"heaviest: rank {heaviest} (" in shown.output
 
 
 @pytest.mark.parametrize("args, says", [
