@@ -148,6 +148,7 @@ class RankRun:
         inputs: dict[tuple[int, int], torch.Tensor] = {}
         outputs: dict[tuple[int, int], torch.Tensor] = {}
         grads: dict[tuple[int, int], torch.Tensor] = {}
+        groups: dict[tuple[int, int], Any] = {}  #: a split backward's parameter groups, from I to W
         labels: dict[int, torch.Tensor] = {}
         records: list[ActionRecord] = []
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
@@ -173,18 +174,23 @@ class RankRun:
             outputs[(stage, mb)] = out
 
         def backward(stage: int, mb: int, part: Kind) -> None:
+            from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+
             out = outputs[(stage, mb)]
             grad = None if stage == self.num_stages - 1 else grads[(stage, mb)]
             x = inputs[(stage, mb)]
             params = [p for p in self.modules[stage].parameters() if p.requires_grad]
             local = stage - 1 in self.modules  # the stage before on this rank takes the input's gradient as is
-            if part is Kind.I:  # the input's gradient only: the graph kept for the weight grad
-                if x.requires_grad:
-                    (dx,) = torch.autograd.grad(out, [x], grad, retain_graph=True)
-                    if local:
-                        grads[(stage - 1, mb)] = dx
+            if part is Kind.I:  # torch's split: the input's gradient, the intermediates' kept for the weights'
+                if x.requires_grad:  # (a first stage's input is token ids: its weight grad does it all)
+                    dx, groups[(stage, mb)] = stage_backward_input([out], None if grad is None else [grad],
+                                                                    [x], self.modules[stage].parameters())
+                    if local and dx[0] is not None:
+                        grads[(stage - 1, mb)] = dx[0]
                 return
-            if part is Kind.W:
+            if part is Kind.W and (stage, mb) in groups:
+                stage_backward_weight(self.modules[stage].parameters(), groups.pop((stage, mb)))
+            elif part is Kind.W:
                 torch.autograd.backward(out, grad, inputs=params)
             else:
                 torch.autograd.backward(out, grad, inputs=params + ([x] if x.requires_grad else []))
