@@ -36,31 +36,33 @@ def export(s: Scenario, framework: str, stem: str, command: str, folder: Path = 
 
         args = megatron_args(s, stages, refuse, notes)
         refuse.check()
-        name = folder / f"{stem}.megatron.sh"
-        return Export(framework, {".megatron.sh": args_file(args, command)}, check,
+        (sh,) = SUFFIXES[framework]
+        name = folder / f"{stem}{sh}"
+        return Export(framework, {sh: args_file(args, command)}, check,
                       [f"source {name}", f"torchrun --nproc-per-node ... pretrain_gpt.py \"${{{ARRAY}[@]}}\" "
                        "--data-path ... --tokenizer-type ... --train-iters ..."], notes)
     if framework == "torchtitan":
         from ppsim.frameworks.torchtitan import toml_text, torchtitan_config
 
-        csv_name = f"{stem}.schedule.csv"
+        toml, csv = SUFFIXES[framework]
+        csv_name = f"{stem}{csv}"
         sections = torchtitan_config(s, built.plan, stages, csv_name, refuse, notes)
         refuse.check()
-        files = {".torchtitan.toml": toml_text(sections, command)}
+        files = {toml: toml_text(sections, command)}
         if s.pipeline.stages > 1:
-            files[".schedule.csv"] = built.plan.to_csv()
+            files[csv] = built.plan.to_csv()
         return Export(framework, files, check,
                       [f"torchrun --nproc-per-node ... -m torchtitan.train --job.config_file "
-                       f"{folder / (stem + '.torchtitan.toml')} (from the folder that holds {folder / csv_name}: "
+                       f"{folder / (stem + toml)} (from the folder that holds {folder / csv_name}: "
                        "the TOML names it by a relative path)"], notes)
     from ppsim.frameworks.deepspeed import ds_config, parts_file
 
     config = ds_config(s, refuse, notes)
     refuse.check()
-    return Export(framework, {".ds_config.json": json.dumps(config, indent=1) + "\n",
-                              ".pipeline_parts.json": parts_file(stages, command)}, check,
-                  [f"deepspeed ... your_train.py --deepspeed_config {folder / (stem + '.ds_config.json')}, its "
-                   f"PipelineModule cut at the parts of {folder / (stem + '.pipeline_parts.json')}"], notes)
+    cfg, cuts = SUFFIXES[framework]
+    return Export(framework, {cfg: json.dumps(config, indent=1) + "\n", cuts: parts_file(stages, command)}, check,
+                  [f"deepspeed ... your_train.py --deepspeed_config {folder / (stem + cfg)}, its PipelineModule "
+                   f"cut at the parts of {folder / (stem + cuts)}"], notes)
 
 
 __all__ = ["FRAMEWORKS", "SUFFIXES", "CannotExport", "Export", "export"]
