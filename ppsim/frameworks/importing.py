@@ -56,7 +56,7 @@ def import_scenario(paths: list[Path], base: dict[str, Any], gpus: int | None) -
 
         toml = next(p for p in paths if p.suffix == ".toml")
         _text(toml)
-        data = titan(read_toml(toml), toml.parent, base, notes)
+        data = titan(read_toml(toml), toml.parent, base, notes, gpus)
     else:
         data = _deepspeed(paths, base, notes)
     data = {"name": data.get("name") or paths[0].stem, **{k: v for k, v in data.items() if k != "name"}}

@@ -17,6 +17,7 @@ from typing import Any
 
 from ppsim.errors import ScenarioError
 from ppsim.frameworks.names import MEGATRON as N
+from ppsim.frameworks.placement import base_devices
 from ppsim.inputs.megatron_layout import blocks_per_stage, check_layout, parse_layout
 
 FIELD = "megatron arguments"
@@ -81,7 +82,7 @@ def scenario_mapping(f: dict[str, list[str]], base: dict[str, Any], gpus: int | 
         data["expert_parallel"] = ep
     if (etp := _one(f, "expert_tensor")) is not None:
         data["expert_tensor_parallel"] = etp
-    devices = gpus or _base_devices(base)
+    devices = gpus or base_devices(base)
     if devices is None:
         raise ScenarioError("Megatron's arguments do not say how many GPUs run the job (its data-parallel size is "
                             "the GPUs over tensor x pipeline x context parallel): give --gpus", field="--gpus")
@@ -105,16 +106,6 @@ def scenario_mapping(f: dict[str, list[str]], base: dict[str, Any], gpus: int | 
     _training(f, training, notes)
     data["training"], data["pipeline"] = training, pipeline
     return data
-
-
-def _base_devices(base: dict[str, Any]) -> int | None:
-    if not base:
-        return None
-    keys = ("tensor_parallel", "context_parallel", "data_parallel")
-    n = 1
-    for k in keys:
-        n *= int(base.get(k) or 1)
-    return n * int((base.get("pipeline") or {}).get("stages") or 1)
 
 
 def _layout(f: dict[str, list[str]], model: dict[str, Any], p: int, pipeline: dict[str, Any], notes: list[str]) -> None:

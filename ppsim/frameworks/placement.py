@@ -5,6 +5,7 @@ prints (every block once, the ends where they belong)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ppsim.errors import PpsimError
 from ppsim.prediction import Built
@@ -62,3 +63,14 @@ def layer_check(stages: list[StageLayers], layers: int) -> str:
     return (f"{layers} blocks = {counts} over {len(stages)} stages; the embedding on stage 0 (rank {first.rank}), "
             f"{f'{last.mtp} MTP module(s) and ' if last.mtp else ''}the LM head on stage {last.stage} "
             f"(rank {last.rank})")
+
+
+def base_devices(base: dict[str, Any]) -> int | None:
+    """The devices a scenario mapping's plan runs on, t x cp x d x p (None for no mapping): what an
+    import takes for the job's GPUs when the framework's files do not say."""
+    if not base:
+        return None
+    n = int((base.get("pipeline") or {}).get("stages") or 1)
+    for key in ("tensor_parallel", "context_parallel", "data_parallel"):
+        n *= int(base.get(key) or 1)
+    return n

@@ -12,6 +12,7 @@ from typing import Any
 
 from ppsim.errors import ScenarioError
 from ppsim.frameworks.names import TORCHTITAN as N
+from ppsim.frameworks.placement import base_devices
 from ppsim.plan import Plan, schedules
 from ppsim.plan.schedules.from_file import read_plan
 
@@ -42,8 +43,10 @@ def _get(config: dict[str, Any], key: str, default: Any = None) -> Any:
     return node.get(name, default) if isinstance(node, dict) else default
 
 
-def scenario_mapping(config: dict[str, Any], folder: Path, base: dict[str, Any], notes: list[str]) -> dict[str, Any]:
-    """The scenario of ``config`` (a TOML read from ``folder``) over ``base``, which gives the model."""
+def scenario_mapping(config: dict[str, Any], folder: Path, base: dict[str, Any], notes: list[str],
+                     gpus: int | None = None) -> dict[str, Any]:
+    """The scenario of ``config`` (a TOML read from ``folder``) over ``base``, which gives the model;
+    ``gpus`` (or the base's plan) sizes a shard degree of -1, torchtitan's "the GPUs left over"."""
     if not base.get("model"):
         raise ScenarioError("torchtitan's TOML names its model by flavor, not by shape: give --base SCENARIO with "
                             "the model", field="--base")
@@ -53,7 +56,14 @@ def scenario_mapping(config: dict[str, Any], folder: Path, base: dict[str, Any],
     pipeline = dict(data.get("pipeline") or {})
     replicate, shard = int(_get(config, "replicate", 1)), int(_get(config, "shard", -1))
     if shard < 0:
-        raise ScenarioError("parallelism.data_parallel_shard_degree -1 takes the GPUs left over: give it", field=FIELD)
+        others = replicate * int(_get(config, "tensor_parallel", 1)) * int(_get(config, "context_parallel", 1)) \
+            * int(_get(config, "stages", 1))
+        devices = gpus or base_devices(base)
+        if devices is None or devices % others:
+            raise ScenarioError("parallelism.data_parallel_shard_degree -1 takes the GPUs left over: give --gpus "
+                                f"(a multiple of the other degrees' {others}) or the degree", field=FIELD)
+        shard = devices // others
+        notes.append(f"data_parallel_shard_degree -1: {shard}, the GPUs left over of {devices}")
     d = replicate * shard
     data["data_parallel"] = d
     training["zero_stage"] = 3 if shard > 1 else 0

@@ -140,3 +140,14 @@ def test_deepspeed_parts_round_trip_every_partition(blocks: list[int]) -> None:
     cuts = parts(blocks)
     assert cuts[0] == 0 and cuts[-1] == sum(blocks) + 2 and len(cuts) == len(blocks) + 1
     assert blocks_of_parts(cuts) == blocks
+
+
+def test_a_shard_degree_of_minus_one_takes_the_gpus_left_over(tmp_path: Path) -> None:
+    toml = tmp_path / "t.toml"
+    toml.write_text("[parallelism]\npipeline_parallel_degree = 2\ntensor_parallel_degree = 2\n")
+    base = load(GPT_YAML).model_dump(exclude_none=True)
+    data, _, notes = import_scenario([toml], base, 16)
+    assert data["data_parallel"] == 4 and data["training"]["zero_stage"] == 3
+    assert any("the GPUs left over of 16" in n for n in notes)
+    with pytest.raises(ScenarioError, match="give --gpus"):
+        import_scenario([toml], {**base, "data_parallel": 1, "tensor_parallel": 1, "pipeline": {"stages": 3}}, None)
