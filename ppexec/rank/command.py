@@ -36,6 +36,7 @@ def run_ranks(s: Scenario, path: Path, rank: str, steps: int, waits: bool, devic
     from ppexec.launch.prepare import check_buildable
     from ppexec.rank.check import as_built, check_rank, predicted_rank
     from ppexec.rank.report import print_check, print_heaviest
+    from ppexec.runtimes.base import refuse_copies
 
     check_buildable(s)
     if s.tensor_parallel > 1:
@@ -48,6 +49,7 @@ def run_ranks(s: Scenario, path: Path, rank: str, steps: int, waits: bool, devic
     for note in notes:
         say("note", note)
     prediction = predict(s)
+    refuse_copies(prediction.plan)
     chosen = ranks_of(rank, prediction.plan.num_ranks)
     targets: dict[str, Path] = {}
     if out is not None:

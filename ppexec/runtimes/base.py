@@ -77,14 +77,19 @@ def runtimes() -> dict[str, Runtime]:
 RUNTIME_NAMES: tuple[str, ...] = get_args(RuntimeChoice)
 
 
-def choose(name: str, plan: Plan, s: Scenario) -> Runtime:
-    """The runtime ``name`` (or, for ``auto``, the first that can run the plan: DeepSpeed, then
-    torch). A plan the runtime cannot run is one error naming what stands in the way; a plan of
-    several copies of the model (DualPipe) none runs."""
+def refuse_copies(plan: Plan) -> None:
+    """A plan of several copies of the model (DualPipe), which ppexec builds nowhere, in one line."""
     if plan.pipes > 1:
         raise PpsimError(f"schedule {plan.schedule!r} runs {plan.pipes} copies of the model, which ppsim simulates "
                          "and neither runtime builds (each holds one copy per rank's stages); run dualpipev, DualPipe "
                          "folded onto one copy", field="pipeline.schedule")
+
+
+def choose(name: str, plan: Plan, s: Scenario) -> Runtime:
+    """The runtime ``name`` (or, for ``auto``, the first that can run the plan: DeepSpeed, then
+    torch). A plan the runtime cannot run is one error naming what stands in the way; a plan of
+    several copies of the model (DualPipe) none runs."""
+    refuse_copies(plan)
     available = runtimes()
     if name != "auto":
         if name not in available:

@@ -119,6 +119,7 @@ def test_an_interleaved_plans_heaviest_rank_is_the_measured_one() -> None:
     (["--rank", "5"], "'5' is not a pipeline rank of this plan: give 0 to 1, or all"),
     (["--rank", "first"], "is not a pipeline rank"),
     (["--rank", "0", "--tensor-parallel", "2"], "ppexec rank runs tensor_parallel 1"),
+    (["--rank", "0", "--schedule", "dualpipe"], "runs 2 copies of the model"),
 ])
 def test_bad_input_is_one_line(args: list[str], says: str) -> None:
     result = invoke(ppexec_app, "rank", SCENARIOS / "tiny-cpu.yaml", *args)
