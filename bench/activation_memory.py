@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ppexec.measure.activations import saved_activation_bytes
+from ppexec.measure.activations import pending_weight_grad_bytes, saved_activation_bytes
 from ppexec.runtimes.model import Block
 from ppsim.api import ModelSpec
 from ppsim.costs.layers import gpt_layers
@@ -53,6 +53,19 @@ def main() -> None:
     spec = ModelSpec(layers=2, hidden=256, heads=4, seq_len=128, vocab=1000, dropout=False, dtype="fp32",
                      moe={"experts": 4, "top_k": 2, "ffn_hidden": 512})
     print(row("ppexec MoE, 4 experts, top-2 (128, 2, 256, 4)", spec, 2, "none", moe=True))
+    print("\nsplit backward (torch's stage_backward_input, then _weight): held between a block's input grad and its"
+          " weight grad,\nagainst what its forward saved (ppsim's model keeps the forward's, no more)")
+    print(f"{'block (s, b, h, heads)':<44} {'type':<4} {'forward MiB':>12} {'pending MiB':>12} {'ratio':>7}")
+    for family, keys in (("GPT", {}), ("Llama", {"mlp": "swiglu", "positions": "rope"})):
+        for s, b, h, a in DENSE:
+            gqa = {"kv_heads": a // 4} if family == "Llama" else {}
+            spec = ModelSpec(layers=2, hidden=h, heads=a, seq_len=s, vocab=1000, dropout=False, dtype="bf16",
+                             **keys, **gqa)  # type: ignore[arg-type]
+            block = Block(spec, 0).to(torch.bfloat16)
+            x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
+            pending, forward = pending_weight_grad_bytes(block, x, torch.randn(b, s, h, dtype=torch.bfloat16))
+            print(f"{family + f' dense ({s}, {b}, {h}, {a})':<44} bf16 {forward / 2**20:12.2f} {pending / 2**20:12.2f} "
+                  f"{pending / forward:7.3f}")
 
 
 if __name__ == "__main__":

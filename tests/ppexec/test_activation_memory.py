@@ -111,3 +111,16 @@ def test_the_measure_counts_a_storage_once_and_leaves_the_parameters_out() -> No
 
     measured, _ = saved_activation_bytes(twice, x, parameters=[w])
     assert measured == x.numel() * 4 + 8 * 64 * 4  # x, and y once
+
+
+def test_a_split_backward_holds_the_weight_ops_inputs_and_output_gradients() -> None:
+    """One linear layer, its backward split as torch's pipelining runtime splits it: after the input
+    grad it still holds its input (for the weight grad) and the gradient of its output, nothing else."""
+    from ppexec.measure.activations import pending_weight_grad_bytes
+
+    layer = torch.nn.Linear(64, 32)
+    x = torch.randn(8, 64, requires_grad=True)
+    g = torch.randn(8, 32)
+    pending, forward = pending_weight_grad_bytes(layer, x, g)
+    assert forward == x.numel() * 4
+    assert pending == x.numel() * 4 + g.numel() * 4
