@@ -18,6 +18,9 @@ from ppsim.frameworks.names import DEEPSPEED as N
 from ppsim.frameworks.placement import StageLayers
 from ppsim.frameworks.result import Refusals
 from ppsim.inputs.scenario import Scenario
+from ppsim.plan import schedules as registry
+
+FRAMEWORK = "deepspeed"  #: its key in the schedule registry's native names
 
 
 def ds_config(s: Scenario, refuse: Refusals, notes: list[str]) -> dict[str, Any]:
@@ -33,9 +36,11 @@ def ds_config(s: Scenario, refuse: Refusals, notes: list[str]) -> dict[str, Any]
             section = section.setdefault(part, {})
         section[name] = value
 
-    if pl.stages > 1 and pl.schedule != "1f1b":
-        refuse.add(f"DeepSpeed's pipeline runs 1F1B (its TrainSchedule) only, not {pl.schedule}: export with "
-                   "--schedule 1f1b")
+    own = registry.native(FRAMEWORK)
+    if pl.stages > 1 and registry.describe(pl.schedule).native_name(FRAMEWORK) is None:
+        runs = ", ".join(f"{info.name.upper()} (its {info.native_name(FRAMEWORK)})" for info in own)
+        refuse.add(f"DeepSpeed's pipeline runs {runs} only, not {pl.schedule}: export with --schedule "
+                   f"{' or '.join(info.name for info in own)}")
     put("global_batch", s.global_batch)
     put("micro_batch", tr.micro_batch)
     put("microbatches", s.microbatches)

@@ -19,9 +19,8 @@ from ppsim.frameworks.placement import StageLayers
 from ppsim.frameworks.result import Refusals
 from ppsim.inputs.megatron_layout import format_layout
 from ppsim.inputs.scenario import Scenario
+from ppsim.plan import schedules as registry
 
-#: ppsim's schedules Megatron-Core runs: its 1F1B, interleaved 1F1B and combined 1F1B
-SCHEDULES = ("1f1b", "interleaved-1f1b", "combined-1f1b")
 ARRAY = "PPSIM_MEGATRON_ARGS"  #: the bash array the exported file sets
 Put = Callable[..., None]  #: put(key, *values): a flag of the table and its values
 
@@ -37,12 +36,15 @@ def megatron_args(s: Scenario, stages: list[StageLayers], refuse: Refusals, note
         args.append(N[key].name)
         args.extend(str(v) for v in values)
 
-    schedule = pl.schedule if pl.stages > 1 else "1f1b"  # one stage: no pipeline schedule at all
-    if schedule not in SCHEDULES:
-        refuse.add(f"Megatron-Core has no {pl.schedule} schedule: export with --schedule 1f1b or interleaved-1f1b "
+    info = registry.describe(pl.schedule)
+    pipelined = pl.stages > 1  # one stage runs no pipeline schedule at all
+    if pipelined and info.native_name(registry.MEGATRON) is None:
+        plain = " or ".join(s.name for s in registry.native(registry.MEGATRON) if not s.overlaps)
+        refuse.add(f"Megatron-Core has no {pl.schedule} schedule: export with --schedule {plain} "
                    f"(ppsim run --schedule ... predicts each)")
-    if schedule == "combined-1f1b" and pl.stages > 1 and pl.chunks < 2:
-        refuse.add("Megatron's combined 1F1B interleaves: give --chunks 2 or more")
+    elif pipelined and not info.allows_chunks(pl.stages, pl.chunks):
+        refuse.add(f"Megatron's {pl.schedule} runs on {info.pipeline_chunks} or more virtual stages a rank: give "
+                   f"--chunks {info.pipeline_chunks} or more")
     # parallel sizes
     put("tensor_parallel", s.tensor_parallel)
     put("stages", pl.stages)
@@ -75,7 +77,7 @@ def megatron_args(s: Scenario, stages: list[StageLayers], refuse: Refusals, note
         put("overlap_param_gather")
     if tr.tp_comm_overlap:
         put("tp_comm_overlap")
-    if schedule == "combined-1f1b":
+    if pipelined and info.overlaps:  # the combined 1F1B: Megatron's all-to-all overlap
         put("moe_overlap")
     if tr.delay_wgrad:
         put("delay_wgrad")
@@ -83,7 +85,7 @@ def megatron_args(s: Scenario, stages: list[StageLayers], refuse: Refusals, note
         refuse.add("ppsim's activation offloading is not Megatron's: export with training.offload_layers: 0")
     _precision(s, put)
     _model(s, put, refuse, notes)
-    if pl.stages > 1 and pl.schedule in ("interleaved-1f1b", "combined-1f1b"):
+    if pipelined and pl.chunks > 1:
         notes.append("Megatron overlaps the interleaved schedule's sends and receives with compute by default "
                      "(--no-overlap-p2p-communication turns it off); ppsim's messages are priced as the scenario's "
                      f"pipeline.comm ({pl.comm}) says")

@@ -19,6 +19,7 @@ from ppsim.errors import ScenarioError
 from ppsim.frameworks.names import MEGATRON as N
 from ppsim.frameworks.placement import base_devices
 from ppsim.inputs.megatron_layout import blocks_per_stage, check_layout, parse_layout
+from ppsim.plan import schedules as registry
 
 FIELD = "megatron arguments"
 #: flags that take no value (the rest take one, or several: --recompute-modules, --hierarchical-...)
@@ -138,10 +139,11 @@ def _layout(f: dict[str, list[str]], model: dict[str, Any], p: int, pipeline: di
         else:
             pipeline["partition"] = "uniform"  # Megatron's own split: the blocks evenly
     pipeline["chunks"] = chunks
-    if N["moe_overlap"].name in f:
-        pipeline["schedule"] = "combined-1f1b"
-    elif p > 1:
-        pipeline["schedule"] = "interleaved-1f1b" if chunks > 1 else "1f1b"
+    overlap = N["moe_overlap"].name in f
+    if p > 1 or overlap:  # Megatron's own schedule of these virtual stages, with the all-to-all overlap or not
+        kinds = [info for info in registry.native(registry.MEGATRON) if info.overlaps == overlap]
+        fits = [info for info in kinds if info.allows_chunks(p, chunks)]
+        pipeline["schedule"] = (fits or kinds)[0].name  # none that fits: the scenario's checks say why
 
 
 def _training(f: dict[str, list[str]], tr: dict[str, Any], notes: list[str]) -> None:

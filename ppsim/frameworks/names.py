@@ -1,6 +1,7 @@
 """Each framework's names for what a plan sets, one table per framework; every row says which
 release (and file) of the framework it was read from, so that a renamed setting shows where to
-look. The exporters and importers read names only from here."""
+look. The exporters and importers read names only from here; each framework's own schedules, and its
+names for them, are the schedule registry's (``ScheduleInfo.native``)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,17 @@ class Name:
     read_from: str
 
 
+def _table(*rows: tuple[str, str, str, str]) -> dict[str, Name]:
+    """A framework's names from rows of (ppsim's key, the framework's name, what it carries, read from)."""
+    return {key: Name(name, carries, read_from) for key, name, carries, read_from in rows}
+
+
 _MEGATRON_ARGS = "Megatron-LM core 0.20.0, megatron/training/arguments.py (d96d76c0, 2026-08-22)"
 _MEGATRON_LAYOUT = "Megatron-LM core 0.20.0, megatron/core/transformer/pipeline_parallel_layer_layout.py (d98e8a64)"
 _MEGATRON_TE = "Megatron-LM core 0.20.0, TransformerConfig.cp_comm_type (d98e8a64): Transformer Engine's spelling"
 
 #: Megatron-LM's command-line arguments (pretrain_gpt.py)
-MEGATRON: dict[str, Name] = {k: Name(n, c, src) for k, n, c, src in (
+MEGATRON: dict[str, Name] = _table(
     ("tensor_parallel", "--tensor-model-parallel-size", "tensor_parallel", _MEGATRON_ARGS),
     ("stages", "--pipeline-model-parallel-size", "pipeline.stages", _MEGATRON_ARGS),
     ("context_parallel", "--context-parallel-size", "context_parallel", _MEGATRON_ARGS),
@@ -91,14 +97,13 @@ MEGATRON: dict[str, Name] = {k: Name(n, c, src) for k, n, c, src in (
     ("qk_head_dim", "--qk-head-dim", "model.mla.qk_nope_head_dim", _MEGATRON_ARGS),
     ("qk_pos_dim", "--qk-pos-emb-head-dim", "model.mla.qk_rope_head_dim", _MEGATRON_ARGS),
     ("v_head_dim", "--v-head-dim", "model.mla.v_head_dim", _MEGATRON_ARGS),
-)}
+)
 
 _TITAN = "torchtitan v0.2.2 (73a0e697), torchtitan/config/job_config.py: its last release with TOML configs"
 _TITAN_PP = "torchtitan v0.2.2 (73a0e697), torchtitan/distributed/pipeline_parallel.py"
-_TORCH_SCHEDULES = "torch 2.13, torch/distributed/pipelining/schedules.py get_schedule_class"
 
 #: torchtitan's TOML keys (section.key)
-TORCHTITAN: dict[str, Name] = {k: Name(n, c, src) for k, n, c, src in (
+TORCHTITAN: dict[str, Name] = _table(
     ("replicate", "parallelism.data_parallel_replicate_degree", "data_parallel without sharding", _TITAN),
     ("shard", "parallelism.data_parallel_shard_degree", "data_parallel under FSDP (ZeRO-3)", _TITAN),
     ("tensor_parallel", "parallelism.tensor_parallel_degree", "tensor_parallel", _TITAN),
@@ -122,16 +127,13 @@ TORCHTITAN: dict[str, Name] = {k: Name(n, c, src) for k, n, c, src in (
     ("float8_recipe", "quantize.linear.float8.recipe_name", "training.fp8: tensorwise", _TITAN),
     ("mx_recipe", "quantize.linear.mx.recipe_name", "training.fp8: mxfp8", _TITAN),
     ("model_name", "model.name", "the model family torchtitan builds (llama3's module names)", _TITAN),
-)}
-
-#: the torch schedule class torchtitan splits the model for, by placement and stages per rank
-TORCH_SCHEDULES = Name("1F1B / Interleaved1F1B / ZBVZeroBubble", "single stage, loop, V placement", _TORCH_SCHEDULES)
+)
 
 _DS_CONFIG = "DeepSpeed 0.19.6 (edaa7221), deepspeed/runtime/constants.py and config.py"
 _DS_PIPE = "DeepSpeed 0.19.6 (edaa7221), deepspeed/runtime/pipe/module.py PipelineModule"
 
 #: DeepSpeed's config keys and PipelineModule arguments
-DEEPSPEED: dict[str, Name] = {k: Name(n, c, src) for k, n, c, src in (
+DEEPSPEED: dict[str, Name] = _table(
     ("global_batch", "train_batch_size", "micro_batch x microbatches x data_parallel", _DS_CONFIG),
     ("micro_batch", "train_micro_batch_size_per_gpu", "training.micro_batch", _DS_CONFIG),
     ("microbatches", "gradient_accumulation_steps", "pipeline.microbatches (the pipeline's micro-batches)", _DS_CONFIG),
@@ -144,4 +146,4 @@ DEEPSPEED: dict[str, Name] = {k: Name(n, c, src) for k, n, c, src in (
     ("partition_method", "PipelineModule(partition_method=...)", "pipeline.partition (uniform, type:regex)", _DS_PIPE),
     ("parts", "PipelineModule.parts", "pipeline.partition: each stage's first layer, then the end", _DS_PIPE),
     ("topology", "PipeModelDataParallelTopology(num_pp, num_mp, num_dp)", "stages, tensor and data parallel", _DS_PIPE),
-)}
+)

@@ -21,6 +21,9 @@ from ppsim.frameworks.placement import StageLayers
 from ppsim.frameworks.result import Refusals
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan import Plan
+from ppsim.plan import schedules as registry
+
+TORCH = "torch"  #: torch's schedule classes, in the schedule registry's native names
 
 TomlValue = str | int | float | bool | list[str] | list[list[str]]
 
@@ -78,11 +81,18 @@ def torchtitan_config(s: Scenario, plan: Plan, stages: list[StageLayers], csv_na
     put("stages", pl.stages)
     put("microbatch_size", tr.micro_batch)
     if pl.stages > 1:
-        put("schedule", placement_schedule(plan))
+        torch_class = placement_schedule(plan)
+        if torch_class is None:
+            refuse.add("torchtitan places a rank's stages in a loop or a V; this plan places them otherwise: export "
+                       "a schedule of either placement")
+        else:
+            put("schedule", torch_class)
         put("schedule_csv", csv_name)
         put("fqns", module_fqns(stages, model.layers))
-    if pl.schedule == "dualpipe":
-        refuse.add("DualPipe runs two copies of the model; torchtitan runs one: export dualpipev")
+    info = registry.describe(pl.schedule)
+    if info.pipes > 1:
+        refuse.add(f"{pl.schedule} runs {info.pipes} copies of the model; torchtitan runs one: export "
+                   f"{info.folded or 'a schedule of one copy'}")
     if model.moe is not None:
         put("expert_parallel", s.expert_parallel)
         etp = s.expert_tensor
@@ -122,14 +132,16 @@ def _checkpointing(s: Scenario, put: Callable[[str, TomlValue], None], refuse: R
                      "outputs and recomputes the rest; ppsim priced the attention core recomputed)")
 
 
-def placement_schedule(plan: Plan) -> str:
-    """The torch schedule class whose placement and stages per rank torchtitan splits the model for:
-    ``1F1B`` for one stage a rank, ``ZBVZeroBubble`` for V placement, ``Interleaved1F1B`` for a loop."""
-    if plan.chunks == 1:
-        return "1F1B"
-    p = plan.num_ranks
-    v_placement = tuple(list(range(p)) + list(range(p - 1, -1, -1)))
-    return "ZBVZeroBubble" if plan.stage_to_rank == v_placement else "Interleaved1F1B"
+def placement_schedule(plan: Plan) -> str | None:
+    """The torch schedule class whose placement and stages per rank torchtitan splits the model for
+    (the CSV gives the order): the first of torch's classes, the default schedule's first, that
+    places the plan's stages on the same ranks (1F1B, Interleaved1F1B, ZBVZeroBubble); None when
+    none does."""
+    p, v = plan.num_ranks, plan.chunks
+    for info in sorted(registry.native(TORCH), key=lambda info: info.name != registry.DEFAULT):
+        if info.pipes == 1 and info.allows_chunks(p, v) and info.stage_to_rank(p, v) == plan.stage_to_rank:
+            return info.native_name(TORCH)
+    return None
 
 
 def module_fqns(stages: list[StageLayers], layers: int) -> list[list[str]]:

@@ -13,13 +13,12 @@ from typing import Any
 from ppsim.errors import ScenarioError
 from ppsim.frameworks.names import TORCHTITAN as N
 from ppsim.frameworks.placement import base_devices
-from ppsim.plan import Plan, schedules
+from ppsim.plan import Plan
+from ppsim.plan import schedules as registry
 from ppsim.plan.schedules.from_file import read_plan
 
 FIELD = "torchtitan config"
-#: torch's schedule classes (get_schedule_class, case-insensitive) as ppsim's schedules
-TORCH_CLASSES = {"1f1b": "1f1b", "interleaved1f1b": "interleaved-1f1b", "gpipe": "gpipe", "loopedbfs": "looped-bfs",
-                 "interleavedzerobubble": "interleaved-zb", "zbvzerobubble": "zb-v", "dualpipev": "dualpipev"}
+TORCH = "torch"  #: torch's schedule classes, in the schedule registry's native names
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -116,14 +115,15 @@ def _schedule(config: dict[str, Any], folder: Path, pipeline: dict[str, Any], p:
         pipeline["chunks"] = plan.chunks
         pipeline["schedule"] = _named(plan) or f"file:{path}"
         return
-    name = str(_get(config, "schedule", "1F1B"))
-    ours = TORCH_CLASSES.get(name.lower())
+    name = str(_get(config, "schedule", registry.describe(registry.DEFAULT).native_name(TORCH)))
+    ours = registry.native_schedule(TORCH, name)
     if ours is None:
-        raise ScenarioError(f"parallelism.pipeline_parallel_schedule {name!r}: ppsim knows torch's "
-                            f"{', '.join(sorted(TORCH_CLASSES))} (or give its CSV)", field=FIELD)
+        known = ", ".join(str(info.native_name(TORCH)) for info in registry.native(TORCH))
+        raise ScenarioError(f"parallelism.pipeline_parallel_schedule {name!r}: ppsim knows torch's {known} (or give "
+                            "its CSV)", field=FIELD)
     pipeline["schedule"] = ours
-    if not fqns:
-        pipeline["chunks"] = 1 if ours in ("1f1b", "gpipe") else 2  # torchtitan's default stages per rank
+    if not fqns:  # torchtitan's default stages per rank: one for a single-stage class, else two
+        pipeline["chunks"] = registry.describe(ours).chunks.default
         pipeline["partition"] = "balanced"
         notes.append("no module_fqns_per_model_part: torchtitan splits the layers itself; ppsim balances them")
 
@@ -131,8 +131,8 @@ def _schedule(config: dict[str, Any], folder: Path, pipeline: dict[str, Any], p:
 def _named(plan: Plan) -> str | None:
     """The ppsim schedule whose plan of the same sizes is exactly ``plan``'s order, if one is."""
     p, m, v = plan.num_ranks, plan.num_microbatches, plan.chunks
-    for name, info in schedules.SCHEDULES.items():
-        if not info.training or name == schedules.SEARCHED or not info.allows_chunks(p, v) \
+    for name, info in registry.SCHEDULES.items():
+        if not info.training or name == registry.SEARCHED or not info.allows_chunks(p, v) \
                 or info.microbatches.nearest(p, m, v) is not None:
             continue
         if info.build(p, m, v).actions == plan.actions:

@@ -55,6 +55,7 @@ def _combined_peak(p: int, m: int, v: int) -> float:
 
 
 ANY_CHUNKS = Chunks(minimum=1, maximum=None, default=2)
+MEGATRON = "megatron"  #: Megatron-Core's schedule functions (megatron/core/pipeline_parallel/schedules.py)
 TWO_OR_MORE = Chunks(minimum=2, maximum=None, default=2)
 V_SHAPED = Chunks(minimum=2, maximum=2, default=2)
 
@@ -62,20 +63,25 @@ SCHEDULES: dict[str, ScheduleInfo] = {
     info.name: info
     for info in (
         ScheduleInfo("gpipe", "GPipe: all forwards, then all backwards", build_order=gpipe,
-                     memory="m", peak_activations=lambda p, m, v: m),
+                     memory="m", peak_activations=lambda p, m, v: m, native=(("torch", "GPipe"),)),
         ScheduleInfo("1f1b", "1F1B (PipeDream-flush, DeepSpeed TrainSchedule): stage s holds p - s",
-                     build_order=one_f_one_b, memory="p", peak_activations=lambda p, m, v: min(p, m)),
+                     build_order=one_f_one_b, memory="p", peak_activations=lambda p, m, v: min(p, m),
+                     native=((MEGATRON, "forward_backward_pipelining_without_interleaving"), ("torch", "1F1B"),
+                             ("deepspeed", "TrainSchedule"))),
         ScheduleInfo("interleaved-1f1b", "Megatron interleaved 1F1B: v chunks per rank, bubble / v, v x more messages",
                      build_order=interleaved_1f1b, chunks=ANY_CHUNKS,
                      microbatches=Microbatches("multiple of p (v > 1)", _multiple_of_ranks_when_interleaved),
-                     memory="p + (p - 1) / v", peak_activations=_interleaved_peak),
+                     memory="p + (p - 1) / v", peak_activations=_interleaved_peak,
+                     native=((MEGATRON, "forward_backward_pipelining_with_interleaving"), ("torch", "Interleaved1F1B"))),
         ScheduleInfo("combined-1f1b", "Megatron-Core's combined 1F1B (MoE all-to-all overlap): interleaved 1F1B "
                      "with one more warm-up forward, then each forward and an earlier backward as one action",
                      build_order=combined_1f1b, chunks=ANY_CHUNKS, pipeline_chunks=2, overlaps=True,
                      microbatches=Microbatches("multiple of p (v > 1)", _multiple_of_ranks_when_interleaved),
-                     memory="p + (p - 1) / v + 1 / v", peak_activations=_combined_peak),
+                     memory="p + (p - 1) / v + 1 / v", peak_activations=_combined_peak,
+                     native=((MEGATRON, "combined_1f1b_schedule_for_interleaved_pipelining"),)),
         ScheduleInfo("looped-bfs", "Breadth-first over chunks (looped BFS): GPipe chunk by chunk",
-                     build_order=looped_bfs, chunks=TWO_OR_MORE, memory="m", peak_activations=lambda p, m, v: m),
+                     build_order=looped_bfs, chunks=TWO_OR_MORE, memory="m", peak_activations=lambda p, m, v: m,
+                     native=(("torch", "LoopedBFS"),)),
         ScheduleInfo("zb-h1", "Zero bubble H1: split backward, W's fill the drain: 1/3 of 1F1B's bubble",
                      build_order=zb_h1, splits_backward=True, memory="p", peak_activations=lambda p, m, v: min(p, m)),
         ScheduleInfo("zb-h2", "Zero bubble H2: more warm-up forwards; no gap in a rank's span for m >= 2p - 1",
@@ -83,7 +89,7 @@ SCHEDULES: dict[str, ScheduleInfo] = {
                      peak_activations=lambda p, m, v: min(2 * p - 1, m)),
         ScheduleInfo("zb-v", "ZB-V: V placement, split backward; no gap in a span for m >= 2p - 1",
                      build_order=zb_v, chunks=V_SHAPED, placement=Placement.V, splits_backward=True,
-                     memory="p", peak_activations=lambda p, m, v: min(p, m)),
+                     memory="p", peak_activations=lambda p, m, v: min(p, m), native=(("torch", "ZBVZeroBubble"),)),
         ScheduleInfo("v-half", "V-Half: V placement, split backward, half of 1F1B's activations",
                      build_order=v_half, chunks=V_SHAPED, placement=Placement.V, splits_backward=True,
                      memory="(p + 2) // 2", peak_activations=lambda p, m, v: min((p + 2) // 2, m)),
@@ -93,7 +99,7 @@ SCHEDULES: dict[str, ScheduleInfo] = {
         ScheduleInfo("dualpipev", "DualPipeV (DeepSeek): V placement, a forward and a backward overlapped as one action",
                      build_order=dualpipev, chunks=V_SHAPED, placement=Placement.V, splits_backward=True, overlaps=True,
                      microbatches=Microbatches("at least 2p", _at_least_two_per_stage),
-                     memory="p + 1/2", peak_activations=lambda p, m, v: p + 0.5),
+                     memory="p + 1/2", peak_activations=lambda p, m, v: p + 0.5, native=(("torch", "DualPipeV"),)),
         ScheduleInfo("dualpipe", "DualPipe (DeepSeek): two copies of the model fed from both ends, a forward and a "
                      "backward overlapped as one action", build_order=dualpipe, chunks=V_SHAPED, placement=Placement.V,
                      splits_backward=True, overlaps=True, pipes=2, folded="dualpipev",
@@ -102,10 +108,26 @@ SCHEDULES: dict[str, ScheduleInfo] = {
         ScheduleInfo("interleaved-zb", "Interleaved zero bubble: Megatron's interleaving with split backward",
                      build_order=interleaved_zb, chunks=TWO_OR_MORE, splits_backward=True,
                      microbatches=Microbatches("max(1, m // p) equal rounds", _whole_rounds),
-                     memory="p (m multiple of p)", peak_activations=_interleaved_zb_peak),
+                     memory="p (m multiple of p)", peak_activations=_interleaved_zb_peak,
+                     native=(("torch", "InterleavedZeroBubble"),)),
         ScheduleInfo("inference", "Forward only, pipelined (no backward, no optimizer)", build_order=inference, training=False),
     )
 }
+
+
+
+def native(framework: str) -> tuple[ScheduleInfo, ...]:
+    """The registered schedules a framework (``megatron``, ``torch``, ``deepspeed``) runs as its own,
+    in the registry's order."""
+    return tuple(info for info in SCHEDULES.values() if info.native_name(framework) is not None)
+
+
+def native_schedule(framework: str, name: str) -> str | None:
+    """The registered schedule the framework calls ``name``, compared without case (torch looks its
+    classes up in any case), or None."""
+    return next((info.name for info in native(framework) if (info.native_name(framework) or "").lower() == name.lower()),
+                None)
+
 
 #: the name that asks for a search instead of a schedule: the fastest plan that fits, found on the
 #: stage costs by :func:`ppsim.prediction.auto.auto_build` (its orders: :mod:`ppsim.plan.order_search`)
@@ -155,4 +177,4 @@ def build(name: str, num_ranks: int, num_microbatches: int, chunks: int | None =
 
 
 __all__ = ["DEFAULT", "FILE_PREFIX", "NAMES", "PROFILING", "SCHEDULES", "SEARCH", "SEARCHED", "Capabilities", "Chunks",
-           "Microbatches", "Placement", "ScheduleInfo", "build", "describe", "get"]
+           "Microbatches", "Placement", "ScheduleInfo", "build", "describe", "get", "native", "native_schedule"]

@@ -96,6 +96,16 @@ class Capabilities:
     #: with several pipes, the schedule that runs the same phases on one copy of the model (its
     #: ranks hold no more memory: the tuner bounds this one only where that one fits)
     folded: str | None = None
+    #: the frameworks that run this kind of order as a schedule of their own, each with its name
+    #: there (Megatron-Core's schedule function, torch's schedule class, DeepSpeed's): what an
+    #: export may ask a framework for, and what an import reads back (read from Megatron-LM core
+    #: 0.20.0's pipeline_parallel/schedules.py, torch 2.13's get_schedule_class, DeepSpeed 0.19.6's
+    #: runtime/pipe/schedule.py)
+    native: tuple[tuple[str, str], ...] = ()
+
+    def native_name(self, framework: str) -> str | None:
+        """The framework's name for its own schedule of this kind, or None where it has none."""
+        return dict(self.native).get(framework)
 
     def allows_chunks(self, p: int, v: int) -> bool:
         """Whether it runs ``v`` chunks on ``p`` ranks."""
