@@ -76,6 +76,13 @@ class PassGemms:
                          self.weight_grad + other.weight_grad)
 
 
+def weight_grad_inputs(gemms: PassGemms) -> float:
+    """The values of output gradient a layer's weight grads read, per micro-batch: each weight GEMM
+    (in x T) x (T x out) reads the T x out gradient of its forward's output, which a split backward
+    keeps from the input grad, which makes it, to the weight grad."""
+    return sum(g.n * g.k * g.count for g in gemms.weight_grad)
+
+
 def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_heads: int, ffn_hidden: float, *,
                 swiglu: bool = False, tensor_parallel: int = 1, recompute: str = "none",
                 flash_attention: bool = False, kv_len: int | None = None, mlp: bool = True,

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from ppsim.costs.elementwise import Traffic, block_traffic, embedding_traffic, head_traffic
-from ppsim.costs.gemms import Gemm, PassGemms, attended_keys, block_gemms, head_gemms
+from ppsim.costs.gemms import Gemm, PassGemms, attended_keys, block_gemms, head_gemms, weight_grad_inputs
 from ppsim.costs.low_precision import LowPrecision
 from ppsim.costs.memory import Recompute, block_activation_bytes
 from ppsim.costs.moe import ExpertShard, router_flops
@@ -59,6 +60,9 @@ class LayerCost:
     backward_bytes: float = 0.0
     #: its matmuls with their shapes, pass by pass (:mod:`ppsim.costs.gemms`; FLOPs as above)
     gemms: PassGemms = PassGemms()
+    #: what a split backward keeps from its input grad to its weight grad beyond ``activation_bytes``:
+    #: the gradients of the weight ops' outputs (the linears', the norms'), per micro-batch
+    weight_grad_pending_bytes: float = 0.0
 
     @property
     def total_flops(self) -> float:
@@ -183,13 +187,18 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         extra_weight = linear_params * (narrow.weight_bytes_per_param(e) - e)
     # MLA keeps Q and K of a x qk_dim and V and the output of a x v_head_dim: the (2 + 2 kv/a) x width
     # values of multi-head attention (kv = a) at half their sum
-    held = block_activation_bytes(s, b, h, a, e, core, t, kv_heads=model.kv, ffn_hidden=f, mlp=model.mlp,
-                                  attention_width=q if not model.mla else a * (model.mla.qk_dim + model.mla.v_head_dim) // 2,
-                                  sequence_parallel=sequence_parallel, flash_attention=flash_attention,
-                                  dropout=model.dropout, linear_input_bytes=narrow.value_bytes if narrow else None,
-                                  kv_len=keys, with_attention=bool(wa), with_mlp=bool(wm))
-    if experts and recompute != "full":
-        held += int(experts.extra_activation_bytes(tokens, h, e))
+    keeps = partial(block_activation_bytes, s, b, h, a, e, tensor_parallel=t, kv_heads=model.kv, ffn_hidden=f,
+                    mlp=model.mlp,
+                    attention_width=q if not model.mla else a * (model.mla.qk_dim + model.mla.v_head_dim) // 2,
+                    sequence_parallel=sequence_parallel, flash_attention=flash_attention,
+                    dropout=model.dropout, linear_input_bytes=narrow.value_bytes if narrow else None,
+                    kv_len=keys, with_attention=bool(wa), with_mlp=bool(wm))
+    held = keeps(recompute=core)
+    routed_held = int(experts.extra_activation_bytes(tokens, h, e)) if experts else 0
+    # a split backward whose input grad ran the whole forward again keeps what that forward saved
+    rerun_held = keeps(recompute="none") + routed_held - held if recompute == "full" else 0
+    if recompute != "full":
+        held += routed_held
     gemms = block_gemms(s, b, h, a, model.kv, f, swiglu=model.mlp == "swiglu", tensor_parallel=t, head_dim=model.head_width,
                         recompute=core, flash_attention=flash_attention, kv_len=keys, mlp=experts is None and bool(wm),
                         attention_linears=latent, window=window, attention=bool(wa),
@@ -211,6 +220,8 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         traffic = Traffic(traffic.forward, traffic.backward, traffic.recompute + extra.traffic_bytes)
         gemms += PassGemms(input_grad=extra.gemms)
     hbm = layer_bytes(traffic, casts, recompute)
+    # the norms' output gradients besides the linears': a token's h each (split under sequence parallelism)
+    norm_grads = (wa + wm) * b * s * h / (t if sequence_parallel else 1)
     block = LayerCost(
         name="block",
         forward_flops=matmul + attention,
@@ -228,6 +239,7 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         expert_params=expert_params,
         alltoall_bytes=experts.dispatch_bytes(tokens, h, e) if experts else 0.0,
         tp_collectives=0.5 * wa + (0.5 if experts.moe.shared_experts else 0.0) if experts else 0.5 * wa + 0.5 * wm,
+        weight_grad_pending_bytes=e * (weight_grad_inputs(gemms) + norm_grads) + rerun_held,
     )
     embedding = LayerCost(
         name="embedding",
@@ -243,6 +255,7 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         backward_bytes=lookup.backward,
     )
     logits = 2 * b * s * h * V / t
+    lm_gemms = head_gemms(s, b, h, V, t)
     head = LayerCost(
         name="lm_head",
         forward_flops=logits,
@@ -252,7 +265,9 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         activation_bytes=4 * s * b * V // t,
         forward_bytes=(loss := head_traffic(s, b, V, t)).forward,
         backward_bytes=loss.backward,
-        gemms=head_gemms(s, b, h, V, t),
+        gemms=lm_gemms,
+        # the logits' gradient for the head's weight grad, and the final norm's
+        weight_grad_pending_bytes=e * (weight_grad_inputs(lm_gemms) + b * s * h / (t if sequence_parallel else 1)),
     )
     return embedding, block, head
 
@@ -282,4 +297,6 @@ def mtp_module(model: ModelSpec, micro_batch: int, head: LayerCost, tensor_paral
         backward_bytes=head.backward_bytes,
         gemms=head.gemms + PassGemms((Gemm(tokens, 2 * h, h / t, linear=True),), (Gemm(tokens, h / t, 2 * h, linear=True),),
                                      (Gemm(2 * h, tokens, h / t, linear=True),)),
+        # the head pass's, the projection's output gradient and the two norms'
+        weight_grad_pending_bytes=head.weight_grad_pending_bytes + e * (tokens * h / t + 2 * tokens * h),
     )

@@ -68,6 +68,11 @@ class StageShape:
     #: the parameters whose reduction over the stage's replicas moves what its dense and expert ones
     #: really do over theirs (ppsim.costs.moe.reduced_params); params without experts
     reduced_params: float = 0.0
+    #: what a split backward keeps from a micro-batch's input grad to its weight grad beyond its
+    #: activations (ppsim.costs.layers.LayerCost.weight_grad_pending_bytes); none on a model's first
+    #: stage, whose input grad torch's runtime skips (its input is token ids: the weight grad runs the
+    #: whole backward)
+    weight_grad_pending_bytes: int = 0
 
 
 #: the order of the kinds of layer in a stage's GEMM lists (:meth:`ModelSpec.layer_kind`'s words)
@@ -123,7 +128,8 @@ class Layout:
             return StageCost(**times)
         st = self.stages[stage]
         return StageCost(grad_bytes=int(st.reduced_params * self.dtype_bytes), activation_bytes=st.activation_bytes,
-                         params=st.params, layers=st.blocks, moe_layers=st.moe_blocks, memory=st.memory, **times)
+                         weight_grad_pending_bytes=st.weight_grad_pending_bytes, params=st.params, layers=st.blocks,
+                         moe_layers=st.moe_blocks, memory=st.memory, **times)
 
 
 def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, LayerCost, LayerCost] | None,
@@ -204,6 +210,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
             backward_bytes=sum(x.backward_bytes for x in parts),
             gemms=sum((x.gemms for x in parts[count:]), gemms),  # the MTP blocks' with the embedding's and head's
             step_bytes=sum(x.step_bytes for x in parts),
+            weight_grad_pending_bytes=int(sum(x.weight_grad_pending_bytes for x in parts)) if k else 0,
             memory=static_memory(params, dtype_bytes, zero_stage=s.training.zero_stage, data_parallel=s.weight_replicas,
                                  message_bytes=message, neighbours=(k > 0) + (k < n - 1),
                                  extra_weight_bytes=int(sum(x.extra_weight_bytes for x in parts)),

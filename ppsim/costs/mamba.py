@@ -27,7 +27,7 @@ own kernel efficiency (its GEMMs are priced as any of their shapes), context par
 from __future__ import annotations
 
 from ppsim.costs.elementwise import Traffic
-from ppsim.costs.gemms import Gemm, PassGemms
+from ppsim.costs.gemms import Gemm, PassGemms, weight_grad_inputs
 from ppsim.costs.layers import LayerCost, layer_bytes
 from ppsim.costs.low_precision import LowPrecision
 from ppsim.inputs.scenario import DTYPE_BYTES, ModelSpec
@@ -90,4 +90,6 @@ def mamba_layer(model: ModelSpec, micro_batch: int, recompute: str = "none", ten
         extra_weight_bytes=extra_weight,
         gemms=gemms,
         tp_collectives=0.5,
+        # the projections' output gradients, the convolution's, the gated norm's and the layer norm's
+        weight_grad_pending_bytes=e * (weight_grad_inputs(gemms) + tokens * (channels + inner) + whole),
     )

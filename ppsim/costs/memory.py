@@ -25,6 +25,10 @@ kv/a) sbh more; measured by ppexec's blocks (docs/calibration.md). A model witho
 1-byte masks of the block (2 sbh of the 10) nor the attention's dropout mask and output (3as/h of
 the 5as/h).
 
+A split backward (zero-bubble schedules' ``I`` then ``W``) keeps, from a micro-batch's input grad
+to its weight grad, the gradient of every weight op's output besides these (torch's split keeps
+all the forward saved too): ``LayerCost.weight_grad_pending_bytes``, counted by :mod:`ppsim.plan.held`.
+
 Communication buffers: a receive and a send buffer of one stage-to-stage message for each
 neighbouring stage, and the working set of context parallelism's K/V exchange
 (:func:`ppsim.costs.context_parallel.exchange_buffer_bytes`).

@@ -27,6 +27,8 @@ class StageCost:
     allreduce_buckets: int = 1  #: the all-reduce runs in this many equal buckets
     grad_bytes: int = 0  #: bytes all-reduced per step
     activation_bytes: int = 0  #: activations held per micro-batch between forward and backward
+    #: held besides from a split backward's input grad to its weight grad (the weight ops' output gradients)
+    weight_grad_pending_bytes: int = 0
     params: int = 0
     layers: int = 0  #: transformer blocks in this stage (0 when costs are explicit)
     moe_layers: int = 0  #: the blocks of them with experts (each dispatches and combines its tokens)

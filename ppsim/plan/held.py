@@ -1,7 +1,9 @@
 """What a rank holds as its actions run, in any unit per stage and micro-batch (bytes of
 activations, micro-batches): a forward takes its micro-batch's share of its stage (in a plan
 without backward, only while it runs); the backward frees it (or, when the backward is split, the
-weight-grad half does); an overlapped forward and backward takes the forward's at its start and
+weight-grad half does); a split backward's input grad takes besides what the weight grad reads
+from it (the weight ops' output gradients: a second size per stage), which the weight grad frees;
+an overlapped forward and backward takes the forward's at its start and
 frees the backward's at its end. A rank runs one
 action at a time in plan order, so what it holds after each action, and its peak, depend on that
 order alone: the simulator's memory counters and the exact peak without simulating both use this.
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
-from ppsim.plan.action import Kind
+from ppsim.plan.action import Action, Kind
 from ppsim.plan.memo import per_plan
 from ppsim.plan.plan import Plan
 from ppsim.plan.rules import is_training
@@ -35,81 +37,98 @@ def _split(plan: Plan) -> frozenset[int]:
                      for a in actions if a[1] is W)  # (a W is never inside an overlap)
 
 
-def held_deltas(plan: Plan, per_stage: Sequence[Unit]) -> dict[tuple[int, Kind], tuple[Unit, Unit]]:
+def held_deltas(plan: Plan, per_stage: Sequence[Unit],
+                pending: Sequence[Unit] | None = None) -> dict[tuple[int, Kind], tuple[Unit, Unit]]:
     """(held at its start, freed at its end, negative) of each (stage, kind) that computes, when a
-    micro-batch of stage s holds ``per_stage[s]`` (bytes, or any unit)."""
+    micro-batch of stage s holds ``per_stage[s]`` (bytes, or any unit) from its forward to its
+    backward, and ``pending[s]`` more from a split backward's input grad to its weight grad."""
+    return {key: (sum(grow for _, grow, _ in parts), sum(shrink for _, _, shrink in parts))
+            for key, parts in _slot_steps(plan, per_stage, pending).items()}
+
+
+#: per (stage, kind): (counter, held at its start, freed at its end) of each counter it moves
+Steps = dict[tuple[int, Kind], tuple[tuple[int, Unit, Unit], ...]]
+
+
+def _slot_steps(plan: Plan, per_stage: Sequence[Unit], pending: Sequence[Unit] | None = None) -> Steps:
+    """What each (stage, kind) does to two counters per stage: 2s, its micro-batches' activations
+    (``per_stage[s]`` each), and 2s + 1, the gradients a split backward's input grad leaves for its
+    weight grad (``pending[s]`` each; none unless the stage's backward is split)."""
     split = _split(plan)
     keeps = trains(plan)  # forward-only: a forward's activations are in flight during it only
-    out: dict[tuple[int, Kind], tuple[Unit, Unit]] = {}
+    out: Steps = {}
     for st, held in enumerate(per_stage):
-        out[(st, Kind.F)] = (held, 0 if keeps else -held)
-        out[(st, Kind.B)] = (0, -held)
-        out[(st, Kind.I)] = (0, 0 if st in split else -held)
-        out[(st, Kind.W)] = (0, -held)
-        out[(st, Kind.OPT)] = (0, 0)
+        left = pending[st] if pending is not None and st in split else 0
+        acts, grads = 2 * st, 2 * st + 1
+        out[(st, Kind.F)] = ((acts, held, 0 if keeps else -held),)
+        out[(st, Kind.B)] = ((acts, 0, -held),)
+        out[(st, Kind.I)] = ((acts, 0, 0), (grads, left, 0)) if st in split else ((acts, 0, -held),)
+        out[(st, Kind.W)] = ((acts, 0, -held), (grads, 0, -left))
+        out[(st, Kind.OPT)] = ((acts, 0, 0),)
     return out
 
 
-Counts = tuple[int, ...]  #: micro-batches held per stage of a rank, in the order of plan.stages_of_rank
+Counts = tuple[int, ...]  #: micro-batches on each counter of a rank (two per stage, plan.stages_of_rank's order)
 
 
 @per_plan
 def _peak_counts(plan: Plan) -> tuple[tuple[Counts, ...], ...]:
-    """Per rank, the micro-batches of each of its stages held at every moment that could be its peak
-    (right after a forward allocates), less those another such moment holds as many or more of in
-    every stage: whatever each stage's micro-batch holds, the peak is one of these."""
-    deltas = held_deltas(plan, [1] * plan.num_stages)
+    """Per rank, the micro-batches on each of its counters (two per stage: activations, and the
+    gradients between a split backward's halves) at every moment that could be its peak (right
+    after an action takes memory), less those another such moment holds as many or more of on
+    every counter: whatever each counter's micro-batch holds, the peak is one of these."""
+    ones = [1] * plan.num_stages
+    steps_of = _slot_steps(plan, ones, ones)
     OVERLAP = Kind.OVERLAP_F_B
     out: list[tuple[Counts, ...]] = []
     for r, actions in enumerate(plan.actions):
         stages = plan.stages_of_rank(r)
-        # per (stage, kind): (the stage's place on the rank, held at its start, freed at its end)
-        steps = {key: (stages.index(key[0]), grow, shrink) for key, (grow, shrink) in deltas.items()
-                 if key[0] in stages}
-        if len(stages) == 1 and OVERLAP not in plan.kinds(r):  # one counter: the peak is its largest value
-            by_kind = {k: (grow, shrink) for (_, k), (_, grow, shrink) in steps.items()}
-            held = most = 0
-            for a in actions:
-                op = by_kind.get(a[1])
-                if op is not None:
-                    grow, shrink = op
-                    if grow:
-                        held += grow
-                        if held > most:
-                            most = held
-                    held += shrink
-            out.append(((most,),))
+        place = {2 * st + half: 2 * i + half for i, st in enumerate(stages) for half in (0, 1)}
+        # per (stage, kind): (the counter's place on the rank, held at its start, freed at its end) of each
+        steps = {key: tuple((place[slot], grow, shrink) for slot, grow, shrink in parts)
+                 for key, parts in steps_of.items() if key[0] in stages}
+        if len(stages) == 1 and OVERLAP not in plan.kinds(r) and stages[0] not in _split(plan):
+            out.append(((_most_held(actions, steps), 0),))  # one counter moves: the peak is its largest value
             continue
-        counts = [0] * len(stages)
+        counts = [0] * (2 * len(stages))
         moments: set[Counts] = set()
         for a in actions:
             if a[1] is OVERLAP:  # the forward's activations at its start, the backward's freed at its end
                 f, b = a.parts
-                at, grow, _ = steps[(f[0], f[1])]
+                parts = steps[(f[0], f[1])] + tuple((at, grow, 0) for at, grow, _ in steps[(b[0], b[1])])
+                frees = tuple((at, 0, shrink) for at, _, shrink in steps[(b[0], b[1])])
+            else:
+                parts = steps.get((a[0], a[1]), ())
+                frees = ()
+            grew = False
+            for at, grow, _ in parts:
                 if grow:
                     counts[at] += grow
-                    moments.add(tuple(counts))
-                at, _, shrink = steps[(b[0], b[1])]
-                counts[at] += shrink
-                continue
-            step = steps.get((a[0], a[1]))
-            if step is None:
-                continue
-            at, grow, shrink = step
-            if grow:
-                counts[at] += grow
+                    grew = True
+            if grew:
                 moments.add(tuple(counts))
-            counts[at] += shrink
-        out.append(_undominated(moments) or ((0,) * len(stages),))
+            for at, _, shrink in parts + frees:
+                counts[at] += shrink
+        out.append(_undominated(moments) or ((0,) * len(counts),))
     return tuple(out)
 
 
+def _most_held(actions: Sequence[Action], steps: dict[tuple[int, Kind], tuple[tuple[int, int, int], ...]]) -> int:
+    """The largest value of a rank's one moving counter (its one stage's activations)."""
+    held = most = 0
+    for a in actions:
+        for _, grow, shrink in steps.get((a[0], a[1]), ()):
+            if grow:
+                held += grow
+                most = max(most, held)
+            held += shrink
+    return most
+
+
 def _undominated(moments: set[Counts]) -> tuple[Counts, ...]:
-    """The moments no other holds as many or more of in every stage (one stage: the largest)."""
+    """The moments no other holds as many or more of on every counter."""
     if not moments:
         return ()
-    if len(next(iter(moments))) == 1:
-        return (max(moments),)
     kept: list[Counts] = []
     for m in sorted(moments, key=sum, reverse=True):  # a dominating moment has the larger sum: it comes first
         if not any(all(x >= y for x, y in zip(o, m)) for o in kept):
@@ -117,10 +136,11 @@ def _undominated(moments: set[Counts]) -> tuple[Counts, ...]:
     return tuple(kept)
 
 
-def peak_held(plan: Plan, per_stage: Sequence[float]) -> list[float]:
-    """Each rank's most held at once when a micro-batch of stage s holds ``per_stage[s]``."""
+def peak_held(plan: Plan, per_stage: Sequence[float], pending: Sequence[float] | None = None) -> list[float]:
+    """Each rank's most held at once when a micro-batch of stage s holds ``per_stage[s]`` from its
+    forward to its backward, and ``pending[s]`` more between a split backward's two halves."""
     peaks = []
     for r, moments in enumerate(_peak_counts(plan)):
-        sizes = [per_stage[s] for s in plan.stages_of_rank(r)]
+        sizes = [size for s in plan.stages_of_rank(r) for size in (per_stage[s], pending[s] if pending else 0.0)]
         peaks.append(max(sum(n * size for n, size in zip(m, sizes)) for m in moments))
     return peaks

@@ -152,7 +152,9 @@ def auto_inputs(s: Scenario, costs: CostTable) -> tuple[Timing, list[float]]:
         forward=[c.forward_ms for c in stages], backward=[c.backward_ms for c in stages],
         input_grad=[c.input_grad_ms for c in stages], weight_grad=[c.weight_grad_ms for c in stages],
         latency=[costs.p2p_ms(b) for b in range(max(1, n - 1))],
-        activation=[float(c.activation_bytes) if by_bytes else 1.0 for c in stages])
+        # a split backward's gradients counted as held from the forward on (the search's orders
+        # split every backward): an upper bound that keeps its orders within the device
+        activation=[float(c.activation_bytes + c.weight_grad_pending_bytes) if by_bytes else 1.0 for c in stages])
     cap = s.pipeline.memory_budget
     budget = []
     device = get_device(s.hardware.device, s.hardware.device_file).memory_gb * 2**30

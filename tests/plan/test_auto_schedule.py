@@ -90,7 +90,8 @@ def test_the_device_memory_is_the_default_budget() -> None:
     assert all(r.peak_memory_bytes <= capacity for r in summary.per_rank)
     search = pred.trace.meta["search"]
     assert search["considered"] > 4 and search["step_ms"] == pytest.approx(summary.step_time_ms)
-    assert set(search["simulated"]) >= {"zb-h1", "1f1b"}  # zb-h2 does not fit 80 GB here
+    # zb-h1's last rank needs 85 GiB (its split backwards' gradients on the LM head), zb-h2 more
+    assert "1f1b" in search["simulated"] and not {"zb-h1", "zb-h2"} & set(search["simulated"])
 
 
 def test_auto_says_what_it_picked_and_what_it_beat() -> None:
