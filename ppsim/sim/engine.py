@@ -567,6 +567,8 @@ class _Simulation:
         meta["network"] = "flows" if costs.fabric is not None else "static"
         if static is not None:
             meta["memory_static_bytes"] = static
+            if Kind.W in plan.kinds() and any(c.weight_grad_pending_bytes for c in costs.stages):
+                meta["weight_grad_pending_bytes"] = [c.weight_grad_pending_bytes for c in costs.stages]
         return Trace(spans=self.spans, meta=meta, counters=counters)
 
 

@@ -79,6 +79,8 @@ class TraceMeta(TypedDict, total=False):
     p2p_ms: list[float]
     network: Literal["flows", "static"]
     memory_static_bytes: list[StaticMemory]
+    #: per stage, the output gradients a split backward keeps per micro-batch from I to W (when any)
+    weight_grad_pending_bytes: list[int]
     # the workload (ppsim.prediction.workload_meta)
     scenario: str | None
     device: str | None

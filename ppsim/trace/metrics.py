@@ -33,6 +33,8 @@ from ppsim.trace.waits import busy_times, rank_times
 
 #: what a rank holds all step, in the order a peak's breakdown lists it (activations come last)
 STATIC_PARTS = ("weights", "gradients", "optimizer", "buffers")
+#: the part of a peak that split backwards keep from an input grad to its weight grad
+OWED_PART = "output grads"
 
 
 @dataclass(frozen=True)
@@ -51,15 +53,23 @@ class RankMetrics:
     peak_memory_bytes: float | None = None  #: highest ``memory_bytes`` counter value (simulated traces)
     peak_memory_at: str | None = None  #: the action running when the peak was reached
     static_memory_bytes: StaticMemory | None = None  #: weights, gradients, optimizer, buffers, total
+    #: of the peak, the output gradients split backwards keep for their weight grads (None: the plan
+    #: keeps none, or the trace does not say)
+    peak_owed_grad_bytes: float | None = None
 
     def peak_parts(self) -> dict[str, float] | None:
-        """The peak broken down: what the rank holds all step (:data:`STATIC_PARTS`) and the
-        activations in flight then (the rest), in bytes that add up to the peak; None without both."""
+        """The peak broken down: what the rank holds all step (:data:`STATIC_PARTS`), the
+        activations in flight then (the rest) and, in a plan of split backwards, the output
+        gradients owed to weight grads (:data:`OWED_PART`), in bytes that add up to the peak; None
+        without the static part."""
         static, peak = self.static_memory_bytes, self.peak_memory_bytes
         if static is None or peak is None:
             return None
         parts: dict[str, float] = {name: float(static[name]) for name in STATIC_PARTS}  # type: ignore[literal-required]  # StaticMemory's keys
-        parts["activations"] = max(0.0, peak - sum(parts.values()))
+        owed = self.peak_owed_grad_bytes
+        parts["activations"] = max(0.0, peak - sum(parts.values()) - (owed or 0.0))
+        if owed is not None:
+            parts[OWED_PART] = owed
         return parts
 
 
@@ -178,16 +188,32 @@ def rank_stages(trace: Trace, rank: int) -> tuple[int, ...]:
     return tuple(sorted({s.action.stage for s in trace.spans if s.rank == rank}))
 
 
-def memory_peak(trace: Trace, rank: int, compute: list[Span]) -> tuple[float, str | None] | None:
+def memory_peak(trace: Trace, rank: int, compute: list[Span]) -> tuple[float, str | None, float] | None:
     """(peak of the rank's ``memory_bytes`` counter, the action of ``compute`` — the rank's compute
-    spans — running then), if the rank has that counter."""
+    spans — running then, the moment), if the rank has that counter."""
     counter = next((c for c in trace.counters if c.rank == rank and c.name == "memory_bytes"), None)
     if counter is None or not counter.points:
         return None
     t, peak = max(counter.points, key=lambda p: (p[1], -p[0]))
     running = [s for s in compute if s.start <= t <= s.end]
     at = min(running, key=lambda s: (abs(s.start - t), s.start)) if running else None
-    return peak, str(at.action) if at else None
+    return peak, str(at.action) if at else None, t
+
+
+def owed_gradient_bytes(compute: list[Span], t: float, pending: list[int]) -> float:
+    """The output gradients a rank's split backwards keep at moment ``t``: of each micro-batch whose
+    input grad has started (it takes them at its start) and whose weight grad has not ended,
+    ``pending[stage]`` bytes (:mod:`ppsim.plan.held`)."""
+    I, W, OVERLAP = Kind.I, Kind.W, Kind.OVERLAP_F_B
+    started: set[tuple[int, int | None]] = set()
+    freed: set[tuple[int, int | None]] = set()
+    for s in compute:
+        for stage, k, mb in (s.action.parts if s.action[1] is OVERLAP else (s.action,)):
+            if k is I and s.start <= t:
+                started.add((stage, mb))
+            elif k is W and s.end <= t:
+                freed.add((stage, mb))
+    return float(sum(pending[stage] for stage, _ in started - freed))
 
 
 def rank_metrics(trace: Trace, step: float | None = None, *, waits: bool = True) -> list[RankMetrics]:
@@ -197,6 +223,7 @@ def rank_metrics(trace: Trace, step: float | None = None, *, waits: bool = True)
         step = step_time_ms(trace)
     chunks = int(trace.meta.get("chunks", 1))
     static = trace.meta.get("memory_static_bytes")
+    pending = trace.meta.get("weight_grad_pending_bytes")
     out = []
     for r, time in enumerate(rank_times(trace) if waits else busy_times(trace)):
         compute, busy = time.compute, time.busy_ms
@@ -206,6 +233,7 @@ def rank_metrics(trace: Trace, step: float | None = None, *, waits: bool = True)
             kinds[k] = kinds.get(k, 0.0) + (s.end - s.start)
         by_kind = {k.value: ms for k, ms in kinds.items()}
         peak = memory_peak(trace, r, compute)
+        owed = owed_gradient_bytes(compute, peak[2], pending) if peak and pending else None
         out.append(
             RankMetrics(
                 rank=r,
@@ -219,6 +247,7 @@ def rank_metrics(trace: Trace, step: float | None = None, *, waits: bool = True)
                 peak_memory_bytes=peak[0] if peak else None,
                 peak_memory_at=peak[1] if peak else None,
                 static_memory_bytes=static[r] if static and r < len(static) else None,
+                peak_owed_grad_bytes=owed,
             )
         )
     return out

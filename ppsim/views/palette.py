@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ppsim.plan import Kind
 from ppsim.plan.schedules import SCHEDULES
+from ppsim.trace.metrics import OWED_PART
 
 #: fixed colour of each action kind (all distinct)
 KIND_COLORS: dict[Kind, str] = {
@@ -29,9 +30,10 @@ ALLTOALL_COLOR = "#17becf"
 #: line colours of the memory plot, one per rank (darker than the kind colours, so they read apart)
 RANK_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#a6761d", "#666666", "#17becf")
 
-#: what a rank holds at its peak, as stacked: model states in blues and purple, activations in amber
+#: what a rank holds at its peak, as stacked: model states in blues and purple, activations in amber,
+#: a split backward's owed output gradients in a darker amber
 MEMORY_PART_COLORS = {"weights": "#3b5b92", "gradients": "#7a9cc6", "optimizer": "#9b6ba6", "buffers": "#b8b8b8",
-                      "activations": "#f0a830"}
+                      "activations": "#f0a830", OWED_PART: "#c9702a"}
 
 #: one colour per series of a line or bar plot, in order
 SERIES_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#9D755D", "#EECA3B")

@@ -15,7 +15,7 @@ from ppsim.costs import build_workload
 from ppsim.costs.layers import gpt_layers
 from ppsim.inputs.scenario import ModelSpec, load, parse_scenario
 from ppsim.prediction import predict
-from ppsim.trace.metrics import summarize
+from ppsim.trace.metrics import OWED_PART, summarize
 
 GPT: dict[str, Any] = {"layers": 4, "hidden": 1024, "heads": 16, "seq_len": 2048, "vocab": 50304}
 LLAMA: dict[str, Any] = {"layers": 4, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336,
@@ -78,21 +78,20 @@ def test_the_first_stage_keeps_none_the_others_their_layers_sum() -> None:
 
 def test_a_zero_bubble_peak_counts_the_gradients_between_the_halves_and_1f1b_does_not() -> None:
     """At each rank's peak it holds whole micro-batches of activations and, on ZB-H1's ranks past
-    the first, the gradients of at least one micro-batch whose weight grad is still owed."""
-    m = 8
-
-    def owed(kept: float, act: int, pending: int) -> set[int]:
-        """The counts of owed weight grads that make up ``kept`` with whole micro-batches."""
-        return {g for a in range(m + 1) for g in range(m + 1) if a * act + g * pending == kept}
-
+    the first, the output gradients of whole micro-batches whose weight grad is still owed (the
+    peak's breakdown names them apart); 1F1B's peaks have no such part."""
     for schedule in ("1f1b", "zb-h1"):
         pred = predict(small(schedule))
         costs = pred.workload.costs.stages
         for r, metrics in enumerate(summarize(pred.trace).per_rank):
-            c = costs[r]
-            assert c.memory is not None and metrics.peak_memory_bytes is not None
-            counts = owed(metrics.peak_memory_bytes - c.memory.total, c.activation_bytes, c.weight_grad_pending_bytes)
-            if schedule == "1f1b" or r == 0:
-                assert 0 in counts
+            c, parts = costs[r], metrics.peak_parts()
+            assert c.memory is not None and parts is not None and metrics.peak_memory_bytes is not None
+            assert sum(parts.values()) == pytest.approx(metrics.peak_memory_bytes)
+            assert parts["activations"] / c.activation_bytes == pytest.approx(round(parts["activations"] / c.activation_bytes))
+            if schedule == "1f1b":
+                assert OWED_PART not in parts
+            elif r == 0:
+                assert parts[OWED_PART] == 0
             else:
-                assert counts and min(counts) >= 1
+                owed = parts[OWED_PART] / c.weight_grad_pending_bytes
+                assert owed >= 1 and owed == pytest.approx(round(owed))
