@@ -158,7 +158,8 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
     slowest = max(boundaries, key=lambda x: x.latency_ms)
     return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=boundaries,
                      clip_allreduce_ms=ring_allreduce_ms(GRAD_NORM_BYTES, s.pipeline.stages, slowest),
-                     overlap_grad_reduce=training.overlap_grad_reduce, fabric=fabric)
+                     overlap_grad_reduce=training.overlap_grad_reduce, fabric=fabric,
+                     input_grad_frees=s.pipeline.input_grad_frees)
 
 
 def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_attention: bool = False,

@@ -36,4 +36,5 @@ def explicit_costs(s: Scenario, given: CostsSpec, layout: Layout, stage_to_rank:
     links = tuple(Link(latency_ms=p2p[stage_to_rank[b] if out_of_rank else b % len(p2p)])
                   for b in range(max(1, p * v - 1)))
     return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=links,
-                     clip_allreduce_ms=2 * (p - 1) * links[0].latency_ms)
+                     clip_allreduce_ms=2 * (p - 1) * links[0].latency_ms,
+                     input_grad_frees=s.pipeline.input_grad_frees)

@@ -76,11 +76,18 @@ class PassGemms:
                          self.weight_grad + other.weight_grad)
 
 
-def weight_grad_inputs(gemms: PassGemms) -> float:
-    """The values of output gradient a layer's weight grads read, per micro-batch: each weight GEMM
+def weight_grad_output_values(gemms: PassGemms, linear: bool | None = None) -> float:
+    """The output-gradient values a layer's weight grads read, per micro-batch: each weight GEMM
     (in x T) x (T x out) reads the T x out gradient of its forward's output, which a split backward
-    keeps from the input grad, which makes it, to the weight grad."""
-    return sum(g.n * g.k * g.count for g in gemms.weight_grad)
+    keeps from the input grad, which makes it, to the weight grad. ``linear``: only the block's
+    linear layers' GEMMs (True), only the others' (False)."""
+    return sum(g.n * g.k * g.count for g in gemms.weight_grad if linear is None or g.linear is linear)
+
+
+def weight_grad_input_values(gemms: PassGemms, linear: bool | None = None) -> float:
+    """The input values a layer's weight grads read, per micro-batch: each weight GEMM's T x in
+    input of its forward (what a weight-gradient store keeps for it); ``linear`` as above."""
+    return sum(g.m * g.n * g.count for g in gemms.weight_grad if linear is None or g.linear is linear)
 
 
 def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_heads: int, ffn_hidden: float, *,

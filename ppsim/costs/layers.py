@@ -22,7 +22,15 @@ from functools import partial
 from typing import Literal
 
 from ppsim.costs.elementwise import Traffic, block_traffic, embedding_traffic, head_traffic
-from ppsim.costs.gemms import Gemm, PassGemms, attended_keys, block_gemms, head_gemms, weight_grad_inputs
+from ppsim.costs.gemms import (
+    Gemm,
+    PassGemms,
+    attended_keys,
+    block_gemms,
+    head_gemms,
+    weight_grad_input_values,
+    weight_grad_output_values,
+)
 from ppsim.costs.low_precision import LowPrecision
 from ppsim.costs.memory import Recompute, block_activation_bytes
 from ppsim.costs.moe import ExpertShard, router_flops
@@ -60,13 +68,26 @@ class LayerCost:
     backward_bytes: float = 0.0
     #: its matmuls with their shapes, pass by pass (:mod:`ppsim.costs.gemms`; FLOPs as above)
     gemms: PassGemms = PassGemms()
-    #: what a split backward keeps from its input grad to its weight grad beyond ``activation_bytes``:
-    #: the gradients of the weight ops' outputs (the linears', the norms'), per micro-batch
+    #: what a split backward keeps from its input grad to its weight grad beyond ``activation_bytes``,
+    #: per micro-batch, as torch's runtime splits it (the autograd graph kept: everything the forward
+    #: saved stays): the gradients of the weight ops' outputs (the linears', the norms')
     weight_grad_pending_bytes: float = 0.0
+    #: the same through a weight-gradient store (Megatron-Core, the zero-bubble authors, DeepSeek's
+    #: DualPipe), which frees the forward's activations at the input grad: each weight op's input
+    #: and output gradient
+    weight_grad_store_bytes: float = 0.0
 
     @property
     def total_flops(self) -> float:
         return self.forward_flops + self.input_grad_flops + self.weight_grad_flops
+
+
+def weight_grad_store_bytes(gemms: PassGemms, dtype_bytes: float, linear_bytes: float) -> float:
+    """What a weight-gradient store keeps of a layer for its weight grads, per micro-batch: each
+    weight GEMM's input and output gradient, a linear layer's at ``linear_bytes`` a value (FP8
+    training's weight grads read both narrow), the others' (router, LM head) at the dtype's."""
+    return (linear_bytes * (weight_grad_input_values(gemms, True) + weight_grad_output_values(gemms, True))
+            + dtype_bytes * (weight_grad_input_values(gemms, False) + weight_grad_output_values(gemms, False)))
 
 
 def layer_bytes(traffic: Traffic, casts: Traffic, recompute: str) -> tuple[float, float]:
@@ -239,7 +260,8 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         expert_params=expert_params,
         alltoall_bytes=experts.dispatch_bytes(tokens, h, e) if experts else 0.0,
         tp_collectives=0.5 * wa + (0.5 if experts.moe.shared_experts else 0.0) if experts else 0.5 * wa + 0.5 * wm,
-        weight_grad_pending_bytes=e * (weight_grad_inputs(gemms) + norm_grads) + rerun_held,
+        weight_grad_pending_bytes=e * (weight_grad_output_values(gemms) + norm_grads) + rerun_held,
+        weight_grad_store_bytes=weight_grad_store_bytes(gemms, e, narrow.value_bytes if narrow else e) + e * norm_grads,
     )
     embedding = LayerCost(
         name="embedding",
@@ -256,6 +278,8 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     )
     logits = 2 * b * s * h * V / t
     lm_gemms = head_gemms(s, b, h, V, t)
+    # the logits' gradient for the head's weight grad, and the final norm's
+    head_grads = e * (weight_grad_output_values(lm_gemms) + b * s * h / (t if sequence_parallel else 1))
     head = LayerCost(
         name="lm_head",
         forward_flops=logits,
@@ -266,8 +290,8 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         forward_bytes=(loss := head_traffic(s, b, V, t)).forward,
         backward_bytes=loss.backward,
         gemms=lm_gemms,
-        # the logits' gradient for the head's weight grad, and the final norm's
-        weight_grad_pending_bytes=e * (weight_grad_inputs(lm_gemms) + b * s * h / (t if sequence_parallel else 1)),
+        weight_grad_pending_bytes=head_grads,
+        weight_grad_store_bytes=weight_grad_store_bytes(lm_gemms, e, e) + e * b * s * h / (t if sequence_parallel else 1),
     )
     return embedding, block, head
 
@@ -299,4 +323,5 @@ def mtp_module(model: ModelSpec, micro_batch: int, head: LayerCost, tensor_paral
                                      (Gemm(2 * h, tokens, h / t, linear=True),)),
         # the head pass's, the projection's output gradient and the two norms'
         weight_grad_pending_bytes=head.weight_grad_pending_bytes + e * (tokens * h / t + 2 * tokens * h),
+        weight_grad_store_bytes=head.weight_grad_store_bytes + e * (tokens * h / t + 2 * tokens * h + tokens * 2 * h),
     )

@@ -69,9 +69,7 @@ class StageShape:
     #: really do over theirs (ppsim.costs.moe.reduced_params); params without experts
     reduced_params: float = 0.0
     #: what a split backward keeps from a micro-batch's input grad to its weight grad beyond its
-    #: activations (ppsim.costs.layers.LayerCost.weight_grad_pending_bytes); none on a model's first
-    #: stage, whose input grad torch's runtime skips (its input is token ids: the weight grad runs the
-    #: whole backward)
+    #: activations (:func:`split_backward_bytes`)
     weight_grad_pending_bytes: int = 0
 
 
@@ -210,7 +208,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
             backward_bytes=sum(x.backward_bytes for x in parts),
             gemms=sum((x.gemms for x in parts[count:]), gemms),  # the MTP blocks' with the embedding's and head's
             step_bytes=sum(x.step_bytes for x in parts),
-            weight_grad_pending_bytes=int(sum(x.weight_grad_pending_bytes for x in parts)) if k else 0,
+            weight_grad_pending_bytes=split_backward_bytes(s, parts, first_stage=k == 0),
             memory=static_memory(params, dtype_bytes, zero_stage=s.training.zero_stage, data_parallel=s.weight_replicas,
                                  message_bytes=message, neighbours=(k > 0) + (k < n - 1),
                                  extra_weight_bytes=int(sum(x.extra_weight_bytes for x in parts)),
@@ -218,6 +216,16 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
                                  workspace_bytes=context_buffers if count else 0),
         ))
     return Layout(tuple(stages), message, whole, dtype_bytes, pipes)
+
+
+def split_backward_bytes(s: Scenario, parts: Sequence[LayerCost], *, first_stage: bool) -> int:
+    """What a stage of ``parts`` keeps per micro-batch from a split backward's input grad to its
+    weight grad beyond its activations (``pipeline.split_backward``): as torch's runtime keeps it
+    (none on a model's first stage, whose input grad torch skips: its input is token ids, and its
+    weight grad runs the whole backward), or through a weight-gradient store."""
+    if s.pipeline.input_grad_frees:
+        return int(sum(x.weight_grad_store_bytes for x in parts))
+    return 0 if first_stage else int(sum(x.weight_grad_pending_bytes for x in parts))
 
 
 def context_parallel_buffers(s: Scenario, model: ModelSpec) -> int:

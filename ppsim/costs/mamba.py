@@ -27,8 +27,8 @@ own kernel efficiency (its GEMMs are priced as any of their shapes), context par
 from __future__ import annotations
 
 from ppsim.costs.elementwise import Traffic
-from ppsim.costs.gemms import Gemm, PassGemms, weight_grad_inputs
-from ppsim.costs.layers import LayerCost, layer_bytes
+from ppsim.costs.gemms import Gemm, PassGemms, weight_grad_output_values
+from ppsim.costs.layers import LayerCost, layer_bytes, weight_grad_store_bytes
 from ppsim.costs.low_precision import LowPrecision
 from ppsim.inputs.scenario import DTYPE_BYTES, ModelSpec
 
@@ -76,6 +76,8 @@ def mamba_layer(model: ModelSpec, micro_batch: int, recompute: str = "none", ten
                       + tuple(g.times(2) for g in scan) + ((dense + scan) if recompute == "full" else ()),
                       weight_grad=tuple(Gemm(i, tokens, o, linear=True) for i, o in linears))
     hbm = layer_bytes(traffic, casts, recompute)
+    # the projections' output gradients, the convolution's, the gated norm's and the layer norm's
+    grads = e * (weight_grad_output_values(gemms) + tokens * (channels + inner) + whole)
     return LayerCost(
         name="mamba",
         forward_flops=projections + ssd,
@@ -90,6 +92,7 @@ def mamba_layer(model: ModelSpec, micro_batch: int, recompute: str = "none", ten
         extra_weight_bytes=extra_weight,
         gemms=gemms,
         tp_collectives=0.5,
-        # the projections' output gradients, the convolution's, the gated norm's and the layer norm's
-        weight_grad_pending_bytes=e * (weight_grad_inputs(gemms) + tokens * (channels + inner) + whole),
+        weight_grad_pending_bytes=grads,
+        weight_grad_store_bytes=(weight_grad_store_bytes(gemms, e, linear_bytes)
+                                 + e * (tokens * (channels + inner) + whole)),  # and the other weights' gradients
     )

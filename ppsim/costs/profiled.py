@@ -126,7 +126,7 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
                                   profile.overhead(layout.position(at), n).optimizer_ms) for at, c in enumerate(stages)]
     stages = copies_summed(s, stages, layout, reduce_link)  # the copies' ranks: over the measured all-reduce
     return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=gathering((link,), tp),
-                     clip_allreduce_ms=profile.clip_allreduce_us / 1e3)
+                     clip_allreduce_ms=profile.clip_allreduce_us / 1e3, input_grad_frees=s.pipeline.input_grad_frees)
 
 
 def _busiest(s: Scenario, measured: LayerTimes | None) -> LayerTimes | None:

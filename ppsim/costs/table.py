@@ -140,6 +140,9 @@ class CostTable:
     overlap_grad_reduce: bool = False
     #: the cluster's links and routes: transfers and gradient reductions run as flows sharing them
     fabric: Fabric | None = None
+    #: a split backward's input grad frees the forward's activations (a weight-gradient store keeps
+    #: only what the weight grads read, each stage's ``weight_grad_pending_bytes``); else they stay to W
+    input_grad_frees: bool = False
 
     def link(self, boundary: int) -> Link:
         return self.links[boundary] if len(self.links) > 1 else self.links[0]

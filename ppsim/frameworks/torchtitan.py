@@ -20,7 +20,7 @@ from ppsim.frameworks.names import TORCHTITAN as N
 from ppsim.frameworks.placement import StageLayers
 from ppsim.frameworks.result import Refusals
 from ppsim.inputs.scenario import Scenario
-from ppsim.plan import Plan
+from ppsim.plan import Kind, Plan
 from ppsim.plan import schedules as registry
 
 TORCH = "torch"  #: torch's schedule classes, in the schedule registry's native names
@@ -89,6 +89,9 @@ def torchtitan_config(s: Scenario, plan: Plan, stages: list[StageLayers], csv_na
             put("schedule", torch_class)
         put("schedule_csv", csv_name)
         put("fqns", module_fqns(stages, model.layers))
+    if pl.input_grad_frees and Kind.W in plan.kinds():
+        refuse.add("torch's runtime keeps a split backward's autograd graph to its weight grad, not a "
+                   "weight-gradient store: export with pipeline.split_backward: autograd")
     info = registry.describe(pl.schedule)
     if info.pipes > 1:
         refuse.add(f"{pl.schedule} runs {info.pipes} copies of the model; torchtitan runs one: export "

@@ -12,6 +12,10 @@ PartitionMode = Literal["uniform", "balanced"]
 #: what a send does: blocks until the peer posted its receive (gloo, NCCL pairs), until the data has
 #: arrived, or not at all (posted)
 Comm = Literal["rendezvous", "eager", "async"]
+#: what a split backward keeps from its input grad to its weight grad: torch's autograd graph (all
+#: the forward saved, and the output gradients), or a weight-gradient store (each weight op's input
+#: and output gradient; the rest freed at the input grad)
+SplitBackward = Literal["autograd", "store"]
 #: activation recomputation: none, the attention core, or the whole block
 #: Transformer Engine's FP8 recipes (ppsim.costs.low_precision)
 Fp8Recipe = Literal["tensorwise", "delayed", "blockwise", "mxfp8"]

@@ -22,6 +22,7 @@ from ppsim.inputs.choices import (
     PartitionMode,
     Recompute,
     RecomputeModule,
+    SplitBackward,
 )
 from ppsim.inputs.yaml_files import load_yaml, problem
 from ppsim.plan import schedules
@@ -316,10 +317,19 @@ class PipelineSpec(_Strict):
     #: message and the receiving group all-gathers it (Megatron's scatter-gather, DeepSpeed's partitioned
     #: activations); false: every tensor rank sends the whole message
     scatter_gather: bool = True
+    #: what a split backward (I, then W) keeps between its halves: ``autograd`` as torch's runtime
+    #: (torchtitan) keeps it, ``store`` as a weight-gradient store (Megatron-Core, the zero-bubble
+    #: authors, DeepSeek's DualPipe) keeps it
+    split_backward: SplitBackward = "autograd"
     memory_budget: float | None = Field(default=None, gt=0, description=(
         "the most micro-batches of activations a rank may hold at once: the cap of schedule auto "
         "(default: what fits in the device's memory)"))
 
+    @property
+    def input_grad_frees(self) -> bool:
+        """Whether a split backward's input grad frees the forward's activations (a weight-gradient
+        store keeps only what the weight grads read)."""
+        return self.split_backward == "store"
 
 
 class LinkSpec(_Strict):

@@ -37,23 +37,26 @@ def _split(plan: Plan) -> frozenset[int]:
                      for a in actions if a[1] is W)  # (a W is never inside an overlap)
 
 
-def held_deltas(plan: Plan, per_stage: Sequence[Unit],
-                pending: Sequence[Unit] | None = None) -> dict[tuple[int, Kind], tuple[Unit, Unit]]:
+def held_deltas(plan: Plan, per_stage: Sequence[Unit], pending: Sequence[Unit] | None = None,
+                frees: bool = False) -> dict[tuple[int, Kind], tuple[Unit, Unit]]:
     """(held at its start, freed at its end, negative) of each (stage, kind) that computes, when a
     micro-batch of stage s holds ``per_stage[s]`` (bytes, or any unit) from its forward to its
-    backward, and ``pending[s]`` more from a split backward's input grad to its weight grad."""
+    backward, and ``pending[s]`` more from a split backward's input grad to its weight grad (with
+    ``frees``, the input grad frees the forward's share at its end)."""
     return {key: (sum(grow for _, grow, _ in parts), sum(shrink for _, _, shrink in parts))
-            for key, parts in _slot_steps(plan, per_stage, pending).items()}
+            for key, parts in _slot_steps(plan, per_stage, pending, frees).items()}
 
 
 #: per (stage, kind): (counter, held at its start, freed at its end) of each counter it moves
 Steps = dict[tuple[int, Kind], tuple[tuple[int, Unit, Unit], ...]]
 
 
-def _slot_steps(plan: Plan, per_stage: Sequence[Unit], pending: Sequence[Unit] | None = None) -> Steps:
+def _slot_steps(plan: Plan, per_stage: Sequence[Unit], pending: Sequence[Unit] | None = None,
+                frees: bool = False) -> Steps:
     """What each (stage, kind) does to two counters per stage: 2s, its micro-batches' activations
-    (``per_stage[s]`` each), and 2s + 1, the gradients a split backward's input grad leaves for its
-    weight grad (``pending[s]`` each; none unless the stage's backward is split)."""
+    (``per_stage[s]`` each), and 2s + 1, what a split backward's input grad leaves for its weight
+    grad (``pending[s]`` each; none unless the stage's backward is split). With ``frees`` (a
+    weight-gradient store) the input grad frees the activations, else the weight grad does."""
     split = _split(plan)
     keeps = trains(plan)  # forward-only: a forward's activations are in flight during it only
     out: Steps = {}
@@ -62,8 +65,9 @@ def _slot_steps(plan: Plan, per_stage: Sequence[Unit], pending: Sequence[Unit] |
         acts, grads = 2 * st, 2 * st + 1
         out[(st, Kind.F)] = ((acts, held, 0 if keeps else -held),)
         out[(st, Kind.B)] = ((acts, 0, -held),)
-        out[(st, Kind.I)] = ((acts, 0, 0), (grads, left, 0)) if st in split else ((acts, 0, -held),)
-        out[(st, Kind.W)] = ((acts, 0, -held), (grads, 0, -left))
+        kept = 0 if frees else -held  # what the weight grad frees of the forward's share
+        out[(st, Kind.I)] = ((acts, 0, -held - kept), (grads, left, 0)) if st in split else ((acts, 0, -held),)
+        out[(st, Kind.W)] = ((acts, 0, kept), (grads, 0, -left))
         out[(st, Kind.OPT)] = ((acts, 0, 0),)
     return out
 
@@ -72,13 +76,13 @@ Counts = tuple[int, ...]  #: micro-batches on each counter of a rank (two per st
 
 
 @per_plan
-def _peak_counts(plan: Plan) -> tuple[tuple[Counts, ...], ...]:
+def _peak_counts(plan: Plan, frees: bool = False) -> tuple[tuple[Counts, ...], ...]:
     """Per rank, the micro-batches on each of its counters (two per stage: activations, and the
     gradients between a split backward's halves) at every moment that could be its peak (right
     after an action takes memory), less those another such moment holds as many or more of on
     every counter: whatever each counter's micro-batch holds, the peak is one of these."""
     ones = [1] * plan.num_stages
-    steps_of = _slot_steps(plan, ones, ones)
+    steps_of = _slot_steps(plan, ones, ones, frees)
     OVERLAP = Kind.OVERLAP_F_B
     out: list[tuple[Counts, ...]] = []
     for r, actions in enumerate(plan.actions):
@@ -96,10 +100,10 @@ def _peak_counts(plan: Plan) -> tuple[tuple[Counts, ...], ...]:
             if a[1] is OVERLAP:  # the forward's activations at its start, the backward's freed at its end
                 f, b = a.parts
                 parts = steps[(f[0], f[1])] + tuple((at, grow, 0) for at, grow, _ in steps[(b[0], b[1])])
-                frees = tuple((at, 0, shrink) for at, _, shrink in steps[(b[0], b[1])])
+                released = tuple((at, 0, shrink) for at, _, shrink in steps[(b[0], b[1])])
             else:
                 parts = steps.get((a[0], a[1]), ())
-                frees = ()
+                released = ()
             grew = False
             for at, grow, _ in parts:
                 if grow:
@@ -107,7 +111,7 @@ def _peak_counts(plan: Plan) -> tuple[tuple[Counts, ...], ...]:
                     grew = True
             if grew:
                 moments.add(tuple(counts))
-            for at, _, shrink in parts + frees:
+            for at, _, shrink in parts + released:
                 counts[at] += shrink
         out.append(_undominated(moments) or ((0,) * len(counts),))
     return tuple(out)
@@ -136,11 +140,13 @@ def _undominated(moments: set[Counts]) -> tuple[Counts, ...]:
     return tuple(kept)
 
 
-def peak_held(plan: Plan, per_stage: Sequence[float], pending: Sequence[float] | None = None) -> list[float]:
+def peak_held(plan: Plan, per_stage: Sequence[float], pending: Sequence[float] | None = None,
+              frees: bool = False) -> list[float]:
     """Each rank's most held at once when a micro-batch of stage s holds ``per_stage[s]`` from its
-    forward to its backward, and ``pending[s]`` more between a split backward's two halves."""
+    forward to its backward, and ``pending[s]`` more between a split backward's two halves (with
+    ``frees``, the input grad frees the forward's share)."""
     peaks = []
-    for r, moments in enumerate(_peak_counts(plan)):
+    for r, moments in enumerate(_peak_counts(plan, frees)):
         sizes = [size for s in plan.stages_of_rank(r) for size in (per_stage[s], pending[s] if pending else 0.0)]
         peaks.append(max(sum(n * size for n, size in zip(m, sizes)) for m in moments))
     return peaks

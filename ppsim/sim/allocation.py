@@ -14,7 +14,7 @@ from ppsim.trace.meta import StaticMemory
 def memory_deltas(plan: Plan, costs: CostTable) -> dict[tuple[int, Kind], tuple[int, int]]:
     """(bytes allocated at its start, bytes freed at its end, negative) of each (stage, kind) that computes."""
     return held_deltas(plan, [c.activation_bytes for c in costs.stages],
-                       [c.weight_grad_pending_bytes for c in costs.stages])
+                       [c.weight_grad_pending_bytes for c in costs.stages], costs.input_grad_frees)
 
 
 def static_memory_bytes(plan: Plan, costs: CostTable) -> list[StaticMemory] | None:
@@ -37,5 +37,5 @@ def peak_memory_bytes(plan: Plan, costs: CostTable) -> list[float]:
     """Each rank's peak memory (static + activations held), exactly as the simulation would find it."""
     static = static_memory_bytes(plan, costs)
     held = peak_held(plan, [c.activation_bytes for c in costs.stages],
-                     [c.weight_grad_pending_bytes for c in costs.stages])
+                     [c.weight_grad_pending_bytes for c in costs.stages], costs.input_grad_frees)
     return [float(h + (static[r]["total"] if static else 0)) for r, h in enumerate(held)]

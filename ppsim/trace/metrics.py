@@ -33,8 +33,8 @@ from ppsim.trace.waits import busy_times, rank_times
 
 #: what a rank holds all step, in the order a peak's breakdown lists it (activations come last)
 STATIC_PARTS = ("weights", "gradients", "optimizer", "buffers")
-#: the part of a peak that split backwards keep from an input grad to its weight grad
-OWED_PART = "output grads"
+#: the part of a peak that split backwards keep from an input grad for its weight grad, beyond the activations
+OWED_PART = "weight-grad inputs"
 
 
 @dataclass(frozen=True)
@@ -53,20 +53,20 @@ class RankMetrics:
     peak_memory_bytes: float | None = None  #: highest ``memory_bytes`` counter value (simulated traces)
     peak_memory_at: str | None = None  #: the action running when the peak was reached
     static_memory_bytes: StaticMemory | None = None  #: weights, gradients, optimizer, buffers, total
-    #: of the peak, the output gradients split backwards keep for their weight grads (None: the plan
-    #: keeps none, or the trace does not say)
-    peak_owed_grad_bytes: float | None = None
+    #: of the peak, what split backwards keep for their weight grads beyond the activations (None:
+    #: the plan keeps none, or the trace does not say)
+    peak_weight_grad_input_bytes: float | None = None
 
     def peak_parts(self) -> dict[str, float] | None:
         """The peak broken down: what the rank holds all step (:data:`STATIC_PARTS`), the
         activations in flight then (the rest) and, in a plan of split backwards, the output
-        gradients owed to weight grads (:data:`OWED_PART`), in bytes that add up to the peak; None
+        what they keep for weight grads not yet run (:data:`OWED_PART`), in bytes that add up to the peak; None
         without the static part."""
         static, peak = self.static_memory_bytes, self.peak_memory_bytes
         if static is None or peak is None:
             return None
         parts: dict[str, float] = {name: float(static[name]) for name in STATIC_PARTS}  # type: ignore[literal-required]  # StaticMemory's keys
-        owed = self.peak_owed_grad_bytes
+        owed = self.peak_weight_grad_input_bytes
         parts["activations"] = max(0.0, peak - sum(parts.values()) - (owed or 0.0))
         if owed is not None:
             parts[OWED_PART] = owed
@@ -200,10 +200,10 @@ def memory_peak(trace: Trace, rank: int, compute: list[Span]) -> tuple[float, st
     return peak, str(at.action) if at else None, t
 
 
-def owed_gradient_bytes(compute: list[Span], t: float, pending: list[int]) -> float:
-    """The output gradients a rank's split backwards keep at moment ``t``: of each micro-batch whose
-    input grad has started (it takes them at its start) and whose weight grad has not ended,
-    ``pending[stage]`` bytes (:mod:`ppsim.plan.held`)."""
+def weight_grad_inputs_held(compute: list[Span], t: float, pending: list[int]) -> float:
+    """What a rank's split backwards keep for their weight grads at moment ``t``, beyond the
+    activations: of each micro-batch whose input grad has started (it takes them at its start) and
+    whose weight grad has not ended, ``pending[stage]`` bytes (:mod:`ppsim.plan.held`)."""
     I, W, OVERLAP = Kind.I, Kind.W, Kind.OVERLAP_F_B
     started: set[tuple[int, int | None]] = set()
     freed: set[tuple[int, int | None]] = set()
@@ -233,7 +233,7 @@ def rank_metrics(trace: Trace, step: float | None = None, *, waits: bool = True)
             kinds[k] = kinds.get(k, 0.0) + (s.end - s.start)
         by_kind = {k.value: ms for k, ms in kinds.items()}
         peak = memory_peak(trace, r, compute)
-        owed = owed_gradient_bytes(compute, peak[2], pending) if peak and pending else None
+        owed = weight_grad_inputs_held(compute, peak[2], pending) if peak and pending else None
         out.append(
             RankMetrics(
                 rank=r,
@@ -247,7 +247,7 @@ def rank_metrics(trace: Trace, step: float | None = None, *, waits: bool = True)
                 peak_memory_bytes=peak[0] if peak else None,
                 peak_memory_at=peak[1] if peak else None,
                 static_memory_bytes=static[r] if static and r < len(static) else None,
-                peak_owed_grad_bytes=owed,
+                peak_weight_grad_input_bytes=owed,
             )
         )
     return out

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from conftest import GPT_YAML
+from conftest import GPT_YAML, SCENARIOS
 from ppsim.costs import build_workload
 from ppsim.costs.layers import gpt_layers
+from ppsim.costs.low_precision import LowPrecision
 from ppsim.inputs.scenario import ModelSpec, load, parse_scenario
 from ppsim.prediction import predict
 from ppsim.trace.metrics import OWED_PART, summarize
@@ -95,3 +96,39 @@ def test_a_zero_bubble_peak_counts_the_gradients_between_the_halves_and_1f1b_doe
             else:
                 owed = parts[OWED_PART] / c.weight_grad_pending_bytes
                 assert owed >= 1 and owed == pytest.approx(round(owed))
+
+
+def test_a_weight_gradient_store_keeps_each_linears_input_and_output_gradient() -> None:
+    """GPT block, f = 4h: inputs of QKV h, of the projection h, of the MLP's up h and down f (7h);
+    outputs 3h, h, f, h (9h); the norms' 2h: 18h a token at 2 bytes. Under FP8 the linears' inputs
+    and output gradients are kept at a byte each, the norms' at the dtype's."""
+    b, s, h = 2, 2048, 1024
+    _, block, _ = gpt_layers(ModelSpec(**GPT), b)
+    assert block.weight_grad_store_bytes == 2 * s * b * 18 * h
+    _, fp8, _ = gpt_layers(ModelSpec(**GPT), b, narrow=LowPrecision("tensorwise"))
+    assert fp8.weight_grad_store_bytes == 1 * s * b * 16 * h + 2 * s * b * 2 * h
+
+
+def test_a_store_frees_the_activations_at_the_input_grad() -> None:
+    """The same ZB-H1 plan through a weight-gradient store: every stage (the first too) keeps its
+    store bytes, and each rank's peak holds its activations only until the input grad."""
+    autograd, store = small("zb-h1"), small("zb-h1").model_copy(
+        update={"pipeline": small("zb-h1").pipeline.model_copy(update={"split_backward": "store"})})
+    w = build_workload(store)
+    assert w.costs.input_grad_frees and not build_workload(autograd).costs.input_grad_frees
+    layers = gpt_layers(store.model, 1)  # type: ignore[arg-type]
+    assert w.costs.stages[0].weight_grad_pending_bytes == int(w.costs.stages[0].layers * layers[1].weight_grad_store_bytes)
+    for r, metrics in enumerate(summarize(predict(store).trace).per_rank):
+        c, parts = w.costs.stages[r], metrics.peak_parts()
+        assert parts is not None and parts[OWED_PART] / c.weight_grad_pending_bytes == pytest.approx(
+            round(parts[OWED_PART] / c.weight_grad_pending_bytes))
+
+
+def test_deepseeks_own_layout_fits_through_its_weight_gradient_store_not_through_torchs() -> None:
+    """DeepSeek-V3's DualPipeV on 2,048 H800s fits in 80 GiB as DualPipe's WeightGradStore keeps
+    it (the scenario's split_backward: store); torch's runtime, keeping the graph, would not."""
+    s = load(SCENARIOS / "deepseek-v3.yaml")
+    assert s.pipeline.split_backward == "store"
+    fits = summarize(predict(s).trace).fits
+    torch = s.model_copy(update={"pipeline": s.pipeline.model_copy(update={"split_backward": "autograd"})})
+    assert fits is True and summarize(predict(torch).trace).fits is False

@@ -303,3 +303,10 @@ def test_tune_writes_the_best_plan_the_framework_runs(small_yaml: Path, tmp_path
     assert "for deepspeed" in result.output
     bad = invoke(app, "tune", small_yaml, "--write-for", "deepspeed")
     assert bad.exit_code == 2 and "give --write" in bad.output
+
+
+def test_torchtitan_refuses_a_weight_gradient_store() -> None:
+    s = scenario(8, 2, schedule="zb-h1", split_backward="store")
+    with pytest.raises(CannotExport, match="export with pipeline.split_backward: autograd"):
+        export(s, "torchtitan", "x", "c")
+    assert export(scenario(8, 2, schedule="zb-h1"), "torchtitan", "x", "c").files  # torch's own is exported

@@ -523,3 +523,13 @@ def test_profile_and_validate_bars_say_the_phase_and_the_time_left(monkeypatch: 
     with profile_progress(s) as on_progress:
         on_progress(1, _states(2, 1, 0))
     assert "profiling run 2/4: starting the ranks" in screen.getvalue()
+
+
+def test_a_weight_gradient_store_is_refused_by_the_torch_runtime_by_name() -> None:
+    """torch's split backward keeps the autograd graph: a plan predicted through a store is not what it runs."""
+    data = load(TINY).model_dump(exclude_none=True)
+    data["pipeline"] = {**data["pipeline"], "schedule": "zb-h1", "split_backward": "store"}
+    from ppexec.launch.prepare import prepare
+
+    with pytest.raises(PpsimError, match="use pipeline.split_backward: autograd"):
+        prepare(parse_scenario(data), runtime="torch")

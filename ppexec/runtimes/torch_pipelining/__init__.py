@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ppexec.runtimes import RuntimeName
-from ppsim.api import BACKWARD_KINDS, Plan, Scenario
+from ppsim.api import BACKWARD_KINDS, Kind, Plan, Scenario
 
 if TYPE_CHECKING:  # pragma: no cover
     from ppexec.runtimes.base import RankContext
@@ -32,6 +32,9 @@ class TorchRuntime:
                     "ZeroRedundancyOptimizer takes whole gradients): use zero_reduce: allreduce")
         if s.model is not None and s.model.dtype == "fp16":
             return "fp16 needs loss scaling, which the torch runtime does not do: use bf16 or fp32"
+        if s.pipeline.input_grad_frees and any(a.kind is Kind.W for r in plan.actions for a in r):
+            return ("torch's split backward keeps the autograd graph to its weight grad, not a weight-gradient "
+                    "store: use pipeline.split_backward: autograd")
         if not any(a.kind in BACKWARD_KINDS for r in plan.actions for a in r):
             return f"{plan.schedule!r} has no backward: ppexec trains, it does not run inference"
         return None
