@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from ppsim.errors import PlanError
 from ppsim.plan.action import Action, Kind, Overlap
+from ppsim.plan.memo import per_plan
 from ppsim.plan.plan import Plan
 
 Duration = Callable[[Action], float]  #: how long a compute action takes (any unit)
@@ -72,6 +73,14 @@ def dependencies(a: Key, per_pipe: int, grads: dict[tuple[int, int | None], Kind
 Latency = Callable[[Key], float]
 
 
+@per_plan(kept=8)
+def _needs(plan: Plan) -> tuple[tuple[tuple[Key, ...], ...], ...]:
+    """Per rank, the :func:`dependencies` of each of its actions, in order (a search times one plan
+    on many cost tables)."""
+    per_pipe, grads = plan.stages_per_pipe, grad_producers(plan)
+    return tuple(tuple(dependencies(a, per_pipe, grads) for a in ra) for ra in plan.actions)
+
+
 def ideal_times(plan: Plan, duration: Duration = default_duration, latency: Latency | None = None
                 ) -> tuple[list[list[Time]], list[list[Time]]]:
     """Start and end of every action when each starts as soon as its rank is free and its inputs
@@ -83,8 +92,7 @@ def ideal_times(plan: Plan, duration: Duration = default_duration, latency: Late
     from ppsim.plan.grid import render_grid
 
     acts = plan.actions
-    per_pipe = plan.stages_per_pipe
-    grads = grad_producers(plan)
+    needs = _needs(plan)
     zero: Time = (0.0, 0)
     starts: list[list[Time]] = [[zero] * len(r) for r in acts]
     ends: list[list[Time]] = [[zero] * len(r) for r in acts]
@@ -92,7 +100,7 @@ def ideal_times(plan: Plan, duration: Duration = default_duration, latency: Late
     pos = [0] * len(acts)
     waiting: dict[Key, list[int]] = {}
     work = list(range(len(acts)))
-    inputs, finished = dependencies, done.get
+    finished = done.get
     where = plan.stage_to_rank
     OVERLAP = Kind.OVERLAP_F_B
     while work:
@@ -101,11 +109,11 @@ def ideal_times(plan: Plan, duration: Duration = default_duration, latency: Late
         n = len(ra)
         i = pos[r]
         free = ends[r][i - 1] if i else zero
-        rank_starts, rank_ends = starts[r], ends[r]
+        rank_starts, rank_ends, rank_needs = starts[r], ends[r], needs[r]
         while i < n:
             a = ra[i]
             start = free
-            for d in inputs(a, per_pipe, grads):
+            for d in rank_needs[i]:
                 t = finished(d)
                 if t is None:  # wait for d: its rank wakes this one when d is done
                     waiting.setdefault(d, []).append(r)
