@@ -37,7 +37,7 @@ from ppsim.costs.layout import Layout, StageShape
 from ppsim.costs.links import Links
 from ppsim.costs.low_precision import LowPrecision, scenario_precision
 from ppsim.costs.moe import alltoall_ms
-from ppsim.costs.table import CostTable, Link
+from ppsim.costs.table import CostTable, Link, memory_rules
 from ppsim.costs.tensor_parallel import TensorParallelComm, exposed_comm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
 from ppsim.inputs.hardware import Device
@@ -159,7 +159,7 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
     return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=boundaries,
                      clip_allreduce_ms=ring_allreduce_ms(GRAD_NORM_BYTES, s.pipeline.stages, slowest),
                      overlap_grad_reduce=training.overlap_grad_reduce, fabric=fabric,
-                     input_grad_frees=s.pipeline.input_grad_frees)
+                     **memory_rules(s.pipeline))
 
 
 def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_attention: bool = False,

@@ -10,7 +10,7 @@ pure latency.
 from __future__ import annotations
 
 from ppsim.costs.layout import Layout
-from ppsim.costs.table import CostTable, Link
+from ppsim.costs.table import CostTable, Link, memory_rules
 from ppsim.inputs.scenario import CostsSpec, Scenario, per_stage
 
 
@@ -37,4 +37,4 @@ def explicit_costs(s: Scenario, given: CostsSpec, layout: Layout, stage_to_rank:
                   for b in range(max(1, p * v - 1)))
     return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=links,
                      clip_allreduce_ms=2 * (p - 1) * links[0].latency_ms,
-                     input_grad_frees=s.pipeline.input_grad_frees)
+                     **memory_rules(s.pipeline))

@@ -236,7 +236,9 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
             mla_kept=a * (2 * mla.qk_dim + mla.v_head_dim) / t if mla else 0.0,
             mlp_width=f * wm if not experts else 0.0,
             shared_width=experts.moe.shared_experts * experts.moe.shared_ffn if experts else 0.0)
-        held = max(0, held - int(extra.saved_bytes))
+        kept = max(0, held - int(extra.saved_bytes))
+        rerun_held += held - kept  # the input grad runs the modules again: what they save waits for W
+        held = kept
         recomputed += extra.flops
         traffic = Traffic(traffic.forward, traffic.backward, traffic.recompute + extra.traffic_bytes)
         gemms += PassGemms(input_grad=extra.gemms)
@@ -309,6 +311,9 @@ def mtp_module(model: ModelSpec, micro_batch: int, head: LayerCost, tensor_paral
     e = DTYPE_BYTES[model.dtype]
     projection = 2 * b * s * (2 * h) * h / t
     tokens = b * s
+    projecting = PassGemms((Gemm(tokens, 2 * h, h / t, linear=True),), (Gemm(tokens, h / t, 2 * h, linear=True),),
+                           (Gemm(2 * h, tokens, h / t, linear=True),))
+    norms = 2 * tokens * h  # the two RMSNorms' output gradients
     return LayerCost(
         name="mtp",
         forward_flops=head.forward_flops + projection,
@@ -319,9 +324,8 @@ def mtp_module(model: ModelSpec, micro_batch: int, head: LayerCost, tensor_paral
         tp_collectives=0.0,
         forward_bytes=head.forward_bytes,
         backward_bytes=head.backward_bytes,
-        gemms=head.gemms + PassGemms((Gemm(tokens, 2 * h, h / t, linear=True),), (Gemm(tokens, h / t, 2 * h, linear=True),),
-                                     (Gemm(2 * h, tokens, h / t, linear=True),)),
-        # the head pass's, the projection's output gradient and the two norms'
-        weight_grad_pending_bytes=head.weight_grad_pending_bytes + e * (tokens * h / t + 2 * tokens * h),
-        weight_grad_store_bytes=head.weight_grad_store_bytes + e * (tokens * h / t + 2 * tokens * h + tokens * 2 * h),
+        gemms=head.gemms + projecting,
+        # the head pass's, the projection's and the two norms'
+        weight_grad_pending_bytes=head.weight_grad_pending_bytes + e * (weight_grad_output_values(projecting) + norms),
+        weight_grad_store_bytes=head.weight_grad_store_bytes + weight_grad_store_bytes(projecting, e, e) + e * norms,
     )

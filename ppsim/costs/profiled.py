@@ -18,7 +18,7 @@ from ppsim.costs.layers import LayerCost, gpt_layers
 from ppsim.costs.layout import Layout
 from ppsim.costs.memory import Recompute
 from ppsim.costs.moe import ExpertShard
-from ppsim.costs.table import CostTable, Link
+from ppsim.costs.table import CostTable, Link, memory_rules
 from ppsim.costs.tensor_parallel import TensorParallelComm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
 from ppsim.inputs.profile import LayerTimes, LinkProfile, Profile
@@ -126,7 +126,7 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
                                   profile.overhead(layout.position(at), n).optimizer_ms) for at, c in enumerate(stages)]
     stages = copies_summed(s, stages, layout, reduce_link)  # the copies' ranks: over the measured all-reduce
     return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=gathering((link,), tp),
-                     clip_allreduce_ms=profile.clip_allreduce_us / 1e3, input_grad_frees=s.pipeline.input_grad_frees)
+                     clip_allreduce_ms=profile.clip_allreduce_us / 1e3, **memory_rules(s.pipeline))
 
 
 def _busiest(s: Scenario, measured: LayerTimes | None) -> LayerTimes | None:

@@ -9,9 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ppsim.costs.memory import StaticMemory
+
+if TYPE_CHECKING:
+    from ppsim.inputs.scenario import PipelineSpec
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,8 @@ class StageCost:
     allreduce_buckets: int = 1  #: the all-reduce runs in this many equal buckets
     grad_bytes: int = 0  #: bytes all-reduced per step
     activation_bytes: int = 0  #: activations held per micro-batch between forward and backward
-    #: held besides from a split backward's input grad to its weight grad (the weight ops' output gradients)
+    #: what a split backward keeps from its input grad to its weight grad beyond the activations
+    #: (:func:`ppsim.costs.layout.split_backward_bytes`)
     weight_grad_pending_bytes: int = 0
     params: int = 0
     layers: int = 0  #: transformer blocks in this stage (0 when costs are explicit)
@@ -143,6 +147,10 @@ class CostTable:
     #: a split backward's input grad frees the forward's activations (a weight-gradient store keeps
     #: only what the weight grads read, each stage's ``weight_grad_pending_bytes``); else they stay to W
     input_grad_frees: bool = False
+    #: an overlapped forward and backward interleave layer by layer: the memory moves from the one
+    #: pass's to the other's through the action (else the forward's is taken at its start, the
+    #: backward's freed at its end)
+    overlap_layerwise: bool = False
 
     def link(self, boundary: int) -> Link:
         return self.links[boundary] if len(self.links) > 1 else self.links[0]
@@ -151,3 +159,15 @@ class CostTable:
         """Time of one unloaded stage-to-stage transfer across ``boundary``, overheads included."""
         link = self.link(boundary)
         return link.send_overhead_ms + link.transfer_ms(self.message_bytes) + link.recv_overhead_ms
+
+
+class MemoryRules(TypedDict):
+    """How the runtime a scenario names holds a split backward's and an overlapped action's memory."""
+
+    input_grad_frees: bool
+    overlap_layerwise: bool
+
+
+def memory_rules(pipeline: PipelineSpec) -> MemoryRules:
+    """The CostTable's memory rules of ``pipeline`` (its ``split_backward`` and schedule)."""
+    return MemoryRules(input_grad_frees=pipeline.input_grad_frees, overlap_layerwise=pipeline.overlap_layerwise)

@@ -326,6 +326,16 @@ class PipelineSpec(_Strict):
         "(default: what fits in the device's memory)"))
 
     @property
+    def overlap_layerwise(self) -> bool:
+        """Whether an overlapped forward and backward interleave layer by layer, the memory moving
+        from the one pass's to the other's and never above both (Megatron's combined 1F1B, DeepSeek's
+        DualPipe), rather than running one after the other as torch's runtime runs a schedule it has
+        a class for (or reads from a file) with its own split backward."""
+        info = schedules.SCHEDULES.get(self.schedule)
+        by_torch = info is None or info.native_name("torch") is not None
+        return not by_torch or self.split_backward == "store"
+
+    @property
     def input_grad_frees(self) -> bool:
         """Whether a split backward's input grad frees the forward's activations (a weight-gradient
         store keeps only what the weight grads read)."""

@@ -1,8 +1,9 @@
 """What a rank holds as its actions run, in any unit per stage and micro-batch (bytes of
 activations, micro-batches): a forward takes its micro-batch's share of its stage (in a plan
 without backward, only while it runs); the backward frees it (or, when the backward is split, the
-weight-grad half does); a split backward's input grad takes besides what the weight grad reads
-from it (the weight ops' output gradients: a second size per stage), which the weight grad frees;
+weight-grad half does, or, through a weight-gradient store, the input-grad half); a split
+backward's input grad takes besides what the weight grad reads from it (a second size per stage:
+the weight ops' output gradients, or the store's inputs and gradients), which the weight grad frees;
 an overlapped forward and backward takes the forward's at its start and
 frees the backward's at its end. A rank runs one
 action at a time in plan order, so what it holds after each action, and its peak, depend on that
@@ -31,7 +32,7 @@ def trains(plan: Plan) -> bool:
 
 @per_plan
 def _split(plan: Plan) -> frozenset[int]:
-    """The stages whose backward is split: their input grad keeps the activations for the weight grad."""
+    """The stages whose backward is split into an input grad and a weight grad."""
     W = Kind.W
     return frozenset(a[0] for r, actions in enumerate(plan.actions) if W in plan.kinds(r)
                      for a in actions if a[1] is W)  # (a W is never inside an overlap)
@@ -49,17 +50,18 @@ def held_deltas(plan: Plan, per_stage: Sequence[Unit], pending: Sequence[Unit] |
 
 #: per (stage, kind): (counter, held at its start, freed at its end) of each counter it moves
 Steps = dict[tuple[int, Kind], tuple[tuple[int, Unit, Unit], ...]]
+UnitSteps = Steps[int]  #: in micro-batches (the counts of :func:`_peak_counts`)
 
 
 def _slot_steps(plan: Plan, per_stage: Sequence[Unit], pending: Sequence[Unit] | None = None,
-                frees: bool = False) -> Steps:
+                frees: bool = False) -> Steps[Unit]:
     """What each (stage, kind) does to two counters per stage: 2s, its micro-batches' activations
     (``per_stage[s]`` each), and 2s + 1, what a split backward's input grad leaves for its weight
     grad (``pending[s]`` each; none unless the stage's backward is split). With ``frees`` (a
     weight-gradient store) the input grad frees the activations, else the weight grad does."""
     split = _split(plan)
     keeps = trains(plan)  # forward-only: a forward's activations are in flight during it only
-    out: Steps = {}
+    out: Steps[Unit] = {}
     for st, held in enumerate(per_stage):
         left = pending[st] if pending is not None and st in split else 0
         acts, grads = 2 * st, 2 * st + 1
@@ -76,11 +78,13 @@ Counts = tuple[int, ...]  #: micro-batches on each counter of a rank (two per st
 
 
 @per_plan
-def _peak_counts(plan: Plan, frees: bool = False) -> tuple[tuple[Counts, ...], ...]:
+def _peak_counts(plan: Plan, frees: bool = False, layerwise: bool = False) -> tuple[tuple[Counts, ...], ...]:
     """Per rank, the micro-batches on each of its counters (two per stage: activations, and the
     gradients between a split backward's halves) at every moment that could be its peak (right
     after an action takes memory), less those another such moment holds as many or more of on
-    every counter: whatever each counter's micro-batch holds, the peak is one of these."""
+    every counter: whatever each counter's micro-batch holds, the peak is one of these. An
+    overlapped forward and backward takes the forward's at its start and frees the backward's at
+    its end, or (``layerwise``) turns the one into the other through the action: only its end counts."""
     ones = [1] * plan.num_stages
     steps_of = _slot_steps(plan, ones, ones, frees)
     OVERLAP = Kind.OVERLAP_F_B
@@ -97,6 +101,12 @@ def _peak_counts(plan: Plan, frees: bool = False) -> tuple[tuple[Counts, ...], .
         counts = [0] * (2 * len(stages))
         moments: set[Counts] = set()
         for a in actions:
+            if a[1] is OVERLAP and layerwise:  # both passes' changes at its end
+                f, b = a.parts
+                for at, grow, shrink in steps[(f[0], f[1])] + steps[(b[0], b[1])]:
+                    counts[at] += grow + shrink
+                moments.add(tuple(counts))
+                continue
             if a[1] is OVERLAP:  # the forward's activations at its start, the backward's freed at its end
                 f, b = a.parts
                 parts = steps[(f[0], f[1])] + tuple((at, grow, 0) for at, grow, _ in steps[(b[0], b[1])])
@@ -117,7 +127,7 @@ def _peak_counts(plan: Plan, frees: bool = False) -> tuple[tuple[Counts, ...], .
     return tuple(out)
 
 
-def _most_held(actions: Sequence[Action], steps: dict[tuple[int, Kind], tuple[tuple[int, int, int], ...]]) -> int:
+def _most_held(actions: Sequence[Action], steps: UnitSteps) -> int:
     """The largest value of a rank's one moving counter (its one stage's activations)."""
     held = most = 0
     for a in actions:
@@ -141,12 +151,13 @@ def _undominated(moments: set[Counts]) -> tuple[Counts, ...]:
 
 
 def peak_held(plan: Plan, per_stage: Sequence[float], pending: Sequence[float] | None = None,
-              frees: bool = False) -> list[float]:
+              frees: bool = False, layerwise: bool = False) -> list[float]:
     """Each rank's most held at once when a micro-batch of stage s holds ``per_stage[s]`` from its
     forward to its backward, and ``pending[s]`` more between a split backward's two halves (with
-    ``frees``, the input grad frees the forward's share)."""
+    ``frees``, the input grad frees the forward's share; ``layerwise``: overlapped passes
+    interleave layer by layer, :func:`_peak_counts`)."""
     peaks = []
-    for r, moments in enumerate(_peak_counts(plan, frees)):
+    for r, moments in enumerate(_peak_counts(plan, frees, layerwise)):
         sizes = [size for s in plan.stages_of_rank(r) for size in (per_stage[s], pending[s] if pending else 0.0)]
         peaks.append(max(sum(n * size for n, size in zip(m, sizes)) for m in moments))
     return peaks

@@ -43,7 +43,7 @@ def per_plan(fact: Callable[..., T] | None = None, *, kept: int = KEPT) -> Any:
 
     @wraps(fact)
     def cached(plan: Plan, *args: object) -> T:
-        key = (id(plan.actions), plan.stage_to_rank, args)
+        key = (id(plan.actions), plan.stage_to_rank, plan.pipes, args)
         hit = known.get(key)
         if hit is not None and hit[0] is plan.actions:
             known.move_to_end(key)
@@ -52,7 +52,7 @@ def per_plan(fact: Callable[..., T] | None = None, *, kept: int = KEPT) -> Any:
 
     def remember(plan: Plan, value: T, *args: object) -> T:
         """Take ``value`` as the fact of ``plan`` (what its maker knows without computing it)."""
-        key = (id(plan.actions), plan.stage_to_rank, args)
+        key = (id(plan.actions), plan.stage_to_rank, plan.pipes, args)
         known[key] = (plan.actions, value)  # holding the actions keeps their id from being reused
         known.move_to_end(key)
         if len(known) > kept:

@@ -133,7 +133,7 @@ def _fits(s: Scenario, plan: Plan, costs: CostTable) -> bool:
             total = sum(costs.stages[k].activation_bytes for k in mine)
             for k in mine:
                 share[k] = costs.stages[k].activation_bytes / total if total else 1 / len(mine)
-        if max(peak_held(plan, share)) > cap + 1e-9:
+        if max(peak_held(plan, share, None, costs.input_grad_frees, costs.overlap_layerwise)) > cap + 1e-9:
             return False
     if all(c.memory is not None for c in costs.stages):
         device = get_device(s.hardware.device, s.hardware.device_file).memory_gb * 2**30

@@ -37,5 +37,6 @@ def peak_memory_bytes(plan: Plan, costs: CostTable) -> list[float]:
     """Each rank's peak memory (static + activations held), exactly as the simulation would find it."""
     static = static_memory_bytes(plan, costs)
     held = peak_held(plan, [c.activation_bytes for c in costs.stages],
-                     [c.weight_grad_pending_bytes for c in costs.stages], costs.input_grad_frees)
+                     [c.weight_grad_pending_bytes for c in costs.stages], costs.input_grad_frees,
+                     costs.overlap_layerwise)
     return [float(h + (static[r]["total"] if static else 0)) for r, h in enumerate(held)]

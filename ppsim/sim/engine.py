@@ -172,10 +172,16 @@ class _Simulation:
         self._run_compute(st, a, a.kind, a.stage, *op)
 
     def _overlapped(self, st: _Rank, a: Overlap) -> None:
-        """A forward and a backward overlapped: the forward's activations allocated, the backward's freed."""
+        """A forward and a backward overlapped: the forward's activations allocated (and what a
+        split backward's input grad takes), the backward's freed; layer by layer (``overlap_layerwise``)
+        the one turns into the other through the action, so both count at its end."""
         f, b = a.parts
-        self._run_compute(st, a, b.kind, b.stage, self.duration(a), self.compute[f.stage][f.kind][1],
-                          self.compute[b.stage][b.kind][2])
+        _, f_alloc, _ = self.compute[f.stage][f.kind]
+        _, b_alloc, b_free = self.compute[b.stage][b.kind]
+        if self.costs.overlap_layerwise:
+            self._run_compute(st, a, b.kind, b.stage, self.duration(a), 0, f_alloc + b_alloc + b_free)
+        else:
+            self._run_compute(st, a, b.kind, b.stage, self.duration(a), f_alloc + b_alloc, b_free)
 
     def _run_compute(self, st: _Rank, a: Action | Overlap, k: Kind, s: int, dur: float, alloc: int, free: int) -> None:
         t = st.t
@@ -189,7 +195,7 @@ class _Simulation:
             st.points.append((t, st.held))
         self.emit(st.index, "compute", a, t, t + dur)
         st.t = t + dur
-        if free:
+        if free:  # (a layerwise overlap's net change, which may be a gain)
             st.held += free
             st.points.append((st.t, st.held))
 
@@ -556,7 +562,7 @@ class _Simulation:
     def _trace(self) -> Trace:
         plan, costs = self.plan, self.costs
         counters = []
-        if any(c.activation_bytes for c in costs.stages):
+        if any(c.activation_bytes or c.weight_grad_pending_bytes for c in costs.stages):
             counters = [Counter(st.index, "activation_bytes", "bytes", tuple(st.points)) for st in self.ranks]
         static = static_memory_bytes(plan, costs)
         if static is not None:
@@ -565,6 +571,10 @@ class _Simulation:
         meta = plan_meta(plan, source="simulated", clock="simulated", comm=self.semantics.value, message_bytes=self.nbytes)
         meta["p2p_ms"] = [costs.p2p_ms(b) for b in range(plan.num_stages - 1)]
         meta["network"] = "flows" if costs.fabric is not None else "static"
+        if costs.overlap_layerwise and Kind.OVERLAP_F_B in plan.kinds():
+            meta["overlap_layerwise"] = True
+        if costs.input_grad_frees and Kind.W in plan.kinds():
+            meta["input_grad_frees"] = True
         if static is not None:
             meta["memory_static_bytes"] = static
             if Kind.W in plan.kinds() and any(c.weight_grad_pending_bytes for c in costs.stages):

@@ -79,8 +79,12 @@ class TraceMeta(TypedDict, total=False):
     p2p_ms: list[float]
     network: Literal["flows", "static"]
     memory_static_bytes: list[StaticMemory]
-    #: per stage, the output gradients a split backward keeps per micro-batch from I to W (when any)
+    #: per stage, what a split backward keeps per micro-batch from I to W beyond the activations (when any)
     weight_grad_pending_bytes: list[int]
+    #: overlapped forwards and backwards interleave layer by layer (ppsim.costs.table.CostTable.overlap_layerwise)
+    overlap_layerwise: bool
+    #: a split backward's input grad frees the activations (ppsim.costs.table.CostTable.input_grad_frees)
+    input_grad_frees: bool
     # the workload (ppsim.prediction.workload_meta)
     scenario: str | None
     device: str | None

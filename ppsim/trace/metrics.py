@@ -59,8 +59,8 @@ class RankMetrics:
 
     def peak_parts(self) -> dict[str, float] | None:
         """The peak broken down: what the rank holds all step (:data:`STATIC_PARTS`), the
-        activations in flight then (the rest) and, in a plan of split backwards, the output
-        what they keep for weight grads not yet run (:data:`OWED_PART`), in bytes that add up to the peak; None
+        activations in flight then (the rest) and, in a plan of split backwards, what they keep
+        for weight grads not yet run (:data:`OWED_PART`), in bytes that add up to the peak; None
         without the static part."""
         static, peak = self.static_memory_bytes, self.peak_memory_bytes
         if static is None or peak is None:
@@ -151,8 +151,11 @@ def step_time_ms(trace: Trace) -> float:
     return hi - lo
 
 
-def peak_activations(spans: list[Span], chunks: int) -> float:
-    """Most micro-batches of activations held at once on one rank (see module docstring)."""
+def peak_activations(spans: list[Span], chunks: int, layerwise: bool = False, store: bool = False) -> float:
+    """Most micro-batches of activations held at once on one rank (see module docstring); an
+    overlapped forward and backward counted at its start and end, or (``layerwise``: they
+    interleave layer by layer) both at its end; a split backward's freed at its weight grad, or
+    (``store``: through a weight-gradient store) at its input grad."""
     F, B, I, W, OVERLAP = Kind.F, Kind.B, Kind.I, Kind.W, Kind.OVERLAP_F_B
     split = {(s.action[0], s.action[2]) for s in spans if s.action[1] is W}
     events: list[tuple[float, int, float]] = []
@@ -162,10 +165,12 @@ def peak_activations(spans: list[Span], chunks: int) -> float:
     for s in spans:
         action = s.action
         # an overlapped action: its forward at its start, its backward at its end
-        for stage, k, mb in (action.parts if action[1] is OVERLAP else (action,)):
+        overlapped = action[1] is OVERLAP
+        for stage, k, mb in (action.parts if overlapped else (action,)):
             if k is F:
-                add((s.start, 1, weight))
-            elif k is B or k is W or (k is I and (stage, mb) not in split):
+                add((s.end if overlapped and layerwise else s.start, 1, weight))
+            elif (k is B or (k is W and not store)
+                  or (k is I and (store or (stage, mb) not in split))):
                 add((s.end, 0, -weight))
                 frees = True
     # an inference plan frees nothing: a forward holds its activations only while it runs
@@ -240,7 +245,8 @@ def rank_metrics(trace: Trace, step: float | None = None, *, waits: bool = True)
                 stages=rank_stages(trace, r),
                 busy_ms=busy,
                 bubble_fraction=(1.0 - busy / step) if step > 0 else 0.0,
-                peak_activation_microbatches=peak_activations(compute, chunks),
+                peak_activation_microbatches=peak_activations(compute, chunks, bool(trace.meta.get("overlap_layerwise")),
+                                                              bool(trace.meta.get("input_grad_frees"))),
                 compute_ms=by_kind,
                 exposed_comm_ms=time.exposed_comm_ms,
                 peer_wait_ms=time.peer_wait_ms,

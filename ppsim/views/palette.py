@@ -31,7 +31,7 @@ ALLTOALL_COLOR = "#17becf"
 RANK_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#a6761d", "#666666", "#17becf")
 
 #: what a rank holds at its peak, as stacked: model states in blues and purple, activations in amber,
-#: a split backward's owed output gradients in a darker amber
+#: what split backwards keep for their weight grads in a darker amber
 MEMORY_PART_COLORS = {"weights": "#3b5b92", "gradients": "#7a9cc6", "optimizer": "#9b6ba6", "buffers": "#b8b8b8",
                       "activations": "#f0a830", OWED_PART: "#c9702a"}
 

@@ -118,10 +118,15 @@ def test_a_store_frees_the_activations_at_the_input_grad() -> None:
     assert w.costs.input_grad_frees and not build_workload(autograd).costs.input_grad_frees
     layers = gpt_layers(store.model, 1)  # type: ignore[arg-type]
     assert w.costs.stages[0].weight_grad_pending_bytes == int(w.costs.stages[0].layers * layers[1].weight_grad_store_bytes)
+    by_torch = summarize(predict(autograd).trace).per_rank
     for r, metrics in enumerate(summarize(predict(store).trace).per_rank):
         c, parts = w.costs.stages[r], metrics.peak_parts()
         assert parts is not None and parts[OWED_PART] / c.weight_grad_pending_bytes == pytest.approx(
             round(parts[OWED_PART] / c.weight_grad_pending_bytes))
+        # the activations go at each input grad: fewer micro-batches' of them than torch keeps to W
+        assert metrics.peak_activation_microbatches <= by_torch[r].peak_activation_microbatches
+    assert sum(m.peak_activation_microbatches for m in by_torch) > sum(
+        m.peak_activation_microbatches for m in summarize(predict(store).trace).per_rank)
 
 
 def test_deepseeks_own_layout_fits_through_its_weight_gradient_store_not_through_torchs() -> None:
@@ -132,3 +137,13 @@ def test_deepseeks_own_layout_fits_through_its_weight_gradient_store_not_through
     fits = summarize(predict(s).trace).fits
     torch = s.model_copy(update={"pipeline": s.pipeline.model_copy(update={"split_backward": "autograd"})})
     assert fits is True and summarize(predict(torch).trace).fits is False
+
+
+def test_a_recomputed_module_keeps_what_its_rerun_saved_until_the_weight_grad() -> None:
+    """Selective recomputation of the MLP (a module with weights): the input grad runs it again,
+    and torch keeps what that saved until the weight grad, which the forward no longer holds."""
+    model = ModelSpec(**LLAMA)
+    core = gpt_layers(model, 1, "selective", recompute_modules=["core_attn"])[1]
+    mlp = gpt_layers(model, 1, "selective", recompute_modules=["core_attn", "mlp"])[1]
+    assert mlp.activation_bytes < core.activation_bytes
+    assert mlp.weight_grad_pending_bytes - core.weight_grad_pending_bytes == core.activation_bytes - mlp.activation_bytes

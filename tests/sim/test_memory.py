@@ -214,3 +214,28 @@ def test_the_embedding_keeps_its_dropout_mask_and_token_ids_not_its_output() -> 
     assert gpt_layers(m, b, tensor_parallel=4, sequence_parallel=True)[0].activation_bytes == s * b * h // 4 + 8 * s * b
     no_dropout = m.model_copy(update={"dropout": False})
     assert gpt_layers(no_dropout, b)[0].activation_bytes == 8 * s * b
+
+
+def test_megatrons_combined_1f1b_holds_one_micro_batch_through_its_overlapped_passes() -> None:
+    """On one rank (its two virtual stages), (F i+1 ; B i) interleave layer by layer: the forward
+    takes what the backward frees, so the rank holds one micro-batch's activations of the whole
+    model, not one and a half (as torch's runtime, running the parts one after the other, would)."""
+    s = small_gpt().with_overrides(schedule="combined-1f1b", stages=1, microbatches=4)
+    assert s.pipeline.overlap_layerwise and s.pipeline.chunks == 2
+    pred = predict(s)
+    costs, metrics = pred.workload.costs.stages, summarize(pred.trace).per_rank[0]
+    assert all(c.memory is not None for c in costs)
+    whole = sum(c.memory.total + c.activation_bytes for c in costs if c.memory is not None)
+    assert metrics.peak_memory_bytes == pytest.approx(whole)
+    assert metrics.peak_activation_microbatches == 1
+
+
+def test_torchs_dualpipev_takes_the_forwards_activations_before_the_backward_frees_its_own() -> None:
+    """The same DualPipeV plan: torch's runtime (its own split backward) runs an overlapped pair one
+    pass after the other; DeepSeek's, through its weight-gradient store, layer by layer."""
+    torch = small_gpt().with_overrides(schedule="dualpipev", chunks=2, microbatches=8)
+    deepseek = torch.model_copy(update={"pipeline": torch.pipeline.model_copy(update={"split_backward": "store"})})
+    assert not torch.pipeline.overlap_layerwise and deepseek.pipeline.overlap_layerwise
+    by_torch, by_deepseek = (summarize(predict(x).trace).per_rank for x in (torch, deepseek))
+    assert all(d.peak_memory_bytes <= t.peak_memory_bytes for d, t in zip(by_deepseek, by_torch))
+    assert any(d.peak_memory_bytes < t.peak_memory_bytes for d, t in zip(by_deepseek, by_torch))

@@ -192,7 +192,8 @@ def peak_breakdown(s: Summary) -> str | None:
     parts = top.peak_parts()
     assert parts is not None  # as filtered
     return (f"rank {top.rank}: " + " + ".join(f"{name} {gib(b):,.2f}" for name, b in parts.items() if b > 0)
-            + f" GiB ({top.peak_activation_microbatches:g} micro-batches in flight at most)")
+            + f" GiB ({top.peak_activation_microbatches:g} micro-batch{'' if top.peak_activation_microbatches == 1 else 'es'}"
+            " in flight at most)")
 
 
 def _over(r: RankMetrics, cap: float) -> str:
