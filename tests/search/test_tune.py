@@ -530,3 +530,18 @@ def test_dualpipes_gradient_sum_is_named_as_the_optimizer_steps() -> None:
     assert lines[0].startswith("+7% compute (optimizer steps") and lines[1] == "bubble 5.0% vs 8.0%"
     # the same compute but in the passes: no optimizer cause, the stage counts equal: nothing named
     assert compute_causes(ev("zb-v", 1070.0, 20.0, 0.05), dualpipev) == []
+
+
+def test_a_schedule_is_priced_with_its_own_memory_rules_after_another_of_its_placement() -> None:
+    """V-Half (no torch class: its overlaps, were there any, layer by layer) and DualPipeV (torch's
+    runtime: one pass after the other) share a placement; each candidate's peak is the one ppsim
+    run finds for it, whichever the search priced first."""
+    base = small_base()
+    common = dict(stages=4, data_parallel=1, tensor_parallel=1, micro_batch=1, microbatches=8, chunks=2,
+                  recompute="none", zero_stage=0)
+    for first, second in (("v-half", "dualpipev"), ("dualpipev", "v-half")):
+        evaluate(base, Candidate(schedule=first, **common))  # type: ignore[arg-type]
+        ev = evaluate(base, Candidate(schedule=second, **common))  # type: ignore[arg-type]
+        alone = parse_scenario(apply(base, Candidate(schedule=second, **common)))  # type: ignore[arg-type]
+        peak = max(r.peak_memory_bytes or 0.0 for r in summarize(predict(alone).trace).per_rank)
+        assert ev.peak_memory_bytes == pytest.approx(peak)

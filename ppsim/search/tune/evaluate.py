@@ -53,7 +53,7 @@ class Evaluation:
 #: the placement of its virtual stages and the copies of the model they form (the costs know no
 #: schedule; schedules of one placement share them, and the search bounds them in a row:
 #: :func:`~ppsim.search.tune.prune.search`)
-_WORKLOADS: OrderedDict[tuple[Candidate, tuple[int, ...], int], Any] = OrderedDict()
+_WORKLOADS: OrderedDict[tuple[Candidate, tuple[int, ...], int, bool, bool], Any] = OrderedDict()
 _WORKLOADS_KEPT = 4
 
 
@@ -63,7 +63,9 @@ def _workload(s: Any, c: Candidate) -> Any:
     from ppsim.plan import schedules
     from ppsim.prediction.path import scenario_workload, stage_to_rank
 
-    key = (replace(c, schedule=""), stage_to_rank(s), schedules.describe(c.schedule).pipes)
+    # the memory rules depend on the schedule (torch runs some, Megatron and DeepSeek others)
+    key = (replace(c, schedule=""), stage_to_rank(s), schedules.describe(c.schedule).pipes,
+           s.pipeline.overlap_layerwise, s.pipeline.input_grad_frees)
     w = _WORKLOADS.get(key)
     if w is None:
         w = _WORKLOADS[key] = scenario_workload(s)
