@@ -121,14 +121,18 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank
     # context-parallel ranks sit between the tensor ranks and the replicas (Megatron's order): to the
     # cluster they are d x cp replicas of each stage, each sending its own messages
     tied = s.model is not None and s.model.tie_embeddings
+    moe = s.model.moe if s.model is not None else None
+    dispatch = (cl.NodeDispatch(moe.top_k, moe.node_limit)
+                if moe is not None and s.training.moe_dispatcher == "deepep" else None)
     return _routed_links(cluster, spec.placement, spec.network, s.pipeline.stages, s.weight_replicas,
                          s.tensor_parallel, s.context_parallel, s.expert_parallel, s.expert_tensor, tied,
-                         stage_to_rank, pipes)
+                         stage_to_rank, pipes, dispatch)
 
 
 @lru_cache(maxsize=256)
 def _routed_links(cluster: cl.Cluster, placement: cl.Placement, network: str, p: int, d: int, t: int, cp: int,
-                  ep: int, etp: int, tied: bool, stage_to_rank: tuple[int, ...], pipes: int) -> Links:
+                  ep: int, etp: int, tied: bool, stage_to_rank: tuple[int, ...], pipes: int,
+                  dispatch: cl.NodeDispatch | None = None) -> Links:
     """The links of a plan's groups routed over ``cluster``: what a search's plans of one layout share
     (worked out once for them, not once each)."""
     cl.check_fits(cluster, p, d, t, cp)
@@ -146,7 +150,7 @@ def _routed_links(cluster: cl.Cluster, placement: cl.Placement, network: str, p:
     if network == "flows":
         fabric = _fabric_routes(cluster, stage_to_rank, p, d, t, placement)
     context = as_link(cl.context_parallel_link(cluster, p, d, t, cp, placement))
-    experts = as_link(cl.expert_parallel_link(cluster, p, d, t, ep, etp, placement))
+    experts = as_link(cl.expert_parallel_link(cluster, p, d, t, ep, etp, placement, dispatch))
     expert_tensor = as_link(cl.expert_tensor_link(cluster, p, d, t, etp, placement))
     return Links(tuple(as_link(b) for b in boundaries), as_link(dp), as_link(tp), context, experts, expert_tensor,
                  embedding, copies, fabric)

@@ -298,11 +298,36 @@ def flow_load(cluster: Cluster, flows: list[tuple[int, int, float]]) -> tuple[Co
     return Counter(load), latency_us
 
 
-def alltoall_load(cluster: Cluster, groups: list[list[int]]) -> tuple[Counter[Hop], float]:
+@dataclass(frozen=True)
+class NodeDispatch:
+    """A MoE dispatcher that sends a token across the network once per destination NVLink domain
+    and forwards its copies inside that domain (DeepEP's, HybridEP's): each token's ``top_k``
+    copies, on at most ``node_limit`` domains when routing is node-limited (DeepSeek-V3's 4)."""
+
+    top_k: int
+    node_limit: int | None = None
+
+    def crossings(self, domains: int) -> float:
+        """The network crossings a token makes on average, its group spanning ``domains`` equal
+        domains, its copies uniform over them: one per distinct domain other than its own; with a
+        node limit M, M domains (at most top_k), its own among them with probability M / D."""
+        if domains <= 1:
+            return 0.0
+        if self.node_limit is not None and self.node_limit < domains:
+            chosen = min(self.node_limit, self.top_k)
+            return chosen * (domains - 1) / domains
+        return (domains - 1) * (1 - (1 - 1 / domains) ** self.top_k)
+
+
+def alltoall_load(cluster: Cluster, groups: list[list[int]], dispatch: NodeDispatch | None = None
+                  ) -> tuple[Counter[Hop], float]:
     """:func:`flow_load` of an all-to-all over each group, all at once (every member sending each
     other member 1 / (n - 1) of its bytes), counted per NVLink domain instead of per pair: a member
     of a domain holding c of the group's n devices sends c - 1 flows over the domain's switch and
-    n - c out of its NIC, and receives as many each way."""
+    n - c out of its NIC, and receives as many each way. With a per-domain ``dispatch`` the copies
+    bound for another domain cross the network once per domain (:meth:`NodeDispatch.crossings`
+    over the k (1 - c / n) copies a token has there) and are forwarded inside it over the domain's
+    switch, all but those for the receiving device itself (1 / c)."""
     router = _router(cluster)
     per_domain = cluster.domain_size
     load: dict[Hop, float] = {}
@@ -320,7 +345,12 @@ def alltoall_load(cluster: Cluster, groups: list[list[int]]) -> tuple[Counter[Ho
         in_domain = Counter(dev // per_domain for dev in group)
         for dev in group:
             domain = dev // per_domain
-            inside, outside = (in_domain[domain] - 1) * share, (n - in_domain[domain]) * share
+            c = in_domain[domain]
+            inside, outside = (c - 1) * share, (n - c) * share
+            if dispatch is not None and outside:
+                crossed = dispatch.crossings(len(in_domain)) / (dispatch.top_k * (1 - c / n))
+                inside += outside * (1 - 1 / c)  # forwarded in the receiving domain (the same load, by symmetry)
+                outside *= min(1.0, crossed)
             name, fabric, nic = router.device[dev], router.fabric[domain], router.nic[dev]
             add((name, fabric), inside)
             add((fabric, name), inside)
@@ -417,11 +447,12 @@ def context_parallel_link(cluster: Cluster, p: int, d: int, t: int, cp: int, pla
 
 
 @lru_cache(maxsize=1024)  # a search asks again for each plan of a layout
-def expert_parallel_link(cluster: Cluster, p: int, d: int, t: int, ep: int, etp: int, placement: Placement
-                         ) -> LinkSpeed:
+def expert_parallel_link(cluster: Cluster, p: int, d: int, t: int, ep: int, etp: int, placement: Placement,
+                         dispatch: NodeDispatch | None = None) -> LinkSpeed:
     """The link of an all-to-all over each expert-parallel group, all groups at once: a stage's
     t x d devices (tensor rank fastest, as Megatron orders them) tiled ETP x EP x EDP, expert tensor
-    rank fastest; every member sends each other member an equal share of its bytes."""
+    rank fastest; every member sends each other member an equal share of its bytes (or through a
+    per-domain ``dispatch``, :func:`alltoall_load`)."""
     if ep <= 1:
         return FREE
     stage_devices = t * d
@@ -432,7 +463,7 @@ def expert_parallel_link(cluster: Cluster, p: int, d: int, t: int, ep: int, etp:
                 positions = [k + etp * (j + ep * outer) for j in range(ep)]
                 groups.append([device_of(s, pos // t, pos % t, p, d, t, placement) for pos in positions])
     links = _directed(cluster)
-    load, latency_us = alltoall_load(cluster, groups)
+    load, latency_us = alltoall_load(cluster, groups, dispatch)
     bandwidth = min(links[hop].bandwidth_gb_s / n for hop, n in load.items()) if load else math.inf
     return LinkSpeed(bandwidth, latency_us)
 

@@ -68,6 +68,10 @@ class MoESpec(_Strict):
     #: the busiest expert-parallel rank's routed tokens over the mean (1: balanced routing); its
     #: experts set each MoE layer's time and its all-to-all bytes
     skew: float = Field(default=1.0, ge=1.0, le=1_000.0)
+    #: each token's routed experts on at most this many nodes (DeepSeek-V3's node-limited routing;
+    #: Megatron's --moe-router-group-topk with an expert group per node): what a ``deepep`` dispatch
+    #: sends over the network
+    node_limit: int | None = Field(default=None, ge=1, le=10_000)
     #: instead of ``skew``: each MoE layer's expert loads drawn from a seeded distribution, the
     #: busiest rank found for the plan's expert parallelism
     routing: RoutingSpec | None = None
@@ -294,6 +298,10 @@ class TrainingSpec(_Strict):
     #: Megatron's --delay-wgrad-compute (with schedule combined-1f1b): each MoE layer's weight grads wait
     #: for its backward's dispatch all-to-all and run beside it (ppsim.sim.durations)
     delay_wgrad: bool = False
+    #: how a MoE layer's tokens reach their experts: ``alltoall`` (one message per token copy, NCCL's
+    #: all-to-all: Megatron's alltoall dispatcher) or ``deepep`` (a token crosses the network once
+    #: per destination node and is forwarded inside it: DeepEP, HybridEP, Megatron's flex dispatcher)
+    moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
     flash_attention: bool = False  #: no s x s scores kept; the backward recomputes them
     #: how context parallelism exchanges keys and values (Megatron's --cp-comm-type): ppsim.costs.context_parallel
     cp_comm: Literal["p2p", "all_gather", "a2a", "a2a+p2p"] = "p2p"
@@ -608,7 +616,8 @@ def check(s: Scenario) -> None:
     """Cross-field rules that pydantic's per-field checks cannot see; each raises a ScenarioError
     naming the key and the fix."""
     for rule in (_check_sizes, _check_batch, _check_tensor_parallel, _check_experts, _check_links, _check_zero,
-                 _check_recompute, _check_delay_wgrad, _check_hybrid, _check_partition, _check_costs):
+                 _check_recompute, _check_delay_wgrad, _check_dispatcher, _check_hybrid, _check_partition,
+                 _check_costs):
         rule(s)
     from ppsim.inputs.hardware import get_device  # local: keeps the catalogue out of schema import time
 
@@ -819,6 +828,12 @@ def _check_delay_wgrad(s: Scenario) -> None:
     if s.model is None or s.model.moe is None or s.expert_parallel * s.expert_tensor <= 1:
         raise ScenarioError("hides a mixture of experts' all-to-alls under the weight grads, and this plan has "
                             "none (a model.moe with expert_parallel > 1): drop it", field="training.delay_wgrad")
+
+
+def _check_dispatcher(s: Scenario) -> None:
+    if s.training.moe_dispatcher != "alltoall" and (s.model is None or s.model.moe is None):
+        raise ScenarioError("dispatches a mixture of experts' tokens, and the model has none (model.moe): drop it",
+                            field="training.moe_dispatcher")
 
 
 def _check_zero(s: Scenario) -> None:

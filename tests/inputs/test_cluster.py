@@ -226,3 +226,38 @@ def test_alltoall_load_counted_per_domain_equals_the_pairwise_flows(nodes: int, 
         assert got.keys() == want.keys()
         assert all(got[hop] == pytest.approx(want[hop]) for hop in want)
         assert got_us == want_us
+
+
+def test_a_per_node_dispatch_crosses_the_network_once_per_destination_node() -> None:
+    """DeepEP's dispatch, by hand. A token's 8 copies over 8 nodes: 7 (1 - (7/8)^8) = 4.595 remote
+    nodes on average, 3.5 when routing picks 4 nodes (own among them 4 / 8 of the time). On 2
+    nodes of 8 with one group of 16, a token's 4 remote copies cross once when any goes there
+    (1 - 1/2^8 of tokens): the NIC carries 8/15 x 0.996/4 of a device's bytes, the NVLink switch its
+    7/15 own-node share plus the 7/8 of the 8/15 it forwards for the other node."""
+    assert cl.NodeDispatch(8).crossings(8) == pytest.approx(7 * (1 - (7 / 8) ** 8))
+    assert cl.NodeDispatch(8, node_limit=4).crossings(8) == pytest.approx(3.5)
+    assert cl.NodeDispatch(8, node_limit=4).crossings(1) == 0.0
+    c = cl.Cluster(nodes=2, devices_per_node=8, intra=NVLINK, inter=NIC, nics_per_node=8)
+    group = [list(range(16))]
+    plain, _ = cl.alltoall_load(c, group)
+    deepep, _ = cl.alltoall_load(c, group, cl.NodeDispatch(8))
+    router = cl._router(c)
+    nic_hop = (router.device[0], router.nic[0])
+    switch_hop = (router.device[0], router.fabric[0])
+    assert plain[nic_hop] == pytest.approx(8 / 15) and plain[switch_hop] == pytest.approx(7 / 15)
+    assert deepep[nic_hop] == pytest.approx(8 / 15 * (1 - 0.5 ** 8) / 4)
+    assert deepep[switch_hop] == pytest.approx(7 / 15 + 8 / 15 * 7 / 8)
+
+
+def test_deepseeks_dispatch_and_node_limit_shorten_its_step_and_a_dense_model_refuses_the_dispatcher() -> None:
+    """DeepSeek-V3's EP 64 spans 8 nodes: sent once per node (4 at most) its tokens cross InfiniBand
+    3.5 times, not 7 copies' worth, and the step shortens; a dense model has nothing to dispatch."""
+    s = load(SCENARIOS / "deepseek-v3.yaml")
+    assert s.training.moe_dispatcher == "deepep" and s.model is not None and s.model.moe is not None
+    plain = s.model_copy(update={"training": s.training.model_copy(update={"moe_dispatcher": "alltoall"})})
+    fast, slow = (build_workload(x).costs for x in (s, plain))
+    assert sum(c.backward_comm_ms for c in fast.stages) < sum(c.backward_comm_ms for c in slow.stages)
+    data = gpt().model_dump(exclude_none=True)
+    data["training"]["moe_dispatcher"] = "deepep"
+    with pytest.raises(ScenarioError, match="training.moe_dispatcher"):
+        parse_scenario(data)
