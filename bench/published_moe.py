@@ -23,7 +23,9 @@ The rules (what ppsim assumes where a row is silent is printed with it):
 - the schedule: Megatron's combined 1F1B (``combined-1f1b``: the all-to-alls hidden under the other
   micro-batch's compute) where the recipe sets ``overlap_moe_expert_parallel_comm`` (40 rows), with
   its ``delay_wgrad_compute`` (``training.delay_wgrad``); elsewhere (interleaved) 1F1B with the all-to-alls
-  exposed; HybridEP / DeepEP priced as the all-to-all they replace;
+  exposed; the flex dispatcher (HybridEP / DeepEP) priced as the all-to-all it replaces (with
+  ``--per-node-dispatch`` as ``moe_dispatcher: deepep``: a token crosses the network once per
+  destination node, its copies forwarded inside it; no recipe sets group-limited routing);
 - selective recomputation as the recipe lists its modules (``recompute_modules``: ``core_attn``,
   ``mla_up_proj``, ``moe_act``, ``layernorm`` priced; ``mlp`` and ``moe`` priced as none);
 - precision, devices, the distributed optimizer and its overlaps as ``bench/published_modern.py``
@@ -34,7 +36,7 @@ The rules (what ppsim assumes where a row is silent is printed with it):
   (Nemotron 3 Super and Ultra: built from Hugging Face configs the repository does not hold),
   multi-token prediction in a hybrid model.
 
-    .venv/bin/python bench/published_moe.py [--rows ID_PREFIX] [--json FILE] [--gemm-curves]
+    .venv/bin/python bench/published_moe.py [--rows ID_PREFIX] [--json FILE] [--gemm-curves] [--per-node-dispatch]
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ from ppsim.inputs.megatron_layout import blocks_per_stage, parse_layout  # noqa:
 from ppsim.inputs.overrides import sequence_parallel_for_experts  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "published_moe.yaml"
+#: --per-node-dispatch: the flex dispatcher's rows as moe_dispatcher: deepep (taken off the command line
+#: before the shared runner reads the rest)
+PER_NODE_DISPATCH = "--per-node-dispatch" in sys.argv
+if PER_NODE_DISPATCH:
+    sys.argv.remove("--per-node-dispatch")
 PRICED_MODULES = get_args(RecomputeModule)  #: the selective recomputation modules ppsim prices
 #: Nemotron 3 Nano's vocabulary, which its recipe leaves to the Hugging Face tokenizer (its config: 131,072)
 HYBRID_VOCAB = 131072
@@ -175,6 +182,10 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
     training["tp_comm_overlap"] = bool(settings.get("tp_comm_overlap_effective")) and training["sequence_parallel"]
     # Megatron's delayed weight grads, beside the combined 1F1B that needs them
     training["delay_wgrad"] = combined and bool(settings.get("delay_wgrad_compute")) and row["ep"] * (row.get("etp") or 1) > 1
+    # Megatron's flex dispatcher (DeepEP, HybridEP): priced as the all-to-all it replaces, or with
+    # --per-node-dispatch as a token crossing the network once per destination node
+    if PER_NODE_DISPATCH and settings.get("moe_token_dispatcher_type") == "flex":
+        training["moe_dispatcher"] = "deepep"
     if row["precision"] != "BF16":
         key, recipe = dense.narrow_recipe(row)
         training[key] = recipe
