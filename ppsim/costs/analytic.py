@@ -110,7 +110,9 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
         compute_backward = backward_mm + st.backward_bytes / hbm_bytes_per_ms
         more = sharded_and_offloaded(s, st, layout.dtype_bytes, precision, links, device, compute_forward,
                                      compute_backward)
-        a2a = expert_alltoalls(s, st, links.expert_parallel, links.expert_tensor)
+        a2a = expert_alltoalls(s, st, links.expert_parallel, links.expert_tensor,
+                               precision.value_bytes / layout.dtype_bytes if precision and training.moe_fp8_dispatch
+                               else 1.0)
         # what runs beside the compute and is not hidden by it: the collectives and copies left exposed
         forward_comm = (st.tp_collective_blocks * tp.forward_ms + st.blocks * cp.forward_ms + a2a.forward_ms
                         + more.forward_ms)
@@ -186,18 +188,21 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
     return ms
 
 
-def expert_alltoalls(s: Scenario, st: StageShape, exchange: Link, gather: Link) -> Exposed:
+def expert_alltoalls(s: Scenario, st: StageShape, exchange: Link, gather: Link, narrow: float = 1.0) -> Exposed:
     """A stage's expert-parallel all-to-alls per micro-batch (:mod:`~ppsim.costs.moe`): dispatch and
     combine in each MoE block's forward, both again in its backward, and once more where the
     backward recomputes the forward; with expert tensor parallelism each dispatch's all-gather of
     the tokens over the ETP group and each combine's reduce-scatter (their transposes backward);
-    ``exchange``: the all-to-alls' link, ``gather``: the ETP group's."""
+    ``exchange``: the all-to-alls' link, ``gather``: the ETP group's. ``narrow``: the bytes of one
+    of each pair over the dtype's, the other whole (DeepSeek-V3's FP8 dispatch: the forward's
+    dispatch and the backward's gradient sent to the experts in FP8, the combine and its gradient
+    in the dtype)."""
     etp = s.expert_tensor
     if not st.moe_blocks or (s.expert_parallel <= 1 and etp <= 1):
         return Exposed()
-    pair = 2 * alltoall_ms(st.alltoall_bytes, s.expert_parallel, exchange)
+    pair = sum(alltoall_ms(share * st.alltoall_bytes, s.expert_parallel, exchange) for share in (narrow, 1.0))
     if etp > 1:  # the ETP group's tokens: each device's dispatched copies, etp of them gathered
-        pair += 2 * ring_allgather_ms(etp * st.alltoall_bytes, etp, gather)
+        pair += sum(ring_allgather_ms(etp * share * st.alltoall_bytes, etp, gather) for share in (narrow, 1.0))
     # the share of the stage's blocks recomputed (an empty last stage's MTP block: the scenario's mode)
     recomputed = (1 - st.plain_blocks / st.blocks if st.blocks else 1.0) if s.training.recompute == "full" else 0.0
     return Exposed(st.moe_blocks * pair, st.moe_blocks * pair * (1 + recomputed))

@@ -302,6 +302,10 @@ class TrainingSpec(_Strict):
     #: all-to-all: Megatron's alltoall dispatcher) or ``deepep`` (a token crosses the network once
     #: per destination node and is forwarded inside it: DeepEP, HybridEP, Megatron's flex dispatcher)
     moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
+    #: a MoE layer's tokens dispatched to their experts in the FP8 format of ``fp8`` (and, in the
+    #: backward, the gradients sent to the experts); the combine and its gradient in the dtype
+    #: (DeepSeek-V3's dispatch)
+    moe_fp8_dispatch: bool = False
     flash_attention: bool = False  #: no s x s scores kept; the backward recomputes them
     #: how context parallelism exchanges keys and values (Megatron's --cp-comm-type): ppsim.costs.context_parallel
     cp_comm: Literal["p2p", "all_gather", "a2a", "a2a+p2p"] = "p2p"
@@ -831,9 +835,14 @@ def _check_delay_wgrad(s: Scenario) -> None:
 
 
 def _check_dispatcher(s: Scenario) -> None:
-    if s.training.moe_dispatcher != "alltoall" and (s.model is None or s.model.moe is None):
-        raise ScenarioError("dispatches a mixture of experts' tokens, and the model has none (model.moe): drop it",
-                            field="training.moe_dispatcher")
+    for key, on in (("moe_dispatcher", s.training.moe_dispatcher != "alltoall"),
+                    ("moe_fp8_dispatch", s.training.moe_fp8_dispatch)):
+        if on and (s.model is None or s.model.moe is None):
+            raise ScenarioError("dispatches a mixture of experts' tokens, and the model has none (model.moe): drop it",
+                                field=f"training.{key}")
+    if s.training.moe_fp8_dispatch and s.training.fp8 is None:
+        raise ScenarioError("sends the tokens in FP8 for FP8 expert GEMMs, and training.fp8 is not set: set a recipe "
+                            "(blockwise, as DeepSeek-V3) or drop it", field="training.moe_fp8_dispatch")
 
 
 def _check_zero(s: Scenario) -> None:

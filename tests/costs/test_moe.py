@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
+from conftest import SCENARIOS
 from ppsim.costs.layers import gpt_layers
 from ppsim.costs.moe import ExpertShard, alltoall_ms, reduced_params
 from ppsim.costs.table import Link
 from ppsim.errors import ScenarioError
 from ppsim.inputs.hardware import DEVICES
-from ppsim.inputs.scenario import ModelSpec, parse_scenario
+from ppsim.inputs.scenario import ModelSpec, load, parse_scenario
 from ppsim.prediction import build
 
 MIXTRAL = {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336, "seq_len": 4096,
@@ -363,3 +364,33 @@ def test_delayed_weight_grads_hide_a_backwards_own_dispatches() -> None:
 def test_delayed_weight_grads_need_combined_1f1b_and_experts_apart(over: dict[str, Any], says: str) -> None:
     with pytest.raises(ScenarioError, match=says):
         parse_scenario(scenario(training={"delay_wgrad": True}, **over))
+
+
+def test_an_fp8_dispatch_sends_one_of_each_pair_in_the_recipes_format() -> None:
+    """DeepSeek-V3's FP8 dispatch, by hand: of each MoE block's dispatch-and-combine pair, the
+    dispatch moves 1 + 4/128 bytes a value (blockwise FP8 with its scales), the combine 2: each pass
+    of a stage with n MoE blocks spends n x (a2a(1.03125 / 2 x B) + a2a(B)) instead of 2n x a2a(B)."""
+    from ppsim.costs import build_workload
+    from ppsim.costs.analytic import expert_alltoalls
+    from ppsim.costs.layout import lay_out
+    from ppsim.costs.workload import block_kinds, model_layers
+
+    s = load(SCENARIOS / "deepseek-v3.yaml")
+    assert s.training.moe_fp8_dispatch and s.training.fp8 == "blockwise"
+    layers = model_layers(s)
+    layout = lay_out(s, build_workload(s).partition, layers, tuple(range(16)) + tuple(reversed(range(16))),
+                     block_kinds(s, layers))
+    st = next(x for x in layout.stages if x.moe_blocks)
+    link = Link.from_gb_s(50.0, 0.0)
+    narrow = expert_alltoalls(s, st, link, link, (1 + 4 / 128) / 2)
+    whole = expert_alltoalls(s, st, link, link)
+    one = alltoall_ms(st.alltoall_bytes, s.expert_parallel, link)
+    assert whole.forward_ms == pytest.approx(2 * st.moe_blocks * one)
+    assert narrow.forward_ms == pytest.approx(st.moe_blocks * (one * (1 + 4 / 128) / 2 + one))
+
+
+def test_an_fp8_dispatch_needs_experts_and_an_fp8_recipe() -> None:
+    data = load(SCENARIOS / "deepseek-v3.yaml").model_dump(exclude_none=True)
+    data["training"].pop("fp8")
+    with pytest.raises(ScenarioError, match="training.fp8 is not set"):
+        parse_scenario(data)
