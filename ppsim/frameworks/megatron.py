@@ -180,8 +180,23 @@ def _model(s: Scenario, put: Put, refuse: Refusals, notes: list[str]) -> None:
         if moe.shared_experts:
             put("shared_ffn", moe.shared_experts * moe.shared_ffn)
         put("moe_layers", moe_layer_freq([moe.is_moe(i) for i in range(m.layers)]))
-        put("dispatcher", "alltoall")
+        if s.training.moe_dispatcher == "deepep":
+            put("dispatcher", "flex")
+            put("flex_backend", "deepep")
+        else:
+            put("dispatcher", "alltoall")
         put("grouped_gemm")
+        if moe.node_limit is not None:
+            per_node = s.cluster.devices_per_node if s.cluster is not None else None
+            if per_node is None or s.expert_parallel % per_node or s.expert_parallel <= per_node:
+                refuse.add("node-limited routing needs an expert-parallel group spanning whole nodes of a cluster "
+                           "(Megatron groups the experts by node): drop model.moe.node_limit or give a cluster")
+            else:
+                put("router_groups", s.expert_parallel // per_node)
+                put("router_group_topk", moe.node_limit)
+        if s.training.moe_fp8_dispatch:
+            refuse.add("ppsim knows no Megatron-LM argument that dispatches tokens in FP8: export without "
+                       "training.moe_fp8_dispatch")
         if moe.skew != 1.0 or moe.routing is not None:
             notes.append("routing skew is ppsim's assumption about the run, not a Megatron setting")
 

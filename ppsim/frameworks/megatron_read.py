@@ -182,6 +182,8 @@ def _training(f: dict[str, list[str]], tr: dict[str, Any], notes: list[str]) -> 
     if (clip := _one(f, "clip_grad", float)) is not None:
         tr["grad_clip"] = clip
     tr["flash_attention"] = f.get(N["attention_backend"].name, ["auto"])[0] in ("flash", "fused", "auto")
+    if f.get(N["dispatcher"].name) == ["flex"]:
+        tr["moe_dispatcher"] = "deepep"  # DeepEP or HybridEP: a token sent once per destination node
 
 
 def _model(f: dict[str, list[str]], model: dict[str, Any], notes: list[str]) -> dict[str, Any]:
@@ -212,6 +214,8 @@ def _model(f: dict[str, list[str]], model: dict[str, Any], notes: list[str]) -> 
             moe["shared_experts"], moe["shared_ffn_hidden"] = 1, shared
         if (freq := f.get(N["moe_layers"].name)) is not None:
             moe["dense_layers"], moe["layer_freq"] = moe_layers(freq[0], int(model["layers"]))
+        if (limit := _one(f, "router_group_topk")) is not None and (_one(f, "router_groups") or 1) > 1:
+            moe["node_limit"] = limit  # an expert group a node, as Megatron's DeepSeek recipes group them
         model["moe"] = moe
     if N["mla"].name in f:
         mla: dict[str, Any] = {"kv_lora_rank": _one(f, "kv_lora_rank") or 512}

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from conftest import GPT_YAML, SCENARIOS, invoke
 from ppsim.cli import app
 from ppsim.errors import ScenarioError
-from ppsim.frameworks import export
+from ppsim.frameworks import CannotExport, export
 from ppsim.frameworks.importing import import_scenario
 from ppsim.frameworks.megatron_read import argument_tokens, flags, moe_layers
 from ppsim.inputs.scenario import load, parse_scenario
@@ -151,3 +151,24 @@ def test_a_shard_degree_of_minus_one_takes_the_gpus_left_over(tmp_path: Path) ->
     assert any("the GPUs left over of 16" in n for n in notes)
     with pytest.raises(ScenarioError, match="give --gpus"):
         import_scenario([toml], {**base, "data_parallel": 1, "tensor_parallel": 1, "pipeline": {"stages": 3}}, None)
+
+
+def test_deepeps_dispatch_and_node_limited_routing_go_to_megatron_and_back(tmp_path: Path) -> None:
+    """DeepSeek-V3's EP 64 over nodes of 8: --moe-token-dispatcher-type flex with DeepEP, 8 expert
+    groups (a node each) of which 4 a token; read back as the same dispatcher and node limit. Its
+    FP8 dispatch has no Megatron argument ppsim knows: refused until dropped."""
+    data = load(SCENARIOS / "deepseek-v3.yaml").model_dump(exclude_none=True)
+    data["pipeline"].update(schedule="interleaved-1f1b", microbatches=128)
+    data["training"].pop("global_batch")
+    with pytest.raises(CannotExport, match="moe_fp8_dispatch"):
+        export(parse_scenario(data), "megatron", "ds", "c")
+    data["training"]["moe_fp8_dispatch"] = False
+    s = parse_scenario(data)
+    text = export(s, "megatron", "ds", "c").files[".megatron.sh"]
+    words = argument_tokens(text)
+    for flag, value in (("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep"),
+                        ("--moe-router-num-groups", "8"), ("--moe-router-group-topk", "4")):
+        assert words[words.index(flag) + 1] == value
+    (tmp_path / "ds.megatron.sh").write_text(text)
+    back, _, _ = import_scenario([tmp_path / "ds.megatron.sh"], {}, s.devices)
+    assert back["training"]["moe_dispatcher"] == "deepep" and back["model"]["moe"]["node_limit"] == 4
