@@ -310,3 +310,11 @@ def test_torchtitan_refuses_a_weight_gradient_store() -> None:
     with pytest.raises(CannotExport, match="export with pipeline.split_backward: autograd"):
         export(s, "torchtitan", "x", "c")
     assert export(scenario(8, 2, schedule="zb-h1"), "torchtitan", "x", "c").files  # torch's own is exported
+
+
+def test_torchtitan_refuses_deepeps_dispatch_node_limits_and_fp8_dispatch_by_name() -> None:
+    with pytest.raises(CannotExport) as err:
+        export(load(SCENARIOS / "deepseek-v3.yaml"), "torchtitan", "x", "c")
+    text = " ".join(err.value.reasons)
+    for fix in ("training.moe_dispatcher: alltoall", "drop model.moe.node_limit", "drop training.moe_fp8_dispatch"):
+        assert fix in text
