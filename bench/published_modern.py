@@ -269,11 +269,14 @@ class Bench:
     data: Path
     description: str
     unexpressible: Callable[[dict[str, Any]], str | None]
-    scenario_data: Callable[[dict[str, Any], bool], tuple[dict[str, Any], list[str]]]
+    #: (row, gemm_curves, **extra_flags) -> (the scenario mapping, what was assumed)
+    scenario_data: Callable[..., tuple[dict[str, Any], list[str]]]
     layout_header: str  #: e.g. "TP PP VP"
     layout: Callable[[dict[str, Any]], str]
     precision: Callable[[dict[str, Any]], str]
     band: float  #: the issue's target: every row within this relative error
+    #: the bench's own on/off flags, (``--flag``, help): each given to scenario_data as ``flag=``
+    extra_flags: tuple[tuple[str, str], ...] = ()
 
 
 def run(bench: Bench) -> None:
@@ -284,7 +287,10 @@ def run(bench: Bench) -> None:
     ap.add_argument("--json", type=Path, help="write every row's figures to this file")
     ap.add_argument("--gemm-curves", action="store_true",
                     help="price the matmuls by the devices' measured curves (hardware.gemm_curves)")
+    for flag, words in bench.extra_flags:
+        ap.add_argument(flag, action="store_true", help=words)
     args = ap.parse_args()
+    extra = {name: getattr(args, name) for name in (flag.lstrip("-").replace("-", "_") for flag, _ in bench.extra_flags)}
     from ppsim.prediction import predict
     from ppsim.trace.metrics import summarize
 
@@ -301,7 +307,7 @@ def run(bench: Bench) -> None:
         if why:
             skipped.setdefault(why, []).append(row["id"])
             continue
-        data, assumed = bench.scenario_data(row, args.gemm_curves)
+        data, assumed = bench.scenario_data(row, args.gemm_curves, **extra)
         published = published_step_s(row)
         try:
             pred = predict(parse_scenario(data))

@@ -57,11 +57,7 @@ from ppsim.inputs.megatron_layout import blocks_per_stage, parse_layout  # noqa:
 from ppsim.inputs.overrides import sequence_parallel_for_experts  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "published_moe.yaml"
-#: --per-node-dispatch: the flex dispatcher's rows as moe_dispatcher: deepep (taken off the command line
-#: before the shared runner reads the rest)
-PER_NODE_DISPATCH = "--per-node-dispatch" in sys.argv
-if PER_NODE_DISPATCH:
-    sys.argv.remove("--per-node-dispatch")
+
 PRICED_MODULES = get_args(RecomputeModule)  #: the selective recomputation modules ppsim prices
 #: Nemotron 3 Nano's vocabulary, which its recipe leaves to the Hugging Face tokenizer (its config: 131,072)
 HYBRID_VOCAB = 131072
@@ -131,8 +127,10 @@ def layout_partition(layout: str) -> list[int]:
     return blocks_per_stage(parse_layout(layout.split()[0]))
 
 
-def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[str, Any], list[str]]:
-    """The row as a ppsim scenario, and what was assumed where its sources are silent."""
+def scenario_data(row: dict[str, Any], gemm_curves: bool = False, per_node_dispatch: bool = False
+                  ) -> tuple[dict[str, Any], list[str]]:
+    """The row as a ppsim scenario, and what was assumed where its sources are silent
+    (``per_node_dispatch``: the flex dispatcher's rows as ``moe_dispatcher: deepep``)."""
     settings = row.get("recipe_settings") or {}
     device = dense.DEVICES[row["gpu"]][0]
     tp, pp, vp, cp, gpus = row["tp"], row["pp"], row["vp"] or 1, row["cp"] or 1, row["gpus"]
@@ -184,7 +182,7 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
     training["delay_wgrad"] = combined and bool(settings.get("delay_wgrad_compute")) and row["ep"] * (row.get("etp") or 1) > 1
     # Megatron's flex dispatcher (DeepEP, HybridEP): priced as the all-to-all it replaces, or with
     # --per-node-dispatch as a token crossing the network once per destination node
-    if PER_NODE_DISPATCH and settings.get("moe_token_dispatcher_type") == "flex":
+    if per_node_dispatch and settings.get("moe_token_dispatcher_type") == "flex":
         training["moe_dispatcher"] = "deepep"
     if row["precision"] != "BF16":
         key, recipe = dense.narrow_recipe(row)
@@ -205,7 +203,9 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
 def main() -> None:
     dense.run(dense.Bench(DATA, __doc__.splitlines()[0], unexpressible, scenario_data, "TP PP VP EP",
                           lambda row: f"{row['tp']} {row['pp']} {row['vp'] or 1} {row['ep']}",
-                          lambda row: str(row["precision"]), 0.2))
+                          lambda row: str(row["precision"]), 0.2,
+                          (("--per-node-dispatch", "the flex dispatcher's rows as moe_dispatcher: deepep (a token "
+                            "crosses the network once per destination node)"),)))
 
 
 if __name__ == "__main__":

@@ -280,8 +280,7 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     )
     logits = 2 * b * s * h * V / t
     lm_gemms = head_gemms(s, b, h, V, t)
-    # the logits' gradient for the head's weight grad, and the final norm's
-    head_grads = e * (weight_grad_output_values(lm_gemms) + b * s * h / (t if sequence_parallel else 1))
+    final_norm = e * b * s * h / (t if sequence_parallel else 1)  # the final norm's output gradient
     head = LayerCost(
         name="lm_head",
         forward_flops=logits,
@@ -292,8 +291,8 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         forward_bytes=(loss := head_traffic(s, b, V, t)).forward,
         backward_bytes=loss.backward,
         gemms=lm_gemms,
-        weight_grad_pending_bytes=head_grads,
-        weight_grad_store_bytes=weight_grad_store_bytes(lm_gemms, e, e) + e * b * s * h / (t if sequence_parallel else 1),
+        weight_grad_pending_bytes=e * weight_grad_output_values(lm_gemms) + final_norm,  # and the logits'
+        weight_grad_store_bytes=weight_grad_store_bytes(lm_gemms, e, e) + final_norm,
     )
     return embedding, block, head
 

@@ -76,8 +76,8 @@ def mamba_layer(model: ModelSpec, micro_batch: int, recompute: str = "none", ten
                       + tuple(g.times(2) for g in scan) + ((dense + scan) if recompute == "full" else ()),
                       weight_grad=tuple(Gemm(i, tokens, o, linear=True) for i, o in linears))
     hbm = layer_bytes(traffic, casts, recompute)
-    # the projections' output gradients, the convolution's, the gated norm's and the layer norm's
-    grads = e * (weight_grad_output_values(gemms) + tokens * (channels + inner) + whole)
+    # the output gradients of the convolution, the gated norm and the layer norm (their weights' too)
+    others = e * (tokens * (channels + inner) + whole)
     return LayerCost(
         name="mamba",
         forward_flops=projections + ssd,
@@ -92,7 +92,6 @@ def mamba_layer(model: ModelSpec, micro_batch: int, recompute: str = "none", ten
         extra_weight_bytes=extra_weight,
         gemms=gemms,
         tp_collectives=0.5,
-        weight_grad_pending_bytes=grads,
-        weight_grad_store_bytes=(weight_grad_store_bytes(gemms, e, linear_bytes)
-                                 + e * (tokens * (channels + inner) + whole)),  # and the other weights' gradients
+        weight_grad_pending_bytes=e * weight_grad_output_values(gemms) + others,  # and the projections'
+        weight_grad_store_bytes=weight_grad_store_bytes(gemms, e, linear_bytes) + others,
     )

@@ -50,22 +50,23 @@ class Evaluation:
 
 
 #: the costs of the last few candidates, by what they depend on: the candidate but its schedule,
-#: the placement of its virtual stages and the copies of the model they form (the costs know no
-#: schedule; schedules of one placement share them, and the search bounds them in a row:
-#: :func:`~ppsim.search.tune.prune.search`)
-_WORKLOADS: OrderedDict[tuple[Candidate, tuple[int, ...], int, bool, bool], Any] = OrderedDict()
+#: the placement of its virtual stages, the copies of the model they form and the memory rules of
+#: the runtime the schedule names (the costs know no more of the schedule; schedules of one
+#: placement share them, and the search bounds them in a row: :func:`~ppsim.search.tune.prune.search`)
+_WORKLOADS: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _WORKLOADS_KEPT = 4
 
 
 def _workload(s: Any, c: Candidate) -> Any:
     """The candidate's costs (``scenario_workload``), shared with the candidates of the same plan
     but for a schedule of the same placement."""
+    from ppsim.costs.table import memory_rules
     from ppsim.plan import schedules
     from ppsim.prediction.path import scenario_workload, stage_to_rank
 
-    # the memory rules depend on the schedule (torch runs some, Megatron and DeepSeek others)
+    # and the memory rules, which depend on the schedule (torch runs some, Megatron and DeepSeek others)
     key = (replace(c, schedule=""), stage_to_rank(s), schedules.describe(c.schedule).pipes,
-           s.pipeline.overlap_layerwise, s.pipeline.input_grad_frees)
+           *memory_rules(s.pipeline).values())
     w = _WORKLOADS.get(key)
     if w is None:
         w = _WORKLOADS[key] = scenario_workload(s)
