@@ -85,7 +85,7 @@ def sweep(args: argparse.Namespace) -> tuple[str, str | None, float]:
     print(f"device sweeps: {time.perf_counter() - t0:.1f} s; wrote {args.out} ({name}) and its GEMM timings "
           f"{args.out.with_suffix('.csv')}")
     print(f"torch {torch.__version__}, device {entry['description']}")
-    print(f"memory bandwidth (copy, read + write): {entry['hbm_gb_s']} GB/s (catalogue {base.hbm_gb_s:g})")
+    print(f"memory bandwidth (copy, read + write): {entry['hbm_copy']['gb_s']} GB/s (catalogue {base.hbm_gb_s:g})")
     print("gemm curve (FLOPs, fraction of the datasheet peak):")
     for flops, frac in entry["gemm"]["points"]:
         print(f"  {flops:10.3g}  {frac:.3f}")

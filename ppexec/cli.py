@@ -358,7 +358,7 @@ def device_cmd(
         if "--samples" in targets:
             write_output(targets["--samples"], measured.samples_csv())
     entry = measured.entry
-    err.print(f"memory bandwidth {entry['hbm_gb_s']} GB/s (datasheet {base.hbm_gb_s:g}); largest GEMMs at "
+    err.print(f"memory bandwidth {entry['hbm_copy']['gb_s']} GB/s (datasheet {base.hbm_gb_s:g}); largest GEMMs at "
               f"{entry['gemm']['points'][-1][1]:.0%} of the datasheet peak")
     if measured.above_peak:
         say("warning", f"{len(measured.above_peak)} GEMMs ran faster than {like}'s datasheet peak: their fractions "

@@ -183,15 +183,17 @@ def block_times(spec: ModelSpec, micro_batch: int, watch: Stopwatch, seed: int =
 def device_entry(base: Device, gemm_points: list[tuple[float, float]], attention_points: list[tuple[float, float]],
                  hbm_gb_s: float, dtype: str, machine: str) -> dict[str, Any]:
     """A catalogue entry: ``base``'s datasheet figures and links, this machine's measured curves
-    and memory bandwidth, each with its source."""
+    and memory bandwidth (``hbm_copy``: what the curves' pricing runs memory-bound work at), each
+    with its source."""
     when = datetime.date.today().isoformat()
-    how = (f"measured by `ppexec device` on {machine}, {when}, torch {torch.__version__}: torch.mm / torch.bmm "
-           f"in {dtype} on random inputs, back to back between device events")
+    where = f"measured by `ppexec device` on {machine}, {when}, torch {torch.__version__}"
+    how = f"{where}: torch.mm / torch.bmm in {dtype} on random inputs, back to back between device events"
     return {
         "description": f"{base.description} (curves and memory bandwidth measured on {machine})",
         "peak_tflops": dict(base.peak_tflops),
         "memory_gb": base.memory_gb,
-        "hbm_gb_s": round(hbm_gb_s),
+        "hbm_gb_s": base.hbm_gb_s,
+        "hbm_copy": {"gb_s": round(hbm_gb_s), "source": f"{where}: a device-to-device copy, read and write counted"},
         "efficiency": base.efficiency,
         "gemm": {"source": how + "; a GPT layer's four GEMMs at 8,192 tokens, widths 128 .. 32,768, split "
                                  "1/2/4/8 ways, each as its forward, input grad and weight grad run it (operand "

@@ -36,6 +36,7 @@ from ppsim.costs.gemms import Gemm
 from ppsim.costs.layout import Layout, StageShape
 from ppsim.costs.links import Links
 from ppsim.costs.low_precision import LowPrecision, scenario_precision
+from ppsim.costs.measured import uses_curves
 from ppsim.costs.moe import alltoall_ms
 from ppsim.costs.table import CostTable, Link, memory_rules
 from ppsim.costs.tensor_parallel import TensorParallelComm, exposed_comm, gathering, tensor_parallel_comm
@@ -44,13 +45,6 @@ from ppsim.inputs.hardware import Device
 from ppsim.inputs.scenario import ModelSpec, Scenario
 
 OPTIMIZER_BYTES_PER_PARAM = 32
-
-
-def uses_curves(s: Scenario, device: Device) -> bool:
-    """The matmuls are priced by the device's measured curves: asked for, not overridden by a flat
-    ``hardware.efficiency``, and the device has a curve (or fused attention figures)."""
-    measured = (device.gemm, device.attention, device.flash_attention)
-    return s.hardware.gemm_curves and s.hardware.efficiency is None and any(m is not None for m in measured)
 
 
 def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device, links: Links) -> CostTable:
@@ -83,7 +77,7 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
         fwd, inp, wgt = price(st.gemms.forward), price(st.gemms.input_grad, True), price(st.gemms.weight_grad, True)
         return fwd, inp + wgt, wgt
 
-    hbm_bytes_per_ms = device.hbm_gb_s * 1e9 / 1e3
+    hbm_bytes_per_ms = device.memory_gb_s(measured=curves) * 1e9 / 1e3
 
     def whole_tp_comm(full_recompute: bool) -> TensorParallelComm:
         return tensor_parallel_comm(layout.activation_bytes, t, links.tensor_parallel,

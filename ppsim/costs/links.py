@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ppsim.costs.measured import uses_curves
 from ppsim.costs.table import Fabric, FabricCollective, Link, Route
 from ppsim.inputs import cluster as cl
 from ppsim.inputs.hardware import Device
@@ -70,17 +71,18 @@ def _route(load: cl.RouteLoad) -> Route:
 def scenario_links(s: Scenario, device: Device, stage_to_rank: tuple[int, ...], pipes: int = 1) -> Links:
     """The scenario's links: routed over its cluster when it has one, else as ``hardware`` gives them
     (``pipes``: the copies of the model the virtual stages form)."""
+    intra_gb_s = device.intra_node_rate(measured=uses_curves(s, device))
     if s.cluster is not None:
-        return _cluster_links(s.cluster, s, device, stage_to_rank, pipes)
+        return _cluster_links(s.cluster, s, device, stage_to_rank, pipes, intra_gb_s)
     hw = s.hardware
     boundary = _link(hw.link, device.inter_node_gb_s, device.inter_node_latency_us)
     return Links(
         boundaries=(boundary,),
-        data_parallel=_link(hw.dp_link, device.intra_node_gb_s, device.intra_node_latency_us),
-        tensor_parallel=_link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
-        context_parallel=_link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
-        expert_parallel=_link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
-        expert_tensor=_link(hw.tp_link, device.intra_node_gb_s, device.intra_node_latency_us),
+        data_parallel=_link(hw.dp_link, intra_gb_s, device.intra_node_latency_us),
+        tensor_parallel=_link(hw.tp_link, intra_gb_s, device.intra_node_latency_us),
+        context_parallel=_link(hw.tp_link, intra_gb_s, device.intra_node_latency_us),
+        expert_parallel=_link(hw.tp_link, intra_gb_s, device.intra_node_latency_us),
+        expert_tensor=_link(hw.tp_link, intra_gb_s, device.intra_node_latency_us),
         embedding=boundary if stage_to_rank[0] != stage_to_rank[-1] else None,
         copies=boundary if pipes > 1 else None,
     )
@@ -106,13 +108,15 @@ def _link(spec: LinkSpec | None, default_gb_s: float, default_latency_us: float)
 
 
 def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank: tuple[int, ...],
-                   pipes: int) -> Links:
+                   pipes: int, intra_gb_s: float) -> Links:
+    """The links of a plan on the scenario's cluster (``intra_gb_s``: the device's NVLink rate where
+    the cluster gives none)."""
     intra, inter = spec.intra_node, spec.inter_node
     cluster = cl.Cluster(
         nodes=spec.nodes,
         devices_per_node=spec.devices_per_node,
         intra=cl.LinkSpeed(intra.bandwidth_gb_s, intra.latency_us) if intra
-        else cl.LinkSpeed(device.intra_node_gb_s, device.intra_node_latency_us),
+        else cl.LinkSpeed(intra_gb_s, device.intra_node_latency_us),
         inter=cl.LinkSpeed(inter.bandwidth_gb_s, inter.latency_us) if inter
         else cl.LinkSpeed(device.inter_node_gb_s, device.inter_node_latency_us),
         nics_per_node=spec.nics_per_node or spec.devices_per_node,

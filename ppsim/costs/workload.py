@@ -8,13 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from ppsim.costs.analytic import analytic_costs, uses_curves
+from ppsim.costs.analytic import analytic_costs
 from ppsim.costs.explicit import explicit_costs
 from ppsim.costs.layers import LayerCost, LayerParts, gpt_layers
 from ppsim.costs.layout import KIND_ORDER, BlockKinds, Layout, lay_out, mtp_parts
 from ppsim.costs.links import scenario_links
 from ppsim.costs.low_precision import check_low_precision, scenario_precision
 from ppsim.costs.mamba import mamba_layer
+from ppsim.costs.measured import uses_curves
 from ppsim.costs.moe import ExpertShard
 from ppsim.costs.partition import Balance, balance, blocks_per_stage
 from ppsim.costs.table import CostTable
@@ -125,8 +126,8 @@ def copy_placement(stage_to_rank: tuple[int, ...], pipes: int) -> tuple[int, ...
 
 
 def datasheet_source(s: Scenario, device: Device) -> str:
-    """How the analytic model priced the matmuls: the device's peak, at a flat efficiency or its
-    measured curves (the same choice :func:`~ppsim.costs.analytic.analytic_costs` makes)."""
+    """How the analytic model priced the work: the device's peak, at a flat efficiency or its
+    measured curves and rates (the same choice :func:`~ppsim.costs.analytic.analytic_costs` makes)."""
     dtype = s.model.dtype if s.model else "bf16"
     peak = f"{s.hardware.device}'s {device.peak_tflops[dtype]:,g} TFLOP/s {dtype} peak"
     narrow = scenario_precision(s.training.fp8, s.training.fp4, s.training.low_precision_params)
@@ -134,7 +135,15 @@ def datasheet_source(s: Scenario, device: Device) -> str:
         peak += (f" ({device.peak_tflops[narrow.peak]:,g} {narrow.peak} for the blocks' linear layers, "
                  f"{narrow.recipe} scaling)")
     if uses_curves(s, device):
-        return f"datasheet: {peak}, matmuls at its measured GEMM curves"
+        measured = ["matmuls at its measured curves"]
+        if device.hbm_copy is not None:
+            measured.append(f"memory-bound work at its measured {device.hbm_copy.gb_s:,g} GB/s")
+        hw = s.hardware
+        nvlink_given = (s.cluster.intra_node is not None if s.cluster is not None
+                        else hw.tp_link is not None and hw.dp_link is not None)
+        if device.intra_node_measured is not None and not nvlink_given:
+            measured.append(f"NVLink at its measured {device.intra_node_measured.gb_s:,g} GB/s")
+        return f"datasheet: {peak}, " + ", ".join(measured)
     whose = "hardware.efficiency" if s.hardware.efficiency else "the device's"
     return f"datasheet: {peak} at {100 * (s.hardware.efficiency or device.efficiency):g} % efficiency ({whose})"
 

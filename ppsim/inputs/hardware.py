@@ -63,6 +63,14 @@ class FusedAttention:
 
 
 @dataclass(frozen=True)
+class Rate:
+    """A rate measured on the device (GB/s), with where the measurement comes from."""
+
+    gb_s: float
+    source: str
+
+
+@dataclass(frozen=True)
 class Device:
     name: str
     description: str
@@ -79,16 +87,38 @@ class Device:
     gemm: Curve | None = None  #: fraction of peak per GEMM, by its FLOPs (2mnk)
     attention: Curve | None = None  #: fraction of peak of the unfused attention matmuls, by head dimension
     flash_attention: FusedAttention | None = None  #: fraction of peak of the fused attention kernel, per pass
+    gemm_fp8: Curve | None = None  #: fraction of the FP8 peak per FP8 GEMM, by its FLOPs
+    hbm_copy: Rate | None = None  #: the memory bandwidth a copy sustains (read + write), measured
+    #: the per-direction bandwidth collectives reach between devices of a node (NVLink), measured
+    intra_node_measured: Rate | None = None
+
+    @property
+    def measured(self) -> bool:
+        """The device has a measured figure for the curves' pricing (``hardware.gemm_curves``)."""
+        return any(m is not None for m in (self.gemm, self.attention, self.flash_attention, self.gemm_fp8,
+                                            self.hbm_copy, self.intra_node_measured))
+
+    def memory_gb_s(self, measured: bool) -> float:
+        """The memory bandwidth memory-bound kernels run at: the measured copy's where ``measured``
+        figures are asked for and the device has one, else the datasheet's."""
+        return self.hbm_copy.gb_s if measured and self.hbm_copy is not None else self.hbm_gb_s
+
+    def intra_node_rate(self, measured: bool) -> float:
+        """The per-direction bandwidth between devices of a node: what collectives were measured to
+        reach where ``measured`` figures are asked for and the device has one, else the datasheet's."""
+        found = self.intra_node_measured
+        return found.gb_s if measured and found is not None else self.intra_node_gb_s
 
     def peak_flops(self, dtype: str) -> float:
         return self.peak_tflops[dtype] * 1e12
 
     def gemm_efficiency(self, m: float, n: float, k: float, dtype: str) -> float:
-        """The fraction of peak an (m x n) x (n x k) GEMM reaches: the ``gemm`` curve at its FLOPs
-        (2mnk), or the flat ``efficiency`` without a curve for ``dtype``."""
-        if self.gemm is None or dtype not in self.gemm.dtypes:
+        """The fraction of peak an (m x n) x (n x k) GEMM reaches: the ``gemm`` curve (``gemm_fp8``
+        for ``fp8``) at its FLOPs (2mnk), or the flat ``efficiency`` without a curve for ``dtype``."""
+        curve = self.gemm_fp8 if dtype == "fp8" else self.gemm
+        if curve is None or dtype not in curve.dtypes:
             return self.efficiency
-        return self.gemm(2.0 * m * n * k)
+        return curve(2.0 * m * n * k)
 
     def attention_efficiency(self, head_dim: float, dtype: str) -> float:
         """The fraction of peak of the attention's score and context matmuls at ``head_dim``: the
@@ -117,14 +147,15 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
 REQUIRED_PEAKS = ("bf16", "fp16", "fp32")  #: every device has these
 OPTIONAL_PEAKS = ("fp8", "fp4")  #: a device with FP8 (Hopper, Blackwell) or FP4 (Blackwell) Tensor Cores
 _KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "intra_node", "inter_node", "gemm",
-         "attention", "flash_attention", "mx_formats", "host_link_gb_s"}
+         "attention", "flash_attention", "mx_formats", "host_link_gb_s", "gemm_fp8", "hbm_copy", "intra_node_measured"}
 _CURVE_KEYS = {"source", "dtypes", "points"}
 _FUSED_KEYS = {"source", "dtypes", "forward", "backward"}
 
 
-def _measured(name: str, key: str, entry: Any, source: str, keys: set[str]) -> tuple[str, tuple[str, ...]]:
+def _measured(name: str, key: str, entry: Any, source: str, keys: set[str],
+              dtypes_allowed: tuple[str, ...] = ("bf16", "fp16", "fp32")) -> tuple[str, tuple[str, ...]]:
     """The ``source`` and ``dtypes`` of a measured entry ``key`` of device ``name``, checked: a
-    mapping of ``keys`` only, a source, dtypes the device knows."""
+    mapping of ``keys`` only, a source, dtypes of ``dtypes_allowed`` (the first two when absent)."""
     def bad(what: str) -> ScenarioError:
         return ScenarioError(f"{source}: device {name!r}: {key} {what}", field="hardware.device_file")
 
@@ -136,9 +167,9 @@ def _measured(name: str, key: str, entry: Any, source: str, keys: set[str]) -> t
     where = entry.get("source")
     if not isinstance(where, str) or not where.strip():
         raise bad("needs a source: where its measurements come from")
-    dtypes = entry.get("dtypes", ["bf16", "fp16"])
-    if not isinstance(dtypes, list) or not dtypes or any(d not in ("bf16", "fp16", "fp32") for d in dtypes):
-        raise bad(f"dtypes is {dtypes!r}; it must be a list of bf16, fp16, fp32")
+    dtypes = entry.get("dtypes", list(dtypes_allowed[:2]))
+    if not isinstance(dtypes, list) or not dtypes or any(d not in dtypes_allowed for d in dtypes):
+        raise bad(f"dtypes is {dtypes!r}; it must be a list of {', '.join(dtypes_allowed)}")
     return where.strip(), tuple(dtypes)
 
 
@@ -158,7 +189,8 @@ def _fused(name: str, entry: Any, source: str) -> FusedAttention | None:
     return FusedAttention(forward=passes[0], backward=passes[1], source=where, dtypes=dtypes)
 
 
-def _curve(name: str, key: str, entry: Any, source: str) -> Curve | None:
+def _curve(name: str, key: str, entry: Any, source: str,
+           dtypes_allowed: tuple[str, ...] = ("bf16", "fp16", "fp32")) -> Curve | None:
     """The ``key`` curve of device ``name`` (None when absent), checked: a source, dtypes the device
     knows, and at least two [size, fraction] points, sizes > 0 and strictly increasing, fractions in (0, 1]."""
     if entry is None:
@@ -167,7 +199,7 @@ def _curve(name: str, key: str, entry: Any, source: str) -> Curve | None:
     def bad(what: str) -> ScenarioError:
         return ScenarioError(f"{source}: device {name!r}: {key} {what}", field="hardware.device_file")
 
-    where, dtypes = _measured(name, key, entry, source, _CURVE_KEYS)
+    where, dtypes = _measured(name, key, entry, source, _CURVE_KEYS, dtypes_allowed)
     points = entry.get("points")
     if not isinstance(points, list) or len(points) < 2:
         raise bad("points must be a list of at least two [size, fraction of peak] pairs")
@@ -182,6 +214,25 @@ def _curve(name: str, key: str, entry: Any, source: str) -> Curve | None:
     if any(b[0] <= a[0] for a, b in zip(pairs, pairs[1:])):
         raise bad("points must have strictly increasing sizes")
     return Curve(points=tuple(pairs), source=where, dtypes=dtypes)
+
+
+def _rate(name: str, key: str, entry: Any, source: str) -> Rate | None:
+    """Device ``name``'s measured rate ``key`` (None when absent), checked: ``gb_s`` > 0 and a source."""
+    if entry is None:
+        return None
+    if not isinstance(entry, dict) or set(entry) != {"gb_s", "source"}:
+        raise ScenarioError(f"{source}: device {name!r}: {key} is a mapping of gb_s (the measured GB/s) and source "
+                            "(where it was measured)", field="hardware.device_file")
+    value, where = entry["gb_s"], entry["source"]
+    low, high, _ = _RANGES["hbm_gb_s"]
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and low <= value <= high):
+        raise ScenarioError(f"{source}: device {name!r}: {key}.gb_s is {value!r}; it must be a number >= {low:g} and "
+                            f"<= {high:g}", field="hardware.device_file")
+    if not isinstance(where, str) or not where.strip():
+        raise ScenarioError(f"{source}: device {name!r}: {key} needs a source: where it was measured",
+                            field="hardware.device_file")
+    return Rate(gb_s=float(value), source=where.strip())
 
 
 def _flag(name: str, key: str, value: Any, source: str) -> bool:
@@ -243,6 +294,9 @@ def _device(name: str, entry: Any, source: str) -> Device:
             gemm=_curve(name, "gemm", entry.get("gemm"), source),
             attention=_curve(name, "attention", entry.get("attention"), source),
             flash_attention=_fused(name, entry.get("flash_attention"), source),
+            gemm_fp8=_curve(name, "gemm_fp8", entry.get("gemm_fp8"), source, ("fp8",)),
+            hbm_copy=_rate(name, "hbm_copy", entry.get("hbm_copy"), source),
+            intra_node_measured=_rate(name, "intra_node_measured", entry.get("intra_node_measured"), source),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ScenarioError(f"{source}: device {name!r} lacks or has a bad {exc}; see ppsim/data/devices.yaml for the format",

@@ -151,7 +151,7 @@ def test_the_stage_time_is_the_sum_of_its_gemms_on_the_curve() -> None:
     blocks = w.partition[1]
     mid = w.costs.stages[1]  # a middle stage: blocks only
     per_block = matmul_ms(block.gemms.forward, A100, "bf16")
-    assert mid.forward_ms == pytest.approx(blocks * (per_block + block.forward_bytes / 2039e6))
+    assert mid.forward_ms == pytest.approx(blocks * (per_block + block.forward_bytes / 1610e6))  # the measured copy
     assert mid.weight_grad_ms == pytest.approx(blocks * matmul_ms(block.gemms.weight_grad, A100, "bf16"))
 
 

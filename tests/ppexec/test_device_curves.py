@@ -113,7 +113,8 @@ def test_ppexec_device_writes_a_device_file_ppsim_reads(tmp_path: Path) -> None:
     assert mine.gemm is not None and mine.gemm.dtypes == ("bf16",) and "ppexec device" in mine.gemm.source
     fractions = [f for _, f in mine.gemm.points]
     assert fractions == sorted(fractions) and all(0 < f <= 1 for f in fractions)
-    assert mine.hbm_gb_s > 0 and mine.attention is not None
+    assert mine.hbm_copy is not None and mine.hbm_copy.gb_s > 0 and mine.attention is not None
+    assert mine.hbm_gb_s == base.hbm_gb_s and "ppexec device" in mine.hbm_copy.source  # the datasheet's kept
     rows = (tmp_path / "gemms.csv").read_text().splitlines()
     assert rows[0] == DEVICE_FILE_MARKER and rows[1].startswith("what,m,n,k,batch,layout,")
     assert len(rows) - 2 == len(layer_gemm_shapes([128, 256], tokens=256, squares=(32, 64)))
@@ -162,14 +163,15 @@ def test_a_measured_curve_prices_a_block_through_ppsims_own_path(tmp_path: Path)
     fwd, bwd = predicted_block_ms(model, 1, "h200", None, curves=True)
     _, block, _ = gpt_layers(ModelSpec(**model, layers=1, dropout=False), 1, flash_attention=True)
     h200 = get_device("h200")
-    hbm = h200.hbm_gb_s * 1e6
+    hbm = h200.memory_gb_s(measured=True) * 1e6  # under the curves: its measured copy
     assert fwd == pytest.approx(matmul_ms(block.gemms.forward, h200, "bf16", flash_attention=True)
                                 + block.forward_bytes / hbm, rel=1e-9)
     assert bwd == pytest.approx(sum(matmul_ms(g, h200, "bf16", flash_attention=True, backward=True)
                                     for g in (block.gemms.input_grad, block.gemms.weight_grad))
                                 + block.backward_bytes / hbm, rel=1e-9)
     flat_fwd, _ = predicted_block_ms(model, 1, "h200", None, curves=False)
-    assert math.isclose(flat_fwd, block.forward_flops / (989e12 * 0.55 / 1e3) + block.forward_bytes / hbm, rel_tol=1e-9)
+    assert math.isclose(flat_fwd, block.forward_flops / (989e12 * 0.55 / 1e3)
+                        + block.forward_bytes / (h200.hbm_gb_s * 1e6), rel_tol=1e-9)  # flat: the datasheet's
 
 
 def test_the_device_bench_runs_end_to_end_small_on_a_cpu(tmp_path: Path) -> None:
