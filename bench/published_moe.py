@@ -27,7 +27,7 @@ The rules (what ppsim assumes where a row is silent is printed with it):
   ``--per-node-dispatch`` as ``moe_dispatcher: deepep``: a token crosses the network once per
   destination node, its copies forwarded inside it; no recipe sets group-limited routing);
 - selective recomputation as the recipe lists its modules (``recompute_modules``: ``core_attn``,
-  ``mla_up_proj``, ``moe_act``, ``layernorm`` priced; ``mlp`` and ``moe`` priced as none);
+  ``mla_up_proj``, ``moe_act``, ``layernorm``, ``mlp``, ``shared_experts``, ``moe``, each priced);
 - precision, devices, the distributed optimizer and its overlaps as ``bench/published_modern.py``
   takes them;
 - Nemotron 3's hybrid layers from its pattern (``model.pattern``: Mamba-2, attention, MoE layers

@@ -38,6 +38,7 @@ from ppsim.costs.links import Links
 from ppsim.costs.low_precision import LowPrecision, scenario_precision
 from ppsim.costs.measured import uses_curves
 from ppsim.costs.moe import alltoall_ms
+from ppsim.costs.recompute import selective_modules
 from ppsim.costs.table import CostTable, Link, memory_rules
 from ppsim.costs.tensor_parallel import TensorParallelComm, exposed_comm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
@@ -197,8 +198,12 @@ def expert_alltoalls(s: Scenario, st: StageShape, exchange: Link, gather: Link, 
     pair = sum(alltoall_ms(share * st.alltoall_bytes, s.expert_parallel, exchange) for share in (narrow, 1.0))
     if etp > 1:  # the ETP group's tokens: each device's dispatched copies, etp of them gathered
         pair += sum(ring_allgather_ms(etp * share * st.alltoall_bytes, etp, gather) for share in (narrow, 1.0))
-    # the share of the stage's blocks recomputed (an empty last stage's MTP block: the scenario's mode)
-    recomputed = (1 - st.plain_blocks / st.blocks if st.blocks else 1.0) if s.training.recompute == "full" else 0.0
+    # the share of the stage's blocks recomputed (an empty last stage's MTP block: the scenario's mode);
+    # selective recomputation of the whole MoE layer runs both again in every block
+    if s.training.recompute == "full":
+        recomputed = 1 - st.plain_blocks / st.blocks if st.blocks else 1.0
+    else:
+        recomputed = 1.0 if "moe" in selective_modules(s.training.recompute, s.training.recompute_modules) else 0.0
     return Exposed(st.moe_blocks * pair, st.moe_blocks * pair * (1 + recomputed))
 
 

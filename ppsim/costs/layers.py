@@ -17,7 +17,7 @@ the vocabulary split t ways).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Literal
 
@@ -34,7 +34,7 @@ from ppsim.costs.gemms import (
 from ppsim.costs.low_precision import LowPrecision
 from ppsim.costs.memory import Recompute, block_activation_bytes
 from ppsim.costs.moe import ExpertShard, router_flops
-from ppsim.costs.recompute import attention_mode, module_recompute, selective_modules
+from ppsim.costs.recompute import attention_mode, checkpointed_moe, combined, module_recompute, selective_modules
 from ppsim.inputs.scenario import DTYPE_BYTES, ModelSpec
 
 #: a whole transformer block, or one of its two halves as a hybrid model's layer
@@ -228,14 +228,29 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         gemms += experts.gemms(tokens, h, t, model.mlp == "swiglu", recomputed=recompute == "full")
     if modules - {"core_attn"}:  # the other modules selective recomputation recomputes
         mla = model.mla
-        extra = module_recompute(
-            modules, norms=wa + wm, tokens=b * s, hidden=h, tensor_parallel=t, sequence_parallel=sequence_parallel, dtype_bytes=e,
+        # moe checkpoints the whole MoE layer: a checkpoint listed inside it saves nothing more, and
+        # its backward reruns that part once more (the outer rerun's inner checkpoint)
+        nested = frozenset({"moe_act", "shared_experts"}) & modules if "moe" in modules and experts else frozenset()
+        recomputing = partial(
+            module_recompute, norms=wa + wm, tokens=b * s, hidden=h, tensor_parallel=t,
+            sequence_parallel=sequence_parallel, dtype_bytes=e,
             linear_input_bytes=narrow.value_bytes if narrow else e, swiglu=model.mlp == "swiglu",
             routed_width=experts.moe.top_k * experts.skew * experts.moe.ffn_hidden if experts else 0.0,
             mla_up=[(i, o) for i, o in latent or [] if mla and i in (mla.q_lora_rank, mla.kv_lora_rank)],
             mla_kept=a * (2 * mla.qk_dim + mla.v_head_dim) / t if mla else 0.0,
             mlp_width=f * wm if not experts else 0.0,
             shared_width=experts.moe.shared_experts * experts.moe.shared_ffn if experts else 0.0)
+        extra = recomputing(modules - nested)
+        if "moe" in modules and experts:  # the MoE layer checkpointed whole: its MLP half's input kept
+            mlp_half = keeps(recompute=core) - keeps(recompute=core, with_mlp=False) + routed_held
+            whole = b * s * h / (t if sequence_parallel else 1)
+            activation = (3 if model.mlp == "swiglu" else 2) * b * s * f / t * e
+            extra = combined(extra, checkpointed_moe(
+                mlp_half, (5 if model.dropout else 4) * whole * e / 2,
+                experts.gemms(tokens, h, t, model.mlp == "swiglu", recomputed=False).forward, permute + activation))
+            masked += 2 * mlp_mats * tokens * h * experts.moe.top_k * (experts.skew - 1) * experts.moe.ffn_hidden
+            if nested:
+                extra = combined(extra, replace(recomputing(nested), saved_bytes=0.0))
         kept = max(0, held - int(extra.saved_bytes))
         rerun_held += held - kept  # the input grad runs the modules again: what they save waits for W
         held = kept

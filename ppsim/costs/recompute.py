@@ -19,8 +19,13 @@ module no longer holds between the forward and the backward, and what the backwa
   activation's, the down projection's input); the backward runs their forward again (GEMMs, and the
   activation as HBM work).
 
-Not priced (refused by the scenario's schema): ``moe`` (the whole MoE layer, its all-to-alls run
-again).
+- ``moe``: a MoE layer checkpointed whole (Megatron wraps its router, dispatch, experts and combine
+  in one checkpoint): of what its MLP half held (the dense-MLP equivalent of width k x skew x f_e
+  plus the shared experts, the permuted copies and the router's probabilities) only its input, the
+  pre-MLP norm's output, stays (in the dtype); the backward runs the router's, the experts' and the
+  shared experts' GEMMs, the permutation and the activation again, and the dispatch and combine
+  all-to-alls once more (:func:`~ppsim.costs.analytic.expert_alltoalls`). It contains ``moe_act``
+  and ``shared_experts`` (the scenario refuses them beside it).
 """
 
 from __future__ import annotations
@@ -75,22 +80,30 @@ def module_recompute(modules: frozenset[str], *, norms: int = 2, tokens: float, 
     whole = tokens * hidden / (t if sequence_parallel else 1)  # a norm's output on this device
     out = ModuleRecompute()
     if "layernorm" in modules:
-        out = _add(out, ModuleRecompute(saved_bytes=norms * whole * linear_input_bytes,
+        out = combined(out, ModuleRecompute(saved_bytes=norms * whole * linear_input_bytes,
                                         traffic_bytes=norms * 2 * whole * dtype_bytes))
     if "moe_act" in modules and routed_width:
         values = tokens * routed_width / t
-        out = _add(out, ModuleRecompute(saved_bytes=values * linear_input_bytes,
+        out = combined(out, ModuleRecompute(saved_bytes=values * linear_input_bytes,
                                         traffic_bytes=(3 if swiglu else 2) * values * dtype_bytes))
     if "mla_up_proj" in modules and mla_up:
         gemms = tuple(Gemm(tokens, i, o, linear=True) for i, o in mla_up)
-        out = _add(out, ModuleRecompute(saved_bytes=tokens * mla_kept * dtype_bytes,
+        out = combined(out, ModuleRecompute(saved_bytes=tokens * mla_kept * dtype_bytes,
                                         flops=sum(g.flops for g in gemms), gemms=gemms))
     for module, width in (("mlp", mlp_width), ("shared_experts", shared_width)):
         if module in modules and width:
             # its input is the pre-MLP norm's output: not held at all when layernorm discards it
             kept = 0.0 if "layernorm" in modules else whole
-            out = _add(out, _checkpointed_mlp(tokens, hidden, width, t, kept, dtype_bytes, linear_input_bytes, swiglu))
+            out = combined(out, _checkpointed_mlp(tokens, hidden, width, t, kept, dtype_bytes, linear_input_bytes, swiglu))
     return out
+
+
+def checkpointed_moe(held: float, input_kept: float, forward: tuple[Gemm, ...], traffic_bytes: float) -> ModuleRecompute:
+    """A MoE layer checkpointed whole (``moe``, see the module docstring): of the ``held`` bytes of
+    its MLP half only ``input_kept`` stay; its ``forward`` GEMMs and ``traffic_bytes`` of HBM work
+    run again in the backward."""
+    return ModuleRecompute(saved_bytes=max(0.0, held - input_kept), flops=sum(g.flops for g in forward),
+                           traffic_bytes=traffic_bytes, gemms=forward)
 
 
 def _checkpointed_mlp(tokens: float, hidden: int, width: float, t: int, whole: float, dtype_bytes: float,
@@ -108,6 +121,7 @@ def _checkpointed_mlp(tokens: float, hidden: int, width: float, t: int, whole: f
                            traffic_bytes=(3 if swiglu else 2) * inner * dtype_bytes, gemms=gemms)
 
 
-def _add(a: ModuleRecompute, b: ModuleRecompute) -> ModuleRecompute:
+def combined(a: ModuleRecompute, b: ModuleRecompute) -> ModuleRecompute:
+    """Two modules' recomputation together."""
     return ModuleRecompute(a.saved_bytes + b.saved_bytes, a.flops + b.flops, a.traffic_bytes + b.traffic_bytes,
                            a.gemms + b.gemms)

@@ -22,7 +22,7 @@ Fp8Recipe = Literal["tensorwise", "delayed", "blockwise", "mxfp8"]
 Fp4Recipe = Literal["nvfp4"]
 Recompute = Literal["none", "selective", "full"]
 #: what selective recomputation recomputes (Megatron's --recompute-modules; those ppsim prices)
-RecomputeModule = Literal["core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "shared_experts"]
+RecomputeModule = Literal["core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "shared_experts", "moe"]
 #: what runs the simulation's processes: auto (the clock-free kernel on static links, the clocked one
 #: on a fabric), clocked, immediate (no clock: static links only), simpy (SimPy itself, the reference
 #: the others are tested against: an extra)

@@ -756,6 +756,7 @@ def _check_recompute(s: Scenario) -> None:
         shared = model is None or (model.moe is not None and model.moe.shared_experts > 0)
         for module, has, what in (("mla_up_proj", model is None or model.mla is not None, "model.mla"),
                                   ("moe_act", model is None or model.moe is not None, "model.moe"),
+                                  ("moe", model is None or model.moe is not None, "model.moe"),
                                   ("shared_experts", shared, "model.moe (its shared_experts)")):
             if module in modules and not has:
                 raise ScenarioError(f"{module} recomputes part of {what}, which the model has not: drop it",

@@ -133,6 +133,49 @@ def test_shared_experts_checkpoint_the_shared_experts_and_mlp_leaves_a_moe_layer
     assert block(m, modules=["core_attn", "mlp"], flash_attention=True, experts=experts) == core
 
 
+def test_moe_checkpoints_the_whole_moe_layer() -> None:
+    """Mixtral's MoE block (8 experts of 14,336, top 2, SwiGLU), EP 8, balanced, FlashAttention, no
+    dropout: ``moe`` keeps only the MLP half's norm input and output (2 x T x h values of 2 bytes) of
+    what that half held: the SwiGLU's 6 bytes per value of the k x f_e = 28,672 wide dense
+    equivalent, the permuted copies ((k - 1) x T x h values) and the router's fp32 probabilities
+    (T x E); the backward runs the router (2 T h E) and the experts (3 GEMMs of 2 T k h f_e) again,
+    and the permutation (4 k T h values) and SwiGLU (3 T k f_e values) as HBM work."""
+    moe = {"experts": 8, "top_k": 2, "ffn_hidden": 14336}
+    m = ModelSpec(**{**LLAMA, "moe": moe})
+    experts = ExpertShard(m.moe, 8)  # type: ignore[arg-type]
+    core = block(m, modules=["core_attn"], flash_attention=True, experts=experts)
+    whole = block(m, modules=["core_attn", "moe"], flash_attention=True, experts=experts)
+    h, f, k, e = 4096, 2 * 14336, 2, 8
+    dropped = 6 * T * f + (k - 1) * T * h * 2 + 4 * T * e  # 2 bytes a value; probabilities in fp32
+    assert core.activation_bytes - whole.activation_bytes == dropped
+    again = 2 * T * h * e + 3 * 2 * T * k * h * 14336
+    assert whole.recompute_flops - core.recompute_flops == pytest.approx(again)
+    assert whole.input_grad_flops - core.input_grad_flops == pytest.approx(again)
+    assert whole.backward_bytes - core.backward_bytes == pytest.approx((4 * k * T * h + 3 * T * f) * 2)
+    assert whole.forward_flops == core.forward_flops and whole.forward_bytes == core.forward_bytes
+    # the GEMMs the input grad runs again are the forward's: the experts' grouped ones and the router's
+    extra = whole.gemms.input_grad[len(core.gemms.input_grad):]
+    assert sum(g.flops for g in extra) == pytest.approx(again)
+
+
+def test_moe_runs_the_dispatch_and_combine_again_in_the_backward() -> None:
+    """The expert-parallel all-to-alls: a pair (dispatch and combine) in the forward, their transposes
+    in the backward, and the pair once more there with the MoE layer recomputed."""
+    from ppsim.costs import build_workload
+
+    def stage(modules: list[str]) -> Any:
+        data = {"model": {**LLAMA, "moe": {"experts": 8, "top_k": 2, "ffn_hidden": 1408}},
+                "expert_parallel": 8, "data_parallel": 8,
+                "training": {"recompute": "selective", "recompute_modules": modules, "flash_attention": True},
+                "pipeline": {"stages": 2}, "hardware": {"device": "h100-sxm"}}
+        return build_workload(parse_scenario(data)).costs.stages[0]
+
+    core, whole = stage(["core_attn"]), stage(["core_attn", "moe"])
+    assert core.forward_comm_ms > 0 and core.backward_comm_ms == pytest.approx(core.forward_comm_ms)
+    assert whole.backward_comm_ms == pytest.approx(2 * whole.forward_comm_ms)
+    assert whole.forward_comm_ms == pytest.approx(core.forward_comm_ms)
+
+
 def _scenario(**training: Any) -> dict[str, Any]:
     return {"model": LLAMA, "training": {"recompute": "selective", **training}, "pipeline": {"stages": 2}}
 
@@ -143,14 +186,28 @@ def _scenario(**training: Any) -> dict[str, Any]:
     ({"recompute_modules": ["moe_act"]}, "moe_act recomputes part of model.moe, which the model has not"),
     ({"recompute_modules": ["mla_up_proj"]}, "mla_up_proj recomputes part of model.mla"),
     ({"recompute_modules": ["shared_experts"]}, "shared_experts recomputes part of model.moe"),
-    ({"recompute_modules": ["moe"]}, "recompute_modules"),
+    ({"recompute_modules": ["moe"]}, "moe recomputes part of model.moe, which the model has not"),
 ])
 def test_the_rules_name_the_key(training: dict[str, Any], says: str) -> None:
     with pytest.raises(ScenarioError, match=says):
         parse_scenario(_scenario(**training))
 
 
-def test_the_cli_refuses_a_module_it_does_not_price_without_a_traceback(tmp_path: Any) -> None:
+def test_moe_act_inside_moe_saves_nothing_more_and_runs_the_activation_once_more() -> None:
+    """Megatron's recipes list moe beside moe_act (Nemotron 3 Nano on H100): the activation's
+    checkpoint nested in the layer's drops nothing the layer's did not, and the backward runs the
+    activation a third time (3 T k f_e values read and written by SwiGLU)."""
+    moe = {"experts": 8, "top_k": 2, "ffn_hidden": 14336}
+    m = ModelSpec(**{**LLAMA, "moe": moe})
+    experts = ExpertShard(m.moe, 8)  # type: ignore[arg-type]
+    whole = block(m, modules=["core_attn", "moe"], flash_attention=True, experts=experts)
+    both = block(m, modules=["core_attn", "moe", "moe_act"], flash_attention=True, experts=experts)
+    assert both.activation_bytes == whole.activation_bytes
+    assert both.backward_bytes - whole.backward_bytes == pytest.approx(3 * T * 2 * 14336 * 2)
+    assert both.recompute_flops == whole.recompute_flops
+
+
+def test_the_cli_refuses_a_module_the_model_has_not_without_a_traceback(tmp_path: Any) -> None:
     import yaml
 
     path = tmp_path / "rc.yaml"
