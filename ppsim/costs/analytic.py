@@ -174,7 +174,7 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
         if efficiency is not None:
             eff = efficiency
         elif not g.head_dim:
-            eff = device.gemm_efficiency(g.m, g.n, g.k, kind)
+            eff = device.gemm_efficiency(g.m * (g.count if g.batched else 1), g.n, g.k, kind)
         elif flash_attention:
             eff = device.flash_attention_efficiency(kind, backward=backward)
         else:

@@ -48,6 +48,9 @@ class Gemm:
     count: float = 1.0
     head_dim: float = 0.0
     linear: bool = False  #: one of a block's linear layers (what FP8 training multiplies in FP8)
+    #: one kernel runs all ``count`` of them (a batched matmul: Mamba-2's chunked scan), so a curve
+    #: prices the batch's FLOPs, as it does one call's: its small sizes are a call's fixed cost
+    batched: bool = False
 
     @property
     def flops(self) -> float:
@@ -56,7 +59,7 @@ class Gemm:
     def times(self, count: float) -> Gemm:
         # the constructor, not dataclasses.replace: a stage's GEMMs are scaled hundreds of thousands
         # of times in a search
-        return Gemm(self.m, self.n, self.k, self.count * count, self.head_dim, self.linear)
+        return Gemm(self.m, self.n, self.k, self.count * count, self.head_dim, self.linear, self.batched)
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,11 @@ convolution width K, scan chunks of Q):
 - parameters: in_proj, out_proj, the convolution's weights and biases, A, D, dt's bias, the gated
   norm's weight, the layer norm's.
 
-Tensor parallelism's collectives: those of an MLP (half a dense block's). Not modelled: the scan's
-own kernel efficiency (its GEMMs are priced as any of their shapes), context parallelism of the scan.
+Tensor parallelism's collectives: those of an MLP (half a dense block's). The scan's GEMMs are
+batched (one kernel runs a pass's chunks and heads), so a measured curve prices each batch by its
+FLOPs, not each chunk's tiny GEMM at one call's fixed cost. Not modelled: the scan kernel's own
+efficiency (no measurement of it; it runs at the curve or the flat efficiency of its FLOPs), context
+parallelism of the scan.
 """
 
 from __future__ import annotations
@@ -47,8 +50,11 @@ def mamba_layer(model: ModelSpec, micro_batch: int, recompute: str = "none", ten
     linears = [(h, in_out), (inner, h)]
     dense = tuple(Gemm(tokens, i, o, linear=True) for i, o in linears)
     chunks = tokens / q
-    scan = (Gemm(q, state, q, chunks * groups), Gemm(q, q, p, chunks * heads),  # C B^T; its scores times x
-            Gemm(state, q, p, chunks * heads), Gemm(q, state, p, chunks * heads))  # a chunk's state; its output
+    # one kernel each, batched over the chunks and heads (the chunked scan's Triton kernels)
+    scan = (Gemm(q, state, q, chunks * groups, batched=True),  # C B^T
+            Gemm(q, q, p, chunks * heads, batched=True),  # its scores times x
+            Gemm(state, q, p, chunks * heads, batched=True),  # a chunk's state
+            Gemm(q, state, p, chunks * heads, batched=True))  # the states' output
     projections = sum(g.flops for g in dense)
     ssd = sum(g.flops for g in scan)
     recomputed = projections + ssd if recompute == "full" else 0.0

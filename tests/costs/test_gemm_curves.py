@@ -239,3 +239,18 @@ def test_the_fused_attention_kernel_runs_the_causal_half_at_its_measured_figure_
     a100 = get_device("a100-80g")
     assert a100.flash_attention is None and matmul_ms(forward, a100, "bf16", flash_attention=True) == pytest.approx(
         2 * b * s * s * h / (312e9 * a100.efficiency))  # no measured figure: the flat efficiency
+
+
+def test_a_batched_gemm_is_priced_at_its_batch_s_flops_on_the_curve() -> None:
+    """Mamba-2's chunked scan runs a pass's chunks in one kernel: 4,096 GEMMs of 2 x 256 x 128 x 256
+    FLOPs (1.7e7 each, where the A100's curve is a call's fixed cost) are one call of 6.9e10."""
+    from dataclasses import replace
+
+    dev = replace(A100, gemm=Curve(points=((1e9, 0.1), (1e11, 0.6)), source="hand"))
+    one = 2 * 256 * 128 * 256
+    batched = Gemm(256, 128, 256, count=4096, batched=True)
+    eff = 0.1 + 0.5 * math.log10(4096 * one / 1e9) / 2
+    assert matmul_ms((batched,), dev, "bf16") == pytest.approx(4096 * one / (312e12 * eff) * 1e3)
+    separate = Gemm(256, 128, 256, count=4096)  # separate calls: each at the curve's floor
+    assert matmul_ms((separate,), dev, "bf16") == pytest.approx(4096 * one / (312e12 * 0.1) * 1e3)
+    assert batched.times(2).batched and batched.times(2).count == 8192
