@@ -25,7 +25,9 @@ The rules (what ppsim assumes where a row is silent is printed with it):
   its ``delay_wgrad_compute`` (``training.delay_wgrad``); elsewhere (interleaved) 1F1B with the all-to-alls
   exposed; the flex dispatcher (HybridEP / DeepEP) priced as the all-to-all it replaces (with
   ``--per-node-dispatch`` as ``moe_dispatcher: deepep``: a token crosses the network once per
-  destination node, its copies forwarded inside it; no recipe sets group-limited routing);
+  destination node, its copies forwarded inside it; no recipe sets group-limited routing); where
+  HybridEP's all-to-alls overlap compute (combined 1F1B), its kernels hold the recipe's
+  ``moe_hybridep_num_sms`` of the device's SMs meanwhile (``training.moe_comm_sms``);
 - selective recomputation as the recipe lists its modules (``recompute_modules``: ``core_attn``,
   ``mla_up_proj``, ``moe_act``, ``layernorm``, ``mlp``, ``shared_experts``, ``moe``, each priced);
 - precision, devices, the distributed optimizer and its overlaps as ``bench/published_modern.py``
@@ -184,6 +186,11 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False, per_node_dispa
     # --per-node-dispatch as a token crossing the network once per destination node
     if per_node_dispatch and settings.get("moe_token_dispatcher_type") == "flex":
         training["moe_dispatcher"] = "deepep"
+    # HybridEP's kernels take the recipe's SMs from the compute they overlap (combined 1F1B's)
+    sms = settings.get("moe_hybridep_num_sms")
+    if (settings.get("moe_token_dispatcher_type") == "flex" and settings.get("moe_flex_dispatcher_backend") == "hybridep"
+            and isinstance(sms, int) and combined):
+        training["moe_comm_sms"] = sms
     if row["precision"] != "BF16":
         key, recipe = dense.narrow_recipe(row)
         training[key] = recipe

@@ -42,6 +42,7 @@ from ppsim.costs.recompute import selective_modules
 from ppsim.costs.table import CostTable, Link, memory_rules
 from ppsim.costs.tensor_parallel import TensorParallelComm, exposed_comm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
+from ppsim.errors import ScenarioError
 from ppsim.inputs.hardware import Device
 from ppsim.inputs.scenario import ModelSpec, Scenario
 
@@ -85,6 +86,7 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
                                     sequence_parallel=training.sequence_parallel, full_recompute=full_recompute,
                                     scatter_gather=s.pipeline.scatter_gather)
 
+    sm_share = comm_sm_share(s, device)
     whole_tp = whole_tp_comm(training.recompute == "full")
     whole_plain = whole_tp_comm(False)  # the blocks beyond training.recompute_layers
     stages = []
@@ -115,12 +117,13 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
                          + more.backward_ms)
         # delayed weight grads: a backward's dispatch all-to-alls (half its own) run beside its weight grads
         own = min(a2a.backward_ms / 2, weight_grad_mm) if training.delay_wgrad else 0.0
+        own_slowed = own * sm_share  # the weight grads beside them run on the SMs the all-to-alls leave
         stepped = st.params if training.zero_stage == 0 else st.params - st.expert_params + (
             st.expert_params * d / s.expert_replicas)  # each replica steps its shard: experts' over their replicas
         stages.append(layout.stage_cost(
             k,
             forward_ms=compute_forward + forward_comm,
-            backward_ms=compute_backward + backward_comm - own,
+            backward_ms=compute_backward + backward_comm - own + own_slowed,
             weight_grad_ms=weight_grad_mm,
             optimizer_ms=(stepped * OPTIMIZER_BYTES_PER_PARAM + st.step_bytes) / hbm_bytes_per_ms,
             clip_ms=st.params * layout.dtype_bytes / hbm_bytes_per_ms,
@@ -155,8 +158,24 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
     slowest = max(boundaries, key=lambda x: x.latency_ms)
     return CostTable(stages=tuple(stages), message_bytes=layout.message_bytes, links=boundaries,
                      clip_allreduce_ms=ring_allreduce_ms(GRAD_NORM_BYTES, s.pipeline.stages, slowest),
-                     overlap_grad_reduce=training.overlap_grad_reduce, fabric=fabric,
+                     overlap_grad_reduce=training.overlap_grad_reduce, fabric=fabric, overlap_sm_share=sm_share,
                      **memory_rules(s.pipeline))
+
+
+def comm_sm_share(s: Scenario, device: Device) -> float:
+    """The share of ``device``'s SMs the all-to-alls' kernels take beside compute
+    (``training.moe_comm_sms`` of its ``sms``; 0 when not given)."""
+    taken = s.training.moe_comm_sms
+    if taken is None:
+        return 0.0
+    if device.sms is None:
+        raise ScenarioError(f"training.moe_comm_sms takes SMs from {device.name}'s compute, and the device does not "
+                            "say how many it has: give sms in a hardware.device_file, or drop moe_comm_sms",
+                            field="training.moe_comm_sms")
+    if taken >= device.sms:
+        raise ScenarioError(f"gives the all-to-alls {taken} SMs, and {device.name} has {device.sms}: give fewer",
+                            field="training.moe_comm_sms")
+    return taken / device.sms
 
 
 def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_attention: bool = False,

@@ -151,6 +151,9 @@ class CostTable:
     #: pass's to the other's through the action (else the forward's is taken at its start, the
     #: backward's freed at its end)
     overlap_layerwise: bool = False
+    #: the share of the compute's SMs the all-to-alls' kernels take while they run beside it (an
+    #: overlapped action's hidden dispatch and combine, a backward's under its delayed weight grads)
+    overlap_sm_share: float = 0.0
 
     def link(self, boundary: int) -> Link:
         return self.links[boundary] if len(self.links) > 1 else self.links[0]

@@ -199,6 +199,10 @@ def _model(s: Scenario, put: Put, refuse: Refusals, notes: list[str]) -> None:
                        "training.moe_fp8_dispatch")
         if moe.skew != 1.0 or moe.routing is not None:
             notes.append("routing skew is ppsim's assumption about the run, not a Megatron setting")
+        if s.training.moe_comm_sms is not None:
+            notes.append(f"ppsim charged the dispatch and combine kernels {s.training.moe_comm_sms} SMs of the compute "
+                         "they overlap: give the dispatcher as many (HybridEP's --moe-hybridep-num-sms, DeepEP's "
+                         "Buffer.set_num_sms); NCCL's all-to-all takes what NCCL picks")
 
 
 def moe_layer_freq(is_moe: list[bool]) -> str:

@@ -88,6 +88,7 @@ class Device:
     attention: Curve | None = None  #: fraction of peak of the unfused attention matmuls, by head dimension
     flash_attention: FusedAttention | None = None  #: fraction of peak of the fused attention kernel, per pass
     gemm_fp8: Curve | None = None  #: fraction of the FP8 peak per FP8 GEMM, by its FLOPs
+    sms: int | None = None  #: streaming multiprocessors: what communication kernels beside compute take a share of
     hbm_copy: Rate | None = None  #: the memory bandwidth a copy sustains (read + write), measured
     #: the per-direction bandwidth collectives reach between devices of a node (NVLink), measured
     intra_node_measured: Rate | None = None
@@ -147,7 +148,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
 REQUIRED_PEAKS = ("bf16", "fp16", "fp32")  #: every device has these
 OPTIONAL_PEAKS = ("fp8", "fp4")  #: a device with FP8 (Hopper, Blackwell) or FP4 (Blackwell) Tensor Cores
 _KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "intra_node", "inter_node", "gemm",
-         "attention", "flash_attention", "mx_formats", "host_link_gb_s", "gemm_fp8", "hbm_copy", "intra_node_measured"}
+         "attention", "flash_attention", "mx_formats", "host_link_gb_s", "gemm_fp8", "hbm_copy", "intra_node_measured", "sms"}
 _CURVE_KEYS = {"source", "dtypes", "points"}
 _FUSED_KEYS = {"source", "dtypes", "forward", "backward"}
 
@@ -235,6 +236,16 @@ def _rate(name: str, key: str, entry: Any, source: str) -> Rate | None:
     return Rate(gb_s=float(value), source=where.strip())
 
 
+def _count(name: str, key: str, value: Any, source: str) -> int | None:
+    """Device ``name``'s whole number ``key`` (None when absent), checked: at least 1."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ScenarioError(f"{source}: device {name!r}: {key} is {value!r}; it must be a whole number >= 1",
+                            field="hardware.device_file")
+    return value
+
+
 def _flag(name: str, key: str, value: Any, source: str) -> bool:
     if not isinstance(value, bool):
         raise ScenarioError(f"{source}: device {name!r}: {key} is {value!r}; it must be true or false",
@@ -295,6 +306,7 @@ def _device(name: str, entry: Any, source: str) -> Device:
             attention=_curve(name, "attention", entry.get("attention"), source),
             flash_attention=_fused(name, entry.get("flash_attention"), source),
             gemm_fp8=_curve(name, "gemm_fp8", entry.get("gemm_fp8"), source, ("fp8",)),
+            sms=_count(name, "sms", entry.get("sms"), source),
             hbm_copy=_rate(name, "hbm_copy", entry.get("hbm_copy"), source),
             intra_node_measured=_rate(name, "intra_node_measured", entry.get("intra_node_measured"), source),
         )

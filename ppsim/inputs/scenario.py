@@ -306,6 +306,10 @@ class TrainingSpec(_Strict):
     #: backward, the gradients sent to the experts); the combine and its gradient in the dtype
     #: (DeepSeek-V3's dispatch)
     moe_fp8_dispatch: bool = False
+    #: the SMs the dispatch and combine kernels take while they run beside compute (DeepEP's and
+    #: HybridEP's, Megatron's --moe-hybridep-num-sms; DeepSeek-V3's 20): an overlapped action's
+    #: compute runs on the rest meanwhile (ppsim.sim.durations); None: not charged
+    moe_comm_sms: int | None = Field(default=None, ge=1)
     flash_attention: bool = False  #: no s x s scores kept; the backward recomputes them
     #: how context parallelism exchanges keys and values (Megatron's --cp-comm-type): ppsim.costs.context_parallel
     cp_comm: Literal["p2p", "all_gather", "a2a", "a2a+p2p"] = "p2p"
@@ -837,7 +841,8 @@ def _check_delay_wgrad(s: Scenario) -> None:
 
 def _check_dispatcher(s: Scenario) -> None:
     for key, on in (("moe_dispatcher", s.training.moe_dispatcher != "alltoall"),
-                    ("moe_fp8_dispatch", s.training.moe_fp8_dispatch)):
+                    ("moe_fp8_dispatch", s.training.moe_fp8_dispatch),
+                    ("moe_comm_sms", s.training.moe_comm_sms is not None)):
         if on and (s.model is None or s.model.moe is None):
             raise ScenarioError("dispatches a mixture of experts' tokens, and the model has none (model.moe): drop it",
                                 field=f"training.{key}")

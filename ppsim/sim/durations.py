@@ -11,7 +11,10 @@ own stream) stays exposed; without all-to-alls the overlap only reorders the wor
 runtime runs it (its parts one after the other). With delayed weight grads (Megatron's
 ``--delay-wgrad-compute``) a backward has already hidden part of its all-to-alls under its own
 weight grads (``StageCost.self_hidden_ms``); the pair then takes at least its all-to-alls' whole
-time, which one communication stream runs one after the other."""
+time, which one communication stream runs one after the other. The communication kernels beside
+the compute take ``CostTable.overlap_sm_share`` of the SMs while they run (DeepEP's, HybridEP's:
+``training.moe_comm_sms`` of the device's ``sms``), so the compute ends that share of the hidden
+time later."""
 
 from __future__ import annotations
 
@@ -35,7 +38,11 @@ def overlapped_ms(costs: CostTable, a: Overlap) -> float:
     backward_compute = backward - min(b.backward_comm_ms, backward)
     hidden = (min(f.forward_overlap_ms, f.forward_ms, backward_compute)
               + min(b.backward_overlap_ms, backward, forward_compute))
-    return max(f.forward_ms + backward - hidden, f.forward_overlap_ms + b.backward_overlap_ms + b.self_hidden_ms)
+    # while the hidden communication runs, its kernels hold a share of the SMs: the compute beside
+    # it runs on the rest, so it ends that share of the hidden time later
+    slowed = hidden * costs.overlap_sm_share
+    return max(f.forward_ms + backward - hidden + slowed,
+               f.forward_overlap_ms + b.backward_overlap_ms + b.self_hidden_ms)
 
 
 def compute_ms(costs: CostTable) -> Callable[[Action | Overlap], float]:

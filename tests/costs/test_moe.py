@@ -394,3 +394,40 @@ def test_an_fp8_dispatch_needs_experts_and_an_fp8_recipe() -> None:
     data["training"].pop("fp8")
     with pytest.raises(ScenarioError, match="training.fp8 is not set"):
         parse_scenario(data)
+
+
+def test_the_sms_the_all_to_alls_take_slow_the_compute_they_hide_under() -> None:
+    """DeepSeek-V3's 20 SMs of an H800's 132 for its dispatch and combine: while the hidden
+    all-to-alls run, the other pass computes on 112 SMs, so the overlapped pair ends 20 / 132 of the
+    hidden time later; a backward's own dispatches under its delayed weight grads alike."""
+    from ppsim.plan import Action, Kind, Overlap
+    from ppsim.sim.durations import overlapped_ms
+
+    plan = {"stages": 2, "microbatches": 8, "schedule": "dualpipev", "chunks": 2}
+    free = build(parse_scenario(scenario(pipeline=plan))).workload.costs
+    taxed = build(parse_scenario(scenario(pipeline=plan, training={"moe_comm_sms": 20}))).workload.costs
+    assert free.overlap_sm_share == 0 and taxed.overlap_sm_share == pytest.approx(20 / 132)
+    pair = Overlap.of(Action(1, Kind.F, 0), Action(1, Kind.B, 1))
+    c = free.stages[1]
+    hidden = c.forward_comm_ms + c.backward_comm_ms  # all of it hidden here (above)
+    assert overlapped_ms(taxed, pair) - overlapped_ms(free, pair) == pytest.approx(hidden * 20 / 132)
+    assert taxed.stages == free.stages  # the passes alone: nothing beside them
+    combined = {"stages": 2, "microbatches": 8, "schedule": "combined-1f1b", "chunks": 2}
+    delayed = build(parse_scenario(scenario(pipeline=combined, training={"delay_wgrad": True}))).workload.costs
+    both = build(parse_scenario(scenario(pipeline=combined, training={"delay_wgrad": True, "moe_comm_sms": 20}))
+                 ).workload.costs
+    for a, b in zip(delayed.stages, both.stages, strict=True):
+        assert a.self_hidden_ms > 0
+        assert b.backward_ms - a.backward_ms == pytest.approx(a.self_hidden_ms * 20 / 132)
+
+
+@pytest.mark.parametrize("over, says", [
+    ({"model": {**MIXTRAL, "layers": 8, "moe": None}, "expert_parallel": 1, "training": {"moe_comm_sms": 20}},
+     "the model has none"),
+    ({"hardware": {"device": "cpu"}, "training": {"moe_comm_sms": 20}}, "does not say how many it has"),
+    ({"training": {"moe_comm_sms": 132}}, "gives the all-to-alls 132 SMs, and h100-sxm has 132"),
+])
+def test_the_all_to_alls_sms_are_checked_naming_the_key(over: dict[str, Any], says: str) -> None:
+    with pytest.raises(ScenarioError, match=says) as err:
+        build(parse_scenario(scenario(**over)))
+    assert err.value.field == "training.moe_comm_sms"

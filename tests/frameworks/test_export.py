@@ -318,3 +318,11 @@ def test_torchtitan_refuses_deepeps_dispatch_node_limits_and_fp8_dispatch_by_nam
     text = " ".join(err.value.reasons)
     for fix in ("training.moe_dispatcher: alltoall", "drop model.moe.node_limit", "drop training.moe_fp8_dispatch"):
         assert fix in text
+
+
+def test_megatron_notes_the_sms_ppsim_charged_the_all_to_alls() -> None:
+    data = load(SCENARIOS / "mixtral-8x7b.yaml").model_dump(exclude_none=True)
+    data["training"]["moe_comm_sms"] = 24
+    result = export(parse_scenario(data), "megatron", "x", "c")
+    assert any("charged the dispatch and combine kernels 24 SMs" in n and "--moe-hybridep-num-sms" in n
+               for n in result.notes)
