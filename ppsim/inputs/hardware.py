@@ -88,6 +88,7 @@ class Device:
     attention: Curve | None = None  #: fraction of peak of the unfused attention matmuls, by head dimension
     flash_attention: FusedAttention | None = None  #: fraction of peak of the fused attention kernel, per pass
     gemm_fp8: Curve | None = None  #: fraction of the FP8 peak per FP8 GEMM, by its FLOPs
+    gemm_fp4: Curve | None = None  #: fraction of the FP4 peak per FP4 GEMM, by its FLOPs
     sms: int | None = None  #: streaming multiprocessors: what communication kernels beside compute take a share of
     hbm_copy: Rate | None = None  #: the memory bandwidth a copy sustains (read + write), measured
     #: the per-direction bandwidth collectives reach between devices of a node (NVLink), measured
@@ -97,7 +98,7 @@ class Device:
     def measured(self) -> bool:
         """The device has a measured figure for the curves' pricing (``hardware.gemm_curves``)."""
         return any(m is not None for m in (self.gemm, self.attention, self.flash_attention, self.gemm_fp8,
-                                            self.hbm_copy, self.intra_node_measured))
+                                            self.gemm_fp4, self.hbm_copy, self.intra_node_measured))
 
     def memory_gb_s(self, measured: bool) -> float:
         """The memory bandwidth memory-bound kernels run at: the measured copy's where ``measured``
@@ -115,8 +116,9 @@ class Device:
 
     def gemm_efficiency(self, m: float, n: float, k: float, dtype: str) -> float:
         """The fraction of peak an (m x n) x (n x k) GEMM reaches: the ``gemm`` curve (``gemm_fp8``
-        for ``fp8``) at its FLOPs (2mnk), or the flat ``efficiency`` without a curve for ``dtype``."""
-        curve = self.gemm_fp8 if dtype == "fp8" else self.gemm
+        for ``fp8``, ``gemm_fp4`` for ``fp4``) at its FLOPs (2mnk), or the flat ``efficiency``
+        without a curve for ``dtype``."""
+        curve = {"fp8": self.gemm_fp8, "fp4": self.gemm_fp4}.get(dtype, self.gemm)
         if curve is None or dtype not in curve.dtypes:
             return self.efficiency
         return curve(2.0 * m * n * k)
@@ -148,7 +150,8 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
 REQUIRED_PEAKS = ("bf16", "fp16", "fp32")  #: every device has these
 OPTIONAL_PEAKS = ("fp8", "fp4")  #: a device with FP8 (Hopper, Blackwell) or FP4 (Blackwell) Tensor Cores
 _KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "intra_node", "inter_node", "gemm",
-         "attention", "flash_attention", "mx_formats", "host_link_gb_s", "gemm_fp8", "hbm_copy", "intra_node_measured", "sms"}
+         "attention", "flash_attention", "mx_formats", "host_link_gb_s", "gemm_fp8", "gemm_fp4", "hbm_copy",
+         "intra_node_measured", "sms"}
 _CURVE_KEYS = {"source", "dtypes", "points"}
 _FUSED_KEYS = {"source", "dtypes", "forward", "backward"}
 
@@ -306,6 +309,7 @@ def _device(name: str, entry: Any, source: str) -> Device:
             attention=_curve(name, "attention", entry.get("attention"), source),
             flash_attention=_fused(name, entry.get("flash_attention"), source),
             gemm_fp8=_curve(name, "gemm_fp8", entry.get("gemm_fp8"), source, ("fp8",)),
+            gemm_fp4=_curve(name, "gemm_fp4", entry.get("gemm_fp4"), source, ("fp4",)),
             sms=_count(name, "sms", entry.get("sms"), source),
             hbm_copy=_rate(name, "hbm_copy", entry.get("hbm_copy"), source),
             intra_node_measured=_rate(name, "intra_node_measured", entry.get("intra_node_measured"), source),

@@ -19,37 +19,41 @@ from ppsim.inputs.hardware import DEVICES, read_devices
 from ppsim.inputs.scenario import Scenario, parse_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
-FIGURES = ROOT / "bench" / "data" / "published_fp8_gemm.csv"
+FIGURES = ROOT / "bench" / "data" / "published_gemm.csv"
 
 
-def _published() -> dict[str, list[dict[str, str]]]:
-    by_device: dict[str, list[dict[str, str]]] = defaultdict(list)
+def _published() -> dict[tuple[str, str], list[dict[str, str]]]:
+    by_device: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
     with FIGURES.open() as f:
         for row in csv.DictReader(f):
-            by_device[row["device"]].append(row)
+            by_device[(row["device"], row["format"])].append(row)
     return by_device
 
 
-def test_each_fp8_curve_is_its_published_figures_over_the_fp8_peak() -> None:
+def test_each_narrow_curve_is_its_published_figures_over_the_peak() -> None:
     published = _published()
-    assert set(published) == {"h100-sxm", "h200", "gb200"}
-    for name, rows in published.items():
+    assert set(published) == {("h100-sxm", "fp8"), ("h200", "fp8"), ("gb200", "fp8"), ("gb200", "fp4")}
+    for (name, kind), rows in published.items():
         device = DEVICES[name]
-        assert device.gemm_fp8 is not None and device.gemm_fp8.dtypes == ("fp8",)
-        assert "Azure/AI-benchmarking-guide" in device.gemm_fp8.source
-        assert {float(r["peak_fp8_tflops"]) for r in rows} == {device.peak_tflops["fp8"]}
-        kept = sorted((2 * int(r["m"]) * int(r["n"]) * int(r["k"]), float(r["tflops"]) / device.peak_tflops["fp8"])
+        curve = device.gemm_fp8 if kind == "fp8" else device.gemm_fp4
+        assert curve is not None and curve.dtypes == (kind,)
+        assert "Azure/AI-benchmarking-guide" in curve.source
+        assert {float(r["peak_tflops"]) for r in rows} == {device.peak_tflops[kind]}
+        kept = sorted((2 * int(r["m"]) * int(r["n"]) * int(r["k"]), float(r["tflops"]) / device.peak_tflops[kind])
                       for r in rows if r["in_curve"] == "yes")
-        assert [f"{size:.3e}" for size, _ in kept] == [f"{size:.3e}" for size, _ in device.gemm_fp8.points]
-        assert [round(f, 4) for _, f in kept] == [f for _, f in device.gemm_fp8.points]
+        assert [f"{size:.3e}" for size, _ in kept] == [f"{size:.3e}" for size, _ in curve.points]
+        assert [round(f, 4) for _, f in kept] == [f for _, f in curve.points]
         # the one tall GEMM left out (a shape no linear layer has) ran far below its FLOPs' neighbours
         tall = [r for r in rows if r["in_curve"] == "no"]
         assert len(tall) == 1 and (tall[0]["m"], tall[0]["n"]) == ("802816", "192")
     assert DEVICES["h800"].gemm_fp8 == DEVICES["h100-sxm"].gemm_fp8  # the same compute
     for name in ("b200", "b300", "gb300"):  # the GB200's fractions, said so in the catalogue
         assert DEVICES[name].gemm_fp8 == DEVICES["gb200"].gemm_fp8
+    assert DEVICES["b200"].gemm_fp4 == DEVICES["gb200"].gemm_fp4
+    for name in ("b300", "gb300"):  # Blackwell Ultra's FP4 units: another rate, no curve
+        assert DEVICES[name].gemm_fp4 is None
     for name in ("a100-40g", "a100-80g", "cpu"):  # no FP8 Tensor Cores
-        assert DEVICES[name].gemm_fp8 is None
+        assert DEVICES[name].gemm_fp8 is None and DEVICES[name].gemm_fp4 is None
 
 
 def test_an_fp8_gemm_takes_the_fp8_curve_and_a_16_bit_one_the_16_bit_curve() -> None:
@@ -58,6 +62,7 @@ def test_an_fp8_gemm_takes_the_fp8_curve_and_a_16_bit_one_the_16_bit_curve() -> 
     assert h100.gemm_efficiency(4096, 4096, 4096, "fp8") == pytest.approx(1216.9 / 1979, abs=5e-5)
     assert h100.gemm_efficiency(4096, 4096, 4096, "bf16") == h100.gemm(2 * 4096**3)  # the H200's bf16 sweep
     assert h100.gemm_efficiency(4096, 4096, 4096, "fp4") == h100.efficiency  # no FP4 curve: the flat figure
+    assert DEVICES["gb200"].gemm_efficiency(8192, 8192, 8192, "fp4") == pytest.approx(7609.1 / 10000, abs=2e-4)
     gb200 = DEVICES["gb200"]
     assert gb200.gemm_efficiency(8192, 8192, 8192, "fp8") == pytest.approx(2876.6 / 5000, abs=5e-5)
     assert gb200.gemm_efficiency(8192, 8192, 8192, "bf16") == gb200.efficiency  # no bf16 curve on Blackwell
