@@ -120,6 +120,9 @@ def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
     if s.model is not None and s.model.moe is not None and s.expert_parallel > 1:
         meta["expert_parallel"] = s.expert_parallel
         meta["routing_skew"] = ExpertShard.of(s.model, s.expert_parallel, s.expert_tensor).skew
+    if w.costs.overlap_sm_share and s.training.moe_comm_sms is not None:
+        meta["moe_comm_sms"] = s.training.moe_comm_sms
+        meta["overlap_sm_share"] = w.costs.overlap_sm_share
     return meta
 
 

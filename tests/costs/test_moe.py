@@ -431,3 +431,13 @@ def test_the_all_to_alls_sms_are_checked_naming_the_key(over: dict[str, Any], sa
     with pytest.raises(ScenarioError, match=says) as err:
         build(parse_scenario(scenario(**over)))
     assert err.value.field == "training.moe_comm_sms"
+
+
+def test_run_says_the_sms_the_all_to_alls_hold() -> None:
+    from conftest import invoke
+    from ppsim.cli import app
+
+    result = invoke(app, "run", SCENARIOS / "deepseek-v3.yaml")
+    assert result.exit_code == 0, result.output
+    plan = next(line for line in result.output.splitlines() if line.startswith("plan"))
+    assert "its all-to-alls' kernels holding 20 SMs (15 %) beside the compute they overlap" in " ".join(plan.split())
