@@ -125,6 +125,8 @@ class TraceMeta(TypedDict, total=False):
     #: the busiest expert-parallel rank's token copies over the mean: measured (the median over layers), or the
     #: prediction's (model.moe.skew, or its routing's draw averaged over the layers)
     routing_skew: float
+    moe_comm_sms: int  # the SMs the all-to-alls' kernels hold beside the compute they overlap
+    overlap_sm_share: float  # that share of the device's SMs
     trace_format: str
     files: list[str]
     profiled_steps: list[int]
