@@ -66,13 +66,42 @@ HYBRID_VOCAB = 131072
 MLA_MODELS = ("DeepSeekV3", "Kimi-K2")
 
 
+#: the architectures the rows' repository does not write (it reads them from Hugging Face at run
+#: time), from Megatron-LM@d98e8a64 (bench/data/published_moe.md gives the files and lines):
+#: Nemotron 3 Super's release test config, Nemotron 3 Ultra's ModelOpt config; both latent MoEs whose
+#: MTP module is one `*E` block repeated at each depth (Megatron-Bridge's recipes: mtp_num_layers 2,
+#: mtp_use_repeated_layer)
+FOUND_ARCHITECTURES: dict[str, dict[str, Any]] = {
+    "Nemotron-3-Super": {
+        "num_layers": 88, "hidden_size": 4096, "num_attention_heads": 32, "num_query_groups": 2, "kv_channels": 128,
+        "ffn_hidden_size": 2688, "vocab_size": 131072,
+        "hybrid_layer_pattern": "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME",
+        "mamba_num_heads": 128, "mamba_head_dim": 64, "mamba_state_dim": 128, "mamba_num_groups": 8,
+        "num_moe_experts": 512, "moe_router_topk": 22, "moe_ffn_hidden_size": 2688,
+        "moe_shared_expert_intermediate_size": 5376, "moe_latent_size": 1024, "mtp_use_repeated_layer": True},
+    "Nemotron-3-Ultra": {
+        "num_layers": 108, "hidden_size": 8192, "num_attention_heads": 64, "num_query_groups": 2, "kv_channels": 128,
+        "ffn_hidden_size": 5120, "vocab_size": 131072,
+        "hybrid_layer_pattern": "MEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*"
+                                "EMEMEM*EMEMEMEM*EMEMEMEME",
+        "mamba_num_heads": 256, "mamba_head_dim": 64, "mamba_state_dim": 128, "mamba_num_groups": 8,
+        "num_moe_experts": 512, "moe_router_topk": 22, "moe_ffn_hidden_size": 5120,
+        "moe_shared_expert_intermediate_size": 10240, "moe_latent_size": 2048, "mtp_use_repeated_layer": True},
+}
+
+
+def architecture(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's model architecture: the one its sources give, or one found since (FOUND_ARCHITECTURES)."""
+    arch = row["architecture"]
+    if not arch.get("num_layers") and row["model"] in FOUND_ARCHITECTURES:
+        return {**arch, **FOUND_ARCHITECTURES[row["model"]]}
+    return arch
+
+
 def unexpressible(row: dict[str, Any]) -> str | None:
     """Why ppsim cannot describe the row yet, or None."""
-    arch = row["architecture"]
-    if not arch.get("num_layers"):
+    if not architecture(row).get("num_layers"):
         return "the sources do not give the model's architecture"
-    if row.get("hybrid") and (row.get("recipe_settings") or {}).get("mtp_num_layers"):
-        return "multi-token prediction in a hybrid Mamba-MoE model: not modelled yet"
     if not row["tokens_per_s_per_gpu"]:
         return "no tokens/s published"
     return None
@@ -90,7 +119,7 @@ def first_dense(arch: dict[str, Any]) -> int:
 
 
 def model_section(row: dict[str, Any]) -> dict[str, Any]:
-    arch = row["architecture"]
+    arch = architecture(row)
     model: dict[str, Any] = {
         "layers": arch["num_layers"], "hidden": arch["hidden_size"], "heads": arch["num_attention_heads"],
         "ffn_hidden": arch["ffn_hidden_size"], "seq_len": row["seq_len"], "vocab": arch["vocab_size"],
@@ -100,6 +129,8 @@ def model_section(row: dict[str, Any]) -> dict[str, Any]:
     }
     if arch.get("moe_shared_expert_intermediate_size"):
         model["moe"].update(shared_experts=1, shared_ffn_hidden=arch["moe_shared_expert_intermediate_size"])
+    if arch.get("moe_latent_size"):
+        model["moe"]["latent"] = int(arch["moe_latent_size"])
     if row["model"] in MLA_MODELS:
         model["mla"] = {"q_lora_rank": arch.get("q_lora_rank"), "kv_lora_rank": arch["kv_lora_rank"],
                         "qk_nope_head_dim": arch.get("qk_head_dim", 128),
@@ -150,6 +181,8 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False, per_node_dispa
     # run had none ("DeepSeekV3 (w/o MTP)": its published FLOPs per token leave them out too)
     if settings.get("mtp_num_layers") and "w/o MTP" not in str(row.get("model_as_written", "")):
         model["mtp_layers"] = int(settings["mtp_num_layers"])
+        if architecture(row).get("mtp_use_repeated_layer") or settings.get("mtp_use_repeated_layer"):
+            model["mtp_repeated"] = True
     modules = list(settings.get("recompute_modules") or [])
     unpriced = [m for m in modules if m not in PRICED_MODULES]
     if unpriced:

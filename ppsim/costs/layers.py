@@ -17,7 +17,7 @@ the vocabulary split t ways).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Literal
 
@@ -81,6 +81,20 @@ class LayerCost:
     def total_flops(self) -> float:
         return self.forward_flops + self.input_grad_flops + self.weight_grad_flops
 
+    def shared(self) -> LayerCost:
+        """The layer run again with weights another copy holds: its work and activations, no
+        parameters (Megatron's repeated MTP layer)."""
+        return replace(self, params=0, expert_params=0, step_bytes=0.0, extra_weight_bytes=0.0)
+
+
+def joined(name: str, *layers: LayerCost) -> LayerCost:
+    """``layers`` one after the other as one layer: every figure summed, their GEMMs in order."""
+    values: dict[str, object] = {"name": name, "gemms": sum((x.gemms for x in layers), PassGemms())}
+    for f in fields(LayerCost):
+        if f.name not in values:
+            values[f.name] = sum(getattr(x, f.name) for x in layers)
+    return LayerCost(**values)  # type: ignore[arg-type]
+
 
 def weight_grad_store_bytes(gemms: PassGemms, dtype_bytes: float, linear_bytes: float) -> float:
     """What a weight-gradient store keeps of a layer for its weight grads, per micro-batch: each
@@ -140,13 +154,16 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     q = model.q_width  # the queries' width: h unless the heads are narrower or wider (model.head_dim)
     mlp_mats = 3 if model.mlp == "swiglu" else 2
     wa, wm = int(parts != "mlp"), int(parts != "attention")  # the parts there are: 1, or 0 to leave one out
-    matmul = ((4 + 4 * g) * b * s * h * q * wa + 2 * mlp_mats * b * s * h * f * wm) / t
+    # the MLP's GEMMs: a dense one's, t ways split, or a MoE layer's on the busiest device
+    mlp_matmul = (experts.mlp_matmul_flops(b * s / t, h, model.mlp == "swiglu", t) if experts
+                  else 2 * mlp_mats * b * s * h * f / t) * wm
+    matmul = (4 + 4 * g) * b * s * h * q * wa / t + mlp_matmul
     # the scores and context matmuls over every key; the model is causal: a FlashAttention kernel
     # skips the tiles above the diagonal (half the work), the unfused path computes them all and masks
     whole = 4 * b * s * keys * q / t * wa
     latent = mla_linears(model, t) if model.mla and wa else None
     if model.mla and latent:  # the projections through the latents; heads of qk_dim and v_head_dim
-        matmul = 2 * b * s * sum(i * o for i, o in latent) + 2 * mlp_mats * b * s * h * f / t * wm
+        matmul = 2 * b * s * sum(i * o for i, o in latent) + mlp_matmul
         whole = 2 * b * s * keys * a * (model.mla.qk_dim + model.mla.v_head_dim) / t
     window = model.attention_window if windowed else None
     attended = attended_keys(keys, window) / keys  # the model's share of every key: a half, or the window's band
@@ -190,7 +207,8 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
         matmul += router
         recomputed += router if recompute == "full" else 0.0
         # the busiest rank's routed work beyond the mean, in each of the three passes
-        masked += 3 * 2 * mlp_mats * tokens * h * experts.moe.top_k * (experts.skew - 1) * experts.moe.ffn_hidden
+        masked += (3 * 2 * mlp_mats * tokens * experts.routed_width(h) * experts.moe.top_k * (experts.skew - 1)
+                   * experts.moe.ffn_hidden)
     traffic = block_traffic(s, b, h, a, f, e, tensor_parallel=t,
                             sequence_parallel=sequence_parallel, flash_attention=flash_attention,
                             dropout=model.dropout, swiglu=model.mlp == "swiglu", recompute=core, kv_len=keys,
@@ -200,9 +218,9 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     casts, weight_casts, extra_weight = Traffic(0.0, 0.0), 0.0, 0.0
     if narrow is not None:  # QKV, attention output, MLP up (gate and up together), MLP down: (in, out) widths
         # a MoE layer's experts see each token k x skew times (t ways split), its shared experts once
-        copies = experts.token_copies(t) if experts else 1.0
-        linears = ((latent or [(h, (1 + 2 * g) * q / t), (q / t, h)]) * wa
-                   + [(h * copies, (mlp_mats - 1) * f / t), (f / t, h * copies)] * wm)
+        mlp_linears = (experts.cast_linears(h, f, mlp_mats, t) if experts
+                       else [(h, (mlp_mats - 1) * f / t), (f / t, h)])
+        linears = (latent or [(h, (1 + 2 * g) * q / t), (q / t, h)]) * wa + mlp_linears * wm
         casts = narrow.cast_traffic(linears, b * s, e)
         weight_casts = narrow.weight_cast_bytes(linear_params, e)
         extra_weight = linear_params * (narrow.weight_bytes_per_param(e) - e)
@@ -248,7 +266,8 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
             extra = combined(extra, checkpointed_moe(
                 mlp_half, (5 if model.dropout else 4) * whole * e / 2,
                 experts.gemms(tokens, h, t, model.mlp == "swiglu", recomputed=False).forward, permute + activation))
-            masked += 2 * mlp_mats * tokens * h * experts.moe.top_k * (experts.skew - 1) * experts.moe.ffn_hidden
+            masked += (2 * mlp_mats * tokens * experts.routed_width(h) * experts.moe.top_k * (experts.skew - 1)
+                       * experts.moe.ffn_hidden)
             if nested:
                 extra = combined(extra, replace(recomputing(nested), saved_bytes=0.0))
         kept = max(0, held - int(extra.saved_bytes))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from ppsim.costs.context_parallel import exchange_buffer_bytes, exchange_bytes
 from ppsim.costs.gemms import PassGemms
-from ppsim.costs.layers import LayerCost, mtp_module
+from ppsim.costs.layers import LayerCost, joined, mtp_module
 from ppsim.costs.memory import StaticMemory, static_memory
 from ppsim.costs.moe import reduced_params
 from ppsim.costs.table import StageCost
@@ -186,7 +186,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
         offloaded = sum(x.activation_bytes for x in stage_blocks[:s.training.offload_layers])
         params = sum(x.params for x in parts)
         expert_params = sum(x.expert_params for x in stage_blocks)
-        moe_blocks = sum(moe_at) + sum(x.expert_params > 0 for x in mtp[::2])
+        moe_blocks = sum(moe_at) + sum(x.alltoall_bytes > 0 for x in mtp[::2])
         stages.append(StageShape(
             blocks=count,
             forward_flops=sum(x.forward_flops for x in parts),
@@ -245,14 +245,23 @@ def mtp_parts(s: Scenario, layers: tuple[LayerCost, LayerCost, LayerCost], kinds
     model = s.model
     if model is None or not model.mtp_layers:
         return []
-    block = kinds.family("moe" if model.moe is not None and model.moe.is_moe(model.layers) else "block")[0]
+    if model.pattern is not None:  # a hybrid model's: its attention layer and its MoE (or MLP) layer, Nemotron 3's *E
+        after = "E" if "E" in model.pattern else "-" if "-" in model.pattern else None
+        block = joined("mtp_block", kinds.family("*")[0], *([kinds.family(after)[0]] if after else []))
+    else:
+        block = kinds.family("moe" if model.moe is not None and model.moe.is_moe(model.layers) else "block")[0]
 
     def module(copy: bool) -> LayerCost:
         return mtp_module(model, s.training.micro_batch, layers[2], s.tensor_parallel,
                           context_parallel=s.context_parallel, embedding_copy=copy)
 
     apart = stage_to_rank[0] != stage_to_rank[-1]  # one copy of the embeddings, read by every module
-    return [x for i in range(model.mtp_layers) for x in (block, module(apart and i == 0))]
+    parts: list[LayerCost] = []
+    for i in range(model.mtp_layers):
+        first = (block, module(apart and i == 0))
+        # a repeated MTP layer runs its one copy of the weights at every depth
+        parts += first if i == 0 or not model.mtp_repeated else [x.shared() for x in first]
+    return parts
 
 
 def block_gemms(block: LayerCost, plain: LayerCost | None, count: int, recomputed: int) -> PassGemms:

@@ -25,6 +25,11 @@ ways by sequence parallelism, which expert parallelism with t > 1 needs), each s
 - held for the backward: besides the dense-MLP equivalent, the permuted copies' inputs
   ((k x skew - 1) T h values beyond the block's own input) and the router's probabilities (fp32).
 
+A latent MoE (``moe.latent`` L: Nemotron 3 Super's and Ultra's) projects each token from h to L
+before the dispatch and back after the combine (two linear layers, whole on every tensor rank: 2 x
+2 T h L FLOPs a pass); its routed experts work in L (weights L x f_e), so the all-to-alls, the
+permutation and the copies the experts keep are L wide; the router and the shared experts stay at h.
+
 The experts' parameters are sharded and their gradients reduced over the EDP replicas (not the
 stage's d x cp); :func:`reduced_params` gives a one-group reduction of a stage's parameters the
 same ring traffic per device. Tensor parallelism's collectives: a MoE block keeps the attention's
@@ -74,6 +79,34 @@ class ExpertShard:
     def local_experts(self) -> int:
         return self.moe.experts // self.expert_parallel
 
+    def routed_width(self, hidden: int) -> int:
+        """The width of a token at the routed experts: the latent width of a latent MoE, else ``hidden``."""
+        return self.moe.latent or hidden
+
+    def mlp_matmul_flops(self, tokens: float, hidden: int, swiglu: bool, tensor_parallel: int) -> float:
+        """One pass of a MoE layer's MLP GEMMs on the busiest device, ``tokens`` of them there (b s / t):
+        its routed experts' (k x skew copies a token at the routed width), the shared experts' (t
+        ways split) and a latent MoE's two projections (each device its own tokens, whole); the
+        router aside."""
+        m, w = self.moe, self.routed_width(hidden)
+        mats = 3 if swiglu else 2
+        routed = 2 * mats * tokens * m.top_k * self.skew * w * m.ffn_hidden
+        shared = 2 * mats * tokens * hidden * m.shared_experts * m.shared_ffn
+        projections = 2 * 2 * tokens * hidden * w if m.latent else 0.0
+        return routed + shared + projections
+
+    def cast_linears(self, hidden: int, ffn: float, mats: int, tensor_parallel: int) -> list[tuple[float, float]]:
+        """A MoE layer's linear layers as FP8's casts see them, (input, output) values per token of the
+        micro-batch: the experts' up and down projections over every copy a token makes (the routed
+        ones at the routed width, t ways split; the shared experts' once), and a latent MoE's two
+        projections (each device its own tokens); ``ffn``: :meth:`mlp_width`."""
+        t, m, w = tensor_parallel, self.moe, self.routed_width(hidden)
+        inputs = m.top_k * self.skew / t * w + (hidden if m.shared_experts else 0.0)
+        linears = [(inputs, (mats - 1) * ffn / t), (ffn / t, inputs)]
+        if m.latent:
+            linears += [(hidden / t, w / t), (w / t, hidden / t)]
+        return linears
+
     def mlp_width(self) -> float:
         """The width of the dense MLP that does a MoE layer's expert work on the busiest rank:
         k x skew x f_e of routed experts and the shared experts' n_s x f_s."""
@@ -85,42 +118,46 @@ class ExpertShard:
         1 / ETP each, the shared experts at 1 / t, the router whole."""
         m, h = self.moe, model.hidden
         mats = 3 if model.mlp == "swiglu" else 2
-        experts = self.local_experts * mats * h * m.ffn_hidden // self.expert_tensor
+        experts = self.local_experts * mats * self.routed_width(h) * m.ffn_hidden // self.expert_tensor
         shared = m.shared_experts * mats * h * m.shared_ffn // tensor_parallel
-        return experts + shared + h * m.experts, experts
-
-    def token_copies(self, tensor_parallel: int) -> float:
-        """How many inputs of width h a MoE layer's MLP takes per token of the micro-batch on one of
-        ``tensor_parallel`` devices: the routed copies (k x skew of its 1 / t of the tokens) and, with
-        shared experts, every token once more (all-gathered, as a dense MLP's)."""
-        m = self.moe
-        return m.top_k * self.skew / tensor_parallel + (1.0 if m.shared_experts else 0.0)
+        projections = 2 * h * m.latent if m.latent else 0  # whole on every tensor rank
+        return experts + shared + projections + h * m.experts, experts
 
     def tokens(self, seq_len: int, micro_batch: int, tensor_parallel: int) -> float:
         """A device's tokens of a micro-batch at the MoE layer (``seq_len``: its share of each sequence)."""
         return micro_batch * seq_len / tensor_parallel
 
     def dispatch_bytes(self, tokens: float, hidden: int, dtype_bytes: int) -> float:
-        """One all-to-all's bytes (dispatch or combine) of the busiest device: its token copies."""
-        return tokens * self.moe.top_k * self.skew * hidden * dtype_bytes
+        """One all-to-all's bytes (dispatch or combine) of the busiest device: its token copies, each
+        of the routed width."""
+        return tokens * self.moe.top_k * self.skew * self.routed_width(hidden) * dtype_bytes
 
     def extra_activation_bytes(self, tokens: float, hidden: int, dtype_bytes: int) -> float:
-        """What a MoE layer holds for its backward beyond a dense MLP of :meth:`mlp_width`."""
+        """What a MoE layer holds for its backward beyond a dense MLP of :meth:`mlp_width`: the
+        permuted copies beyond the layer's own input, and the router's probabilities (fp32); a latent
+        MoE's copies are latent-wide, all of them beyond its input, and its up projection keeps its
+        latent-wide input too."""
         m = self.moe
-        return (m.top_k * self.skew - 1) * tokens * hidden * dtype_bytes + 4 * tokens * m.experts
+        probabilities = 4 * tokens * m.experts
+        if m.latent:
+            return (m.top_k * self.skew + 1) * tokens * m.latent * dtype_bytes + probabilities
+        return (m.top_k * self.skew - 1) * tokens * hidden * dtype_bytes + probabilities
 
     def permute_bytes(self, tokens: float, hidden: int, dtype_bytes: int) -> float:
         """The forward's HBM bytes of permuting the token copies to their experts and back."""
-        return 4 * self.moe.top_k * self.skew * tokens * hidden * dtype_bytes
+        return 4 * self.moe.top_k * self.skew * tokens * self.routed_width(hidden) * dtype_bytes
 
     def gemms(self, tokens: float, hidden: int, tensor_parallel: int, swiglu: bool, recomputed: bool) -> PassGemms:
         """The router's, the routed experts' (grouped: one GEMM per local expert) and the shared
         experts' GEMMs of one MoE layer, pass by pass; a recomputed forward's go with the input grad."""
         m, h, t, etp = self.moe, hidden, tensor_parallel, self.expert_tensor
+        w = self.routed_width(h)
         per_expert = tokens * m.top_k * self.skew * etp / self.local_experts
         up = 2 if swiglu else 1
-        weights = ([(per_expert, h, m.ffn_hidden / etp, self.local_experts)] * up
-                   + [(per_expert, m.ffn_hidden / etp, h, self.local_experts)])
+        weights = ([(per_expert, w, m.ffn_hidden / etp, self.local_experts)] * up
+                   + [(per_expert, m.ffn_hidden / etp, w, self.local_experts)])
+        if m.latent:  # down to the latent width before the dispatch, up after the combine
+            weights += [(tokens, h, w, 1), (tokens, w, h, 1)]
         if m.shared_experts:  # the shared experts' tokens are all-gathered over the t ranks, as a dense MLP's
             width = m.shared_experts * m.shared_ffn / t
             weights += [(tokens * t, h, width, 1)] * up + [(tokens * t, width, h, 1)]

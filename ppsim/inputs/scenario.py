@@ -72,6 +72,11 @@ class MoESpec(_Strict):
     #: Megatron's --moe-router-group-topk with an expert group per node): what a ``deepep`` dispatch
     #: sends over the network
     node_limit: int | None = Field(default=None, ge=1, le=10_000)
+    #: a latent MoE (Nemotron 3 Super's and Ultra's; Megatron's --moe-latent-size): each token is
+    #: projected from the hidden width to this one before its dispatch, the routed experts work in
+    #: it, and the combined result is projected back (the router and the shared experts stay at the
+    #: hidden width)
+    latent: int | None = Field(default=None, ge=1, le=2**20)
     #: instead of ``skew``: each MoE layer's expert loads drawn from a seeded distribution, the
     #: busiest rank found for the plan's expert parallelism
     routing: RoutingSpec | None = None
@@ -167,6 +172,9 @@ class ModelSpec(_Strict):
     mtp_layers: int = Field(default=0, ge=0, le=16, description=(
         "multi-token prediction modules (DeepSeek-V3; Megatron's --mtp-num-layers), on the last stage: each a "
         "projection of 2h to h, one more block and another pass of the shared LM head"))
+    mtp_repeated: bool = Field(default=False, description=(
+        "the multi-token prediction modules are one module run at every depth, its weights held once "
+        "(Megatron-Bridge's mtp_use_repeated_layer: Nemotron 3 Super's recipe)"))
     mla: MLASpec | None = None  #: multi-head latent attention in place of (grouped-query) multi-head attention
     attention_window: int | None = Field(default=None, gt=0, le=2**24, description=(
         "sliding-window attention: each query sees itself and the this many keys before it (Megatron's "
@@ -190,6 +198,12 @@ class ModelSpec(_Strict):
         if self.full_attention_every is not None and self.attention_window is None:
             raise ValueError("full_attention_every says which layers skip the sliding window, and there is no "
                              "attention_window: add one or drop full_attention_every")
+        if self.mtp_repeated and not self.mtp_layers:
+            raise ValueError("mtp_repeated runs the multi-token prediction module at every depth, and mtp_layers "
+                             "is 0: give mtp_layers or drop mtp_repeated")
+        if self.moe is not None and self.moe.latent is not None and self.moe.latent >= self.hidden:
+            raise ValueError(f"moe.latent ({self.moe.latent}) projects each token to fewer values than hidden "
+                             f"({self.hidden}): give a smaller one or drop it")
         self._check_pattern()
         return self
 
@@ -214,8 +228,10 @@ class ModelSpec(_Strict):
         if self.moe is not None and (self.moe.dense_layers or self.moe.layer_freq != 1):
             raise ValueError("with a pattern, its E characters say which layers have experts: drop moe.dense_layers "
                              "and moe.layer_freq")
-        unsupported = [(k, v) for k, v in (("attention_window", self.attention_window),
-                                           ("mtp_layers", self.mtp_layers or None)) if v is not None]
+        unsupported = [(k, v) for k, v in (("attention_window", self.attention_window),) if v is not None]
+        if self.mtp_layers and "*" not in p:
+            raise ValueError("mtp_layers: a hybrid model's multi-token prediction block is its attention layer "
+                             "and its MoE or MLP layer (Nemotron 3's *E), and the pattern has no attention (*)")
         if unsupported:
             raise ValueError(f"{unsupported[0][0]} is not modelled in a hybrid pattern yet: drop it")
 

@@ -41,8 +41,21 @@ def test_a_row_becomes_the_scenario_its_recipe_describes() -> None:
     assert data["model"]["mla"]["kv_lora_rank"] == 512 and data["training"]["fp8"] == "mxfp8"
     assert b.dense.published_step_s(row) == pytest.approx(4096 * 4096 / (6288 * 256))
     assert data["model"]["mtp_layers"] == 1  # the recipe's multi-token prediction module
-    assert b.unexpressible(next(r for r in rows.values() if r["model"] == "Nemotron-3-Super")).startswith(
+    assert b.unexpressible(next(r for r in rows.values() if r["model"] == "DeepSeekV4-Flash")).startswith(
         "the sources do not give")
+
+
+def test_nemotron_3_super_rows_take_the_architecture_found_since() -> None:
+    """Nemotron 3 Super (its rows' sources leave it to Hugging Face): Megatron-LM's release test
+    config, a latent MoE (1,024 wide), its two MTP depths one repeated `*E` module."""
+    b = bench_module("published_moe")
+    row = next(r for r in yaml.safe_load(b.DATA.read_text()) if r["model"] == "Nemotron-3-Super")
+    assert row["architecture"]["num_layers"] is None and b.unexpressible(row) is None
+    data, _ = b.scenario_data(row)
+    model = data["model"]
+    assert (model["layers"], model["hidden"], model["moe"]["latent"], model["moe"]["top_k"]) == (88, 4096, 1024, 22)
+    assert model["mtp_layers"] == 2 and model["mtp_repeated"] is True
+    assert model["pattern"].count("E") == 40 and model["pattern"].count("*") == 8
 
 
 def test_nemotron_3_nano_rows_are_its_hybrid_pattern() -> None:

@@ -135,7 +135,7 @@ def test_a_hybrid_plan_runs_and_balances_its_layers_by_their_costs() -> None:
     ({"pattern": NANO["pattern"].replace("M", "-")}, "no Mamba layer"),
     ({"moe": {**NANO["moe"], "dense_layers": 1}}, "drop moe.dense_layers"),
     ({"attention_window": 128}, "attention_window is not modelled in a hybrid pattern"),
-    ({"mtp_layers": 1}, "mtp_layers is not modelled in a hybrid pattern"),
+    ({"mtp_layers": 1, "pattern": NANO["pattern"].replace("*", "M")}, "the pattern has no attention"),
     ({"mamba": {**NANO["mamba"], "groups": 3}}, "groups .3. must divide heads"),
 ])
 def test_the_rules_of_a_pattern_name_the_key(model: dict[str, Any], says: str) -> None:

@@ -441,3 +441,92 @@ def test_run_says_the_sms_the_all_to_alls_hold() -> None:
     assert result.exit_code == 0, result.output
     plan = next(line for line in result.output.splitlines() if line.startswith("plan"))
     assert "its all-to-alls' kernels holding 20 SMs (15 %) beside the compute they overlap" in " ".join(plan.split())
+
+
+SUPER_PATTERN = "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME"
+#: Nemotron 3 Super as Megatron-LM's release test configures it (bench/data/published_moe.md): squared
+#: ReLU priced as GELU's two matrices, no biases
+SUPER = {"layers": 88, "hidden": 4096, "heads": 32, "kv_heads": 2, "ffn_hidden": 2688, "seq_len": 8192,
+         "vocab": 131072, "mlp": "gelu", "positions": "rope", "dropout": False, "pattern": SUPER_PATTERN,
+         "mamba": {"heads": 128, "head_dim": 64, "state": 128, "groups": 8, "conv_kernel": 4, "chunk": 128},
+         "moe": {"experts": 512, "top_k": 22, "ffn_hidden": 2688, "shared_experts": 1, "shared_ffn_hidden": 5376,
+                 "latent": 1024}}
+
+
+def test_a_latent_moe_runs_its_experts_in_the_latent_width() -> None:
+    """Nemotron 3 Super's MoE layer (hidden 4096, latent 1024): 512 experts of 2 x 1024 x 2688, a
+    shared one of 2 x 4096 x 5376, the projections 4096 x 1024 and back, the router 4096 x 512; its
+    tokens dispatched 1024 wide; per token forward 2 x (22 x 2 x 1024 x 2688 + 2 x 4096 x 5376 +
+    2 x 4096 x 1024) FLOPs beside the router."""
+    m = ModelSpec(**SUPER)
+    assert m.moe is not None
+    shard = ExpertShard(m.moe, 8)
+    everything, routed = shard.params(m, 1)
+    assert routed == 64 * 2 * 1024 * 2688
+    assert everything == routed + 2 * 4096 * 5376 + 2 * 4096 * 1024 + 4096 * 512
+    assert shard.dispatch_bytes(8192, 4096, 2) == 8192 * 22 * 1024 * 2
+    assert shard.mlp_matmul_flops(8192, 4096, False, 1) == 8192 * 2 * (22 * 2 * 1024 * 2688 + 2 * 4096 * 5376
+                                                                         + 2 * 4096 * 1024)
+    gemms = shard.gemms(8192, 4096, 1, False, recomputed=False)
+    router = 2 * 8192 * 4096 * 512
+    assert sum(g.flops for g in gemms.forward) == pytest.approx(shard.mlp_matmul_flops(8192, 4096, False, 1) + router)
+    # what it keeps beyond the dense equivalent: every routed copy 1024 wide, the up projection's input
+    assert shard.extra_activation_bytes(8192, 4096, 2) == (22 + 1) * 8192 * 1024 * 2 + 4 * 8192 * 512
+
+
+def test_nemotron_3_super_has_the_parameters_nvidia_gives() -> None:
+    """NVIDIA: 120B parameters, 12B active (12.8B counting the embeddings, by the same shapes):
+    40 latent MoE layers, 40 Mamba-2 layers, 8 attention layers, untied embeddings of 131,072."""
+    from ppsim.costs.workload import block_kinds, model_layers
+
+    s = parse_scenario({"model": SUPER, "pipeline": {"stages": 1}})
+    layers = model_layers(s)
+    assert layers is not None
+    kinds = block_kinds(s, layers)
+    assert kinds is not None
+    total = sum(kinds.family(k)[0].params for k in SUPER_PATTERN) + layers[0].params + layers[2].params
+    assert total == pytest.approx(120.6e9, rel=0.002)
+    moe = kinds.family("E")[0]
+    active = total - 40 * moe.expert_params * (512 - 22) / 512
+    assert active == pytest.approx(12.8e9, rel=0.01)
+
+
+def test_a_latent_wider_than_the_model_is_refused() -> None:
+    with pytest.raises(ScenarioError, match=r"moe.latent \(4096\) projects each token to fewer values than hidden"):
+        parse_scenario({"model": {**SUPER, "moe": {**SUPER["moe"], "latent": 4096}}, "pipeline": {"stages": 1}})
+
+
+def test_a_hybrid_models_mtp_block_is_its_attention_and_moe_layers_and_a_repeated_one_holds_one_copy() -> None:
+    """Nemotron 3 Super's recipe: two MTP depths of one repeated `*E` module. Each depth runs the
+    attention layer, the MoE layer, the 2h -> h projection and another pass of the head; the
+    weights are held once."""
+    from ppsim.costs.layers import joined
+    from ppsim.costs.layout import mtp_parts
+    from ppsim.costs.workload import block_kinds, model_layers
+
+    def parts(repeated: bool) -> list[Any]:
+        s = parse_scenario({"model": {**SUPER, "mtp_layers": 2, "mtp_repeated": repeated}, "pipeline": {"stages": 1},
+                            "expert_parallel": 8, "data_parallel": 8})
+        layers = model_layers(s)
+        kinds = block_kinds(s, layers)
+        assert layers is not None and kinds is not None
+        return [kinds, mtp_parts(s, layers, kinds, (0,))]
+
+    kinds, two = parts(False)
+    _, once = parts(True)
+    block = joined("mtp_block", kinds.family("*")[0], kinds.family("E")[0])
+    assert two[0] == block and two[2] == block
+    assert block.params == kinds.family("*")[0].params + kinds.family("E")[0].params
+    assert block.alltoall_bytes == kinds.family("E")[0].alltoall_bytes > 0
+    assert once[:2] == two[:2]  # the first depth holds the weights
+    assert once[2].params == once[3].params == 0 and once[2].expert_params == 0
+    assert once[2].total_flops == two[2].total_flops and once[2].alltoall_bytes == two[2].alltoall_bytes
+    assert once[3].total_flops == two[3].total_flops
+
+
+def test_mtp_repeated_needs_mtp_layers_and_a_hybrid_mtp_needs_attention() -> None:
+    with pytest.raises(ScenarioError, match="mtp_repeated runs the multi-token prediction module at every depth"):
+        parse_scenario({"model": {**SUPER, "mtp_repeated": True}, "pipeline": {"stages": 1}})
+    no_attention = {**SUPER, "layers": 2, "pattern": "ME", "mtp_layers": 1}
+    with pytest.raises(ScenarioError, match="the pattern has no attention"):
+        parse_scenario({"model": no_attention, "pipeline": {"stages": 1}})
