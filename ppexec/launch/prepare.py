@@ -104,6 +104,7 @@ def check_buildable(s: Scenario) -> None:
         ("mtp_layers", s.model.mtp_layers or None, "leave it out (no multi-token prediction)"),
         ("attention_window", s.model.attention_window, "leave it out (every earlier key)"),
         ("pattern", s.model.pattern, "leave it out (GPT-style blocks)"),
+        ("moe.latent", s.model.moe.latent if s.model.moe else None, "leave it out (experts at the hidden width)"),
     ) if v is not None]
     if unbuilt:
         name, value, fix = unbuilt[0]

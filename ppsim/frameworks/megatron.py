@@ -172,6 +172,9 @@ def _model(s: Scenario, put: Put, refuse: Refusals, notes: list[str]) -> None:
         put("v_head_dim", m.mla.v_head_dim)
     if m.mtp_layers:
         put("mtp_layers", m.mtp_layers)
+    if m.mtp_repeated:
+        refuse.add("ppsim does not export model.mtp_repeated (Megatron-Bridge's mtp_use_repeated_layer) yet: export "
+                   "without it")
     if m.moe is not None:
         moe = m.moe
         put("experts", moe.experts)
@@ -197,6 +200,9 @@ def _model(s: Scenario, put: Put, refuse: Refusals, notes: list[str]) -> None:
         if s.training.moe_fp8_dispatch:
             refuse.add("ppsim knows no Megatron-LM argument that dispatches tokens in FP8: export without "
                        "training.moe_fp8_dispatch")
+        if moe.latent:
+            refuse.add("ppsim does not export a latent MoE (Megatron-LM's moe_latent_size) yet: export without "
+                       "model.moe.latent")
         if moe.skew != 1.0 or moe.routing is not None:
             notes.append("routing skew is ppsim's assumption about the run, not a Megatron setting")
         if s.training.moe_comm_sms is not None:

@@ -100,7 +100,8 @@ def torchtitan_config(s: Scenario, plan: Plan, stages: list[StageLayers], csv_na
         for on, what, fix in ((tr.moe_dispatcher != "alltoall", "DeepEP's dispatch",
                                "export with training.moe_dispatcher: alltoall"),
                               (model.moe.node_limit is not None, "node-limited routing", "drop model.moe.node_limit"),
-                              (tr.moe_fp8_dispatch, "an FP8 dispatch", "drop training.moe_fp8_dispatch")):
+                              (tr.moe_fp8_dispatch, "an FP8 dispatch", "drop training.moe_fp8_dispatch"),
+                              (model.moe.latent is not None, "a latent MoE", "drop model.moe.latent")):
             if on:
                 refuse.add(f"ppsim knows no key of torchtitan v0.2.2's TOML for {what}: {fix}")
         put("expert_parallel", s.expert_parallel)

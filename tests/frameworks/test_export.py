@@ -326,3 +326,17 @@ def test_megatron_notes_the_sms_ppsim_charged_the_all_to_alls() -> None:
     result = export(parse_scenario(data), "megatron", "x", "c")
     assert any("charged the dispatch and combine kernels 24 SMs" in n and "--moe-hybridep-num-sms" in n
                for n in result.notes)
+
+
+def test_a_latent_moe_and_a_repeated_mtp_module_are_refused_by_name() -> None:
+    data = load(SCENARIOS / "mixtral-8x7b.yaml").model_dump(exclude_none=True)
+    data["model"]["moe"]["latent"] = 1024
+    data["model"].update(mtp_layers=2, mtp_repeated=True)
+    s = parse_scenario(data)
+    with pytest.raises(CannotExport) as err:
+        export(s, "megatron", "x", "c")
+    assert any("model.moe.latent" in r for r in err.value.reasons)
+    assert any("model.mtp_repeated" in r for r in err.value.reasons)
+    with pytest.raises(CannotExport) as err:
+        export(s, "torchtitan", "x", "c")
+    assert any("a latent MoE: drop model.moe.latent" in r for r in err.value.reasons)

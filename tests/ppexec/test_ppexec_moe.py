@@ -85,6 +85,7 @@ def test_an_expert_has_the_same_weights_on_every_rank_that_could_hold_it() -> No
     (lambda: tiny_moe().model_copy(update={"tensor_parallel": 2}), "tensor_parallel", "without tensor parallelism"),
     (lambda: tiny_moe("1f1b", 2, 2, 1).model_copy(update={"expert_tensor_parallel": 2}), "expert_tensor_parallel",
      "runs each expert whole"),
+    (lambda: tiny_moe(latent=8), "model.moe.latent", "experts at the hidden width"),
 ])
 def test_what_ppexec_does_not_run_of_a_moe_is_refused_by_name(s, field: str, says: str) -> None:
     with pytest.raises(PpsimError) as err:
