@@ -164,7 +164,7 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False, per_node_dispa
                   ) -> tuple[dict[str, Any], list[str]]:
     """The row as a ppsim scenario, and what was assumed where its sources are silent
     (``per_node_dispatch``: the flex dispatcher's rows as ``moe_dispatcher: deepep``)."""
-    settings = row.get("recipe_settings") or {}
+    settings, arch = row.get("recipe_settings") or {}, architecture(row)
     device = dense.DEVICES[row["gpu"]][0]
     tp, pp, vp, cp, gpus = row["tp"], row["pp"], row["vp"] or 1, row["cp"] or 1, row["gpus"]
     dp = gpus // (tp * pp * cp)
@@ -181,7 +181,7 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False, per_node_dispa
     # run had none ("DeepSeekV3 (w/o MTP)": its published FLOPs per token leave them out too)
     if settings.get("mtp_num_layers") and "w/o MTP" not in str(row.get("model_as_written", "")):
         model["mtp_layers"] = int(settings["mtp_num_layers"])
-        if architecture(row).get("mtp_use_repeated_layer") or settings.get("mtp_use_repeated_layer"):
+        if arch.get("mtp_use_repeated_layer") or settings.get("mtp_use_repeated_layer"):
             model["mtp_repeated"] = True
     modules = list(settings.get("recompute_modules") or [])
     unpriced = [m for m in modules if m not in PRICED_MODULES]

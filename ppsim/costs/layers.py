@@ -155,7 +155,7 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
     mlp_mats = 3 if model.mlp == "swiglu" else 2
     wa, wm = int(parts != "mlp"), int(parts != "attention")  # the parts there are: 1, or 0 to leave one out
     # the MLP's GEMMs: a dense one's, t ways split, or a MoE layer's on the busiest device
-    mlp_matmul = (experts.mlp_matmul_flops(b * s / t, h, model.mlp == "swiglu", t) if experts
+    mlp_matmul = (experts.mlp_matmul_flops(b * s / t, h, model.mlp == "swiglu") if experts
                   else 2 * mlp_mats * b * s * h * f / t) * wm
     matmul = (4 + 4 * g) * b * s * h * q * wa / t + mlp_matmul
     # the scores and context matmuls over every key; the model is causal: a FlashAttention kernel

@@ -83,7 +83,7 @@ class ExpertShard:
         """The width of a token at the routed experts: the latent width of a latent MoE, else ``hidden``."""
         return self.moe.latent or hidden
 
-    def mlp_matmul_flops(self, tokens: float, hidden: int, swiglu: bool, tensor_parallel: int) -> float:
+    def mlp_matmul_flops(self, tokens: float, hidden: int, swiglu: bool) -> float:
         """One pass of a MoE layer's MLP GEMMs on the busiest device, ``tokens`` of them there (b s / t):
         its routed experts' (k x skew copies a token at the routed width), the shared experts' (t
         ways split) and a latent MoE's two projections (each device its own tokens, whole); the

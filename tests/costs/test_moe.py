@@ -465,11 +465,11 @@ def test_a_latent_moe_runs_its_experts_in_the_latent_width() -> None:
     assert routed == 64 * 2 * 1024 * 2688
     assert everything == routed + 2 * 4096 * 5376 + 2 * 4096 * 1024 + 4096 * 512
     assert shard.dispatch_bytes(8192, 4096, 2) == 8192 * 22 * 1024 * 2
-    assert shard.mlp_matmul_flops(8192, 4096, False, 1) == 8192 * 2 * (22 * 2 * 1024 * 2688 + 2 * 4096 * 5376
+    assert shard.mlp_matmul_flops(8192, 4096, False) == 8192 * 2 * (22 * 2 * 1024 * 2688 + 2 * 4096 * 5376
                                                                          + 2 * 4096 * 1024)
     gemms = shard.gemms(8192, 4096, 1, False, recomputed=False)
     router = 2 * 8192 * 4096 * 512
-    assert sum(g.flops for g in gemms.forward) == pytest.approx(shard.mlp_matmul_flops(8192, 4096, False, 1) + router)
+    assert sum(g.flops for g in gemms.forward) == pytest.approx(shard.mlp_matmul_flops(8192, 4096, False) + router)
     # what it keeps beyond the dense equivalent: every routed copy 1024 wide, the up projection's input
     assert shard.extra_activation_bytes(8192, 4096, 2) == (22 + 1) * 8192 * 1024 * 2 + 4 * 8192 * 512
 
