@@ -195,7 +195,7 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
         elif not g.head_dim:
             eff = device.gemm_efficiency(g.m * (g.count if g.batched else 1), g.n, g.k, kind)
         elif flash_attention:
-            eff = device.flash_attention_efficiency(kind, backward=backward)
+            eff = device.flash_attention_efficiency(kind, backward=backward, head_dim=g.head_dim, keys=g.keys)
         else:
             eff = device.attention_efficiency(g.head_dim, kind)
         ms += g.flops / (device.peak_flops(kind) / 1e3 * eff)

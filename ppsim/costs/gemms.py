@@ -40,7 +40,8 @@ def attended_keys(keys: int, window: int | None = None) -> float:
 @dataclass(frozen=True, slots=True)
 class Gemm:
     """``count`` GEMMs of (m x n) x (n x k); ``head_dim`` > 0 marks the attention's score and context
-    matmuls (one per head), priced by the device's attention curve (or FlashAttention's kernel)."""
+    matmuls (one per head), priced by the device's attention curve (or FlashAttention's kernel, by
+    its head dim and the ``keys`` each query attends on average)."""
 
     m: float
     n: float
@@ -51,6 +52,7 @@ class Gemm:
     #: one kernel runs all ``count`` of them (a batched matmul: Mamba-2's chunked scan), so a curve
     #: prices the batch's FLOPs, as it does one call's: its small sizes are a call's fixed cost
     batched: bool = False
+    keys: float = 0.0  #: an attention matmul's keys per query (the causal half, the window's band)
 
     @property
     def flops(self) -> float:
@@ -59,7 +61,7 @@ class Gemm:
     def times(self, count: float) -> Gemm:
         # the constructor, not dataclasses.replace: a stage's GEMMs are scaled hundreds of thousands
         # of times in a search
-        return Gemm(self.m, self.n, self.k, self.count * count, self.head_dim, self.linear, self.batched)
+        return Gemm(self.m, self.n, self.k, self.count * count, self.head_dim, self.linear, self.batched, self.keys)
 
 
 @dataclass(frozen=True)
@@ -122,8 +124,10 @@ def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_head
     # a causal FlashAttention kernel works on half the keys on average (the tiles it skips), or the window's band
     keys_run = attended_keys(keys, window) if flash_attention else keys
     dk, dv = score_dims or (d, d)
-    scores = Gemm(s, dk, keys_run, per_head, head_dim=dk)
-    context = Gemm(s, keys_run, dv, per_head, head_dim=dv)
+    # a fused kernel runs both matmuls of a head: its measured figures are by the mean of their widths
+    kernel_dk, kernel_dv = ((dk + dv) / 2,) * 2 if flash_attention else (dk, dv)
+    scores = Gemm(s, dk, keys_run, per_head, head_dim=kernel_dk, keys=keys_run)
+    context = Gemm(s, keys_run, dv, per_head, head_dim=kernel_dv, keys=keys_run)
     core = (scores, context) if attention else ()
     if flash_attention and attention:  # the backward recomputes the scores; full recompute runs the forward again
         again = (dense + core if recompute == "full" else ()) + (scores,)

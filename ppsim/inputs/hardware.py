@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +54,47 @@ class Curve:
 @dataclass(frozen=True)
 class FusedAttention:
     """The fraction of peak a fused (Flash) attention kernel reaches on a causal model, its forward
-    and its backward (the input grads and the recomputed scores), counted on the causal half of
-    the s x s matmuls that it runs."""
+    and its backward (the input grads and the recomputed scores), counted on the score and context
+    entries it computes (the causal half, or a sliding window's band): one figure per pass, or
+    ``points`` measured by shape, looked up by :meth:`fraction`."""
 
-    forward: float
-    backward: float
     source: str  #: where the measurements come from
+    forward: float = 0.0  #: the one figure of each pass, without ``points``
+    backward: float = 0.0
     dtypes: tuple[str, ...] = ("bf16", "fp16")
+    #: (head dim, keys a query attends on average, forward, backward) of each measured shape; a head
+    #: dim of (query/key + value) / 2 where the two differ (multi-head latent attention's kernels)
+    points: tuple[tuple[float, float, float, float], ...] = ()
+
+    @cached_property
+    def _series(self) -> tuple[tuple[float, float, float, Curve, Curve], ...]:
+        """Each measured head dim's (head dim, fewest keys, most keys, forward curve, backward curve)."""
+        dims = sorted({p[0] for p in self.points})
+        found = []
+        for dim in dims:
+            rows = sorted(p[1:] for p in self.points if p[0] == dim)
+            found.append((dim, rows[0][0], rows[-1][0], Curve(tuple((k, f) for k, f, _ in rows), self.source),
+                          Curve(tuple((k, b) for k, _, b in rows), self.source)))
+        return tuple(found)
+
+    def fraction(self, head_dim: float, keys: float, *, backward: bool) -> float:
+        """The fraction of peak of a kernel of ``head_dim`` whose queries attend ``keys`` keys on
+        average: the one figure of the pass without ``points``; else the measured head dims whose
+        keys span ``keys`` (between two of them, log-linear in the head dim; beyond them, the
+        nearest), each piecewise log-linear in the keys; where none spans them, the nearest head
+        dim's figure at its own ends."""
+        if not self.points:
+            return self.backward if backward else self.forward
+        series = self._series
+        spanning = [x for x in series if x[1] <= keys <= x[2]] or [min(series, key=lambda x: abs(math.log(x[0] / head_dim)))]
+        below = [x for x in spanning if x[0] <= head_dim]
+        above = [x for x in spanning if x[0] >= head_dim]
+        lo, hi = (below[-1] if below else above[0]), (above[0] if above else below[-1])
+        at_lo, at_hi = ((x[4] if backward else x[3])(keys) for x in (lo, hi))
+        if lo[0] == hi[0]:
+            return at_lo
+        w = math.log(head_dim / lo[0]) / math.log(hi[0] / lo[0])
+        return at_lo + w * (at_hi - at_lo)
 
 
 @dataclass(frozen=True)
@@ -130,13 +165,14 @@ class Device:
             return self.efficiency
         return self.attention(head_dim)
 
-    def flash_attention_efficiency(self, dtype: str, *, backward: bool) -> float:
-        """The fraction of peak of the fused attention kernel in the forward or the ``backward``:
-        the measured ``flash_attention`` figures, or the flat ``efficiency`` without them for ``dtype``."""
+    def flash_attention_efficiency(self, dtype: str, *, backward: bool, head_dim: float, keys: float) -> float:
+        """The fraction of peak of the fused attention kernel in the forward or the ``backward``, at
+        ``head_dim`` with queries attending ``keys`` keys on average: the measured ``flash_attention``
+        figures (:meth:`FusedAttention.fraction`), or the flat ``efficiency`` without them for ``dtype``."""
         fused = self.flash_attention
         if fused is None or dtype not in fused.dtypes:
             return self.efficiency
-        return fused.backward if backward else fused.forward
+        return fused.fraction(head_dim, keys, backward=backward)
 
 
 #: the keys of a device entry, each with its valid range: (lowest, highest, whether the lowest is
@@ -153,7 +189,7 @@ _KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "i
          "attention", "flash_attention", "mx_formats", "host_link_gb_s", "gemm_fp8", "gemm_fp4", "hbm_copy",
          "intra_node_measured", "sms"}
 _CURVE_KEYS = {"source", "dtypes", "points"}
-_FUSED_KEYS = {"source", "dtypes", "forward", "backward"}
+_FUSED_KEYS = {"source", "dtypes", "forward", "backward", "points"}
 
 
 def _measured(name: str, key: str, entry: Any, source: str, keys: set[str],
@@ -178,19 +214,44 @@ def _measured(name: str, key: str, entry: Any, source: str, keys: set[str],
 
 
 def _fused(name: str, entry: Any, source: str) -> FusedAttention | None:
-    """Device ``name``'s ``flash_attention`` figures (None when absent), checked: each pass a
-    fraction of peak in (0, 1]."""
+    """Device ``name``'s ``flash_attention`` figures (None when absent), checked: a fraction of peak
+    in (0, 1] for each pass, or ``points`` of [head dim, keys, forward, backward] (sizes > 0, each
+    head dim's keys strictly increasing, fractions in (0, 1])."""
     if entry is None:
         return None
     where, dtypes = _measured(name, "flash_attention", entry, source, _FUSED_KEYS)
+
+    def bad(what: str) -> ScenarioError:
+        return ScenarioError(f"{source}: device {name!r}: flash_attention{what}", field="hardware.device_file")
+
+    def fraction(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
+
+    if "points" in entry:
+        if "forward" in entry or "backward" in entry:
+            raise bad(" gives points and forward/backward: give one of them (points: figures by shape)")
+        points = entry["points"]
+        if not isinstance(points, list) or not points:
+            raise bad(".points must be a list of [head dim, keys, forward, backward] rows")
+        rows: list[tuple[float, float, float, float]] = []
+        for p in points:
+            ok = (isinstance(p, list) and len(p) == 4
+                  and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in p)
+                  and p[0] > 0 and p[1] > 0 and fraction(p[2]) and fraction(p[3]))
+            if not ok:
+                raise bad(f".points has {p!r}; each row is [head dim > 0, keys > 0, forward, backward], the "
+                          "last two fractions of peak > 0 and <= 1")
+            if any(r[0] == p[0] and r[1] == p[1] for r in rows):
+                raise bad(f".points gives head dim {p[0]} at {p[1]} keys twice; give each shape once")
+            rows.append((float(p[0]), float(p[1]), float(p[2]), float(p[3])))
+        return FusedAttention(source=where, dtypes=dtypes, points=tuple(rows))
     passes = []
     for key in ("forward", "backward"):
         value = entry.get(key)
-        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1):
-            raise ScenarioError(f"{source}: device {name!r}: flash_attention.{key} is {value!r}; it must be a "
-                                "fraction of peak > 0 and <= 1", field="hardware.device_file")
+        if not fraction(value):
+            raise bad(f".{key} is {value!r}; it must be a fraction of peak > 0 and <= 1 (or give points)")
         passes.append(float(value))
-    return FusedAttention(forward=passes[0], backward=passes[1], source=where, dtypes=dtypes)
+    return FusedAttention(source=where, forward=passes[0], backward=passes[1], dtypes=dtypes)
 
 
 def _curve(name: str, key: str, entry: Any, source: str,

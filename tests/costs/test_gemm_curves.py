@@ -216,8 +216,9 @@ mine:
 def test_the_fused_attention_kernel_runs_the_causal_half_at_its_measured_figure_per_pass() -> None:
     """One block of h = 4096 (32 heads of 128) over 2,048 tokens: FlashAttention's score and context
     matmuls run the causal half, 2bs^2h = 68.7 GFLOP forward and 5bs^2h backward (both grads, and
-    the scores again); on the H200 with its curves, at the fused kernel's measured 0.50 and 0.34
-    of 989 TFLOP/s; with a flat efficiency, at that."""
+    the scores again); each query attends 1,024 keys on average, the shape of cuDNN's measured 2K
+    point: on the H200 with its curves, 0.490 and 0.375 of 989 TFLOP/s; on the B200, the GB200's
+    0.353 backward; with a flat efficiency, at that."""
     from ppsim.costs.analytic import matmul_ms
     from ppsim.costs.gemms import block_gemms
     from ppsim.inputs.hardware import get_device
@@ -228,14 +229,15 @@ def test_the_fused_attention_kernel_runs_the_causal_half_at_its_measured_figure_
     backward = tuple(g for g in gemms.input_grad if g.head_dim)
     assert sum(g.flops for g in forward) == pytest.approx(2 * b * s * s * h)
     assert sum(g.flops for g in backward) == pytest.approx(5 * b * s * s * h)
+    assert {(g.head_dim, g.keys) for g in forward + backward} == {(128, 1024)}
     h200 = get_device("h200")
-    assert matmul_ms(forward, h200, "bf16", flash_attention=True) == pytest.approx(2 * b * s * s * h / (989e9 * 0.50))
+    assert matmul_ms(forward, h200, "bf16", flash_attention=True) == pytest.approx(2 * b * s * s * h / (989e9 * 0.490))
     assert matmul_ms(backward, h200, "bf16", flash_attention=True, backward=True) == pytest.approx(
-        5 * b * s * s * h / (989e9 * 0.34))
+        5 * b * s * s * h / (989e9 * 0.375))
     assert matmul_ms(forward, h200, "bf16", flash_attention=True, efficiency=0.55) == pytest.approx(
         2 * b * s * s * h / (989e9 * 0.55))
     assert matmul_ms(backward, get_device("b200"), "bf16", flash_attention=True, backward=True) == pytest.approx(
-        5 * b * s * s * h / (2250e9 * 0.45))  # FlashAttention-4's cuDNN 9.13 figure
+        5 * b * s * s * h / (2250e9 * 0.353))  # the GB200's cuDNN 9.22 figure
     a100 = get_device("a100-80g")
     assert a100.flash_attention is None and matmul_ms(forward, a100, "bf16", flash_attention=True) == pytest.approx(
         2 * b * s * s * h / (312e9 * a100.efficiency))  # no measured figure: the flat efficiency
