@@ -27,7 +27,8 @@ The rules (what ppsim assumes where a row is silent is printed with it):
 - precision: FP8 and FP8-CS are current scaling (``tensorwise``; NeMo 24.07's FP8 is ``delayed``,
   the only recipe of its time), MXFP8 / FP8-MX ``mxfp8``; a 25.09 row without a precision is
   ``tensorwise`` (its parenthesized variant ``mxfp8``); FP8 weights where the recipe sets
-  ``fp8_param_gather``;
+  ``fp8_param_gather``; the first and last layers its ``first_last_layers_bf16`` keeps in BF16
+  (``num_layers_at_start_in_bf16`` / ``_end_``, 0 where unset);
 - context parallelism: CP ranks, their K/V by Megatron's default p2p ring;
 - pipeline sends and receives: every recipe with PP > 1 sets ``overlap_p2p_comm``, which is
   ppsim's ``pipeline.comm: async`` (the default);
@@ -145,6 +146,18 @@ def narrow_recipe(row: dict[str, Any]) -> tuple[str, str]:
     return "fp8", fp8_recipe(precision, variant, row["release"])
 
 
+def high_precision_layers(settings: dict[str, Any]) -> dict[str, int]:
+    """The layers the recipe keeps out of FP8 / FP4 (Megatron-Bridge's ``first_last_layers_bf16``
+    with ``num_layers_at_start_in_bf16`` / ``_end_``, 0 where unset: its MixedPrecisionConfig's
+    defaults), as ppsim's training keys; none without ``first_last_layers_bf16``."""
+    recipe = str(settings.get("precision_recipe") or "")
+    if "first_last_layers_bf16=True" not in recipe:
+        return {}
+    found = {end: re.search(rf"num_layers_at_{end}_in_bf16=(\d+)", recipe) for end in ("start", "end")}
+    return {f"high_precision_{'first' if end == 'start' else 'last'}_layers": int(m.group(1))
+            for end, m in found.items() if m and int(m.group(1))}
+
+
 def fp8_recipe(precision: str | None, variant: str, release: str) -> str:
     if precision in ("MXFP8", "FP8-MX") or (precision is None and variant == "parenthesized"):
         return "mxfp8"
@@ -211,7 +224,7 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
                      "partition": megatron_partition(arch.layers, pp * vp, arch.accounted)},
         "training": {"global_batch": row["gbs"], "micro_batch": micro_batch, "sequence_parallel": sp and tp > 1,
                      "flash_attention": True, "tp_comm_overlap": bool(tp_overlap and sp and tp > 1), key: recipe,
-                     "low_precision_params": low_precision_params,
+                     "low_precision_params": low_precision_params, **high_precision_layers(settings),
                      "zero_stage": 3 if fsdp else 1 if dp * cp > 1 else 0,
                      "offload_layers": int(offloaded.group(1)) if offloaded else 0,
                      "zero_reduce": "reduce_scatter", "overlap_grad_reduce": overlap,

@@ -228,6 +228,7 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False, per_node_dispa
         key, recipe = dense.narrow_recipe(row)
         training[key] = recipe
         training["low_precision_params"] = "param_gather=True" in str(settings.get("precision_recipe", ""))
+        training.update(dense.high_precision_layers(settings))
     data = {
         "name": row["id"], "model": model,
         "pipeline": {"stages": pp, "chunks": vp, "partition": partition,

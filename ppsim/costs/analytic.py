@@ -189,7 +189,7 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
     in 16 bits does not price them)."""
     ms = 0.0
     for g in gemms:
-        kind = narrow if narrow and g.linear else dtype
+        kind = narrow if narrow and g.linear and not g.wide else dtype
         if efficiency is not None:
             eff = efficiency
         elif not g.head_dim:

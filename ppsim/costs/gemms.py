@@ -23,7 +23,7 @@ by its FLOPs, ``Device.attention_efficiency`` by its head dimension).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 def attended_keys(keys: int, window: int | None = None) -> float:
@@ -53,6 +53,8 @@ class Gemm:
     #: prices the batch's FLOPs, as it does one call's: its small sizes are a call's fixed cost
     batched: bool = False
     keys: float = 0.0  #: an attention matmul's keys per query (the causal half, the window's band)
+    #: a linear layer kept in the model's dtype under FP8 / FP4 (training.high_precision_first_layers)
+    wide: bool = False
 
     @property
     def flops(self) -> float:
@@ -61,7 +63,8 @@ class Gemm:
     def times(self, count: float) -> Gemm:
         # the constructor, not dataclasses.replace: a stage's GEMMs are scaled hundreds of thousands
         # of times in a search
-        return Gemm(self.m, self.n, self.k, self.count * count, self.head_dim, self.linear, self.batched, self.keys)
+        return Gemm(self.m, self.n, self.k, self.count * count, self.head_dim, self.linear, self.batched, self.keys,
+                    self.wide)
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,11 @@ class PassGemms:
     def times(self, count: float) -> PassGemms:
         return PassGemms(*(tuple(g.times(count) for g in part) for part in (self.forward, self.input_grad,
                                                                              self.weight_grad)))
+
+    def widened(self) -> PassGemms:
+        """The same GEMMs, the linear layers' kept in the model's dtype (not FP8 / FP4)."""
+        return PassGemms(*(tuple(replace(g, wide=True) if g.linear else g for g in part)
+                           for part in (self.forward, self.input_grad, self.weight_grad)))
 
     def __add__(self, other: PassGemms) -> PassGemms:
         return PassGemms(self.forward + other.forward, self.input_grad + other.input_grad,

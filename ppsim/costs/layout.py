@@ -75,6 +75,26 @@ class StageShape:
 
 #: the order of the kinds of layer in a stage's GEMM lists (:meth:`ModelSpec.layer_kind`'s words)
 KIND_ORDER = ("block", "block/window", "moe", "moe/window", "*", "-", "E", "M")
+#: what a layer's kind carries when its linear layers stay in the model's dtype under FP8 / FP4
+WIDE = "/wide"
+
+
+def kind_rank(kind: str) -> tuple[int, bool]:
+    """Where ``kind`` goes in a stage's GEMM lists: its base kind's place, each before its wide twin."""
+    base = kind.removesuffix(WIDE)
+    return KIND_ORDER.index(base), base != kind
+
+
+def scenario_layer_kinds(s: Scenario) -> tuple[str, ...]:
+    """Every layer's kind (:meth:`~ppsim.inputs.scenario.ModelSpec.layer_kinds`), those that
+    ``training.high_precision_first_layers`` / ``_last_layers`` keep out of FP8 / FP4 marked :data:`WIDE`."""
+    assert s.model is not None  # only a model has layers
+    kinds = s.model.layer_kinds
+    first, last = s.training.high_precision_first_layers, s.training.high_precision_last_layers
+    if not first and not last:
+        return kinds
+    n = len(kinds)
+    return tuple(k + WIDE if i < first or i >= n - last else k for i, k in enumerate(kinds))
 
 
 @dataclass(frozen=True)
@@ -152,6 +172,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
     if model.tie_embeddings and stage_to_rank[0] == stage_to_rank[-1]:
         head = replace(head, params=head.params - model.vocab * model.hidden // s.tensor_parallel)
     context_buffers = context_parallel_buffers(s, model)
+    layer_kinds = scenario_layer_kinds(s)
     stages = []
     first = 0  # the stage's first block, counted over the whole model
     family_gemms: dict[tuple[str, int, int], PassGemms] = {}  # stages of as many blocks share their GEMM lists
@@ -160,15 +181,15 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
         if k == 0:
             first = 0  # each copy's stages start at the model's first layer
         recomputed = min(count, s.training.recompute_layers or count)
-        kind_at = model.layer_kinds[first:first + count]
-        moe_at = [kind in MOE_KINDS for kind in kind_at]
+        kind_at = layer_kinds[first:first + count]
+        moe_at = [kind.removesuffix(WIDE) in MOE_KINDS for kind in kind_at]
         first += count
         stage_blocks: list[LayerCost] = []
         gemms = PassGemms()
         lead = 0
         make_up = []
         # each family's blocks, recomputed first (the order block_gemms lists them in)
-        for family in sorted(set(kind_at), key=KIND_ORDER.index):
+        for family in sorted(set(kind_at), key=kind_rank):
             mine = [i for i, x in enumerate(kind_at) if x == family]
             full, plain = kinds.family(family)
             again = sum(i < recomputed for i in mine)

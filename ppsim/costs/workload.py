@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from ppsim.costs.analytic import analytic_costs
 from ppsim.costs.explicit import explicit_costs
 from ppsim.costs.layers import LayerCost, LayerParts, gpt_layers
-from ppsim.costs.layout import KIND_ORDER, BlockKinds, Layout, lay_out, mtp_parts
+from ppsim.costs.layout import WIDE, BlockKinds, Layout, kind_rank, lay_out, mtp_parts, scenario_layer_kinds
 from ppsim.costs.links import scenario_links
 from ppsim.costs.low_precision import check_low_precision, scenario_precision
 from ppsim.costs.mamba import mamba_layer
@@ -92,7 +92,7 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
             mtp = mtp_parts(s, layers, kinds, stage_to_rank)
             model = s.model
             assert model is not None  # it has layers
-            per_layer = [kinds.family(kind)[0].total_flops for kind in model.layer_kinds]
+            per_layer = [kinds.family(kind)[0].total_flops for kind in scenario_layer_kinds(s)]
             loads = (per_layer, emb.total_flops, head.total_flops + sum(x.total_flops for x in mtp))
         blocks = blocks_per_stage(s, copy_placement(stage_to_rank, pipes), *loads) * pipes
         if pipes == 1 and len(set(stage_to_rank)) == len(stage_to_rank):
@@ -149,16 +149,17 @@ def datasheet_source(s: Scenario, device: Device) -> str:
 
 
 def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompute | None = None,
-                 moe: bool = False, windowed: bool = False, parts: LayerParts = "block"
+                 moe: bool = False, windowed: bool = False, parts: LayerParts = "block", wide: bool = False
                  ) -> tuple[LayerCost, LayerCost, LayerCost] | None:
     """(embedding, block, head) of the scenario's model for one micro-batch, per tensor-parallel
     device, in the scenario's recompute mode or ``recompute``; the block a MoE layer's with ``moe``,
-    one attending through the sliding window with ``windowed``; with a profile the embedding's and
+    one attending through the sliding window with ``windowed``, its linear layers in the model's
+    dtype whatever the scenario's FP8 / FP4 with ``wide``; with a profile the embedding's and
     head's parameters are whole, as ppexec holds them."""
     if s.model is None:
         return None
     t, training = s.tensor_parallel, s.training
-    narrow = scenario_precision(training.fp8, training.fp4, training.low_precision_params)
+    narrow = None if wide else scenario_precision(training.fp8, training.fp4, training.low_precision_params)
     experts = ExpertShard.of(s.model, s.expert_parallel, s.expert_tensor) if moe and s.model.moe else None
     layers = gpt_layers(s.model, training.micro_batch, recompute or training.recompute, t,
                         sequence_parallel=training.sequence_parallel, flash_attention=training.flash_attention,
@@ -181,21 +182,25 @@ def block_kinds(s: Scenario, layers: tuple[LayerCost, LayerCost, LayerCost] | No
     partial = s.training.recompute_layers is not None
 
     def layer(kind: str, recompute: Recompute | None) -> LayerCost:
-        if kind == "M":
-            return mamba_layer(model, s.training.micro_batch, recompute or s.training.recompute, s.tensor_parallel,
-                               sequence_parallel=s.training.sequence_parallel,
-                               narrow=scenario_precision(s.training.fp8, s.training.fp4, s.training.low_precision_params))
-        parts: LayerParts = {"*": "attention", "-": "mlp", "E": "mlp"}.get(kind, "block")  # type: ignore[assignment]
-        if kind == "block" and recompute is None:
+        base = kind.removesuffix(WIDE)
+        wide = base != kind  # its linear layers kept in the model's dtype
+        if base == "M":
+            narrow = None if wide else scenario_precision(s.training.fp8, s.training.fp4, s.training.low_precision_params)
+            built_layer = mamba_layer(model, s.training.micro_batch, recompute or s.training.recompute,
+                                      s.tensor_parallel, sequence_parallel=s.training.sequence_parallel, narrow=narrow)
+        elif kind == "block" and recompute is None:
             return layers[1]
-        built = model_layers(s, recompute=recompute, moe=kind.startswith("moe") or kind == "E",
-                             windowed=kind.endswith("/window"), parts=parts)
-        assert built is not None  # the scenario has a model
-        return built[1]
+        else:
+            parts: LayerParts = {"*": "attention", "-": "mlp", "E": "mlp"}.get(base, "block")  # type: ignore[assignment]
+            built = model_layers(s, recompute=recompute, moe=base.startswith("moe") or base == "E",
+                                 windowed=base.endswith("/window"), parts=parts, wide=wide)
+            assert built is not None  # the scenario has a model
+            built_layer = built[1]
+        # its linear layers' GEMMs at the model's dtype's peak, not the narrow format's
+        return replace(built_layer, gemms=built_layer.gemms.widened()) if wide else built_layer
 
     return BlockKinds({kind: (layer(kind, None), layer(kind, "none") if partial else None)
-                       for kind in sorted(set(model.layer_kinds) | {"block"},
-                                          key=KIND_ORDER.index)})
+                       for kind in sorted(set(scenario_layer_kinds(s)) | {"block"}, key=kind_rank)})
 
 
 def _check_profile(s: Scenario, profile: Profile) -> None:

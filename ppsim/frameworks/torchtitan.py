@@ -59,6 +59,9 @@ def torchtitan_config(s: Scenario, plan: Plan, stages: list[StageLayers], csv_na
         refuse.add(f"torchtitan has no {tr.fp8} FP8 scaling: export with training.fp8: tensorwise or mxfp8")
     if tr.fp4:
         refuse.add("torchtitan's TOML has no FP4 training: export without training.fp4")
+    if tr.high_precision_first_layers or tr.high_precision_last_layers:
+        refuse.add("torchtitan's TOML keeps no layers out of FP8 by their place: export without "
+                   "training.high_precision_first_layers / high_precision_last_layers")
     d = s.data_parallel
     # a pipeline's micro-batches are its local batch over the micro-batch size; without one, torchtitan
     # accumulates gradients over the global batch's excess over the local batch x replicas

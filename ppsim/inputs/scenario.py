@@ -336,6 +336,10 @@ class TrainingSpec(_Strict):
     fp4: Fp4Recipe | None = None  #: the linear layers in FP4 (Megatron's --fp4-recipe; Blackwell)
     #: weights kept in the fp8 / fp4 format (Megatron's --fp8-param-gather / --fp4-param-gather)
     low_precision_params: bool = False
+    #: with fp8 or fp4, the model's first and last this many layers keep their linear layers in
+    #: model.dtype (Megatron's --first-last-layers-bf16, --num-layers-at-start-in-bf16 / -at-end-)
+    high_precision_first_layers: int = Field(default=0, ge=0, le=1_000_000)
+    high_precision_last_layers: int = Field(default=0, ge=0, le=1_000_000)
 
 
 class PipelineSpec(_Strict):
@@ -640,8 +644,8 @@ def check(s: Scenario) -> None:
     """Cross-field rules that pydantic's per-field checks cannot see; each raises a ScenarioError
     naming the key and the fix."""
     for rule in (_check_sizes, _check_batch, _check_tensor_parallel, _check_experts, _check_links, _check_zero,
-                 _check_recompute, _check_delay_wgrad, _check_dispatcher, _check_hybrid, _check_partition,
-                 _check_costs):
+                 _check_recompute, _check_delay_wgrad, _check_dispatcher, _check_high_precision_layers,
+                 _check_hybrid, _check_partition, _check_costs):
         rule(s)
     from ppsim.inputs.hardware import get_device  # local: keeps the catalogue out of schema import time
 
@@ -853,6 +857,20 @@ def _check_delay_wgrad(s: Scenario) -> None:
     if s.model is None or s.model.moe is None or s.expert_parallel * s.expert_tensor <= 1:
         raise ScenarioError("hides a mixture of experts' all-to-alls under the weight grads, and this plan has "
                             "none (a model.moe with expert_parallel > 1): drop it", field="training.delay_wgrad")
+
+
+def _check_high_precision_layers(s: Scenario) -> None:
+    """Layers kept out of FP8 / FP4 need a narrow format and must be layers of the model."""
+    first, last = s.training.high_precision_first_layers, s.training.high_precision_last_layers
+    if not first and not last:
+        return
+    key = "training.high_precision_first_layers" if first else "training.high_precision_last_layers"
+    if s.training.fp8 is None and s.training.fp4 is None:
+        raise ScenarioError("keeps layers out of FP8 / FP4, and neither training.fp8 nor training.fp4 is set: set "
+                            "one or drop it", field=key)
+    if s.model is not None and first + last > s.model.layers:
+        raise ScenarioError(f"keeps the first {first} and the last {last} layers in {s.model.dtype}, more than the "
+                            f"model's {s.model.layers}: give at most {s.model.layers} in all", field=key)
 
 
 def _check_dispatcher(s: Scenario) -> None:

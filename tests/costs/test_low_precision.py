@@ -81,6 +81,35 @@ def test_the_weights_carry_fp8_copies_or_are_fp8() -> None:
     assert stage.memory.weights - plain_stage.memory.weights == 4 * 2 * linear_params
 
 
+def test_the_layers_kept_out_of_fp8_run_in_bf16_without_casts() -> None:
+    """training.high_precision_first_layers 1 and _last_layers 1 of 8 (Megatron's
+    --first-last-layers-bf16): stage 0 (layers 0-3) holds one such layer, stage 1 (4-7) another;
+    each costs its linear GEMMs at the bf16 peak and no casts, the others as under FP8; the
+    weights of those layers carry no FP8 copies."""
+    fp8 = build(parse_scenario(scenario(fp8="delayed"))).workload.costs.stages
+    kept = build(parse_scenario(scenario(fp8="delayed", high_precision_first_layers=1,
+                                         high_precision_last_layers=1))).workload.costs.stages
+    linear = 2 * TOKENS * (4 * H * H + 2 * H * F)
+    casts = 4 * TOKENS * (3 * H + F)
+    per_layer = linear / (989e12 / 1e3 * 0.5) - linear / (1979e12 / 1e3 * 0.5) - casts / (3350e9 / 1e3)
+    for stage in (0, 1):
+        assert kept[stage].forward_ms - fp8[stage].forward_ms == pytest.approx(per_layer, rel=1e-9)
+        assert fp8[stage].memory.weights - kept[stage].memory.weights == 2 * (4 * H * H + 2 * H * F)
+    every = build(parse_scenario(scenario(fp8="delayed", high_precision_last_layers=8))).workload.costs.stages
+    plain = build(parse_scenario(scenario())).workload.costs.stages
+    assert [c.forward_ms for c in every] == pytest.approx([c.forward_ms for c in plain], rel=1e-12)
+
+
+@pytest.mark.parametrize("training, says", [
+    ({"high_precision_last_layers": 2}, "neither training.fp8 nor training.fp4"),
+    ({"fp8": "delayed", "high_precision_first_layers": 5, "high_precision_last_layers": 4}, "more than the model's 8"),
+])
+def test_layers_kept_out_of_fp8_need_it_and_must_exist(training: dict[str, Any], says: str) -> None:
+    with pytest.raises(ScenarioError, match=says) as err:
+        build(parse_scenario(scenario(**training)))
+    assert err.value.field.startswith("training.high_precision_")
+
+
 @pytest.mark.parametrize("change, field, says", [
     ({"hardware": {"device": "a100-80g"}, "training": {"fp8": "delayed"}}, "training.fp8", "a100-80g has none"),
     ({"training": {"fp8": "mxfp8"}}, "training.fp8", "mxfp8 needs Blackwell"),

@@ -172,3 +172,30 @@ def test_deepeps_dispatch_and_node_limited_routing_go_to_megatron_and_back(tmp_p
     (tmp_path / "ds.megatron.sh").write_text(text)
     back, _, _ = import_scenario([tmp_path / "ds.megatron.sh"], {}, s.devices)
     assert back["training"]["moe_dispatcher"] == "deepep" and back["model"]["moe"]["node_limit"] == 4
+
+
+def test_the_layers_kept_out_of_fp8_go_to_megatron_and_back(tmp_path: Path) -> None:
+    """training.high_precision_first_layers 0 / _last_layers 3 (Nemotron 3 Super's NVFP4 recipe keeps
+    its last 14 so): --first-last-layers-bf16 with both counts written (Megatron keeps one at each
+    end unless told), read back as given; an argument file with the switch alone keeps one at each
+    end; torchtitan refuses it by name."""
+    data = load(SCENARIOS / "llama31-405b-h100.yaml").model_dump(exclude_none=True)
+    data["training"].update(fp8="tensorwise", high_precision_last_layers=3)
+    s = parse_scenario(data)
+    text = export(s, "megatron", "ll", "c").files[".megatron.sh"]
+    words = argument_tokens(text)
+    assert "--first-last-layers-bf16" in words
+    assert words[words.index("--num-layers-at-start-in-bf16") + 1] == "0"
+    assert words[words.index("--num-layers-at-end-in-bf16") + 1] == "3"
+    (tmp_path / "ll.megatron.sh").write_text(text)
+    back, _, _ = import_scenario([tmp_path / "ll.megatron.sh"], {}, s.devices)
+    assert (back["training"]["high_precision_first_layers"], back["training"]["high_precision_last_layers"]) == (0, 3)
+    mapping, _, _ = import_scenario([tmp_path / "ll.megatron.sh"], s.model_dump(exclude_none=True), s.devices)
+    assert step_time_ms(predict(parse_scenario(mapping)).trace) == pytest.approx(step_time_ms(predict(s).trace), rel=1e-9)
+    alone = text.replace("--num-layers-at-start-in-bf16 0", "").replace("--num-layers-at-end-in-bf16 3", "")
+    (tmp_path / "alone.megatron.sh").write_text(alone)
+    back, _, _ = import_scenario([tmp_path / "alone.megatron.sh"], {}, s.devices)
+    assert (back["training"]["high_precision_first_layers"], back["training"]["high_precision_last_layers"]) == (1, 1)
+    with pytest.raises(CannotExport) as refused:
+        export(s, "torchtitan", "ll", "c")
+    assert any("high_precision_first_layers" in r for r in refused.value.reasons)
