@@ -64,6 +64,7 @@ def ds_config(s: Scenario, refuse: Refusals, notes: list[str]) -> dict[str, Any]
                           ("training.fp8", tr.fp8 is not None, "FP8 training"),
                           ("training.fp4", tr.fp4 is not None, "FP4 training"),
                           ("model.pattern", model.pattern is not None, "a hybrid Mamba model"),
+                          ("model.mtp_layers", bool(model.mtp_layers), "multi-token prediction module"),
                           ("training.offload_layers", tr.offload_layers > 0, "ppsim's activation offloading")):
         if on:
             refuse.add(f"DeepSpeed's PipelineModule has no {what}: export without {key}")

@@ -118,6 +118,9 @@ def torchtitan_config(s: Scenario, plan: Plan, stages: list[StageLayers], csv_na
         refuse.add("torchtitan has no hybrid Mamba model: export a GPT-style model")
     if model.attention_window is not None:
         refuse.add("sliding-window attention is not exported yet: drop model.attention_window")
+    if model.mtp_layers:
+        refuse.add("ppsim knows no key of torchtitan v0.2.2's TOML for multi-token prediction: export with "
+                   "model.mtp_layers: 0")
     if tr.offload_layers:
         refuse.add("ppsim's activation offloading is not torchtitan's: export with training.offload_layers: 0")
     if s.context_parallel > 1 and tr.cp_comm != "all_gather":

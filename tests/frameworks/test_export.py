@@ -340,3 +340,15 @@ def test_a_latent_moe_and_a_repeated_mtp_module_are_refused_by_name() -> None:
     with pytest.raises(CannotExport) as err:
         export(s, "torchtitan", "x", "c")
     assert any("a latent MoE: drop model.moe.latent" in r for r in err.value.reasons)
+
+
+def test_torchtitan_and_deepspeed_refuse_a_multi_token_prediction_module_by_name() -> None:
+    """DeepSeek-V3's MTP module is part of what ppsim priced; an export that has no key for it would
+    run another model, so torchtitan and DeepSpeed refuse it, naming model.mtp_layers."""
+    data = load(SCENARIOS / "gpt.yaml").model_dump(exclude_none=True)
+    data["model"]["mtp_layers"] = 1
+    s = parse_scenario(data)
+    for framework in ("torchtitan", "deepspeed"):
+        with pytest.raises(CannotExport) as err:
+            export(s, framework, "x", "c")
+        assert any("model.mtp_layers" in r for r in err.value.reasons), framework
