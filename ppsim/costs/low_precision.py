@@ -15,13 +15,16 @@ Recipes (Megatron's ``--fp8-recipe`` and ``--fp4-recipe``):
 - ``blockwise`` (FP8): a 4-byte scale per block of 128 values (DeepSeek-V3's recipe), found in the
   cast kernel;
 - ``mxfp8``: a 1-byte scale per 32 values, in Blackwell's Tensor Cores (MX formats);
-- ``nvfp4``: 4-bit values (half a byte) with a 1-byte scale per 16, in Blackwell's Tensor Cores;
-  the weight grad's inputs pass a 16-point Hadamard transform, done in the cast kernel.
+- ``nvfp4``: 4-bit values (half a byte) with a 1-byte scale per 16, in Blackwell's Tensor Cores,
+  under a per-tensor scale from the tensor's amax, found right before the cast (one more read, as
+  ``tensorwise``; Transformer Engine's GEMM profiling guide names "the extra memory pass for
+  per-tensor amax computation"); the weight grad's inputs pass a 16-point Hadamard transform, done
+  in the cast kernel.
 
 Casts are memory-bound work at the device's HBM bandwidth. Per linear layer and micro-batch the
 forward casts its input and the backward its output gradient: each read in 16 bits and written
 twice narrow (row-wise for the GEMM that follows, column-wise for the weight grad), plus, for
-``tensorwise``, one more read for the amax. Weights are cast once per step (read 2 bytes, write
+``tensorwise`` and ``nvfp4``, one more read for the amax. Weights are cast once per step (read 2 bytes, write
 the two narrow copies), unless ``low_precision_params`` keeps them narrow.
 
 Memory: a linear layer's input kept for the backward is its column-wise narrow copy (with its
@@ -45,6 +48,8 @@ VALUE_BYTES = {"tensorwise": 1.0, "delayed": 1.0, "blockwise": 1.0, "mxfp8": 1.0
 SCALE_BYTES = {"tensorwise": 0.0, "delayed": 0.0, "blockwise": 4 / 128, "mxfp8": 1 / 32, "nvfp4": 1 / 16}
 #: recipes whose block scales need Blackwell's MX Tensor Cores
 MX_RECIPES = ("mxfp8", "nvfp4")
+#: recipes whose cast reads each tensor once more, for its per-tensor amax
+AMAX_PASS_RECIPES = ("tensorwise", "nvfp4")
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,7 @@ class LowPrecision:
     def cast_traffic(self, linears: list[tuple[float, float]], tokens: float, dtype_bytes: int) -> Traffic:
         """HBM bytes of the casts of linear layers of (input, output) widths at ``tokens`` tokens:
         the forward's inputs, the backward's output gradients."""
-        per_value = dtype_bytes + 2 * self.value_bytes + (dtype_bytes if self.recipe == "tensorwise" else 0)
+        per_value = dtype_bytes + 2 * self.value_bytes + (dtype_bytes if self.recipe in AMAX_PASS_RECIPES else 0)
         forward = sum(tokens * i for i, _ in linears) * per_value
         backward = sum(tokens * o for _, o in linears) * per_value
         return Traffic(forward=forward, backward=backward, recompute=0.0)

@@ -50,8 +50,8 @@ def test_each_narrow_curve_is_its_published_figures_over_the_peak() -> None:
     for name in ("b200", "b300", "gb300"):  # the GB200's fractions, said so in the catalogue
         assert DEVICES[name].gemm_fp8 == DEVICES["gb200"].gemm_fp8
     assert DEVICES["b200"].gemm_fp4 == DEVICES["gb200"].gemm_fp4
-    for name in ("b300", "gb300"):  # Blackwell Ultra's FP4 units: another rate, no curve
-        assert DEVICES[name].gemm_fp4 is None
+    for name in ("b300", "gb300"):  # Blackwell Ultra's FP4 units: another rate, their own figure (below)
+        assert DEVICES[name].gemm_fp4 != DEVICES["gb200"].gemm_fp4
     for name in ("a100-40g", "a100-80g", "cpu"):  # no FP8 Tensor Cores
         assert DEVICES[name].gemm_fp8 is None and DEVICES[name].gemm_fp4 is None
 
@@ -83,6 +83,27 @@ def _on(device: str, **hardware: object) -> Scenario:
     data = gpt().model_dump(exclude_none=True)
     data["hardware"] = {"device": device, **hardware}
     return parse_scenario(data)
+
+
+def test_blackwell_ultra_s_bf16_and_fp4_gemms_are_the_te_guide_s_layer_over_the_peak() -> None:
+    """Transformer Engine's GEMM guide times one layer's 12 GEMMs of a 5B model (h 4096, MLP 16384,
+    15,872 tokens) on a B300: 3 passes x 2 x 15872 x (4096 x 12288 + 4096^2 + 2 x 4096 x 16384) =
+    1.917e13 FLOPs, in 13.102 ms in bf16 (0.650 of 2,250 TFLOP/s) and 3.764 ms in NVFP4 on operands
+    quantized beforehand (0.364 of 14,000); the GB300 takes the same fractions of its peaks."""
+    import yaml
+
+    guide = yaml.safe_load((ROOT / "bench" / "data" / "te_gemm_guide.yaml").read_text())
+    flops = 3 * 2 * 15872 * (4096 * 12288 + 4096 * 4096 + 2 * 4096 * 16384)
+    assert guide["layer_flops"] == pytest.approx(flops, rel=1e-4)
+    kernel = guide["b300"]["prequantized"]
+    b300 = DEVICES["b300"]
+    for kind, curve in (("bf16", b300.gemm), ("nvfp4", b300.gemm_fp4)):
+        peak = b300.peak_tflops["fp4" if kind == "nvfp4" else kind] * 1e12
+        assert curve is not None and "GEMM profiling guide" in curve.source
+        assert [f for _, f in curve.points] == [round(flops / (kernel[kind] * 1e-3) / peak, 3)] * 2
+    assert DEVICES["gb300"].gemm == b300.gemm and DEVICES["gb300"].gemm_fp4 == b300.gemm_fp4
+    # the layer's FP4 kernels ran 3.48x its bf16 ones, where the peaks differ 6.2x
+    assert kernel["bf16"] / kernel["nvfp4"] == pytest.approx(3.48, abs=0.01)
 
 
 def test_memory_bound_work_runs_at_the_measured_copy_under_the_curves_only() -> None:
