@@ -181,9 +181,20 @@ def scenario_with(path: Path, plan: PlanOverrides = PlanOverrides(), ds_config: 
     for note in notes:
         say("note", note)
     new, plan_notes = apply_overrides(s, plan)
-    for note in plan_notes + plan_warnings(new):
+    for note in plan_notes + plan_warnings(new) + pricing_notes(new):
         say("note", note)
     return new
+
+
+def pricing_notes(s: Scenario) -> list[str]:
+    """What the scenario's pricing does that its device's own measurements contradict (none
+    without a model: explicit costs price themselves)."""
+    if s.model is None or s.costs is not None:
+        return []
+    from ppsim.costs.measured import flat_narrow_notes
+    from ppsim.inputs.hardware import get_device
+
+    return flat_narrow_notes(s, get_device(s.hardware.device, s.hardware.device_file))
 
 
 def load_profile_option(path: Path | None) -> Profile | None:

@@ -13,3 +13,30 @@ def uses_curves(s: Scenario, device: Device) -> bool:
     """The costs take ``device``'s measured figures: asked for, not overridden by a flat
     ``hardware.efficiency``, and the device has some."""
     return s.hardware.gemm_curves and s.hardware.efficiency is None and device.measured
+
+
+#: a large linear layer's GEMM (about 8192 x 8192 x 8192): where a narrow curve is read for the note below
+LAYER_GEMM_FLOPS = 1e12
+
+
+def flat_narrow_notes(s: Scenario, device: Device) -> list[str]:
+    """Where the device's flat efficiency prices the scenario's FP8 / FP4 GEMMs much faster (by more
+    than a sixth) than the device's own measured narrow curve at a layer's sizes: one line saying
+    so, and how to price them by the measurement."""
+    from ppsim.costs.low_precision import scenario_precision
+
+    tr = s.training
+    narrow = scenario_precision(tr.fp8, tr.fp4, tr.low_precision_params)
+    if narrow is None or uses_curves(s, device) or s.hardware.efficiency is not None:
+        return []
+    curve = device.gemm_fp4 if narrow.peak == "fp4" else device.gemm_fp8
+    if curve is None or narrow.peak not in curve.dtypes:
+        return []
+    measured, flat = curve(LAYER_GEMM_FLOPS), device.efficiency
+    if measured >= flat * 5 / 6:
+        return []
+    peak = device.peak_tflops[narrow.peak]
+    key = "training.fp4" if narrow.peak == "fp4" else "training.fp8"
+    return [f"{key}: the flat {flat:.0%} prices {device.name}'s {narrow.peak.upper()} GEMMs at {flat * peak:,.0f} "
+            f"TFLOP/s; its measured kernels reach {measured:.0%} of peak ({measured * peak:,.0f}) at a layer's sizes "
+            f"({curve.source.split(' (')[0]}): set hardware.gemm_curves: true to price them so"]

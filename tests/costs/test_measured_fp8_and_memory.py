@@ -221,3 +221,26 @@ def yaml_scenario(name: str) -> dict[str, object]:
     data = yaml.safe_load((ROOT / "scenarios" / name).read_text())
     assert isinstance(data, dict)
     return data
+
+
+def test_run_notes_where_the_flat_pricing_outruns_the_device_s_measured_narrow_kernels() -> None:
+    """NVFP4 on a GB300 under the flat 0.55: its FP4 GEMMs at 8,250 TFLOP/s, where the measured
+    kernels reach 0.364 of 15,000 (5,460): one note naming the key and the switch; none under the
+    curves, none where the measurement is near the flat figure (the H100's FP8: 0.66 at 1e12 FLOPs),
+    none without a narrow format."""
+    from ppsim.cli.common import pricing_notes
+
+    def notes(device: str, **training: object) -> list[str]:
+        data = gpt().model_dump(exclude_none=True)
+        data["hardware"] = {"device": device}
+        data["training"] = {**data.get("training", {}), **training}
+        return pricing_notes(parse_scenario(data))
+
+    (note,) = notes("gb300", fp4="nvfp4")
+    assert note.startswith("training.fp4: the flat 55% prices gb300's FP4 GEMMs at 8,250 TFLOP/s")
+    assert "(5,460)" in note and "hardware.gemm_curves: true" in note and "GEMM profiling guide" in note
+    assert notes("h100-sxm", fp8="tensorwise") == [] and notes("gb300") == []
+    curved = gpt().model_dump(exclude_none=True)
+    curved["hardware"] = {"device": "gb300", "gemm_curves": True}
+    curved["training"] = {**curved.get("training", {}), "fp4": "nvfp4"}
+    assert pricing_notes(parse_scenario(curved)) == []
