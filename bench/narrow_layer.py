@@ -11,9 +11,10 @@ efficiency, or the device's measured curves), and the autocast calls' casts by
 scales, one more read for an amax) at the device's memory rate (the datasheet's, or its measured
 copy under the curves). The H200 NVL is priced as the catalogue's H200 SXM (the same GPU at more
 power): its figures say more in ratios than in milliseconds. The B300's bf16 and NVFP4 curve points
-are these same kernels' figures (the catalogue's ``gemm`` and ``gemm_fp4`` of Blackwell Ultra), so
-those two rows' kernels under the curves check the arithmetic, not the model; everything else here
-is priced by figures measured elsewhere. Nothing is fitted to these timings.
+are these same kernels' figures (the catalogue's ``gemm`` and ``gemm_fp4`` of Blackwell Ultra), and
+MXFP8's and NVFP4's cast slowdowns (``low_precision.CAST_SLOWDOWN``) these casts' against the
+B300's copy: those rows under the curves check the arithmetic, not the model; the rest is priced by
+figures measured elsewhere. Nothing is fitted to these timings.
 
     .venv/bin/python bench/narrow_layer.py
 """
@@ -88,8 +89,8 @@ def main() -> None:
                     row += f" {p:7.3f} {100 * (p / measured - 1):+4.0f}%"
                 cells.append(row)
             print(f"{gpu:9s} {precision:12s} " + "   ".join(cells))
-    print("\n(the B300's bf16 and NVFP4 kernels under the curves are the catalogue's own points: arithmetic, "
-          "not a check)")
+    print("\n(the B300's bf16 and NVFP4 kernels, and its MXFP8 and NVFP4 casts, under the curves are the "
+          "catalogue's own figures: arithmetic, not a check)")
     print("speedups over bf16 with their casts (measured / flat / curves):")
     for gpu, name in DEVICES.items():
         autocast = data[gpu]["autocast"]

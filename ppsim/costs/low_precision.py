@@ -21,7 +21,9 @@ Recipes (Megatron's ``--fp8-recipe`` and ``--fp4-recipe``):
   per-tensor amax computation"); the weight grad's inputs pass a 16-point Hadamard transform, done
   in the cast kernel.
 
-Casts are memory-bound work at the device's HBM bandwidth. Per linear layer and micro-batch the
+Casts are memory-bound work at the device's HBM bandwidth, each recipe's cast kernel at its measured
+speed beside a copy's (:data:`CAST_SLOWDOWN`: its bytes counted as the copy-equivalent bytes that
+take as long). Per linear layer and micro-batch the
 forward casts its input and the backward its output gradient: each read in 16 bits and written
 twice narrow (row-wise for the GEMM that follows, column-wise for the weight grad), plus, for
 ``tensorwise`` and ``nvfp4``, one more read for the amax. Weights are cast once per step (read 2 bytes, write
@@ -50,6 +52,12 @@ SCALE_BYTES = {"tensorwise": 0.0, "delayed": 0.0, "blockwise": 4 / 128, "mxfp8":
 MX_RECIPES = ("mxfp8", "nvfp4")
 #: recipes whose cast reads each tensor once more, for its per-tensor amax
 AMAX_PASS_RECIPES = ("tensorwise", "nvfp4")
+#: how much longer than a copy of its bytes a recipe's cast takes: Transformer Engine's GEMM guide on
+#: a B300 (bench/data/te_gemm_guide.yaml: each autocast call's casts over their bytes, against the
+#: B300's measured copy; tests/costs/test_low_precision.py derives them). MXFP8's block scales 1.2x,
+#: NVFP4's Hadamard transforms, stochastic rounding and 2D scales 1.4x; per-tensor scaling ran as a
+#: copy (1.04x); the others were not measured apart from their GEMMs
+CAST_SLOWDOWN = {"mxfp8": 1.20, "nvfp4": 1.40}
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,11 @@ class LowPrecision:
         return "fp4" if self.recipe in FP4_RECIPES else "fp8"
 
     @property
+    def cast_slowdown(self) -> float:
+        """The recipe's cast against a copy of its bytes (:data:`CAST_SLOWDOWN`; 1: as fast)."""
+        return CAST_SLOWDOWN.get(self.recipe, 1.0)
+
+    @property
     def value_bytes(self) -> float:
         """Bytes of one narrow value with its share of the scales."""
         return VALUE_BYTES[self.recipe] + SCALE_BYTES[self.recipe]
@@ -72,14 +85,15 @@ class LowPrecision:
     def cast_traffic(self, linears: list[tuple[float, float]], tokens: float, dtype_bytes: int) -> Traffic:
         """HBM bytes of the casts of linear layers of (input, output) widths at ``tokens`` tokens:
         the forward's inputs, the backward's output gradients."""
-        per_value = dtype_bytes + 2 * self.value_bytes + (dtype_bytes if self.recipe in AMAX_PASS_RECIPES else 0)
+        per_value = self.cast_slowdown * (dtype_bytes + 2 * self.value_bytes
+                                          + (dtype_bytes if self.recipe in AMAX_PASS_RECIPES else 0))
         forward = sum(tokens * i for i, _ in linears) * per_value
         backward = sum(tokens * o for _, o in linears) * per_value
         return Traffic(forward=forward, backward=backward, recompute=0.0)
 
     def weight_cast_bytes(self, params: int, dtype_bytes: int) -> float:
         """HBM bytes of casting ``params`` weights once per step (none when they are kept narrow)."""
-        return 0.0 if self.params else params * (dtype_bytes + 2 * self.value_bytes)
+        return 0.0 if self.params else params * self.cast_slowdown * (dtype_bytes + 2 * self.value_bytes)
 
     def weight_bytes_per_param(self, dtype_bytes: int) -> float:
         """Bytes a linear layer's weight takes: its narrow copies beside the 16-bit weight, or with

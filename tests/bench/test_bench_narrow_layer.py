@@ -16,7 +16,7 @@ BENCH = ROOT / "bench" / "narrow_layer.py"
 def test_the_layer_is_its_twelve_gemms_and_the_autocast_casts() -> None:
     """Flat, on the B300 (2,250 bf16, 4,500 fp8 TFLOP/s at 0.55; 8,000 GB/s): bf16 runs the
     1.917e13 FLOPs at 1,237.5 TFLOP/s; MXFP8 at twice that, and its casts move 2 + 2 x (1 + 1/32)
-    bytes for each of the calls' 2,483 M input and weight values."""
+    bytes for each of the calls' 2,483 M input and weight values, taking 1.2x a copy of them."""
     b = bench_module("narrow_layer")
     calls = b.gemm_calls()
     flops = sum(2 * m * k * n for m, k, n in calls)
@@ -27,7 +27,7 @@ def test_the_layer_is_its_twelve_gemms_and_the_autocast_casts() -> None:
     assert kernels == pytest.approx(flops / (4500e9 * 0.55))
     values = sum(m * k + k * n for m, k, n in calls)
     assert values == pytest.approx(2483.03e6, rel=1e-5)
-    assert total - kernels == pytest.approx(values * (2 + 2 * (1 + 1 / 32)) / 8000e6)
+    assert total - kernels == pytest.approx(1.2 * values * (2 + 2 * (1 + 1 / 32)) / 8000e6)
 
 
 def test_the_bench_prints_every_measured_precision() -> None:
