@@ -70,6 +70,14 @@ def bench_module(name: str) -> ModuleType:
     return module
 
 
+def device_entry(extra: str) -> str:
+    """A device file of one H100-like entry, ``mine``, with ``extra`` (indented YAML lines) added:
+    what a test of the catalogue's checks writes around the key it tries."""
+    return ("mine:\n  peak_tflops: {bf16: 989, fp16: 989, fp32: 67, fp8: 1979}\n  memory_gb: 80\n"
+            "  hbm_gb_s: 3350\n  efficiency: 0.55\n  intra_node: {bandwidth_gb_s: 450, latency_us: 3}\n"
+            f"  inter_node: {{bandwidth_gb_s: 50, latency_us: 5}}\n{extra}\n")
+
+
 @cache
 def gpt() -> Scenario:
     """scenarios/gpt.yaml, loaded once (a Scenario is immutable)."""

@@ -215,8 +215,8 @@ def _measured(name: str, key: str, entry: Any, source: str, keys: set[str],
 
 def _fused(name: str, entry: Any, source: str) -> FusedAttention | None:
     """Device ``name``'s ``flash_attention`` figures (None when absent), checked: a fraction of peak
-    in (0, 1] for each pass, or ``points`` of [head dim, keys, forward, backward] (sizes > 0, each
-    head dim's keys strictly increasing, fractions in (0, 1])."""
+    in (0, 1] for each pass, or ``points`` of [head dim, keys, forward, backward] (sizes > 0, no
+    shape twice, fractions in (0, 1])."""
     if entry is None:
         return None
     where, dtypes = _measured(name, "flash_attention", entry, source, _FUSED_KEYS)

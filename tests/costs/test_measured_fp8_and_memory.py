@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import gpt
+from conftest import device_entry, gpt
 from ppsim.costs import build_workload
 from ppsim.costs.analytic import matmul_ms
 from ppsim.costs.gemms import Gemm
@@ -141,18 +141,6 @@ def test_the_measured_copies_have_their_sources() -> None:
             assert d.hbm_copy.gb_s < d.hbm_gb_s, name  # no copy beats its datasheet
 
 
-_ENTRY = """
-mine:
-  peak_tflops: {{bf16: 989, fp16: 989, fp32: 67, fp8: 1979}}
-  memory_gb: 80
-  hbm_gb_s: 3350
-  efficiency: 0.55
-  intra_node: {{bandwidth_gb_s: 450, latency_us: 3}}
-  inter_node: {{bandwidth_gb_s: 50, latency_us: 5}}
-{extra}
-"""
-
-
 @pytest.mark.parametrize(("extra", "message"), [
     ("  gemm_fp8: {source: x, dtypes: [bf16], points: [[1.0e+9, 0.5], [1.0e+12, 0.7]]}", "dtypes is"),
     ("  gemm_fp8: {points: [[1.0e+9, 0.5], [1.0e+12, 0.7]]}", "gemm_fp8 needs a source"),
@@ -163,14 +151,14 @@ mine:
 ])
 def test_a_device_file_refuses_a_bad_fp8_curve_or_copy_naming_it(tmp_path: Path, extra: str, message: str) -> None:
     dev = tmp_path / "gpu.yaml"
-    dev.write_text(_ENTRY.format(extra=extra))
+    dev.write_text(device_entry(extra))
     with pytest.raises(ScenarioError, match=message):
         read_devices(dev)
 
 
 def test_a_device_with_only_a_measured_copy_is_priced_by_it_under_the_curves(tmp_path: Path) -> None:
     dev = tmp_path / "gpu.yaml"
-    dev.write_text(_ENTRY.format(extra="  hbm_copy: {gb_s: 1675, source: my copy}"))
+    dev.write_text(device_entry("  hbm_copy: {gb_s: 1675, source: my copy}"))
     mine = read_devices(dev)["mine"]
     assert mine.measured and mine.memory_gb_s(measured=True) == 1675
     flat = build_workload(_on("mine", device_file=str(dev))).costs.stages[1]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import device_entry
 from ppsim.costs.analytic import matmul_ms
 from ppsim.costs.gemms import attended_keys, block_gemms
 from ppsim.errors import ScenarioError
@@ -124,10 +125,7 @@ def test_multi_head_latent_attention_s_kernel_is_looked_up_at_its_mean_head_dim(
 ])
 def test_a_device_file_s_fused_attention_points_are_checked(tmp_path: Path, points: str, message: str) -> None:
     path = tmp_path / "dev.yaml"
-    path.write_text("mine:\n  peak_tflops: {bf16: 1, fp16: 1, fp32: 1}\n  memory_gb: 80\n  hbm_gb_s: 2000\n"
-                    "  efficiency: 0.5\n  intra_node: {bandwidth_gb_s: 300, latency_us: 3}\n"
-                    "  inter_node: {bandwidth_gb_s: 25, latency_us: 5}\n"
-                    f"  flash_attention: {{source: x, points: {points}}}\n")
+    path.write_text(device_entry(f"  flash_attention: {{source: x, points: {points}}}"))
     with pytest.raises(ScenarioError, match=message):
         read_devices(path)
     path.write_text(path.read_text().replace(f"points: {points}", "points: [[128, 1024, 0.5, 0.3]], forward: 0.5"))
