@@ -9,8 +9,11 @@ beside ppsim's prediction of that layer through its own cost path, as ``bench/de
 does for a dense block: the difference between a one-stage plan of two such layers (a hybrid
 pattern ``EE``: the MoE half of a block, with its norm and residual) and of one, on the catalogue's
 ``h100-sxm`` at its flat efficiency and with its measured curves (``hardware.gemm_curves``).
-ppsim prices every dispatcher inside a node as the all-to-all it replaces (their differences are
-host-side work and fused permutation ppsim does not model). Nothing is fitted to these timings.
+Each case names its dispatcher to ppsim (``training.moe_dispatcher``): NCCL's all-to-all with its
+two permutations each way, or DeepEP's and HybridEP's kernels, a token sent once to each device it
+has experts on at the share of NVLink their kernels were measured to reach (the catalogue's
+``dispatch_measured``, from DeepEP's published tables, not from these timings); the host-side work
+that differs between them is not modelled. Nothing is fitted to these timings.
 
     .venv/bin/python bench/moe_layer.py
 """
@@ -29,9 +32,10 @@ sys.path.insert(0, str(ROOT))
 
 DATA = ROOT / "bench" / "data" / "megatron_moe_layer.yaml"
 GPUS, TOKENS = 8, 4096
+DISPATCHERS = {"alltoall": "alltoall", "deepep": "deepep", "hybridep": "hybridep"}  #: the data's names, ppsim's
 
 
-def predicted_layer_ms(arch: dict[str, Any], precision: str, curves: bool) -> tuple[float, float]:
+def predicted_layer_ms(arch: dict[str, Any], precision: str, curves: bool, dispatcher: str) -> tuple[float, float]:
     """ppsim's (forward, backward) ms of one MoE layer: a one-stage plan of ``EE`` less one of ``E``."""
     from ppsim.costs.workload import build_workload
     from ppsim.inputs.scenario import parse_scenario
@@ -41,7 +45,8 @@ def predicted_layer_ms(arch: dict[str, Any], precision: str, curves: bool) -> tu
         moe.update(shared_experts=1, shared_ffn_hidden=arch["shared_ffn_hidden"])
 
     def stage(pattern: str) -> tuple[float, float]:
-        training: dict[str, Any] = {"micro_batch": 1, "global_batch": GPUS, "flash_attention": True, "grad_clip": 0}
+        training: dict[str, Any] = {"micro_batch": 1, "global_batch": GPUS, "flash_attention": True, "grad_clip": 0,
+                                    "moe_dispatcher": DISPATCHERS[dispatcher]}
         if precision == "fp8":
             training["fp8"] = "blockwise"
         s = parse_scenario({
@@ -66,13 +71,13 @@ def main() -> None:
     print(f"{'case':30s} {'meas F':>7s} {'meas B':>7s} {'flat F':>7s} {'err':>5s} {'flat B':>7s} {'err':>5s} "
           f"{'curve F':>7s} {'err':>5s} {'curve B':>7s} {'err':>5s}")
     errors: dict[str, list[float]] = {}
-    predicted: dict[tuple[str, str, bool], tuple[float, float]] = {}
-    for name, (model, _dispatcher, precision, fwd, bwd) in data["cases"].items():  # every dispatcher priced alike
+    predicted: dict[tuple[str, str, bool, str], tuple[float, float]] = {}
+    for name, (model, dispatcher, precision, fwd, bwd) in data["cases"].items():
         cells = []
         for curves in (False, True):
-            key = (model, precision, curves)
+            key = (model, precision, curves, dispatcher)
             if key not in predicted:
-                predicted[key] = predicted_layer_ms(data["models"][model], precision, curves)
+                predicted[key] = predicted_layer_ms(data["models"][model], precision, curves, dispatcher)
             pf, pb = predicted[key]
             for p, m in ((pf, fwd), (pb, bwd)):
                 err = p / m - 1

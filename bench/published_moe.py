@@ -23,9 +23,10 @@ The rules (what ppsim assumes where a row is silent is printed with it):
 - the schedule: Megatron's combined 1F1B (``combined-1f1b``: the all-to-alls hidden under the other
   micro-batch's compute) where the recipe sets ``overlap_moe_expert_parallel_comm`` (40 rows), with
   its ``delay_wgrad_compute`` (``training.delay_wgrad``); elsewhere (interleaved) 1F1B with the all-to-alls
-  exposed; the flex dispatcher (HybridEP / DeepEP) priced as the all-to-all it replaces (with
-  ``--per-node-dispatch`` as ``moe_dispatcher: deepep``: a token crosses the network once per
-  destination node, its copies forwarded inside it; no recipe sets group-limited routing); where
+  exposed; the flex dispatcher as the recipe's backend (``moe_dispatcher: hybridep`` or ``deepep``:
+  a token crosses the network once per destination node and goes once to each device it has
+  experts on, at the share of each link's rate the kernels were measured to reach; with
+  ``--copy-dispatch`` priced as the all-to-all it replaces; no recipe sets group-limited routing); where
   HybridEP's all-to-alls overlap compute (combined 1F1B), its kernels hold the recipe's
   ``moe_hybridep_num_sms`` of the device's SMs meanwhile (``training.moe_comm_sms``);
 - selective recomputation as the recipe lists its modules (``recompute_modules``: ``core_attn``,
@@ -38,7 +39,7 @@ The rules (what ppsim assumes where a row is silent is printed with it):
   (Nemotron 3 Super and Ultra: built from Hugging Face configs the repository does not hold),
   multi-token prediction in a hybrid model.
 
-    .venv/bin/python bench/published_moe.py [--rows ID_PREFIX] [--json FILE] [--gemm-curves] [--per-node-dispatch]
+    .venv/bin/python bench/published_moe.py [--rows ID_PREFIX] [--json FILE] [--gemm-curves] [--copy-dispatch]
 """
 
 from __future__ import annotations
@@ -160,10 +161,10 @@ def layout_partition(layout: str) -> list[int]:
     return blocks_per_stage(parse_layout(layout.split()[0]))
 
 
-def scenario_data(row: dict[str, Any], gemm_curves: bool = False, per_node_dispatch: bool = False
+def scenario_data(row: dict[str, Any], gemm_curves: bool = False, copy_dispatch: bool = False
                   ) -> tuple[dict[str, Any], list[str]]:
     """The row as a ppsim scenario, and what was assumed where its sources are silent
-    (``per_node_dispatch``: the flex dispatcher's rows as ``moe_dispatcher: deepep``)."""
+    (``copy_dispatch``: the flex dispatcher's rows priced as NCCL's all-to-all, a message per token copy)."""
     settings, arch = row.get("recipe_settings") or {}, architecture(row)
     device = dense.DEVICES[row["gpu"]][0]
     tp, pp, vp, cp, gpus = row["tp"], row["pp"], row["vp"] or 1, row["cp"] or 1, row["gpus"]
@@ -215,10 +216,10 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False, per_node_dispa
     training["tp_comm_overlap"] = bool(settings.get("tp_comm_overlap_effective")) and training["sequence_parallel"]
     # Megatron's delayed weight grads, beside the combined 1F1B that needs them
     training["delay_wgrad"] = combined and bool(settings.get("delay_wgrad_compute")) and row["ep"] * (row.get("etp") or 1) > 1
-    # Megatron's flex dispatcher (DeepEP, HybridEP): priced as the all-to-all it replaces, or with
-    # --per-node-dispatch as a token crossing the network once per destination node
-    if per_node_dispatch and settings.get("moe_token_dispatcher_type") == "flex":
-        training["moe_dispatcher"] = "deepep"
+    # Megatron's flex dispatcher: DeepEP's or HybridEP's kernels, as the recipe names them (with
+    # --copy-dispatch priced as the all-to-all it replaces, one message per token copy)
+    if not copy_dispatch and settings.get("moe_token_dispatcher_type") == "flex":
+        training["moe_dispatcher"] = "hybridep" if settings.get("moe_flex_dispatcher_backend") == "hybridep" else "deepep"
     # HybridEP's kernels take the recipe's SMs from the compute they overlap (combined 1F1B's)
     sms = settings.get("moe_hybridep_num_sms")
     if (settings.get("moe_token_dispatcher_type") == "flex" and settings.get("moe_flex_dispatcher_backend") == "hybridep"
@@ -245,8 +246,8 @@ def main() -> None:
     dense.run(dense.Bench(DATA, __doc__.splitlines()[0], unexpressible, scenario_data, "TP PP VP EP",
                           lambda row: f"{row['tp']} {row['pp']} {row['vp'] or 1} {row['ep']}",
                           lambda row: str(row["precision"]), 0.2,
-                          (("--per-node-dispatch", "the flex dispatcher's rows as moe_dispatcher: deepep (a token "
-                            "crosses the network once per destination node)"),)))
+                          (("--copy-dispatch", "the flex dispatcher's rows priced as NCCL's all-to-all (a message "
+                            "per token copy, at the links' rates)"),)))
 
 
 if __name__ == "__main__":

@@ -72,17 +72,23 @@ def scenario_links(s: Scenario, device: Device, stage_to_rank: tuple[int, ...], 
     """The scenario's links: routed over its cluster when it has one, else as ``hardware`` gives them
     (``pipes``: the copies of the model the virtual stages form)."""
     intra_gb_s = device.intra_node_rate(measured=uses_curves(s, device))
+    dispatch = _dispatch(s, device)
     if s.cluster is not None:
-        return _cluster_links(s.cluster, s, device, stage_to_rank, pipes, intra_gb_s)
+        return _cluster_links(s.cluster, s, device, stage_to_rank, pipes, intra_gb_s, dispatch)
     hw = s.hardware
     boundary = _link(hw.link, device.inter_node_gb_s, device.inter_node_latency_us)
+    intra = _link(hw.tp_link, intra_gb_s, device.intra_node_latency_us)
+    exchange = intra
+    if dispatch is not None:  # one message per device a token has experts on, at the kernels' share of the link
+        share = (dispatch.rate.nvlink if dispatch.rate else 1.0) / dispatch.device_copies(s.expert_parallel)
+        exchange = Link(intra.latency_ms, intra.bandwidth_bytes_per_ms * share)
     return Links(
         boundaries=(boundary,),
         data_parallel=_link(hw.dp_link, intra_gb_s, device.intra_node_latency_us),
-        tensor_parallel=_link(hw.tp_link, intra_gb_s, device.intra_node_latency_us),
-        context_parallel=_link(hw.tp_link, intra_gb_s, device.intra_node_latency_us),
-        expert_parallel=_link(hw.tp_link, intra_gb_s, device.intra_node_latency_us),
-        expert_tensor=_link(hw.tp_link, intra_gb_s, device.intra_node_latency_us),
+        tensor_parallel=intra,
+        context_parallel=intra,
+        expert_parallel=exchange,
+        expert_tensor=intra,
         embedding=boundary if stage_to_rank[0] != stage_to_rank[-1] else None,
         copies=boundary if pipes > 1 else None,
     )
@@ -107,10 +113,19 @@ def _link(spec: LinkSpec | None, default_gb_s: float, default_latency_us: float)
     return Link.from_gb_s(spec.bandwidth_gb_s, spec.latency_us)
 
 
+def _dispatch(s: Scenario, device: Device) -> cl.NodeDispatch | None:
+    """The scenario's MoE dispatcher when it is DeepEP's or HybridEP's (None: NCCL's all-to-all, or no
+    experts), with the share of each link's rate its kernels reach on ``device`` where measured."""
+    moe, which = s.model.moe if s.model is not None else None, s.training.moe_dispatcher
+    if moe is None or which == "alltoall":
+        return None
+    return cl.NodeDispatch(moe.top_k, moe.node_limit, moe.experts, device.dispatch_rate(which))
+
+
 def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank: tuple[int, ...],
-                   pipes: int, intra_gb_s: float) -> Links:
+                   pipes: int, intra_gb_s: float, dispatch: cl.NodeDispatch | None) -> Links:
     """The links of a plan on the scenario's cluster (``intra_gb_s``: the device's NVLink rate where
-    the cluster gives none)."""
+    the cluster gives none; ``dispatch``: DeepEP's or HybridEP's)."""
     intra, inter = spec.intra_node, spec.inter_node
     cluster = cl.Cluster(
         nodes=spec.nodes,
@@ -125,9 +140,6 @@ def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank
     # context-parallel ranks sit between the tensor ranks and the replicas (Megatron's order): to the
     # cluster they are d x cp replicas of each stage, each sending its own messages
     tied = s.model is not None and s.model.tie_embeddings
-    moe = s.model.moe if s.model is not None else None
-    dispatch = (cl.NodeDispatch(moe.top_k, moe.node_limit)
-                if moe is not None and s.training.moe_dispatcher == "deepep" else None)
     return _routed_links(cluster, spec.placement, spec.network, s.pipeline.stages, s.weight_replicas,
                          s.tensor_parallel, s.context_parallel, s.expert_parallel, s.expert_tensor, tied,
                          stage_to_rank, pipes, dispatch)

@@ -21,7 +21,11 @@ ways by sequence parallelism, which expert parallelism with t > 1 needs), each s
   k x skew x f_e (f_e: one expert's width) over the device's tokens, plus the shared experts
   (n_s x f_s); as GEMMs, grouped: one per local expert of (skew x T x k x ETP / (E / EP)) tokens;
 - permute and unpermute: each token copy written to and read from its expert's buffer on the way
-  out and back (HBM work: 4 k x skew T h values forward, twice that backward);
+  out and back (HBM work: 4 k x skew T h values forward, twice that backward); NCCL's all-to-all
+  dispatcher (Megatron's ``alltoall``) permutes twice each way where a device holds more than one
+  expert: the global permute into per-device order before the all-to-all, and the sort of the
+  received chunks by local expert after it (``sort_chunks_by_idxs``); DeepEP's and HybridEP's
+  kernels gather the tokens themselves, leaving the local permute;
 - held for the backward: besides the dense-MLP equivalent, the permuted copies' inputs
   ((k x skew - 1) T h values beyond the block's own input) and the router's probabilities (fp32).
 
@@ -61,14 +65,17 @@ class ExpertShard:
     expert_parallel: int = 1
     expert_tensor: int = 1
     rank_skew: float | None = None
+    #: the tokens' dispatcher (``training.moe_dispatcher``): ``alltoall`` permutes twice each way
+    dispatcher: str = "alltoall"
 
     @classmethod
-    def of(cls, model: ModelSpec, expert_parallel: int = 1, expert_tensor: int = 1) -> ExpertShard:
+    def of(cls, model: ModelSpec, expert_parallel: int = 1, expert_tensor: int = 1,
+           dispatcher: str = "alltoall") -> ExpertShard:
         """The experts of ``model`` (which has some) laid out over ``expert_parallel`` ranks, the
         busiest one's load from its routing (:func:`busiest_rank_skew`)."""
         assert model.moe is not None
         return cls(model.moe, expert_parallel, expert_tensor,
-                   busiest_rank_skew(model.moe, expert_parallel, model.moe_layer_count()))
+                   busiest_rank_skew(model.moe, expert_parallel, model.moe_layer_count()), dispatcher)
 
     @property
     def skew(self) -> float:
@@ -143,9 +150,16 @@ class ExpertShard:
             return (m.top_k * self.skew + 1) * tokens * m.latent * dtype_bytes + probabilities
         return (m.top_k * self.skew - 1) * tokens * hidden * dtype_bytes + probabilities
 
+    @property
+    def permutes(self) -> int:
+        """Permutations of the token copies each way: two with NCCL's all-to-all between devices that
+        hold more than one expert each (the global permute, then the sort by local expert), else one."""
+        sorts = self.dispatcher == "alltoall" and self.expert_parallel > 1 and self.local_experts > 1
+        return 2 if sorts else 1
+
     def permute_bytes(self, tokens: float, hidden: int, dtype_bytes: int) -> float:
         """The forward's HBM bytes of permuting the token copies to their experts and back."""
-        return 4 * self.moe.top_k * self.skew * tokens * self.routed_width(hidden) * dtype_bytes
+        return 4 * self.permutes * self.moe.top_k * self.skew * tokens * self.routed_width(hidden) * dtype_bytes
 
     def gemms(self, tokens: float, hidden: int, tensor_parallel: int, swiglu: bool, recomputed: bool) -> PassGemms:
         """The router's, the routed experts' (grouped: one GEMM per local expert) and the shared

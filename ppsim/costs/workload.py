@@ -160,7 +160,8 @@ def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompu
         return None
     t, training = s.tensor_parallel, s.training
     narrow = None if wide else scenario_precision(training.fp8, training.fp4, training.low_precision_params)
-    experts = ExpertShard.of(s.model, s.expert_parallel, s.expert_tensor) if moe and s.model.moe else None
+    experts = (ExpertShard.of(s.model, s.expert_parallel, s.expert_tensor, training.moe_dispatcher)
+               if moe and s.model.moe else None)
     layers = gpt_layers(s.model, training.micro_batch, recompute or training.recompute, t,
                         sequence_parallel=training.sequence_parallel, flash_attention=training.flash_attention,
                         narrow=narrow, context_parallel=s.context_parallel, experts=experts, windowed=windowed,

@@ -187,9 +187,9 @@ def _model(s: Scenario, put: Put, refuse: Refusals, notes: list[str]) -> None:
         if moe.shared_experts:
             put("shared_ffn", moe.shared_experts * moe.shared_ffn)
         put("moe_layers", moe_layer_freq([moe.is_moe(i) for i in range(m.layers)]))
-        if s.training.moe_dispatcher == "deepep":
+        if s.training.moe_dispatcher != "alltoall":  # DeepEP's or HybridEP's kernels
             put("dispatcher", "flex")
-            put("flex_backend", "deepep")
+            put("flex_backend", s.training.moe_dispatcher)
         else:
             put("dispatcher", "alltoall")
         put("grouped_gemm")

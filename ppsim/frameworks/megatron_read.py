@@ -186,8 +186,9 @@ def _training(f: dict[str, list[str]], tr: dict[str, Any], notes: list[str]) -> 
     if (clip := _one(f, "clip_grad", float)) is not None:
         tr["grad_clip"] = clip
     tr["flash_attention"] = f.get(N["attention_backend"].name, ["auto"])[0] in ("flash", "fused", "auto")
-    if f.get(N["dispatcher"].name) == ["flex"]:
-        tr["moe_dispatcher"] = "deepep"  # DeepEP or HybridEP: a token sent once per destination node
+    if f.get(N["dispatcher"].name) == ["flex"]:  # DeepEP's kernels unless HybridEP's are named
+        backend = f.get(N["flex_backend"].name, ["deepep"])[0]
+        tr["moe_dispatcher"] = "hybridep" if backend == "hybridep" else "deepep"
 
 
 def _model(f: dict[str, list[str]], model: dict[str, Any], notes: list[str]) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def torchtitan_config(s: Scenario, plan: Plan, stages: list[StageLayers], csv_na
         refuse.add(f"{pl.schedule} runs {info.pipes} copies of the model; torchtitan runs one: export "
                    f"{info.folded or 'a schedule of one copy'}")
     if model.moe is not None:
-        for on, what, fix in ((tr.moe_dispatcher != "alltoall", "DeepEP's dispatch",
+        for on, what, fix in ((tr.moe_dispatcher != "alltoall", f"{tr.moe_dispatcher}'s dispatch",
                                "export with training.moe_dispatcher: alltoall"),
                               (model.moe.node_limit is not None, "node-limited routing", "drop model.moe.node_limit"),
                               (tr.moe_fp8_dispatch, "an FP8 dispatch", "drop training.moe_fp8_dispatch"),

@@ -30,6 +30,8 @@ from ppsim.errors import PpsimError, ScenarioError
 if TYPE_CHECKING:  # pragma: no cover - networkx is imported when a cluster is first drawn as a graph
     import networkx as nx
 
+    from ppsim.inputs.hardware import DispatchRate
+
 Placement = Literal["megatron", "pipeline-inner"]
 SPINE = "network"
 Hop = tuple[str, str]  #: a directed link: (from, to) nodes of the cluster graph
@@ -302,10 +304,17 @@ def flow_load(cluster: Cluster, flows: list[tuple[int, int, float]]) -> tuple[Co
 class NodeDispatch:
     """A MoE dispatcher that sends a token across the network once per destination NVLink domain
     and forwards its copies inside that domain (DeepEP's, HybridEP's): each token's ``top_k``
-    copies, on at most ``node_limit`` domains when routing is node-limited (DeepSeek-V3's 4)."""
+    copies, on at most ``node_limit`` domains when routing is node-limited (DeepSeek-V3's 4).
+
+    With ``experts`` known it also sends a token once per destination device, not once per expert
+    there (the kernels' per-rank buffers; the experts' copies are made by the permute after it);
+    ``rate``: the share of an NVLink's and of a NIC's rate its kernels reach (the device's measured
+    dispatcher, :meth:`~ppsim.inputs.hardware.Device.dispatch_rate`; None: the links' own rates)."""
 
     top_k: int
     node_limit: int | None = None
+    experts: int | None = None
+    rate: DispatchRate | None = None
 
     def crossings(self, domains: int) -> float:
         """The network crossings a token makes on average, its group spanning ``domains`` equal
@@ -318,6 +327,16 @@ class NodeDispatch:
             return chosen * (domains - 1) / domains
         return (domains - 1) * (1 - (1 - 1 / domains) ** self.top_k)
 
+    def device_copies(self, ranks: int) -> float:
+        """A token's messages to the devices of a ``ranks``-wide group over its ``top_k`` copies: the
+        distinct devices its experts sit on (E / ranks experts each, k of E drawn without
+        replacement), ranks x (1 - C(E - E / ranks, k) / C(E, k)), over k; 1 without ``experts``."""
+        if self.experts is None or ranks <= 1:
+            return 1.0
+        e, k = self.experts, self.top_k
+        missed = math.comb(e - e // ranks, k) / math.comb(e, k)
+        return ranks * (1 - missed) / k
+
 
 def alltoall_load(cluster: Cluster, groups: list[list[int]], dispatch: NodeDispatch | None = None
                   ) -> tuple[Counter[Hop], float]:
@@ -327,7 +346,9 @@ def alltoall_load(cluster: Cluster, groups: list[list[int]], dispatch: NodeDispa
     n - c out of its NIC, and receives as many each way. With a per-domain ``dispatch`` the copies
     bound for another domain cross the network once per domain (:meth:`NodeDispatch.crossings`
     over the k (1 - c / n) copies a token has there) and are forwarded inside it over the domain's
-    switch, all but those for the receiving device itself (1 / c)."""
+    switch, all but those for the receiving device itself (1 / c); the bytes inside a domain go
+    once per destination device (:meth:`NodeDispatch.device_copies`), and each link carries them
+    as if at the share of its rate the dispatcher's kernels reach."""
     router = _router(cluster)
     per_domain = cluster.domain_size
     load: dict[Hop, float] = {}
@@ -347,17 +368,22 @@ def alltoall_load(cluster: Cluster, groups: list[list[int]], dispatch: NodeDispa
             domain = dev // per_domain
             c = in_domain[domain]
             inside, outside = (c - 1) * share, (n - c) * share
-            if dispatch is not None and outside:
-                crossed = dispatch.crossings(len(in_domain)) / (dispatch.top_k * (1 - c / n))
-                inside += outside * (1 - 1 / c)  # forwarded in the receiving domain (the same load, by symmetry)
-                outside *= min(1.0, crossed)
+            nvlink = network = 1.0
+            if dispatch is not None:
+                if outside:
+                    crossed = dispatch.crossings(len(in_domain)) / (dispatch.top_k * (1 - c / n))
+                    inside += outside * (1 - 1 / c)  # forwarded in the receiving domain (the same load, by symmetry)
+                    outside *= min(1.0, crossed)
+                inside *= dispatch.device_copies(n)
+                if dispatch.rate is not None:  # a link driven at a share of its rate carries the bytes as more
+                    nvlink, network = 1 / dispatch.rate.nvlink, 1 / dispatch.rate.network_share(len(in_domain))
             name, fabric, nic = router.device[dev], router.fabric[domain], router.nic[dev]
-            add((name, fabric), inside)
-            add((fabric, name), inside)
-            add((name, nic), outside)
-            add((nic, SPINE), outside)
-            add((SPINE, nic), outside)
-            add((nic, name), outside)
+            add((name, fabric), inside * nvlink)
+            add((fabric, name), inside * nvlink)
+            add((name, nic), outside * network)
+            add((nic, SPINE), outside * network)
+            add((SPINE, nic), outside * network)
+            add((nic, name), outside * network)
         if len(in_domain) > 1:
             latency_us = max(latency_us, router.inter_us)
         if any(c > 1 for c in in_domain.values()):

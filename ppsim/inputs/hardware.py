@@ -106,6 +106,29 @@ class Rate:
 
 
 @dataclass(frozen=True)
+class DispatchRate:
+    """The share of a link's rate a MoE dispatcher's kernels reach (dispatch and combine alike),
+    measured: over NVLink (``nvlink``) and, where measured, out of the NIC (``network``: points of
+    (NVLink domains the group spans, share), linear between them, the nearest beyond)."""
+
+    nvlink: float
+    source: str
+    network: tuple[tuple[float, float], ...] = ()
+
+    def network_share(self, domains: int) -> float:
+        """The NIC's share of its rate at ``domains`` domains: 1 where nothing was measured."""
+        pts = self.network
+        if not pts:
+            return 1.0
+        if domains <= pts[0][0]:
+            return pts[0][1]
+        for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
+            if domains <= x1:
+                return y0 + (y1 - y0) * (domains - x0) / (x1 - x0)
+        return pts[-1][1]
+
+
+@dataclass(frozen=True)
 class Device:
     name: str
     description: str
@@ -128,6 +151,12 @@ class Device:
     hbm_copy: Rate | None = None  #: the memory bandwidth a copy sustains (read + write), measured
     #: the per-direction bandwidth collectives reach between devices of a node (NVLink), measured
     intra_node_measured: Rate | None = None
+    #: per MoE dispatcher (``deepep``, ``hybridep``): the share of each link's rate its kernels reach
+    dispatch_measured: tuple[tuple[str, DispatchRate], ...] = ()
+
+    def dispatch_rate(self, dispatcher: str) -> DispatchRate | None:
+        """The measured share of each link's rate ``dispatcher``'s kernels reach (None: not measured)."""
+        return dict(self.dispatch_measured).get(dispatcher)
 
     @property
     def measured(self) -> bool:
@@ -187,7 +216,7 @@ REQUIRED_PEAKS = ("bf16", "fp16", "fp32")  #: every device has these
 OPTIONAL_PEAKS = ("fp8", "fp4")  #: a device with FP8 (Hopper, Blackwell) or FP4 (Blackwell) Tensor Cores
 _KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "intra_node", "inter_node", "gemm",
          "attention", "flash_attention", "mx_formats", "host_link_gb_s", "gemm_fp8", "gemm_fp4", "hbm_copy",
-         "intra_node_measured", "sms"}
+         "intra_node_measured", "sms", "dispatch_measured"}
 _CURVE_KEYS = {"source", "dtypes", "points"}
 _FUSED_KEYS = {"source", "dtypes", "forward", "backward", "points"}
 
@@ -300,6 +329,44 @@ def _rate(name: str, key: str, entry: Any, source: str) -> Rate | None:
     return Rate(gb_s=float(value), source=where.strip())
 
 
+DISPATCHERS = ("deepep", "hybridep")  #: the dispatchers a device can have measured rates of
+
+
+def _dispatch(name: str, entry: Any, source: str) -> tuple[tuple[str, DispatchRate], ...]:
+    """Device ``name``'s measured dispatchers, checked: each a mapping of nvlink (a share in (0, 1]),
+    source and, optionally, network points [domains, share] with increasing domains."""
+    if entry is None:
+        return ()
+
+    def bad(what: str) -> ScenarioError:
+        return ScenarioError(f"{source}: device {name!r}: dispatch_measured{what}", field="hardware.device_file")
+
+    def share(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
+
+    if not isinstance(entry, dict) or not entry:
+        raise bad(f" maps a dispatcher ({', '.join(DISPATCHERS)}) to the share of each link's rate its kernels reach")
+    out: list[tuple[str, DispatchRate]] = []
+    for which, figures in entry.items():
+        if which not in DISPATCHERS:
+            raise bad(f" has an unknown dispatcher {which!r}; use {' or '.join(DISPATCHERS)}")
+        if not isinstance(figures, dict) or not {"nvlink", "source"} <= set(figures) <= {"nvlink", "network", "source"}:
+            raise bad(f".{which} is a mapping of nvlink (a share of the rate), source and optionally network")
+        if not share(figures["nvlink"]):
+            raise bad(f".{which}.nvlink is {figures['nvlink']!r}; it must be a share of the rate, > 0 and <= 1")
+        where = figures["source"]
+        if not isinstance(where, str) or not where.strip():
+            raise bad(f".{which} needs a source: where it was measured")
+        points = figures.get("network", [])
+        if not isinstance(points, list) or not all(
+                isinstance(pt, list) and len(pt) == 2 and isinstance(pt[0], int) and pt[0] >= 2 and share(pt[1])
+                for pt in points) or any(a[0] >= b[0] for a, b in zip(points, points[1:], strict=False)):
+            raise bad(f".{which}.network is a list of [NVLink domains >= 2, share of the NIC's rate] with increasing domains")
+        out.append((which, DispatchRate(float(figures["nvlink"]), where.strip(),
+                                        tuple((float(d), float(v)) for d, v in points))))
+    return tuple(out)
+
+
 def _count(name: str, key: str, value: Any, source: str) -> int | None:
     """Device ``name``'s whole number ``key`` (None when absent), checked: at least 1."""
     if value is None:
@@ -374,6 +441,7 @@ def _device(name: str, entry: Any, source: str) -> Device:
             sms=_count(name, "sms", entry.get("sms"), source),
             hbm_copy=_rate(name, "hbm_copy", entry.get("hbm_copy"), source),
             intra_node_measured=_rate(name, "intra_node_measured", entry.get("intra_node_measured"), source),
+            dispatch_measured=_dispatch(name, entry.get("dispatch_measured"), source),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ScenarioError(f"{source}: device {name!r} lacks or has a bad {exc}; see ppsim/data/devices.yaml for the format",

@@ -315,9 +315,11 @@ class TrainingSpec(_Strict):
     #: for its backward's dispatch all-to-all and run beside it (ppsim.sim.durations)
     delay_wgrad: bool = False
     #: how a MoE layer's tokens reach their experts: ``alltoall`` (one message per token copy, NCCL's
-    #: all-to-all: Megatron's alltoall dispatcher) or ``deepep`` (a token crosses the network once
-    #: per destination node and is forwarded inside it: DeepEP, HybridEP, Megatron's flex dispatcher)
-    moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
+    #: all-to-all: Megatron's alltoall dispatcher), or ``deepep`` / ``hybridep`` (Megatron's flex
+    #: dispatcher with DeepEP's or HybridEP's kernels: a token crosses the network once per destination
+    #: node and goes once to each device it has experts on, at the share of each link's rate the
+    #: kernels were measured to reach on the device: hardware.Device.dispatch_rate)
+    moe_dispatcher: Literal["alltoall", "deepep", "hybridep"] = "alltoall"
     #: a MoE layer's tokens dispatched to their experts in the FP8 format of ``fp8`` (and, in the
     #: backward, the gradients sent to the experts); the combine and its gradient in the dtype
     #: (DeepSeek-V3's dispatch)

@@ -530,3 +530,18 @@ def test_mtp_repeated_needs_mtp_layers_and_a_hybrid_mtp_needs_attention() -> Non
     no_attention = {**SUPER, "layers": 2, "pattern": "ME", "mtp_layers": 1}
     with pytest.raises(ScenarioError, match="the pattern has no attention"):
         parse_scenario({"model": no_attention, "pipeline": {"stages": 1}})
+
+
+def test_nccls_dispatcher_permutes_twice_where_a_device_holds_several_experts() -> None:
+    """Megatron's alltoall dispatcher permutes each token copy into per-device order before the
+    all-to-all and sorts the received chunks by local expert after it (and back): 2 x 4 k T h values
+    forward with 8 experts over EP 4; DeepEP's and HybridEP's kernels gather the tokens themselves,
+    leaving one permute; one expert a device, or no expert parallelism, needs no sort."""
+    m = ModelSpec(**{**MIXTRAL, "hidden": 1024, "moe": {"experts": 8, "top_k": 2, "ffn_hidden": 256}})
+    assert m.moe is not None
+    one = 4 * 2 * 4096 * 1024 * 2
+    assert ExpertShard(m.moe, 4).permute_bytes(4096, 1024, 2) == 2 * one
+    for flex in ("deepep", "hybridep"):
+        assert ExpertShard(m.moe, 4, dispatcher=flex).permute_bytes(4096, 1024, 2) == one
+    assert ExpertShard(m.moe, 8).permute_bytes(4096, 1024, 2) == one
+    assert ExpertShard(m.moe, 1).permute_bytes(4096, 1024, 2) == one

@@ -172,6 +172,14 @@ def test_deepeps_dispatch_and_node_limited_routing_go_to_megatron_and_back(tmp_p
     (tmp_path / "ds.megatron.sh").write_text(text)
     back, _, _ = import_scenario([tmp_path / "ds.megatron.sh"], {}, s.devices)
     assert back["training"]["moe_dispatcher"] == "deepep" and back["model"]["moe"]["node_limit"] == 4
+    # HybridEP's kernels: the flex dispatcher with its backend named, read back as HybridEP's
+    data["training"]["moe_dispatcher"] = "hybridep"
+    text = export(parse_scenario(data), "megatron", "ds", "c").files[".megatron.sh"]
+    words = argument_tokens(text)
+    assert words[words.index("--moe-flex-dispatcher-backend") + 1] == "hybridep"
+    (tmp_path / "ds.megatron.sh").write_text(text)
+    back, _, _ = import_scenario([tmp_path / "ds.megatron.sh"], {}, s.devices)
+    assert back["training"]["moe_dispatcher"] == "hybridep"
 
 
 def test_the_layers_kept_out_of_fp8_go_to_megatron_and_back(tmp_path: Path) -> None:
