@@ -33,13 +33,14 @@ from ppsim.costs.context_parallel import ContextParallelComm, context_parallel_c
 from ppsim.costs.copies import copies_summed
 from ppsim.costs.fsdp import Exposed, fsdp_stage, offload
 from ppsim.costs.gemms import Gemm
+from ppsim.costs.layers import LayerCost
 from ppsim.costs.layout import Layout, StageShape
 from ppsim.costs.links import Links
 from ppsim.costs.low_precision import LowPrecision, scenario_precision
 from ppsim.costs.measured import uses_curves
 from ppsim.costs.moe import alltoall_ms
 from ppsim.costs.recompute import selective_modules
-from ppsim.costs.table import CostTable, Link, memory_rules
+from ppsim.costs.table import CostTable, Link, MoEPhases, memory_rules
 from ppsim.costs.tensor_parallel import TensorParallelComm, exposed_comm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
 from ppsim.errors import ScenarioError
@@ -107,9 +108,10 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
         compute_backward = backward_mm + st.backward_bytes / hbm_bytes_per_ms
         more = sharded_and_offloaded(s, st, layout.dtype_bytes, precision, links, device, compute_forward,
                                      compute_backward)
-        a2a = expert_alltoalls(s, st, links.expert_parallel, links.expert_tensor,
-                               precision.value_bytes / layout.dtype_bytes if precision and training.moe_fp8_dispatch
-                               else 1.0)
+        dispatched = precision.value_bytes / layout.dtype_bytes if precision and training.moe_fp8_dispatch else 1.0
+        a2a = expert_alltoalls(s, st, links.expert_parallel, links.expert_tensor, dispatched)
+        phases = moe_phases(st, price, hbm_bytes_per_ms,
+                            block_alltoalls(s, st, links.expert_parallel, links.expert_tensor, dispatched))
         # what runs beside the compute and is not hidden by it: the collectives and copies left exposed
         forward_comm = (st.tp_collective_blocks * tp.forward_ms + st.blocks * cp.forward_ms + a2a.forward_ms
                         + more.forward_ms)
@@ -134,6 +136,7 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
             forward_overlap_ms=a2a.forward_ms,
             backward_overlap_ms=a2a.backward_ms - own,
             self_hidden_ms=own,
+            moe_phases=phases,
         ))
     if training.zero_stage >= 1:
         stages = [shard_optimizer(c, d, links.data_parallel, links.data_parallel, training.zero_reduce,
@@ -211,12 +214,9 @@ def expert_alltoalls(s: Scenario, st: StageShape, exchange: Link, gather: Link, 
     of each pair over the dtype's, the other whole (DeepSeek-V3's FP8 dispatch: the forward's
     dispatch and the backward's gradient sent to the experts in FP8, the combine and its gradient
     in the dtype)."""
-    etp = s.expert_tensor
-    if not st.moe_blocks or (s.expert_parallel <= 1 and etp <= 1):
+    if not st.moe_blocks or (s.expert_parallel <= 1 and s.expert_tensor <= 1):
         return Exposed()
-    pair = sum(alltoall_ms(share * st.alltoall_bytes, s.expert_parallel, exchange) for share in (narrow, 1.0))
-    if etp > 1:  # the ETP group's tokens: each device's dispatched copies, etp of them gathered
-        pair += sum(ring_allgather_ms(etp * share * st.alltoall_bytes, etp, gather) for share in (narrow, 1.0))
+    pair = sum(block_alltoalls(s, st, exchange, gather, narrow))
     # the share of the stage's blocks recomputed (an empty last stage's MTP block: the scenario's mode);
     # selective recomputation of the whole MoE layer runs both again in every block
     if s.training.recompute == "full":
@@ -224,6 +224,45 @@ def expert_alltoalls(s: Scenario, st: StageShape, exchange: Link, gather: Link, 
     else:
         recomputed = 1.0 if "moe" in selective_modules(s.training.recompute, s.training.recompute_modules) else 0.0
     return Exposed(st.moe_blocks * pair, st.moe_blocks * pair * (1 + recomputed))
+
+
+def block_alltoalls(s: Scenario, st: StageShape, exchange: Link, gather: Link, narrow: float = 1.0
+                    ) -> tuple[float, float]:
+    """(dispatch, combine) of one MoE block's forward (:func:`expert_alltoalls`): the dispatch at
+    ``narrow`` of the bytes, the combine whole, each with its ETP all-gather or reduce-scatter; the
+    backward's gradients run the same two in reverse (the combine's at ``narrow``)."""
+    etp = s.expert_tensor
+
+    def one(share: float) -> float:
+        ms = alltoall_ms(share * st.alltoall_bytes, s.expert_parallel, exchange)
+        if etp > 1:  # the ETP group's tokens: each device's dispatched copies, etp of them gathered
+            ms += ring_allgather_ms(etp * share * st.alltoall_bytes, etp, gather)
+        return ms
+
+    return one(narrow), one(1.0)
+
+
+def moe_phases(st: StageShape, price: Callable[[tuple[Gemm, ...], bool], float], hbm_bytes_per_ms: float,
+               alltoalls: tuple[float, float]) -> MoEPhases | None:
+    """The parts of one of the stage's MoE blocks an overlapped schedule pairs (``st.moe_halves``
+    priced: their GEMMs by ``price``, their memory-bound bytes at ``hbm_bytes_per_ms``;
+    ``alltoalls``: :func:`block_alltoalls`'); None where the stage has none to pair."""
+    if st.moe_halves is None or not st.moe_blocks:
+        return None
+    attention, experts = st.moe_halves
+
+    def passes(layer: LayerCost | None) -> tuple[float, float, float]:
+        if layer is None:
+            return 0.0, 0.0, 0.0
+        g = layer.gemms
+        return (price(g.forward, False) + layer.forward_bytes / hbm_bytes_per_ms,
+                price(g.input_grad, True) + layer.backward_bytes / hbm_bytes_per_ms, price(g.weight_grad, True))
+
+    (af, ai, aw), (mf, mi, mw) = passes(attention), passes(experts)
+    dispatch, combine = alltoalls
+    return MoEPhases(attention_forward=af, mlp_forward=mf, attention_input_grad=ai, attention_weight_grad=aw,
+                     mlp_input_grad=mi, mlp_weight_grad=mw, dispatch_forward=dispatch, combine_forward=combine,
+                     dispatch_backward=combine, combine_backward=dispatch)
 
 
 def sharded_and_offloaded(s: Scenario, st: StageShape, dtype_bytes: int, precision: LowPrecision | None,

@@ -5,7 +5,7 @@ stage-to-stage message. Every cost builder starts from the same layout."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TypedDict
 
 from ppsim.costs.context_parallel import exchange_buffer_bytes, exchange_bytes
@@ -13,7 +13,7 @@ from ppsim.costs.gemms import PassGemms
 from ppsim.costs.layers import LayerCost, joined, mtp_module
 from ppsim.costs.memory import StaticMemory, static_memory
 from ppsim.costs.moe import reduced_params
-from ppsim.costs.table import StageCost
+from ppsim.costs.table import MoEPhases, StageCost
 from ppsim.costs.tensor_parallel import message_split
 from ppsim.inputs.scenario import DTYPE_BYTES, MOE_KINDS, ModelSpec, Scenario
 
@@ -39,6 +39,7 @@ class StageTimes(_PassTimes, total=False):
     forward_overlap_ms: float
     backward_overlap_ms: float
     self_hidden_ms: float
+    moe_phases: MoEPhases | None
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ class StageShape:
     #: what a split backward keeps from a micro-batch's input grad to its weight grad beyond its
     #: activations (:func:`split_backward_bytes`)
     weight_grad_pending_bytes: int = 0
+    #: its most frequent MoE kind's halves (:attr:`BlockKinds.halves`), where the schedule pairs them
+    moe_halves: tuple[LayerCost | None, LayerCost] | None = None
 
 
 #: the order of the kinds of layer in a stage's GEMM lists (:meth:`ModelSpec.layer_kind`'s words)
@@ -105,6 +108,9 @@ class BlockKinds:
     virtual stage beyond ``training.recompute_layers``, or None)."""
 
     kinds: dict[str, tuple[LayerCost, LayerCost | None]]
+    #: each MoE kind's halves, (what runs before its dispatch: the attention, None in a hybrid
+    #: pattern's MoE layer; its experts), where an overlapped schedule pairs them phase by phase
+    halves: dict[str, tuple[LayerCost | None, LayerCost]] = field(default_factory=dict)
 
     @classmethod
     def single(cls, block: LayerCost) -> BlockKinds:
@@ -208,6 +214,8 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
         params = sum(x.params for x in parts)
         expert_params = sum(x.expert_params for x in stage_blocks)
         moe_blocks = sum(moe_at) + sum(x.alltoall_bytes > 0 for x in mtp[::2])
+        paired = [kind for kind in kind_at if kind in kinds.halves]
+        halves = kinds.halves[max(set(paired), key=paired.count)] if paired else None
         stages.append(StageShape(
             blocks=count,
             forward_flops=sum(x.forward_flops for x in parts),
@@ -230,6 +238,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
             gemms=sum((x.gemms for x in parts[count:]), gemms),  # the MTP blocks' with the embedding's and head's
             step_bytes=sum(x.step_bytes for x in parts),
             weight_grad_pending_bytes=split_backward_bytes(s, parts, first_stage=k == 0),
+            moe_halves=halves,
             memory=static_memory(params, dtype_bytes, zero_stage=s.training.zero_stage, data_parallel=s.weight_replicas,
                                  message_bytes=message, neighbours=(k > 0) + (k < n - 1),
                                  extra_weight_bytes=int(sum(x.extra_weight_bytes for x in parts)),

@@ -18,6 +18,34 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class MoEPhases:
+    """One MoE block's parts per micro-batch, as an overlapped forward and backward interleave them
+    (Megatron-Core's combined 1F1B, DeepSeek's DualPipe): the compute before the dispatch (the
+    attention, the norms and the router: ``attention``) and the experts' (``mlp``), each pass's, and
+    the dispatch and combine all-to-alls of each pass (the backward's: their gradients)."""
+
+    attention_forward: float
+    mlp_forward: float
+    attention_input_grad: float
+    attention_weight_grad: float
+    mlp_input_grad: float
+    mlp_weight_grad: float
+    dispatch_forward: float
+    combine_forward: float
+    dispatch_backward: float
+    combine_backward: float
+
+    @property
+    def forward_ms(self) -> float:
+        return self.attention_forward + self.mlp_forward + self.dispatch_forward + self.combine_forward
+
+    def backward_ms(self, weight_grads: bool = True) -> float:
+        """The backward's parts, its weight grads with ``weight_grads``."""
+        grads = self.attention_weight_grad + self.mlp_weight_grad if weight_grads else 0.0
+        return self.attention_input_grad + self.mlp_input_grad + self.dispatch_backward + self.combine_backward + grads
+
+
+@dataclass(frozen=True)
 class StageCost:
     """What one virtual stage costs per micro-batch (compute) or per step (optimizer, all-reduce)."""
 
@@ -48,6 +76,9 @@ class StageCost:
     #: the part of the backward's all-to-alls its own delayed weight grads hide (Megatron's
     #: --delay-wgrad-compute), already taken off backward_ms, backward_comm_ms and backward_overlap_ms
     self_hidden_ms: float = 0.0
+    #: an average MoE block's parts, which an overlapped forward and backward pair phase by phase
+    #: (ppsim.sim.durations); None: the passes' totals are paired
+    moe_phases: MoEPhases | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.weight_grad_ms <= self.backward_ms * (1 + 1e-12):

@@ -22,7 +22,7 @@ from ppsim.costs.table import CostTable
 from ppsim.errors import ScenarioError
 from ppsim.inputs.choices import Recompute
 from ppsim.inputs.hardware import Device, get_device
-from ppsim.inputs.scenario import Scenario
+from ppsim.inputs.scenario import MOE_KINDS, Scenario
 
 if TYPE_CHECKING:  # pragma: no cover - a profile's reader is imported where a profile is used
     from ppsim.inputs.profile import Profile
@@ -76,6 +76,7 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
         raise ScenarioError(f"the schedule places {len(stage_to_rank)} virtual stages, the scenario has "
                             f"stages x chunks = {p} x {v}", field="pipeline.chunks")
     layers = model_layers(s, profile)
+    kinds_of = block_kinds(s, layers)  # the partition's loads and the layout read them alike
     blocks = None
     even: tuple[list[int], list[float], float, float] | None = None
     if layers is not None:
@@ -88,7 +89,7 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
             share = model.moe_layer_count() / model.layers if model and model.moe else 0.0
             loads = balancing_loads(profile, share)
         else:  # each layer as its kind costs; the last stage's head with the multi-token prediction modules
-            kinds = block_kinds(s, layers) or BlockKinds.single(block)
+            kinds = kinds_of or BlockKinds.single(block)
             mtp = mtp_parts(s, layers, kinds, stage_to_rank)
             model = s.model
             assert model is not None  # it has layers
@@ -99,7 +100,7 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
             each, first, last = loads
             costs_of = [float(each)] * sum(blocks) if isinstance(each, (int, float)) else list(each)
             even = (list(blocks), costs_of, first, last)
-    layout = lay_out(s, blocks, layers, stage_to_rank, block_kinds(s, layers), pipes)
+    layout = lay_out(s, blocks, layers, stage_to_rank, kinds_of, pipes)
     if s.costs is not None:
         costs = explicit_costs(s, s.costs, layout, stage_to_rank)
         source = ("explicit", "explicit: the scenario's costs section")
@@ -200,8 +201,28 @@ def block_kinds(s: Scenario, layers: tuple[LayerCost, LayerCost, LayerCost] | No
         # its linear layers' GEMMs at the model's dtype's peak, not the narrow format's
         return replace(built_layer, gemms=built_layer.gemms.widened()) if wide else built_layer
 
-    return BlockKinds({kind: (layer(kind, None), layer(kind, "none") if partial else None)
-                       for kind in sorted(set(scenario_layer_kinds(s)) | {"block"}, key=kind_rank)})
+    every = sorted(set(scenario_layer_kinds(s)) | {"block"}, key=kind_rank)
+    halves = {kind: moe_halves(s, kind, layer(kind, None)) for kind in every
+              if s.pipeline.overlaps and kind.removesuffix(WIDE) in MOE_KINDS}
+    return BlockKinds({kind: (layer(kind, None), layer(kind, "none") if partial else None) for kind in every},
+                      halves)
+
+
+def moe_halves(s: Scenario, kind: str, layer: LayerCost) -> tuple[LayerCost | None, LayerCost]:
+    """A MoE layer of ``kind`` in two: what runs before its dispatch (its attention half with its
+    norm and residual; None in a hybrid pattern's MoE layer, which has no attention) and its experts
+    (the MoE half), as an overlapped schedule pairs them (``layer``: the whole of a pattern's one)."""
+    base = kind.removesuffix(WIDE)
+    if base == "E":
+        return None, layer
+    wide = base != kind
+    built = [model_layers(s, moe=part == "mlp", windowed=base.endswith("/window"), parts=part, wide=wide)
+             for part in ("attention", "mlp")]
+    assert built[0] is not None and built[1] is not None  # the scenario has a model
+    attention, experts = built[0][1], built[1][1]
+    if wide:
+        attention, experts = (replace(x, gemms=x.gemms.widened()) for x in (attention, experts))
+    return attention, experts
 
 
 def _check_profile(s: Scenario, profile: Profile) -> None:

@@ -374,6 +374,13 @@ class PipelineSpec(_Strict):
         return not by_torch or self.split_backward == "store"
 
     @property
+    def overlaps(self) -> bool:
+        """Whether the schedule runs a forward and a backward of two micro-batches as one action (the
+        one hiding the other's all-to-alls: DualPipe, Megatron's combined 1F1B)."""
+        info = schedules.SCHEDULES.get(self.schedule)
+        return info is not None and info.overlaps
+
+    @property
     def input_grad_frees(self) -> bool:
         """Whether a split backward's input grad frees the forward's activations (a weight-gradient
         store keeps only what the weight grads read)."""
