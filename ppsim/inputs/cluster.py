@@ -364,19 +364,22 @@ def alltoall_load(cluster: Cluster, groups: list[list[int]], dispatch: NodeDispa
             continue
         share = 1 / (n - 1)
         in_domain = Counter(dev // per_domain for dev in group)
+        # the group's own figures: a token's crossings, its messages per copy, the links' shares
+        crossings = copies = nvlink = network = 1.0
+        if dispatch is not None:
+            crossings, copies = dispatch.crossings(len(in_domain)), dispatch.device_copies(n)
+            if dispatch.rate is not None:  # a link driven at a share of its rate carries the bytes as more
+                nvlink, network = 1 / dispatch.rate.nvlink, 1 / dispatch.rate.network_share(len(in_domain))
         for dev in group:
             domain = dev // per_domain
             c = in_domain[domain]
             inside, outside = (c - 1) * share, (n - c) * share
-            nvlink = network = 1.0
             if dispatch is not None:
                 if outside:
-                    crossed = dispatch.crossings(len(in_domain)) / (dispatch.top_k * (1 - c / n))
+                    crossed = crossings / (dispatch.top_k * (1 - c / n))
                     inside += outside * (1 - 1 / c)  # forwarded in the receiving domain (the same load, by symmetry)
                     outside *= min(1.0, crossed)
-                inside *= dispatch.device_copies(n)
-                if dispatch.rate is not None:  # a link driven at a share of its rate carries the bytes as more
-                    nvlink, network = 1 / dispatch.rate.nvlink, 1 / dispatch.rate.network_share(len(in_domain))
+                inside *= copies
             name, fabric, nic = router.device[dev], router.fabric[domain], router.nic[dev]
             add((name, fabric), inside * nvlink)
             add((fabric, name), inside * nvlink)
