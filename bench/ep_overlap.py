@@ -60,6 +60,8 @@ def main() -> None:
     from ppsim.trace.metrics import headline
 
     print(__doc__.splitlines()[0])
+    print("Qwen3-30B-A3B on 16 H100s (two nodes), BF16, TP1 PP1 EP16, micro-batches of 1, global batch 1,024, "
+          "HybridEP")
     print(f"measured: {SOURCE}\n")
     predicted = {}
     for case in ("exposed", "overlapped"):

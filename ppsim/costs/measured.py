@@ -40,3 +40,14 @@ def flat_narrow_notes(s: Scenario, device: Device) -> list[str]:
     return [f"{key}: the flat {flat:.0%} prices {device.name}'s {narrow.peak.upper()} GEMMs at {flat * peak:,.0f} "
             f"TFLOP/s; its measured kernels reach {measured:.0%} of peak ({measured * peak:,.0f}) at a layer's sizes "
             f"({curve.source.split(' (')[0]}): set hardware.gemm_curves: true to price them so"]
+
+
+def dispatch_notes(s: Scenario, device: Device) -> list[str]:
+    """Where the scenario names DeepEP's or HybridEP's dispatch and the device has no measured share
+    of its links for it: one line saying its all-to-alls run at the links' own rates, and how to give one."""
+    which = s.training.moe_dispatcher
+    if s.model is None or s.model.moe is None or which == "alltoall" or device.dispatch_rate(which) is not None:
+        return []
+    return [f"training.moe_dispatcher: {device.name} has no measured share of its links for {which}'s kernels, so "
+            "its all-to-alls are priced at the links' own rates (the devices measured reach 0.40-0.72 of NVLink): "
+            "give dispatch_measured in a hardware.device_file"]

@@ -189,6 +189,9 @@ def _training(f: dict[str, list[str]], tr: dict[str, Any], notes: list[str]) -> 
     if f.get(N["dispatcher"].name) == ["flex"]:  # DeepEP's kernels unless HybridEP's are named
         backend = f.get(N["flex_backend"].name, ["deepep"])[0]
         tr["moe_dispatcher"] = "hybridep" if backend == "hybridep" else "deepep"
+        if backend not in ("deepep", "hybridep"):
+            notes.append(f"--moe-flex-dispatcher-backend {backend} is read as DeepEP's kernels (ppsim knows deepep "
+                         "and hybridep)")
 
 
 def _model(f: dict[str, list[str]], model: dict[str, Any], notes: list[str]) -> dict[str, Any]:

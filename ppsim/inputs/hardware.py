@@ -358,10 +358,19 @@ def _dispatch(name: str, entry: Any, source: str) -> tuple[tuple[str, DispatchRa
         if not isinstance(where, str) or not where.strip():
             raise bad(f".{which} needs a source: where it was measured")
         points = figures.get("network", [])
-        if not isinstance(points, list) or not all(
-                isinstance(pt, list) and len(pt) == 2 and isinstance(pt[0], int) and pt[0] >= 2 and share(pt[1])
-                for pt in points) or any(a[0] >= b[0] for a, b in zip(points, points[1:], strict=False)):
-            raise bad(f".{which}.network is a list of [NVLink domains >= 2, share of the NIC's rate] with increasing domains")
+        form = f".{which}.network is a list of [NVLink domains, share of the NIC's rate] points"
+        if not isinstance(points, list):
+            raise bad(form)
+        for k, pt in enumerate(points):
+            if not (isinstance(pt, list) and len(pt) == 2):
+                raise bad(f"{form}; point {k + 1} is {pt!r}")
+            if not (isinstance(pt[0], int) and not isinstance(pt[0], bool) and pt[0] >= 2):
+                raise bad(f".{which}.network point {k + 1}: {pt[0]!r} domains; give a whole number >= 2")
+            if not share(pt[1]):
+                raise bad(f".{which}.network point {k + 1}: share {pt[1]!r}; it must be > 0 and <= 1")
+            if k and pt[0] <= points[k - 1][0]:
+                raise bad(f".{which}.network point {k + 1}: {pt[0]} domains after {points[k - 1][0]}; give the "
+                          "points in increasing domains")
         out.append((which, DispatchRate(float(figures["nvlink"]), where.strip(),
                                         tuple((float(d), float(v)) for d, v in points))))
     return tuple(out)

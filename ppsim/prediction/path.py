@@ -120,6 +120,10 @@ def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
     if s.model is not None and s.model.moe is not None and s.expert_parallel > 1:
         meta["expert_parallel"] = s.expert_parallel
         meta["routing_skew"] = ExpertShard.of(s.model, s.expert_parallel, s.expert_tensor).skew
+        if s.training.moe_dispatcher != "alltoall":
+            rate = get_device(s.hardware.device, s.hardware.device_file).dispatch_rate(s.training.moe_dispatcher)
+            meta["moe_dispatcher"] = s.training.moe_dispatcher
+            meta["moe_dispatch_share"] = rate.nvlink if rate else None
     if w.costs.overlap_sm_share and s.training.moe_comm_sms is not None:
         meta["moe_comm_sms"] = s.training.moe_comm_sms
         meta["overlap_sm_share"] = w.costs.overlap_sm_share

@@ -126,6 +126,9 @@ class TraceMeta(TypedDict, total=False):
     #: prediction's (model.moe.skew, or its routing's draw averaged over the layers)
     routing_skew: float
     moe_comm_sms: int  # the SMs the all-to-alls' kernels hold beside the compute they overlap
+    moe_dispatcher: str  #: deepep or hybridep (training.moe_dispatcher), absent for NCCL's all-to-all
+    #: the share of NVLink's rate that dispatcher's kernels reach on the device (None: not measured)
+    moe_dispatch_share: float | None
     overlap_sm_share: float  # that share of the device's SMs
     trace_format: str
     files: list[str]

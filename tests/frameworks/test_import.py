@@ -180,6 +180,11 @@ def test_deepeps_dispatch_and_node_limited_routing_go_to_megatron_and_back(tmp_p
     (tmp_path / "ds.megatron.sh").write_text(text)
     back, _, _ = import_scenario([tmp_path / "ds.megatron.sh"], {}, s.devices)
     assert back["training"]["moe_dispatcher"] == "hybridep"
+    (tmp_path / "ds.megatron.sh").write_text(text.replace("--moe-flex-dispatcher-backend hybridep",
+                                                          "--moe-flex-dispatcher-backend nixl"))
+    back, _, notes = import_scenario([tmp_path / "ds.megatron.sh"], {}, s.devices)
+    assert back["training"]["moe_dispatcher"] == "deepep"
+    assert any("--moe-flex-dispatcher-backend nixl is read as DeepEP's kernels" in n for n in notes)
 
 
 def test_the_layers_kept_out_of_fp8_go_to_megatron_and_back(tmp_path: Path) -> None:

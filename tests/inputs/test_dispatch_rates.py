@@ -134,8 +134,14 @@ def test_a_scenario_names_its_dispatcher_and_its_expert_link_slows_by_the_measur
     ("  dispatch_measured: {hybridep: {nvlink: 1.5, source: x}}", "hybridep.nvlink is 1.5"),
     ("  dispatch_measured: {hybridep: {nvlink: 0.5}}", "hybridep is a mapping"),
     ("  dispatch_measured: {hybridep: {nvlink: 0.5, source: ''}}", "needs a source"),
-    ("  dispatch_measured: {hybridep: {nvlink: 0.5, source: x, network: [[4, 0.5], [2, 0.6]]}}", "increasing"),
-    ("  dispatch_measured: {hybridep: {nvlink: 0.5, source: x, network: [[1, 0.5]]}}", "domains >= 2"),
+    ("  dispatch_measured: {hybridep: {nvlink: 0.5, source: x, network: [[4, 0.5], [2, 0.6]]}}",
+     "point 2: 2 domains after 4; give the points in increasing domains"),
+    ("  dispatch_measured: {hybridep: {nvlink: 0.5, source: x, network: [[1, 0.5]]}}",
+     "point 1: 1 domains; give a whole number >= 2"),
+    ("  dispatch_measured: {hybridep: {nvlink: 0.5, source: x, network: [[2, 0.5], [4, 1.5]]}}",
+     r"point 2: share 1.5; it must be > 0 and <= 1"),
+    ("  dispatch_measured: {hybridep: {nvlink: 0.5, source: x, network: [[2, 0.5, 1]]}}", "point 1 is"),
+    ("  dispatch_measured: {hybridep: {nvlink: 0.5, source: x, network: 3}}", "network is a list"),
     ("  dispatch_measured: []", "maps a dispatcher"),
 ])
 def test_a_device_files_dispatcher_shares_are_checked(tmp_path: Path, entry: str, message: str) -> None:
@@ -151,3 +157,29 @@ def test_a_device_file_may_give_its_own_dispatcher_shares(tmp_path: Path) -> Non
     path.write_text(device_entry("  dispatch_measured: {deepep: {nvlink: 0.6, source: mine, network: [[2, 0.5]]}}"))
     rate = read_devices(path)["mine"].dispatch_rate("deepep")
     assert rate == DispatchRate(0.6, "mine", ((2.0, 0.5),))
+
+
+def test_run_says_which_dispatcher_it_priced_and_notes_a_device_without_a_measured_share(tmp_path: Path) -> None:
+    """The plan line names the dispatcher and its measured share; on a device with none (the A100s)
+    a note says the all-to-alls run at the links' own rates and how to give a share."""
+    import yaml as pyyaml
+
+    from conftest import invoke
+    from ppsim.cli import app
+    from ppsim.cli.common import pricing_notes
+
+    data = _moe_scenario("hybridep", cluster=True)
+    path = tmp_path / "moe.yaml"
+    path.write_text(pyyaml.safe_dump(data))
+    out = invoke(app, "run", path)
+    assert out.exit_code == 0, out.output
+    assert "hybridep's dispatch (its kernels at their measured 0.72 of NVLink)" in " ".join(out.output.split())
+    assert pricing_notes(parse_scenario(data)) == []
+    data["hardware"]["device"] = "a100-80g"
+    notes = pricing_notes(parse_scenario(data))
+    assert len(notes) == 1 and notes[0].startswith("training.moe_dispatcher: a100-80g has no measured share")
+    path.write_text(pyyaml.safe_dump(data))
+    out = invoke(app, "run", path)
+    assert "at the links' own rates: no measured share for this device" in " ".join(out.output.split())
+    data["training"]["moe_dispatcher"] = "alltoall"
+    assert pricing_notes(parse_scenario(data)) == []

@@ -57,6 +57,11 @@ def summary_renderable(s: Summary, to_fit: str | None = None) -> Group:
         skew = meta.get("routing_skew")
         if skew is not None:
             plan += " (routing balanced)" if skew == 1 else f" (busiest rank's tokens {skew:.2f}x the mean)"
+        if meta.get("moe_dispatcher"):
+            share = meta.get("moe_dispatch_share")
+            rate = (f"its kernels at their measured {share:.2f} of NVLink" if share is not None
+                    else "at the links' own rates: no measured share for this device")
+            plan += f", {meta['moe_dispatcher']}'s dispatch ({rate})"
         if meta.get("moe_comm_sms") and meta.get("overlap_sm_share"):
             plan += (f", its all-to-alls' kernels holding {meta['moe_comm_sms']} SMs"
                      f" ({100 * meta['overlap_sm_share']:.0f} %) beside the compute they overlap")
