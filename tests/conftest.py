@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 from ppsim.costs import CostTable, Link, StageCost
-from ppsim.errors import ScheduleError
+from ppsim.errors import ScenarioError, ScheduleError
 from ppsim.gc_pause import allow_gc_pauses
 from ppsim.inputs.scenario import Scenario, load
 from ppsim.plan import Plan, lower, schedules
@@ -76,6 +76,18 @@ def device_entry(extra: str) -> str:
     return ("mine:\n  peak_tflops: {bf16: 989, fp16: 989, fp32: 67, fp8: 1979}\n  memory_gb: 80\n"
             "  hbm_gb_s: 3350\n  efficiency: 0.55\n  intra_node: {bandwidth_gb_s: 450, latency_us: 3}\n"
             f"  inter_node: {{bandwidth_gb_s: 50, latency_us: 5}}\n{extra}\n")
+
+
+def refused_device_file(tmp_path: Path, extra: str, message: str) -> ScenarioError:
+    """The error reading a device file of :func:`device_entry` (``extra`` added) raises, its text
+    matching ``message``: what a test of the catalogue's checks asserts."""
+    from ppsim.inputs.hardware import read_devices
+
+    path = tmp_path / "devices.yaml"
+    path.write_text(device_entry(extra))
+    with pytest.raises(ScenarioError, match=message) as err:
+        read_devices(path)
+    return err.value
 
 
 @cache

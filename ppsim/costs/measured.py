@@ -5,7 +5,7 @@ flat efficiency and the datasheet's rates."""
 
 from __future__ import annotations
 
-from ppsim.inputs.hardware import Device
+from ppsim.inputs.hardware import DEVICES, Device
 from ppsim.inputs.scenario import Scenario
 
 
@@ -48,6 +48,7 @@ def dispatch_notes(s: Scenario, device: Device) -> list[str]:
     which = s.training.moe_dispatcher
     if s.model is None or s.model.moe is None or which == "alltoall" or device.dispatch_rate(which) is not None:
         return []
+    shares = [rate.nvlink for d in DEVICES.values() for _, rate in d.dispatch_measured]
     return [f"training.moe_dispatcher: {device.name} has no measured share of its links for {which}'s kernels, so "
-            "its all-to-alls are priced at the links' own rates (the devices measured reach 0.40-0.72 of NVLink): "
-            "give dispatch_measured in a hardware.device_file"]
+            f"its all-to-alls are priced at the links' own rates (the devices measured reach {min(shares):.2f}-"
+            f"{max(shares):.2f} of NVLink): give dispatch_measured in a hardware.device_file"]

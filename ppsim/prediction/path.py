@@ -83,6 +83,7 @@ def lower_built(b: Built) -> Plan:
 
 def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
     """Trace metadata the metrics read (what a step does, on how many devices); ``fp8`` only when on."""
+    device = get_device(s.hardware.device, s.hardware.device_file)
     meta: TraceMeta = {
         "scenario": s.name,
         "device": s.hardware.device,
@@ -100,7 +101,7 @@ def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
         "partition": w.partition,
         "costs_from": w.costs_from,
         "costs_source": w.costs_source,
-        "device_memory_bytes": get_device(s.hardware.device, s.hardware.device_file).memory_gb * 2**30,
+        "device_memory_bytes": device.memory_gb * 2**30,
         "recompute": s.training.recompute,
         "zero_stage": s.training.zero_stage,
     }
@@ -121,7 +122,7 @@ def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
         meta["expert_parallel"] = s.expert_parallel
         meta["routing_skew"] = ExpertShard.of(s.model, s.expert_parallel, s.expert_tensor).skew
         if s.training.moe_dispatcher != "alltoall":
-            rate = get_device(s.hardware.device, s.hardware.device_file).dispatch_rate(s.training.moe_dispatcher)
+            rate = device.dispatch_rate(s.training.moe_dispatcher)
             meta["moe_dispatcher"] = s.training.moe_dispatcher
             meta["moe_dispatch_share"] = rate.nvlink if rate else None
     if w.costs.overlap_sm_share and s.training.moe_comm_sms is not None:

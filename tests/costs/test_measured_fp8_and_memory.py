@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import device_entry, gpt
+from conftest import device_entry, gpt, refused_device_file
 from ppsim.costs import build_workload
 from ppsim.costs.analytic import matmul_ms
 from ppsim.costs.gemms import Gemm
 from ppsim.costs.layers import gpt_layers
-from ppsim.errors import ScenarioError
 from ppsim.inputs.hardware import DEVICES, read_devices
 from ppsim.inputs.scenario import Scenario, parse_scenario
 
@@ -150,10 +149,7 @@ def test_the_measured_copies_have_their_sources() -> None:
     ("  intra_node_measured: {gb_s: 370, source: x, algorithm: ring}", "intra_node_measured is a mapping of gb_s"),
 ])
 def test_a_device_file_refuses_a_bad_fp8_curve_or_copy_naming_it(tmp_path: Path, extra: str, message: str) -> None:
-    dev = tmp_path / "gpu.yaml"
-    dev.write_text(device_entry(extra))
-    with pytest.raises(ScenarioError, match=message):
-        read_devices(dev)
+    refused_device_file(tmp_path, extra, message)
 
 
 def test_a_device_with_only_a_measured_copy_is_priced_by_it_under_the_curves(tmp_path: Path) -> None:

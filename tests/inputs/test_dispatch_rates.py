@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, device_entry
+from conftest import ROOT, device_entry, refused_device_file
 from ppsim.costs.links import scenario_links
-from ppsim.errors import ScenarioError
 from ppsim.inputs import cluster as cl
 from ppsim.inputs.hardware import DispatchRate, get_device, read_devices
 from ppsim.inputs.scenario import parse_scenario
@@ -145,11 +144,7 @@ def test_a_scenario_names_its_dispatcher_and_its_expert_link_slows_by_the_measur
     ("  dispatch_measured: []", "maps a dispatcher"),
 ])
 def test_a_device_files_dispatcher_shares_are_checked(tmp_path: Path, entry: str, message: str) -> None:
-    path = tmp_path / "devices.yaml"
-    path.write_text(device_entry(entry))
-    with pytest.raises(ScenarioError, match=message) as err:
-        read_devices(path)
-    assert err.value.field == "hardware.device_file"
+    assert refused_device_file(tmp_path, entry, message).field == "hardware.device_file"
 
 
 def test_a_device_file_may_give_its_own_dispatcher_shares(tmp_path: Path) -> None:
