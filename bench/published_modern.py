@@ -21,7 +21,8 @@ The rules (what ppsim assumes where a row is silent is printed with it):
   the rest of the GPUs, micro-batches GBS / (MBS x DP); sequence parallelism where the recipe sets
   it (else with TP > 1, as Megatron-Bridge's performance recipes do), and with it the tensor-parallel
   communication overlapped with the GEMMs where the recipe says so (else on); FlashAttention (Transformer
-  Engine's fused attention); the distributed optimizer as ZeRO-1 with reduce-scatter, its gradient
+  Engine's fused attention, cuDNN's; NeMo 24.03 and 24.07, whose launcher turned it off, the flash-attn
+  package's FlashAttention-2); the distributed optimizer as ZeRO-1 with reduce-scatter, its gradient
   reduction overlapped with the backward and its parameter all-gather with the next forward where
   the recipe says so (else both on);
 - precision: FP8 and FP8-CS are current scaling (``tensorwise``; NeMo 24.07's FP8 is ``delayed``,
@@ -116,6 +117,12 @@ def unexpressible(row: dict[str, Any]) -> str | None:
 #: before NVIDIA/NeMo@6251117f (2025-08-09, "Discount FLOPs in dot-product att") halved it for causal masks
 NEMO_FULL_ATTENTION_RELEASES = ("24.03", "24.07", "25.04")
 
+#: NeMo's releases launched by a NeMo-Framework-Launcher that turned cuDNN's fused attention off in
+#: every job (launcher_scripts/conf/config.yaml, tags 24.05 and 24.07: ``NVTE_FUSED_ATTN: 0 # Disable
+#: cudnn FA until we've tested it more``; tag 24.05's container is nemo:24.03.01.framework), so that
+#: Transformer Engine ran the flash-attn package's FlashAttention-2
+FLASH2_RELEASES = ("24.03", "24.07")
+
 
 def nemo_flops_per_token(arch: Arch, seq_len: int) -> float:
     """Model FLOPs per token (forward and backward) as NeMo's llama2 / llama3 formulas counted them
@@ -187,6 +194,10 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
     if row["tokens_per_s_per_gpu"] is None:
         assumed.append("the published step from its model TFLOP/s and NeMo's FLOP count of its release (the "
                        "attention counted in full)")
+    kernel = "flash2" if row["release"].startswith(FLASH2_RELEASES) else "cudnn"
+    if kernel == "flash2":
+        assumed.append("the attention by FlashAttention-2 (NeMo's launcher of the release set NVTE_FUSED_ATTN=0; "
+                       "the tables do not say how they were launched)")
     if cp > 1:
         assumed.append("context parallelism's K/V by the p2p ring (Megatron's default cp_comm_type; no recipe sets it)")
     overlap = settings.get("overlap_grad_reduce")
@@ -223,7 +234,8 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
         "pipeline": {"stages": pp, "chunks": vp, "schedule": "interleaved-1f1b" if vp > 1 else "1f1b",
                      "partition": megatron_partition(arch.layers, pp * vp, arch.accounted)},
         "training": {"global_batch": row["gbs"], "micro_batch": micro_batch, "sequence_parallel": sp and tp > 1,
-                     "flash_attention": True, "tp_comm_overlap": bool(tp_overlap and sp and tp > 1), key: recipe,
+                     "flash_attention": True, "attention_kernel": kernel,
+                     "tp_comm_overlap": bool(tp_overlap and sp and tp > 1), key: recipe,
                      "low_precision_params": low_precision_params, **high_precision_layers(settings),
                      "zero_stage": 3 if fsdp else 1 if dp * cp > 1 else 0,
                      "offload_layers": int(offloaded.group(1)) if offloaded else 0,

@@ -191,11 +191,11 @@ def pricing_notes(s: Scenario) -> list[str]:
     without a model: explicit costs price themselves)."""
     if s.model is None or s.costs is not None:
         return []
-    from ppsim.costs.measured import dispatch_notes, flat_narrow_notes
+    from ppsim.costs.measured import attention_kernel_notes, dispatch_notes, flat_narrow_notes
     from ppsim.inputs.hardware import get_device
 
     device = get_device(s.hardware.device, s.hardware.device_file)
-    return flat_narrow_notes(s, device) + dispatch_notes(s, device)
+    return flat_narrow_notes(s, device) + dispatch_notes(s, device) + attention_kernel_notes(s, device)
 
 
 def load_profile_option(path: Path | None) -> Profile | None:

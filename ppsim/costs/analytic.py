@@ -44,7 +44,7 @@ from ppsim.costs.table import CostTable, Link, MoEPhases, memory_rules
 from ppsim.costs.tensor_parallel import TensorParallelComm, exposed_comm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
 from ppsim.errors import ScenarioError
-from ppsim.inputs.hardware import Device
+from ppsim.inputs.hardware import DEFAULT_ATTENTION_KERNEL, Device
 from ppsim.inputs.scenario import ModelSpec, Scenario
 
 OPTIMIZER_BYTES_PER_PARAM = 32
@@ -68,13 +68,14 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
         if known is not None and known[0] is gemms:
             return known[1]
         ms = matmul_ms(gemms, device, model.dtype, flash_attention=training.flash_attention,
-                       efficiency=None if curves else efficiency, narrow=narrow, backward=backward)
+                       efficiency=None if curves else efficiency, narrow=narrow, backward=backward,
+                       kernel=training.attention_kernel)
         priced[(id(gemms), backward)] = (gemms, ms)
         return ms
 
     def matmuls(st: StageShape) -> tuple[float, float, float]:
         """The stage's matmul milliseconds: forward, backward (input and weight grads), weight grad."""
-        if not curves and narrow is None:
+        if not curves and narrow is None and training.attention_kernel == DEFAULT_ATTENTION_KERNEL:
             return (st.forward_flops / flops_per_ms, (st.input_grad_flops + st.weight_grad_flops) / flops_per_ms,
                     st.weight_grad_flops / flops_per_ms)
         fwd, inp, wgt = price(st.gemms.forward), price(st.gemms.input_grad, True), price(st.gemms.weight_grad, True)
@@ -182,23 +183,29 @@ def comm_sm_share(s: Scenario, device: Device) -> float:
 
 
 def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_attention: bool = False,
-              efficiency: float | None = None, narrow: str | None = None, backward: bool = False) -> float:
+              efficiency: float | None = None, narrow: str | None = None, backward: bool = False,
+              kernel: str = DEFAULT_ATTENTION_KERNEL) -> float:
     """Milliseconds of ``gemms`` of one pass (the forward, or a ``backward`` one) on ``device``: each
     GEMM's FLOPs over the peak times its efficiency — the device's ``gemm`` curve at its FLOPs, the
-    ``attention`` curve at its head dimension for the unfused attention matmuls, the fused kernel's
-    figure of that pass under FlashAttention, the flat ``efficiency`` where the device has no such
-    figure, or ``efficiency`` for every GEMM when given. With ``narrow``
+    ``attention`` curve at its head dimension for the unfused attention matmuls, the fused
+    ``kernel``'s figure of that pass under FlashAttention, the flat ``efficiency`` where the device
+    has no such figure, or ``efficiency`` for every GEMM when given (the fused attention's scaled by
+    ``kernel``'s measured speed over the default kernel's). With ``narrow``
     (``fp8`` or ``fp4``) the blocks' linear layers run at that peak of the device (a curve measured
     in 16 bits does not price them)."""
     ms = 0.0
     for g in gemms:
         kind = narrow if narrow and g.linear and not g.wide else dtype
+        fused = bool(g.head_dim) and flash_attention
         if efficiency is not None:
             eff = efficiency
+            if fused:
+                eff *= device.kernel_speed(kernel, kind, backward=backward, head_dim=g.head_dim, keys=g.keys)
         elif not g.head_dim:
             eff = device.gemm_efficiency(g.m * (g.count if g.batched else 1), g.n, g.k, kind)
-        elif flash_attention:
-            eff = device.flash_attention_efficiency(kind, backward=backward, head_dim=g.head_dim, keys=g.keys)
+        elif fused:
+            eff = device.flash_attention_efficiency(kind, backward=backward, head_dim=g.head_dim, keys=g.keys,
+                                                    kernel=kernel)
         else:
             eff = device.attention_efficiency(g.head_dim, kind)
         ms += g.flops / (device.peak_flops(kind) / 1e3 * eff)

@@ -52,3 +52,21 @@ def dispatch_notes(s: Scenario, device: Device) -> list[str]:
     return [f"training.moe_dispatcher: {device.name} has no measured share of its links for {which}'s kernels, so "
             f"its all-to-alls are priced at the links' own rates (the devices measured reach {min(shares):.2f}-"
             f"{max(shares):.2f} of NVLink): give dispatch_measured in a hardware.device_file"]
+
+
+def attention_kernel_notes(s: Scenario, device: Device) -> list[str]:
+    """Where the scenario names a fused attention kernel the device's figures cannot price: one line
+    saying what prices its attention instead, and how to give the kernel's figures."""
+    from ppsim.inputs.hardware import DEFAULT_ATTENTION_KERNEL
+
+    kernel = s.training.attention_kernel
+    if not s.training.flash_attention or kernel == DEFAULT_ATTENTION_KERNEL:
+        return []
+    if device.fused_attention(kernel) is None:
+        missing = f"attention_kernels.{kernel}"
+    elif device.flash_attention is None and not uses_curves(s, device):
+        missing = "flash_attention (the flat efficiency is scaled by the kernels' measured speeds, one over the other)"
+    else:
+        return []
+    return [f"training.attention_kernel: {device.name} has no measured figures to price {kernel} by, so its attention "
+            f"is priced as {DEFAULT_ATTENTION_KERNEL}'s: give {missing} in a hardware.device_file"]

@@ -21,7 +21,7 @@ from ppsim.costs.partition import Balance, balance, blocks_per_stage
 from ppsim.costs.table import CostTable
 from ppsim.errors import ScenarioError
 from ppsim.inputs.choices import Recompute
-from ppsim.inputs.hardware import Device, get_device
+from ppsim.inputs.hardware import DEFAULT_ATTENTION_KERNEL, Device, get_device
 from ppsim.inputs.scenario import MOE_KINDS, Scenario
 
 if TYPE_CHECKING:  # pragma: no cover - a profile's reader is imported where a profile is used
@@ -144,9 +144,23 @@ def datasheet_source(s: Scenario, device: Device) -> str:
                         else hw.tp_link is not None and hw.dp_link is not None)
         if device.intra_node_measured is not None and not nvlink_given:
             measured.append(f"NVLink at its measured {device.intra_node_measured.gb_s:,g} GB/s")
-        return f"datasheet: {peak}, " + ", ".join(measured)
+        return f"datasheet: {peak}, " + ", ".join(measured) + attention_kernel_clause(s, device, curves=True)
     whose = "hardware.efficiency" if s.hardware.efficiency else "the device's"
-    return f"datasheet: {peak} at {100 * (s.hardware.efficiency or device.efficiency):g} % efficiency ({whose})"
+    return (f"datasheet: {peak} at {100 * (s.hardware.efficiency or device.efficiency):g} % efficiency ({whose})"
+            + attention_kernel_clause(s, device, curves=False))
+
+
+def attention_kernel_clause(s: Scenario, device: Device, *, curves: bool) -> str:
+    """How a fused attention kernel other than the default one is priced, as a clause of the costs
+    line ("" for the default kernel, or one the device has no figures for)."""
+    kernel = s.training.attention_kernel
+    if not s.training.flash_attention or kernel == DEFAULT_ATTENTION_KERNEL or device.fused_attention(kernel) is None:
+        return ""
+    if curves:
+        return f", the attention by {kernel} at its measured figures"
+    if device.flash_attention is None:
+        return ""
+    return f", the attention by {kernel} at its measured speed over {DEFAULT_ATTENTION_KERNEL}'s"
 
 
 def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompute | None = None,

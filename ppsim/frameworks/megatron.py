@@ -162,7 +162,13 @@ def _model(s: Scenario, put: Put, refuse: Refusals, notes: list[str]) -> None:
     if not m.dropout:
         put("attention_dropout", 0)
         put("hidden_dropout", 0)
-    put("attention_backend", "flash" if s.training.flash_attention else "unfused")
+    if not s.training.flash_attention:
+        put("attention_backend", "unfused")
+    elif s.training.attention_kernel == "flash2":
+        put("attention_backend", "flash")
+        put("flash_attention_version", 2)
+    else:
+        put("attention_backend", "fused")
     if not s.training.flash_attention:
         notes.append("attention unfused (its s x s scores kept), as ppsim priced it: set training.flash_attention: "
                      "true to price and export Megatron's flash attention")

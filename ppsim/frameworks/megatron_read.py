@@ -185,7 +185,18 @@ def _training(f: dict[str, list[str]], tr: dict[str, Any], notes: list[str]) -> 
         tr["high_precision_last_layers"] = _one(f, "bf16_at_end") if N["bf16_at_end"].name in f else 1
     if (clip := _one(f, "clip_grad", float)) is not None:
         tr["grad_clip"] = clip
-    tr["flash_attention"] = f.get(N["attention_backend"].name, ["auto"])[0] in ("flash", "fused", "auto")
+    backend = f.get(N["attention_backend"].name, ["auto"])[0]
+    tr["flash_attention"] = backend in ("flash", "fused", "auto")
+    tr["attention_kernel"] = "cudnn"  # Transformer Engine's fused attention (auto's choice on Hopper and Blackwell)
+    if backend == "flash":
+        version = _one(f, "flash_attention_version")
+        tr["attention_kernel"] = "flash2" if version in (None, 2) else "cudnn"
+        if version is None:
+            notes.append("--attention-backend flash is read as FlashAttention-2, the flash-attn package's (Transformer "
+                         "Engine runs FlashAttention-3 instead where it is installed, on Hopper: not measured here)")
+        elif version != 2:
+            notes.append(f"--flash-attention-version {version} is not measured here: its attention is priced as "
+                         "cuDNN's fused kernel")
     if f.get(N["dispatcher"].name) == ["flex"]:  # DeepEP's kernels unless HybridEP's are named
         backend = f.get(N["flex_backend"].name, ["deepep"])[0]
         tr["moe_dispatcher"] = "hybridep" if backend == "hybridep" else "deepep"

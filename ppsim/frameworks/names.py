@@ -24,6 +24,8 @@ def _table(*rows: tuple[str, str, str, str]) -> dict[str, Name]:
 
 _MEGATRON_ARGS = "Megatron-LM core 0.20.0, megatron/training/arguments.py (d96d76c0, 2026-08-22)"
 _MEGATRON_LAYOUT = "Megatron-LM core 0.20.0, megatron/core/transformer/pipeline_parallel_layer_layout.py (d98e8a64)"
+_MEGATRON_CONFIG = ("Megatron-LM core 0.20.0, TransformerConfig.flash_attention_version (d98e8a64), an argument "
+                    "through megatron/training/arguments.py's ArgumentGroupFactory")
 _MEGATRON_TE = "Megatron-LM core 0.20.0, TransformerConfig.cp_comm_type (d98e8a64): Transformer Engine's spelling"
 
 #: Megatron-LM's command-line arguments (pretrain_gpt.py)
@@ -81,7 +83,10 @@ MEGATRON: dict[str, Name] = _table(
     ("untie", "--untie-embeddings-and-output-weights", "model.tie_embeddings: false", _MEGATRON_ARGS),
     ("attention_dropout", "--attention-dropout", "model.dropout", _MEGATRON_ARGS),
     ("hidden_dropout", "--hidden-dropout", "model.dropout", _MEGATRON_ARGS),
-    ("attention_backend", "--attention-backend", "training.flash_attention (flash, unfused)", _MEGATRON_ARGS),
+    ("attention_backend", "--attention-backend",
+     "training.flash_attention and attention_kernel (fused: cudnn, flash: the flash-attn package's, unfused)",
+     _MEGATRON_ARGS),
+    ("flash_attention_version", "--flash-attention-version", "training.attention_kernel: flash2 (2)", _MEGATRON_CONFIG),
     ("bf16", "--bf16", "model.dtype: bf16", _MEGATRON_ARGS),
     ("fp16", "--fp16", "model.dtype: fp16", _MEGATRON_ARGS),
     ("clip_grad", "--clip-grad", "training.grad_clip", _MEGATRON_ARGS),

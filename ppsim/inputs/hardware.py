@@ -6,10 +6,11 @@ device may also carry measured curves (:class:`Curve`, each with its ``source``)
 fraction of peak one GEMM reaches as a function of its FLOPs (2mnk), and ``attention``, that of the
 attention's score and context matmuls (unfused, one per head) as a function of the head dimension;
 and ``flash_attention`` (:class:`FusedAttention`), the fraction of peak of the fused attention
-kernel in its forward and its backward; with ``hardware.gemm_curves`` the analytic cost model
-prices each matmul by them, falling back to ``efficiency`` where a device has no such figure and
-for a dtype it was not measured in; ``hardware.efficiency`` overrides all of them. A scenario may also describe its own device in
-a YAML file of the catalogue's format (``hardware.device_file``: one entry, or several with
+kernel in its forward and its backward (``attention_kernels``: other kernels', by name); with
+``hardware.gemm_curves`` the analytic cost model prices each matmul by them, falling back to
+``efficiency`` where a device has no such figure and for a dtype it was not measured in;
+``hardware.efficiency`` overrides all of them. A scenario may also describe its own device in a
+YAML file of the catalogue's format (``hardware.device_file``: one entry, or several with
 ``hardware.device`` naming one).
 """
 
@@ -28,6 +29,11 @@ from ppsim.errors import ScenarioError
 from ppsim.inputs.yaml_files import load_yaml, problem
 
 CATALOGUE = Path(__file__).parent / "data" / "devices.yaml"
+#: the fused attention kernels a scenario may name (training.attention_kernel): cuDNN's (Transformer
+#: Engine's fused attention, the catalogue's ``flash_attention`` figures) and the flash-attn package's
+#: FlashAttention-2 (``attention_kernels.flash2``)
+ATTENTION_KERNELS = ("cudnn", "flash2")
+DEFAULT_ATTENTION_KERNEL = "cudnn"
 
 
 @dataclass(frozen=True)
@@ -144,7 +150,10 @@ class Device:
     host_link_gb_s: float | None = None  #: per direction to host memory (PCIe, NVLink-C2C): activation offloading
     gemm: Curve | None = None  #: fraction of peak per GEMM, by its FLOPs (2mnk)
     attention: Curve | None = None  #: fraction of peak of the unfused attention matmuls, by head dimension
-    flash_attention: FusedAttention | None = None  #: fraction of peak of the fused attention kernel, per pass
+    #: fraction of peak of the default fused attention kernel (``cudnn``: Transformer Engine's), per pass
+    flash_attention: FusedAttention | None = None
+    #: the other fused attention kernels' figures, by name (``flash2``)
+    attention_kernels: tuple[tuple[str, FusedAttention], ...] = ()
     gemm_fp8: Curve | None = None  #: fraction of the FP8 peak per FP8 GEMM, by its FLOPs
     gemm_fp4: Curve | None = None  #: fraction of the FP4 peak per FP4 GEMM, by its FLOPs
     sms: int | None = None  #: streaming multiprocessors: what communication kernels beside compute take a share of
@@ -161,8 +170,9 @@ class Device:
     @property
     def measured(self) -> bool:
         """The device has a measured figure for the curves' pricing (``hardware.gemm_curves``)."""
-        return any(m is not None for m in (self.gemm, self.attention, self.flash_attention, self.gemm_fp8,
-                                            self.gemm_fp4, self.hbm_copy, self.intra_node_measured))
+        return bool(self.attention_kernels) or any(
+            m is not None for m in (self.gemm, self.attention, self.flash_attention, self.gemm_fp8, self.gemm_fp4,
+                                    self.hbm_copy, self.intra_node_measured))
 
     def memory_gb_s(self, measured: bool) -> float:
         """The memory bandwidth memory-bound kernels run at: the measured copy's where ``measured``
@@ -194,14 +204,32 @@ class Device:
             return self.efficiency
         return self.attention(head_dim)
 
-    def flash_attention_efficiency(self, dtype: str, *, backward: bool, head_dim: float, keys: float) -> float:
-        """The fraction of peak of the fused attention kernel in the forward or the ``backward``, at
-        ``head_dim`` with queries attending ``keys`` keys on average: the measured ``flash_attention``
-        figures (:meth:`FusedAttention.fraction`), or the flat ``efficiency`` without them for ``dtype``."""
-        fused = self.flash_attention
+    def fused_attention(self, kernel: str = DEFAULT_ATTENTION_KERNEL) -> FusedAttention | None:
+        """The measured figures of fused attention ``kernel`` (None: not measured on this device)."""
+        if kernel == DEFAULT_ATTENTION_KERNEL:
+            return self.flash_attention
+        return dict(self.attention_kernels).get(kernel)
+
+    def flash_attention_efficiency(self, dtype: str, *, backward: bool, head_dim: float, keys: float,
+                                   kernel: str = DEFAULT_ATTENTION_KERNEL) -> float:
+        """The fraction of peak of fused attention ``kernel`` in the forward or the ``backward``, at
+        ``head_dim`` with queries attending ``keys`` keys on average: its measured figures
+        (:meth:`FusedAttention.fraction`), the default kernel's where it has none, or the flat
+        ``efficiency`` without either for ``dtype``."""
+        fused = self.fused_attention(kernel) or self.flash_attention
         if fused is None or dtype not in fused.dtypes:
             return self.efficiency
         return fused.fraction(head_dim, keys, backward=backward)
+
+    def kernel_speed(self, kernel: str, dtype: str, *, backward: bool, head_dim: float, keys: float) -> float:
+        """Fused attention ``kernel``'s speed over the default kernel's at one shape, both measured
+        on this device (1.0 where either is not, in ``dtype``): what the flat efficiency, a figure
+        of steps run with the default kernel, is scaled by for another kernel."""
+        fused, default = self.fused_attention(kernel), self.flash_attention
+        if kernel == DEFAULT_ATTENTION_KERNEL or fused is None or default is None \
+                or dtype not in fused.dtypes or dtype not in default.dtypes:
+            return 1.0
+        return fused.fraction(head_dim, keys, backward=backward) / default.fraction(head_dim, keys, backward=backward)
 
 
 #: the keys of a device entry, each with its valid range: (lowest, highest, whether the lowest is
@@ -216,7 +244,7 @@ REQUIRED_PEAKS = ("bf16", "fp16", "fp32")  #: every device has these
 OPTIONAL_PEAKS = ("fp8", "fp4")  #: a device with FP8 (Hopper, Blackwell) or FP4 (Blackwell) Tensor Cores
 _KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "intra_node", "inter_node", "gemm",
          "attention", "flash_attention", "mx_formats", "host_link_gb_s", "gemm_fp8", "gemm_fp4", "hbm_copy",
-         "intra_node_measured", "sms", "dispatch_measured"}
+         "intra_node_measured", "sms", "dispatch_measured", "attention_kernels"}
 _CURVE_KEYS = {"source", "dtypes", "points"}
 _FUSED_KEYS = {"source", "dtypes", "forward", "backward", "points"}
 
@@ -242,16 +270,16 @@ def _measured(name: str, key: str, entry: Any, source: str, keys: set[str],
     return where.strip(), tuple(dtypes)
 
 
-def _fused(name: str, entry: Any, source: str) -> FusedAttention | None:
-    """Device ``name``'s ``flash_attention`` figures (None when absent), checked: a fraction of peak
-    in (0, 1] for each pass, or ``points`` of [head dim, keys, forward, backward] (sizes > 0, no
-    shape twice, fractions in (0, 1])."""
+def _fused(name: str, entry: Any, source: str, key: str = "flash_attention") -> FusedAttention | None:
+    """Device ``name``'s figures of a fused attention kernel under ``key`` (None when absent),
+    checked: a fraction of peak in (0, 1] for each pass, or ``points`` of [head dim, keys, forward,
+    backward] (sizes > 0, no shape twice, fractions in (0, 1])."""
     if entry is None:
         return None
-    where, dtypes = _measured(name, "flash_attention", entry, source, _FUSED_KEYS)
+    where, dtypes = _measured(name, key, entry, source, _FUSED_KEYS)
 
     def bad(what: str) -> ScenarioError:
-        return ScenarioError(f"{source}: device {name!r}: flash_attention{what}", field="hardware.device_file")
+        return ScenarioError(f"{source}: device {name!r}: {key}{what}", field="hardware.device_file")
 
     def fraction(value: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
@@ -275,12 +303,33 @@ def _fused(name: str, entry: Any, source: str) -> FusedAttention | None:
             rows.append((float(p[0]), float(p[1]), float(p[2]), float(p[3])))
         return FusedAttention(source=where, dtypes=dtypes, points=tuple(rows))
     passes = []
-    for key in ("forward", "backward"):
-        value = entry.get(key)
+    for pass_ in ("forward", "backward"):
+        value = entry.get(pass_)
         if not fraction(value):
-            raise bad(f".{key} is {value!r}; it must be a fraction of peak > 0 and <= 1 (or give points)")
+            raise bad(f".{pass_} is {value!r}; it must be a fraction of peak > 0 and <= 1 (or give points)")
         passes.append(float(value))
     return FusedAttention(source=where, forward=passes[0], backward=passes[1], dtypes=dtypes)
+
+
+def _kernels(name: str, entry: Any, source: str) -> tuple[tuple[str, FusedAttention], ...]:
+    """Device ``name``'s figures of the fused attention kernels other than the default one
+    (``attention_kernels``: a mapping of kernel name to figures in ``flash_attention``'s format), checked."""
+    if entry is None:
+        return ()
+    others = [k for k in ATTENTION_KERNELS if k != DEFAULT_ATTENTION_KERNEL]
+    if not isinstance(entry, dict) or not entry:
+        raise ScenarioError(f"{source}: device {name!r}: attention_kernels is a mapping of kernel name ({', '.join(others)}) "
+                            "to its figures, in flash_attention's format", field="hardware.device_file")
+    found = []
+    for kernel, figures in entry.items():
+        if kernel not in others:
+            why = " (flash_attention holds its figures)" if kernel == DEFAULT_ATTENTION_KERNEL else ""
+            raise ScenarioError(f"{source}: device {name!r}: attention_kernels has {kernel!r}{why}; the kernels are "
+                                f"{', '.join(others)}", field="hardware.device_file")
+        fused = _fused(name, figures, source, f"attention_kernels.{kernel}")
+        assert fused is not None
+        found.append((kernel, fused))
+    return tuple(found)
 
 
 def _curve(name: str, key: str, entry: Any, source: str,
@@ -445,6 +494,7 @@ def _device(name: str, entry: Any, source: str) -> Device:
             gemm=_curve(name, "gemm", entry.get("gemm"), source),
             attention=_curve(name, "attention", entry.get("attention"), source),
             flash_attention=_fused(name, entry.get("flash_attention"), source),
+            attention_kernels=_kernels(name, entry.get("attention_kernels"), source),
             gemm_fp8=_curve(name, "gemm_fp8", entry.get("gemm_fp8"), source, ("fp8",)),
             gemm_fp4=_curve(name, "gemm_fp4", entry.get("gemm_fp4"), source, ("fp4",)),
             sms=_count(name, "sms", entry.get("sms"), source),

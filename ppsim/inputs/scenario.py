@@ -329,6 +329,11 @@ class TrainingSpec(_Strict):
     #: compute runs on the rest meanwhile (ppsim.sim.durations); None: not charged
     moe_comm_sms: int | None = Field(default=None, ge=1)
     flash_attention: bool = False  #: no s x s scores kept; the backward recomputes them
+    #: which fused kernel computes the attention under flash_attention: ``cudnn`` (Transformer Engine's
+    #: fused attention, its default on Hopper and Blackwell) or ``flash2`` (the flash-attn package's
+    #: FlashAttention-2: Transformer Engine with NVTE_FUSED_ATTN=0, torch SDPA's flash backend), each at
+    #: its measured speed on the device (hardware.Device.kernel_speed)
+    attention_kernel: Literal["cudnn", "flash2"] = "cudnn"
     #: how context parallelism exchanges keys and values (Megatron's --cp-comm-type): ppsim.costs.context_parallel
     cp_comm: Literal["p2p", "all_gather", "a2a", "a2a+p2p"] = "p2p"
     #: with cp_comm a2a+p2p: the all-to-all groups' size (Megatron's --hierarchical-context-parallel-sizes' first)
@@ -653,7 +658,8 @@ def check(s: Scenario) -> None:
     """Cross-field rules that pydantic's per-field checks cannot see; each raises a ScenarioError
     naming the key and the fix."""
     for rule in (_check_sizes, _check_batch, _check_tensor_parallel, _check_experts, _check_links, _check_zero,
-                 _check_recompute, _check_delay_wgrad, _check_dispatcher, _check_high_precision_layers,
+                 _check_recompute, _check_delay_wgrad, _check_dispatcher, _check_attention_kernel,
+                 _check_high_precision_layers,
                  _check_hybrid, _check_partition, _check_costs):
         rule(s)
     from ppsim.inputs.hardware import get_device  # local: keeps the catalogue out of schema import time
@@ -892,6 +898,12 @@ def _check_dispatcher(s: Scenario) -> None:
     if s.training.moe_fp8_dispatch and s.training.fp8 is None:
         raise ScenarioError("sends the tokens in FP8 for FP8 expert GEMMs, and training.fp8 is not set: set a recipe "
                             "(blockwise, as DeepSeek-V3) or drop it", field="training.moe_fp8_dispatch")
+
+
+def _check_attention_kernel(s: Scenario) -> None:
+    if s.training.attention_kernel != "cudnn" and not s.training.flash_attention:
+        raise ScenarioError(f"names the fused kernel {s.training.attention_kernel}, and training.flash_attention is "
+                            "off: set flash_attention: true, or drop attention_kernel", field="training.attention_kernel")
 
 
 def _check_zero(s: Scenario) -> None:

@@ -212,3 +212,35 @@ def test_the_layers_kept_out_of_fp8_go_to_megatron_and_back(tmp_path: Path) -> N
     with pytest.raises(CannotExport) as refused:
         export(s, "torchtitan", "ll", "c")
     assert any("high_precision_first_layers" in r for r in refused.value.reasons)
+
+
+def test_the_attention_kernel_goes_to_megatron_and_back(tmp_path: Path) -> None:
+    """cuDNN's fused attention is --attention-backend fused; FlashAttention-2 is flash with
+    --flash-attention-version 2; each read back as written. flash alone is read as FlashAttention-2
+    with a note (Transformer Engine takes FlashAttention-3 where installed), a version not measured
+    here as cuDNN's, auto as cuDNN's (Transformer Engine's choice on Hopper and Blackwell)."""
+    data = load(SCENARIOS / "llama31-405b-h100.yaml").model_dump(exclude_none=True)
+    path = tmp_path / "ll.megatron.sh"
+    for kernel, backend in (("cudnn", "fused"), ("flash2", "flash")):
+        data["training"].update(flash_attention=True, attention_kernel=kernel)
+        s = parse_scenario(data)
+        text = export(s, "megatron", "ll", "c").files[".megatron.sh"]
+        words = argument_tokens(text)
+        assert words[words.index("--attention-backend") + 1] == backend
+        assert ("--flash-attention-version" in words) == (kernel == "flash2")
+        path.write_text(text)
+        back, _, notes = import_scenario([path], {}, s.devices)
+        assert back["training"]["attention_kernel"] == kernel and back["training"]["flash_attention"]
+        assert not any("flash" in n.lower() and "attention" in n.lower() for n in notes)
+    text = path.read_text()
+    for edited, kernel, said in ((text.replace("  --flash-attention-version 2\n", ""), "flash2",
+                                  "read as FlashAttention-2"),
+                                 (text.replace("--flash-attention-version 2", "--flash-attention-version 3"), "cudnn",
+                                  "version 3 is not measured"),
+                                 (text.replace("--attention-backend flash\n  --flash-attention-version 2",
+                                               "--attention-backend auto"), "cudnn", None)):
+        assert edited != text
+        path.write_text(edited)
+        back, _, notes = import_scenario([path], {}, s.devices)
+        assert back["training"]["attention_kernel"] == kernel, edited
+        assert said is None or any(said in n for n in notes), notes
