@@ -199,8 +199,9 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
         fused = bool(g.head_dim) and flash_attention
         if efficiency is not None:
             eff = efficiency
-            if fused:
-                eff *= device.kernel_speed(kernel, kind, backward=backward, head_dim=g.head_dim, keys=g.keys)
+            if fused:  # no kernel above the peak, whatever the figures' ratio
+                eff = min(1.0, eff * device.kernel_speed(kernel, kind, backward=backward, head_dim=g.head_dim,
+                                                         keys=g.keys))
         elif not g.head_dim:
             eff = device.gemm_efficiency(g.m * (g.count if g.batched else 1), g.n, g.k, kind)
         elif fused:

@@ -56,17 +56,16 @@ def dispatch_notes(s: Scenario, device: Device) -> list[str]:
 
 def attention_kernel_notes(s: Scenario, device: Device) -> list[str]:
     """Where the scenario names a fused attention kernel the device's figures cannot price: one line
-    saying what prices its attention instead, and how to give the kernel's figures."""
+    saying its attention is priced as the default kernel's, and what to give."""
     from ppsim.inputs.hardware import DEFAULT_ATTENTION_KERNEL
 
-    kernel = s.training.attention_kernel
-    if not s.training.flash_attention or kernel == DEFAULT_ATTENTION_KERNEL:
+    if s.model is None or not s.training.flash_attention:
         return []
-    if device.fused_attention(kernel) is None:
-        missing = f"attention_kernels.{kernel}"
-    elif device.flash_attention is None and not uses_curves(s, device):
-        missing = "flash_attention (the flat efficiency is scaled by the kernels' measured speeds, one over the other)"
-    else:
+    kernel, dtype, curves = s.training.attention_kernel, s.model.dtype, uses_curves(s, device)
+    missing = device.kernel_unpriced(kernel, dtype, measured=curves)
+    if missing is None:
         return []
+    own = "" if curves or device.kernel_unpriced(kernel, dtype, measured=True) else \
+        f", or price it by {kernel}'s own figures (hardware.gemm_curves: true)"
     return [f"training.attention_kernel: {device.name} has no measured figures to price {kernel} by, so its attention "
-            f"is priced as {DEFAULT_ATTENTION_KERNEL}'s: give {missing} in a hardware.device_file"]
+            f"is priced as {DEFAULT_ATTENTION_KERNEL}'s: give {missing} in a hardware.device_file{own}"]

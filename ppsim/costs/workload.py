@@ -152,14 +152,13 @@ def datasheet_source(s: Scenario, device: Device) -> str:
 
 def attention_kernel_clause(s: Scenario, device: Device, *, curves: bool) -> str:
     """How a fused attention kernel other than the default one is priced, as a clause of the costs
-    line ("" for the default kernel, or one the device has no figures for)."""
+    line ("" for the default kernel, or one the device cannot price: a note says so)."""
     kernel = s.training.attention_kernel
-    if not s.training.flash_attention or kernel == DEFAULT_ATTENTION_KERNEL or device.fused_attention(kernel) is None:
+    if s.model is None or not s.training.flash_attention or kernel == DEFAULT_ATTENTION_KERNEL \
+            or device.kernel_unpriced(kernel, s.model.dtype, measured=curves) is not None:
         return ""
     if curves:
         return f", the attention by {kernel} at its measured figures"
-    if device.flash_attention is None:
-        return ""
     return f", the attention by {kernel} at its measured speed over {DEFAULT_ATTENTION_KERNEL}'s"
 
 

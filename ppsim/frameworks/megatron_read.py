@@ -187,7 +187,9 @@ def _training(f: dict[str, list[str]], tr: dict[str, Any], notes: list[str]) -> 
         tr["grad_clip"] = clip
     backend = f.get(N["attention_backend"].name, ["auto"])[0]
     tr["flash_attention"] = backend in ("flash", "fused", "auto")
-    tr["attention_kernel"] = "cudnn"  # Transformer Engine's fused attention (auto's choice on Hopper and Blackwell)
+    # Transformer Engine's fused attention (auto's choice on Hopper and Blackwell); the default, also
+    # unfused, where a base scenario's flash2 would otherwise stay beside an attention the files unfuse
+    tr["attention_kernel"] = "cudnn"
     if backend == "flash":
         version = _one(f, "flash_attention_version")
         tr["attention_kernel"] = "flash2" if version in (None, 2) else "cudnn"

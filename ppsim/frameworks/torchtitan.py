@@ -126,6 +126,10 @@ def torchtitan_config(s: Scenario, plan: Plan, stages: list[StageLayers], csv_na
     if s.context_parallel > 1 and tr.cp_comm != "all_gather":
         notes.append(f"torchtitan's ring attention passes keys and values by all-gather or all-to-all "
                      f"(context_parallel_rotate_method), not Megatron's {tr.cp_comm}: ppsim priced {tr.cp_comm}")
+    if tr.flash_attention and tr.attention_kernel != "cudnn":
+        notes.append("torchtitan v0.2.2's attention asks torch's SDPA for cuDNN's kernel first "
+                     f"(torchtitan/models/attention.py), FlashAttention-2 only where cuDNN's cannot run: ppsim priced "
+                     f"{tr.attention_kernel}")
     if s.tensor_parallel > 1 and not tr.sequence_parallel:
         notes.append("torchtitan's tensor parallelism always splits the norms' activations (sequence parallel); "
                      "ppsim priced it without")

@@ -216,18 +216,39 @@ class Device:
         ``head_dim`` with queries attending ``keys`` keys on average: its measured figures
         (:meth:`FusedAttention.fraction`), the default kernel's where it has none, or the flat
         ``efficiency`` without either for ``dtype``."""
-        fused = self.fused_attention(kernel) or self.flash_attention
+        fused = self.flash_attention if self.kernel_unpriced(kernel, dtype, measured=True) else \
+            self.fused_attention(kernel)
         if fused is None or dtype not in fused.dtypes:
             return self.efficiency
         return fused.fraction(head_dim, keys, backward=backward)
+
+    def kernel_unpriced(self, kernel: str, dtype: str, *, measured: bool) -> str | None:
+        """What this device lacks to price fused attention ``kernel`` in ``dtype`` (None: nothing,
+        or the default kernel): under the ``measured`` figures, the kernel's own in that dtype;
+        under the flat efficiency, the kernel's and the default kernel's both in it (the one's speed
+        over the other's scales it)."""
+        if kernel == DEFAULT_ATTENTION_KERNEL:
+            return None
+        fused, default = self.fused_attention(kernel), self.flash_attention
+        if fused is None:
+            return f"attention_kernels.{kernel}"
+        if dtype not in fused.dtypes:
+            return f"attention_kernels.{kernel} in {dtype} (measured in {', '.join(fused.dtypes)})"
+        if measured:
+            return None
+        if default is None:
+            return f"flash_attention ({DEFAULT_ATTENTION_KERNEL}'s figures, which the flat efficiency is scaled from)"
+        if dtype not in default.dtypes:
+            return (f"flash_attention in {dtype} ({DEFAULT_ATTENTION_KERNEL}'s figures, measured in "
+                    f"{', '.join(default.dtypes)}, which the flat efficiency is scaled from)")
+        return None
 
     def kernel_speed(self, kernel: str, dtype: str, *, backward: bool, head_dim: float, keys: float) -> float:
         """Fused attention ``kernel``'s speed over the default kernel's at one shape, both measured
         on this device (1.0 where either is not, in ``dtype``): what the flat efficiency, a figure
         of steps run with the default kernel, is scaled by for another kernel."""
         fused, default = self.fused_attention(kernel), self.flash_attention
-        if kernel == DEFAULT_ATTENTION_KERNEL or fused is None or default is None \
-                or dtype not in fused.dtypes or dtype not in default.dtypes:
+        if self.kernel_unpriced(kernel, dtype, measured=False) is not None or fused is None or default is None:
             return 1.0
         return fused.fraction(head_dim, keys, backward=backward) / default.fraction(head_dim, keys, backward=backward)
 
@@ -327,7 +348,10 @@ def _kernels(name: str, entry: Any, source: str) -> tuple[tuple[str, FusedAttent
             raise ScenarioError(f"{source}: device {name!r}: attention_kernels has {kernel!r}{why}; the kernels are "
                                 f"{', '.join(others)}", field="hardware.device_file")
         fused = _fused(name, figures, source, f"attention_kernels.{kernel}")
-        assert fused is not None
+        if fused is None:
+            raise ScenarioError(f"{source}: device {name!r}: attention_kernels.{kernel} is empty; give its figures in "
+                                "flash_attention's format (source, and forward and backward or points)",
+                                field="hardware.device_file")
         found.append((kernel, fused))
     return tuple(found)
 

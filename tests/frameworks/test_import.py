@@ -244,3 +244,13 @@ def test_the_attention_kernel_goes_to_megatron_and_back(tmp_path: Path) -> None:
         back, _, notes = import_scenario([path], {}, s.devices)
         assert back["training"]["attention_kernel"] == kernel, edited
         assert said is None or any(said in n for n in notes), notes
+    # an unfused attention read over a base scenario that ran flash2: the kernel goes back to the default
+    path.write_text(text.replace("--attention-backend flash\n  --flash-attention-version 2", "--attention-backend unfused"))
+    back, _, _ = import_scenario([path], s.model_dump(exclude_none=True), s.devices)
+    assert back["training"]["flash_attention"] is False and back["training"]["attention_kernel"] == "cudnn"
+    parse_scenario(back)
+    # torchtitan asks torch's SDPA for cuDNN's kernel first: a scenario priced with flash2 says so
+    titan = s.model_dump(exclude_none=True)
+    titan["training"]["zero_stage"] = 3
+    notes = export(parse_scenario(titan), "torchtitan", "ll", "c").notes
+    assert any("cuDNN's kernel first" in n and "ppsim priced flash2" in n for n in notes)

@@ -147,6 +147,7 @@ def test_a_fused_kernel_without_flash_attention_is_refused_naming_the_key() -> N
     ("attention_kernels: [flash2]", "is a mapping of kernel name"),
     ("attention_kernels: {flash2: {source: x, forward: 1.5, backward: 0.4}}", r"attention_kernels\.flash2\.forward is 1\.5"),
     ("attention_kernels: {flash2: {forward: 0.5, backward: 0.4}}", r"attention_kernels\.flash2 needs a source"),
+    ("attention_kernels: {flash2: }", r"attention_kernels\.flash2 is empty; give its figures"),
 ])
 def test_a_device_file_s_other_kernels_are_checked_naming_the_key(tmp_path: Path, entry: str, message: str) -> None:
     path = tmp_path / "dev.yaml"
@@ -156,3 +157,33 @@ def test_a_device_file_s_other_kernels_are_checked_naming_the_key(tmp_path: Path
     path.write_text(device_entry("  attention_kernels: {flash2: {source: x, forward: 0.3, backward: 0.25}}"))
     mine = read_devices(path)["mine"]
     assert mine.measured and mine.fused_attention("flash2") is not None
+
+
+def test_a_kernel_faster_than_cudnn_by_its_figures_never_runs_above_the_peak(tmp_path: Path) -> None:
+    """A user's device whose cuDNN figures are a tenth of peak and flash2's nine tenths: at the flat
+    efficiency 0.55 the ratio would put flash2 at 4.95 of peak; it runs at the peak."""
+    path = tmp_path / "dev.yaml"
+    path.write_text(device_entry("  flash_attention: {source: x, forward: 0.1, backward: 0.1}\n"
+                                 "  attention_kernels: {flash2: {source: y, forward: 0.9, backward: 0.9}}"))
+    mine = read_devices(path)["mine"]
+    core = tuple(g for g in block_gemms(4096, 1, 4096, 32, 32, 11008, flash_attention=True).forward if g.head_dim)
+    flops = sum(g.flops for g in core)
+    assert matmul_ms(core, mine, "bf16", flash_attention=True, efficiency=0.55, kernel="flash2") \
+        == pytest.approx(flops / 989e9)
+
+
+def test_a_dtype_the_figures_were_not_measured_in_is_priced_as_cudnn_s_and_said() -> None:
+    """fp16 on an H100: cuDNN's figures are bf16's, so the flat pricing has no ratio to scale by; the
+    step is cuDNN's, the costs line claims nothing, and the note names what is missing and that the
+    curves price flash2 by its own fp16 figures (which they do: the step is then slower)."""
+    fp16 = {**scenario(attention_kernel="flash2"), "model": {**SCENARIO["model"], "dtype": "fp16"}}  # type: ignore[dict-item]
+    fp16_cudnn = {**fp16, "training": {"flash_attention": True}}
+    assert step_ms(fp16) == pytest.approx(step_ms(fp16_cudnn))
+    pred = predict(parse_scenario(fp16))
+    assert "flash2" not in pred.trace.meta["costs_source"]
+    notes = attention_kernel_notes(parse_scenario(fp16), get_device("h100-sxm"))
+    assert len(notes) == 1 and "give flash_attention in fp16" in notes[0] and "hardware.gemm_curves: true" in notes[0]
+    curves = {**fp16, "hardware": {"device": "h100-sxm", "gemm_curves": True}}
+    curves_cudnn = {**fp16_cudnn, "hardware": {"device": "h100-sxm", "gemm_curves": True}}
+    assert step_ms(curves) > step_ms(curves_cudnn)
+    assert attention_kernel_notes(parse_scenario(curves), get_device("h100-sxm")) == []
