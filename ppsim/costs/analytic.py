@@ -40,7 +40,7 @@ from ppsim.costs.low_precision import LowPrecision, scenario_precision
 from ppsim.costs.measured import uses_curves
 from ppsim.costs.moe import alltoall_ms
 from ppsim.costs.recompute import selective_modules
-from ppsim.costs.table import CostTable, Link, MoEPhases, memory_rules
+from ppsim.costs.table import CostTable, Link, MoEPhases, StageCost, memory_rules
 from ppsim.costs.tensor_parallel import TensorParallelComm, exposed_comm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
 from ppsim.errors import ScenarioError
@@ -92,7 +92,11 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
     whole_tp = whole_tp_comm(training.recompute == "full")
     whole_plain = whole_tp_comm(False)  # the blocks beyond training.recompute_layers
     stages = []
+    priced_shapes: dict[int, StageCost] = {}  # by the shape's identity: the layout's stages alike share one
     for k, st in enumerate(layout.stages):
+        if (known_cost := priced_shapes.get(id(st))) is not None:
+            stages.append(known_cost)
+            continue
         forward_mm, backward_mm, weight_grad_mm = matmuls(st)
         gemm_ms = linear_gemm_ms(st, price, swiglu=model.mlp == "swiglu") if training.tp_comm_overlap and st.blocks \
             else None
@@ -139,6 +143,7 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
             self_hidden_ms=own,
             moe_phases=phases,
         ))
+        priced_shapes[id(st)] = stages[-1]
     if training.zero_stage >= 1:
         stages = [shard_optimizer(c, d, links.data_parallel, links.data_parallel, training.zero_reduce,
                                   overlap_gather=training.overlap_param_gather, fully_sharded=training.zero_stage >= 3)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from functools import partial
+from functools import lru_cache, partial
 from typing import Literal
 
 from ppsim.costs.elementwise import Traffic, block_traffic, embedding_traffic, head_traffic
@@ -131,6 +131,28 @@ def gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none"
                context_parallel: int = 1, experts: ExpertShard | None = None,
                windowed: bool = False, recompute_modules: Sequence[str] | None = None,
                parts: LayerParts = "block") -> tuple[LayerCost, LayerCost, LayerCost]:
+    """:func:`built_gpt_layers`, each set of arguments built once: a search lays out the same layers
+    for every plan that differs only in its stages or schedule (the costs are immutable)."""
+    return _gpt_layers_once(model, micro_batch, recompute, tensor_parallel, sequence_parallel, flash_attention,
+                            narrow, context_parallel, experts, windowed,
+                            None if recompute_modules is None else tuple(recompute_modules), parts)
+
+
+@lru_cache(maxsize=512)
+def _gpt_layers_once(model: ModelSpec, micro_batch: int, recompute: Recompute, tensor_parallel: int,
+                     sequence_parallel: bool, flash_attention: bool, narrow: LowPrecision | None,
+                     context_parallel: int, experts: ExpertShard | None, windowed: bool,
+                     recompute_modules: tuple[str, ...] | None, parts: LayerParts) -> tuple[LayerCost, LayerCost, LayerCost]:
+    return built_gpt_layers(model, micro_batch, recompute, tensor_parallel, sequence_parallel=sequence_parallel,
+                            flash_attention=flash_attention, narrow=narrow, context_parallel=context_parallel,
+                            experts=experts, windowed=windowed, recompute_modules=recompute_modules, parts=parts)
+
+
+def built_gpt_layers(model: ModelSpec, micro_batch: int, recompute: Recompute = "none", tensor_parallel: int = 1, *,
+                     sequence_parallel: bool = False, flash_attention: bool = False, narrow: LowPrecision | None = None,
+                     context_parallel: int = 1, experts: ExpertShard | None = None,
+                     windowed: bool = False, recompute_modules: Sequence[str] | None = None,
+                     parts: LayerParts = "block") -> tuple[LayerCost, LayerCost, LayerCost]:
     """(embedding, one transformer block, LM head) for one micro-batch, per device of a tensor-
     parallel group of ``tensor_parallel`` (Megatron: the matmuls, the vocabulary and the heads are
     split t ways). With recompute, the block's input-grad pass also runs the recomputed forward

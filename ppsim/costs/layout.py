@@ -183,13 +183,20 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
     first = 0  # the stage's first block, counted over the whole model
     family_gemms: dict[tuple[str, int, int], PassGemms] = {}  # stages of as many blocks share their GEMM lists
     stage_gemms: dict[tuple[tuple[str, int, int], ...], PassGemms] = {}  # and inner stages of one make-up theirs
+    # a stage is its blocks' kinds, how many recompute and whether it is a copy's first or last: the
+    # stages alike share one shape (a deep pipeline's inner stages; the costs price each shape once)
+    shapes: dict[tuple[tuple[str, ...], int, bool, bool], StageShape] = {}
     for k, count in ((k % n, count) for k, count in enumerate(blocks)):
         if k == 0:
             first = 0  # each copy's stages start at the model's first layer
         recomputed = min(count, s.training.recompute_layers or count)
         kind_at = layer_kinds[first:first + count]
-        moe_at = [kind.removesuffix(WIDE) in MOE_KINDS for kind in kind_at]
         first += count
+        alike = (tuple(kind_at), recomputed, k == 0, k == n - 1)
+        if alike in shapes:
+            stages.append(shapes[alike])
+            continue
+        moe_at = [kind.removesuffix(WIDE) in MOE_KINDS for kind in kind_at]
         stage_blocks: list[LayerCost] = []
         gemms = PassGemms()
         lead = 0
@@ -245,6 +252,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
                                  expert_params=expert_params, expert_replicas=s.expert_replicas,
                                  workspace_bytes=context_buffers if count else 0),
         ))
+        shapes[alike] = stages[-1]
     return Layout(tuple(stages), message, whole, dtype_bytes, pipes)
 
 

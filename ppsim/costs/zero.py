@@ -31,11 +31,12 @@ def shard_optimizer(cost: StageCost, data_parallel: int, link: Link, gather_link
         sharded = (cost.optimizer_ms - fixed_ms) / data_parallel
         return replace(cost, optimizer_ms=max(0.0, fixed_ms + sharded), allreduce_ms=0.0)
     gather = ring_allgather_ms(cost.grad_bytes, data_parallel, gather_link)
+    reduce_ms = cost.allreduce_ms
     if reduce == "reduce_scatter":
         per_bucket = cost.grad_bytes / cost.allreduce_buckets
-        cost = replace(cost, allreduce_ms=ring_allgather_ms(per_bucket, data_parallel, link) * cost.allreduce_buckets)
+        reduce_ms = ring_allgather_ms(per_bucket, data_parallel, link) * cost.allreduce_buckets
     if overlap_gather:
         first = gather / max(1, cost.allreduce_buckets)
         gather = max(first, gather - cost.forward_ms)
     sharded = (cost.optimizer_ms - fixed_ms) / data_parallel
-    return replace(cost, optimizer_ms=max(0.0, fixed_ms + sharded) + gather)
+    return replace(cost, optimizer_ms=max(0.0, fixed_ms + sharded) + gather, allreduce_ms=reduce_ms)

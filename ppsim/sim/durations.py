@@ -85,9 +85,15 @@ def compute_ms(costs: CostTable) -> Callable[[Action | Overlap], float]:
     every other kind (what :func:`ppsim.plan.lower` needs to place messages on the ideal timeline)."""
     table = {(k, kind): getattr(c, field) for k, c in enumerate(costs.stages)
              for kind, field in DURATION_FIELD.items() if kind in _BACKWARD_PIECES}
+    pairs: dict[tuple[int, int, Kind], float] = {}  # an overlap's time by its two passes' stages and kinds
+
     def duration(a: Action | Overlap) -> float:
         if isinstance(a, Overlap):
-            return overlapped_ms(costs, a)
+            key = (a.forward.stage, a.backward.stage, a.backward.kind)
+            ms = pairs.get(key)
+            if ms is None:
+                ms = pairs[key] = overlapped_ms(costs, a)
+            return ms
         return table.get((a.stage, a.kind), 0.0)
 
     return duration
