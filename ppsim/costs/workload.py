@@ -63,10 +63,10 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
         _check_profile(s, profile)
     device = get_device(s.hardware.device, s.hardware.device_file)
     if s.training.offload_layers and device.host_link_gb_s is None:
-        raise ScenarioError(f"training.offload_layers copies activations to host memory, and {s.hardware.device} has no "
+        raise ScenarioError(f"training.offload_layers copies activations to host memory, and {device.name} has no "
                             "host link (host_link_gb_s in its device entry): give one in a hardware.device_file or "
                             "drop training.offload_layers", field="training.offload_layers")
-    check_low_precision(s.training.fp8, s.training.fp4, device_name=s.hardware.device, peaks=device.peak_tflops,
+    check_low_precision(s.training.fp8, s.training.fp4, device_name=device.name, peaks=device.peak_tflops,
                         mx_formats=device.mx_formats, dtype=s.model.dtype if s.model else "bf16",
                         params=s.training.low_precision_params)
     p, v = s.pipeline.stages, s.pipeline.chunks
@@ -130,7 +130,7 @@ def datasheet_source(s: Scenario, device: Device) -> str:
     """How the analytic model priced the work: the device's peak, at a flat efficiency or its
     measured curves and rates (the same choice :func:`~ppsim.costs.analytic.analytic_costs` makes)."""
     dtype = s.model.dtype if s.model else "bf16"
-    peak = f"{s.hardware.device}'s {device.peak_tflops[dtype]:,g} TFLOP/s {dtype} peak"
+    peak = f"{device.name}'s {device.peak_tflops[dtype]:,g} TFLOP/s {dtype} peak"
     narrow = scenario_precision(s.training.fp8, s.training.fp4, s.training.low_precision_params)
     if narrow:
         peak += (f" ({device.peak_tflops[narrow.peak]:,g} {narrow.peak} for the blocks' linear layers, "

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
-from conftest import GPT_YAML
+from conftest import GPT_YAML, device_entry
 from ppsim.cli import app
 from ppsim.errors import ScenarioError
 from ppsim.inputs.hardware import read_devices
@@ -86,3 +87,17 @@ def test_nan_and_inf_are_refused_in_a_scenario_by_name(tmp_path: Path, value: st
     path.write_text(text)
     with pytest.raises(ScenarioError, match="memory_budget"):
         load(path)
+
+
+def test_a_device_file_of_one_entry_is_named_as_its_entry_in_the_costs_line(tmp_path: Path) -> None:
+    """A scenario that names no device and gives a file of one (``mine``) is priced on that entry,
+    and says so: the costs line names it, not the default device the scenario did not choose."""
+    from ppsim.prediction import predict
+
+    (tmp_path / "dev.yaml").write_text(device_entry(""))
+    data = {"model": {"layers": 2, "hidden": 512, "heads": 8, "seq_len": 256, "vocab": 1000},
+            "pipeline": {"stages": 2, "microbatches": 2}, "hardware": {"device_file": "dev.yaml"}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    meta = predict(load(path)).trace.meta
+    assert meta["costs_source"].startswith("datasheet: mine's 989 TFLOP/s bf16 peak")
