@@ -114,9 +114,9 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
         more = sharded_and_offloaded(s, st, layout.dtype_bytes, precision, links, device, compute_forward,
                                      compute_backward)
         dispatched = precision.value_bytes / layout.dtype_bytes if precision and training.moe_fp8_dispatch else 1.0
-        a2a = expert_alltoalls(s, st, links.expert_parallel, links.expert_tensor, dispatched)
-        phases = moe_phases(st, price, hbm_bytes_per_ms,
-                            block_alltoalls(s, st, links.expert_parallel, links.expert_tensor, dispatched))
+        alltoalls = block_alltoalls(s, st, links.expert_parallel, links.expert_tensor, dispatched)
+        a2a = expert_alltoalls(s, st, alltoalls)
+        phases = moe_phases(st, price, hbm_bytes_per_ms, alltoalls)
         # what runs beside the compute and is not hidden by it: the collectives and copies left exposed
         forward_comm = (st.tp_collective_blocks * tp.forward_ms + st.blocks * cp.forward_ms + a2a.forward_ms
                         + more.forward_ms)
@@ -218,18 +218,15 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
     return ms
 
 
-def expert_alltoalls(s: Scenario, st: StageShape, exchange: Link, gather: Link, narrow: float = 1.0) -> Exposed:
+def expert_alltoalls(s: Scenario, st: StageShape, alltoalls: tuple[float, float]) -> Exposed:
     """A stage's expert-parallel all-to-alls per micro-batch (:mod:`~ppsim.costs.moe`): dispatch and
     combine in each MoE block's forward, both again in its backward, and once more where the
     backward recomputes the forward; with expert tensor parallelism each dispatch's all-gather of
     the tokens over the ETP group and each combine's reduce-scatter (their transposes backward);
-    ``exchange``: the all-to-alls' link, ``gather``: the ETP group's. ``narrow``: the bytes of one
-    of each pair over the dtype's, the other whole (DeepSeek-V3's FP8 dispatch: the forward's
-    dispatch and the backward's gradient sent to the experts in FP8, the combine and its gradient
-    in the dtype)."""
+    ``alltoalls``: one block's (dispatch, combine), :func:`block_alltoalls`."""
     if not st.moe_blocks or (s.expert_parallel <= 1 and s.expert_tensor <= 1):
         return Exposed()
-    pair = sum(block_alltoalls(s, st, exchange, gather, narrow))
+    pair = sum(alltoalls)
     # the share of the stage's blocks recomputed (an empty last stage's MTP block: the scenario's mode);
     # selective recomputation of the whole MoE layer runs both again in every block
     if s.training.recompute == "full":
@@ -243,7 +240,10 @@ def block_alltoalls(s: Scenario, st: StageShape, exchange: Link, gather: Link, n
                     ) -> tuple[float, float]:
     """(dispatch, combine) of one MoE block's forward (:func:`expert_alltoalls`): the dispatch at
     ``narrow`` of the bytes, the combine whole, each with its ETP all-gather or reduce-scatter; the
-    backward's gradients run the same two in reverse (the combine's at ``narrow``)."""
+    backward's gradients run the same two in reverse (the combine's at ``narrow``). ``exchange``:
+    the all-to-alls' link, ``gather``: the ETP group's; ``narrow``: the bytes of the dispatch over
+    the dtype's (DeepSeek-V3's FP8 dispatch: the forward's dispatch and the backward's gradient sent
+    to the experts in FP8, the combine and its gradient in the dtype)."""
     etp = s.expert_tensor
 
     def one(share: float) -> float:

@@ -5,7 +5,7 @@ flat efficiency and the datasheet's rates."""
 
 from __future__ import annotations
 
-from ppsim.inputs.hardware import DEVICES, Device
+from ppsim.inputs.hardware import DEFAULT_ATTENTION_KERNEL, DEVICES, Device
 from ppsim.inputs.scenario import Scenario
 
 
@@ -57,8 +57,6 @@ def dispatch_notes(s: Scenario, device: Device) -> list[str]:
 def attention_kernel_notes(s: Scenario, device: Device) -> list[str]:
     """Where the scenario names a fused attention kernel the device's figures cannot price: one line
     saying its attention is priced as the default kernel's, and what to give."""
-    from ppsim.inputs.hardware import DEFAULT_ATTENTION_KERNEL
-
     if s.model is None or not s.training.flash_attention:
         return []
     kernel, dtype, curves = s.training.attention_kernel, s.model.dtype, uses_curves(s, device)

@@ -247,6 +247,8 @@ class Device:
         """Fused attention ``kernel``'s speed over the default kernel's at one shape, both measured
         on this device (1.0 where either is not, in ``dtype``): what the flat efficiency, a figure
         of steps run with the default kernel, is scaled by for another kernel."""
+        if kernel == DEFAULT_ATTENTION_KERNEL:
+            return 1.0
         fused, default = self.fused_attention(kernel), self.flash_attention
         if self.kernel_unpriced(kernel, dtype, measured=False) is not None or fused is None or default is None:
             return 1.0

@@ -371,7 +371,7 @@ def test_an_fp8_dispatch_sends_one_of_each_pair_in_the_recipes_format() -> None:
     dispatch moves 1 + 4/128 bytes a value (blockwise FP8 with its scales), the combine 2: each pass
     of a stage with n MoE blocks spends n x (a2a(1.03125 / 2 x B) + a2a(B)) instead of 2n x a2a(B)."""
     from ppsim.costs import build_workload
-    from ppsim.costs.analytic import expert_alltoalls
+    from ppsim.costs.analytic import block_alltoalls, expert_alltoalls
     from ppsim.costs.layout import lay_out
     from ppsim.costs.workload import block_kinds, model_layers
 
@@ -382,8 +382,8 @@ def test_an_fp8_dispatch_sends_one_of_each_pair_in_the_recipes_format() -> None:
                      block_kinds(s, layers))
     st = next(x for x in layout.stages if x.moe_blocks)
     link = Link.from_gb_s(50.0, 0.0)
-    narrow = expert_alltoalls(s, st, link, link, (1 + 4 / 128) / 2)
-    whole = expert_alltoalls(s, st, link, link)
+    narrow = expert_alltoalls(s, st, block_alltoalls(s, st, link, link, (1 + 4 / 128) / 2))
+    whole = expert_alltoalls(s, st, block_alltoalls(s, st, link, link))
     one = alltoall_ms(st.alltoall_bytes, s.expert_parallel, link)
     assert whole.forward_ms == pytest.approx(2 * st.moe_blocks * one)
     assert narrow.forward_ms == pytest.approx(st.moe_blocks * (one * (1 + 4 / 128) / 2 + one))
