@@ -45,6 +45,9 @@ def grad_producers(plan: Plan) -> dict[tuple[int, int | None], Kind]:
     return out
 
 
+_F, _B, _I, _W, _OVERLAP = Kind.F, Kind.B, Kind.I, Kind.W, Kind.OVERLAP_F_B  # an enum's members, read once
+
+
 def dependencies(a: Key, per_pipe: int, grads: dict[tuple[int, int | None], Kind]) -> tuple[Key, ...]:
     """The compute actions whose output ``a`` consumes: the previous stage's forward (F), the own
     forward and the next stage's input grad (B, I), the own input grad (W). ``per_pipe``: the
@@ -55,17 +58,17 @@ def dependencies(a: Key, per_pipe: int, grads: dict[tuple[int, int | None], Kind
     written out here for speed (it runs once per action of every timeline); a test holds the two to
     the same answers."""
     s, kind, mb = a
-    if kind is Kind.OVERLAP_F_B:  # (forward, kind, backward): its parts never feed each other (validated)
+    if kind is _F:
+        return ((s - 1, kind, mb),) if s % per_pipe else ()
+    if kind is _B or kind is _I:
+        if s % per_pipe < per_pipe - 1:
+            return (s, _F, mb), (s + 1, grads.get((s + 1, mb), _B), mb)
+        return ((s, _F, mb),)
+    if kind is _W:
+        return ((s, _I, mb),)
+    if kind is _OVERLAP:  # (forward, kind, backward): its parts never feed each other (validated)
         # an Overlap unpacks as (forward, kind, backward): s and mb are its parts
         return dependencies(s, per_pipe, grads) + dependencies(mb, per_pipe, grads)  # type: ignore[arg-type]  # Overlap parts
-    if kind is Kind.F:
-        return ((s - 1, kind, mb),) if s % per_pipe else ()
-    if kind is Kind.B or kind is Kind.I:
-        if s % per_pipe < per_pipe - 1:
-            return (s, Kind.F, mb), (s + 1, grads.get((s + 1, mb), Kind.B), mb)
-        return ((s, Kind.F, mb),)
-    if kind is Kind.W:
-        return ((s, Kind.I, mb),)
     return ()
 
 
@@ -74,11 +77,11 @@ Latency = Callable[[Key], float]
 
 
 @per_plan(kept=8)
-def _needs(plan: Plan) -> tuple[tuple[tuple[Key, ...], ...], ...]:
-    """Per rank, the :func:`dependencies` of each of its actions, in order (a search times one plan
-    on many cost tables)."""
+def _needs(plan: Plan) -> tuple[tuple[tuple[tuple[Key, ...], tuple[Action, ...]], ...], ...]:
+    """Per rank, for each of its actions in order: its :func:`dependencies` and the plain actions it
+    makes (itself; an overlap's two parts). A search times one plan on many cost tables."""
     per_pipe, grads = plan.stages_per_pipe, grad_producers(plan)
-    return tuple(tuple(dependencies(a, per_pipe, grads) for a in ra) for ra in plan.actions)
+    return tuple(tuple((dependencies(a, per_pipe, grads), a.parts) for a in ra) for ra in plan.actions)
 
 
 def ideal_times(plan: Plan, duration: Duration = default_duration, latency: Latency | None = None
@@ -102,18 +105,18 @@ def ideal_times(plan: Plan, duration: Duration = default_duration, latency: Late
     work = list(range(len(acts)))
     finished = done.get
     where = plan.stage_to_rank
-    OVERLAP = Kind.OVERLAP_F_B
+    durations = [list(map(duration, ra)) for ra in acts]
     while work:
         r = work.pop()
         ra = acts[r]
         n = len(ra)
         i = pos[r]
         free = ends[r][i - 1] if i else zero
-        rank_starts, rank_ends, rank_needs = starts[r], ends[r], needs[r]
+        rank_starts, rank_ends, rank_needs, rank_durations = starts[r], ends[r], needs[r], durations[r]
         while i < n:
-            a = ra[i]
             start = free
-            for d in rank_needs[i]:
+            deps, made = rank_needs[i]
+            for d in deps:
                 t = finished(d)
                 if t is None:  # wait for d: its rank wakes this one when d is done
                     waiting.setdefault(d, []).append(r)
@@ -123,15 +126,16 @@ def ideal_times(plan: Plan, duration: Duration = default_duration, latency: Late
                 if t > start:
                     start = t
             else:
-                free = (start[0] + duration(a), start[1] + 1)
+                free = (start[0] + rank_durations[i], start[1] + 1)
                 rank_starts[i] = start
                 rank_ends[i] = free
                 i += 1
-                for part in (a.parts if a.kind is OVERLAP else (a,)):
+                for part in made:
                     done[part] = free
-                    woken = waiting.pop(part, None)
-                    if woken:
-                        work.extend(woken)
+                    if waiting:
+                        woken = waiting.pop(part, None)
+                        if woken:
+                            work.extend(woken)
                 continue
             break
         pos[r] = i
