@@ -257,12 +257,12 @@ def block_alltoalls(s: Scenario, st: StageShape, exchange: Link, gather: Link, n
 
 def moe_phases(st: StageShape, price: Callable[[tuple[Gemm, ...], bool], float], hbm_bytes_per_ms: float,
                alltoalls: tuple[float, float]) -> MoEPhases | None:
-    """The parts of one of the stage's MoE blocks an overlapped schedule pairs (``st.moe_halves``
-    priced: their GEMMs by ``price``, their memory-bound bytes at ``hbm_bytes_per_ms``;
+    """The parts of the stage's average MoE block an overlapped schedule pairs (``st.moe_halves``
+    priced: their GEMMs by ``price``, their memory-bound bytes at ``hbm_bytes_per_ms``; each kind's
+    weighted by its blocks, as a stage of windowed and full attention pairs both;
     ``alltoalls``: :func:`block_alltoalls`'); None where the stage has none to pair."""
     if st.moe_halves is None or not st.moe_blocks:
         return None
-    attention, experts = st.moe_halves
 
     def passes(layer: LayerCost | None) -> tuple[float, float, float]:
         if layer is None:
@@ -271,7 +271,9 @@ def moe_phases(st: StageShape, price: Callable[[tuple[Gemm, ...], bool], float],
         return (price(g.forward, False) + layer.forward_bytes / hbm_bytes_per_ms,
                 price(g.input_grad, True) + layer.backward_bytes / hbm_bytes_per_ms, price(g.weight_grad, True))
 
-    (af, ai, aw), (mf, mi, mw) = passes(attention), passes(experts)
+    blocks = sum(n for n, _ in st.moe_halves)
+    priced = [(n / blocks, passes(attention) + passes(experts)) for n, (attention, experts) in st.moe_halves]
+    af, ai, aw, mf, mi, mw = (sum(w * x[i] for w, x in priced) for i in range(6))
     dispatch, combine = alltoalls
     return MoEPhases(attention_forward=af, mlp_forward=mf, attention_input_grad=ai, attention_weight_grad=aw,
                      mlp_input_grad=mi, mlp_weight_grad=mw, dispatch_forward=dispatch, combine_forward=combine,

@@ -72,8 +72,9 @@ class StageShape:
     #: what a split backward keeps from a micro-batch's input grad to its weight grad beyond its
     #: activations (:func:`split_backward_bytes`)
     weight_grad_pending_bytes: int = 0
-    #: its most frequent MoE kind's halves (:attr:`BlockKinds.halves`), where the schedule pairs them
-    moe_halves: tuple[LayerCost | None, LayerCost] | None = None
+    #: each of its MoE kinds' halves (:attr:`BlockKinds.halves`) with how many of its blocks are of
+    #: that kind, in the order they first come, where the schedule pairs them
+    moe_halves: tuple[tuple[int, tuple[LayerCost | None, LayerCost]], ...] | None = None
 
 
 #: the order of the kinds of layer in a stage's GEMM lists (:meth:`ModelSpec.layer_kind`'s words)
@@ -222,7 +223,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
         expert_params = sum(x.expert_params for x in stage_blocks)
         moe_blocks = sum(moe_at) + sum(x.alltoall_bytes > 0 for x in mtp[::2])
         paired = [kind for kind in kind_at if kind in kinds.halves]
-        halves = kinds.halves[max(set(paired), key=paired.count)] if paired else None
+        halves = tuple((paired.count(kind), kinds.halves[kind]) for kind in dict.fromkeys(paired)) or None
         stages.append(StageShape(
             blocks=count,
             forward_flops=sum(x.forward_flops for x in parts),

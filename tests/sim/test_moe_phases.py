@@ -90,3 +90,37 @@ def test_a_moe_blocks_halves_are_the_block_and_only_an_overlapping_schedule_spli
     assert all(c.moe_phases is not None for c in costs.stages)
     plain = build_workload(parse_scenario(_moe_scenario("1f1b", 1))).costs
     assert all(c.moe_phases is None for c in plain.stages)
+
+
+def test_a_stage_of_windowed_and_full_blocks_pairs_their_average() -> None:
+    """GPT-OSS's layers alternate a sliding window with full attention: a stage of two of each pairs
+    the mean of the two kinds' phases (each priced as a stage of that kind alone prices it), whatever
+    order Python's hashing gives the kinds (a tie between them once picked either, by the seed)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def phases(**window: int) -> list[MoEPhases | None]:
+        data = _moe_scenario("combined-1f1b", 1)
+        data["model"].update(window)
+        data["training"]["flash_attention"] = True
+        data["pipeline"]["partition"] = "uniform"  # 4 blocks a stage: 2 of each kind where they alternate
+        return [c.moe_phases for c in build_workload(parse_scenario(data)).costs.stages]
+
+    mixed, windowed, full = phases(attention_window=128, full_attention_every=2), phases(attention_window=128), phases()
+    for m, w, f in zip(mixed, windowed, full, strict=True):
+        assert m is not None and w is not None and f is not None
+        assert w.attention_forward < f.attention_forward
+        for name, value in m.__dict__.items():
+            assert value == pytest.approx((getattr(w, name) + getattr(f, name)) / 2), name
+    here = Path(__file__).resolve().parent
+    code = (f"import sys; sys.path[:0] = [{str(here)!r}, {str(here.parent)!r}]; "
+            "from test_moe_phases import _moe_scenario; "
+            "from ppsim.costs.workload import build_workload; from ppsim.inputs.scenario import parse_scenario; "
+            "d = _moe_scenario('combined-1f1b', 1); d['model'].update(attention_window=128, full_attention_every=2); "
+            "d['training']['flash_attention'] = True; d['pipeline']['partition'] = 'uniform'; "
+            "print([c.moe_phases.attention_forward for c in build_workload(parse_scenario(d)).costs.stages])")
+    seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("0", "1", "2")}
+    assert len(seen) == 1 and seen.pop().strip() == str([m.attention_forward for m in mixed if m is not None])
