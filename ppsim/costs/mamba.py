@@ -13,6 +13,10 @@ convolution width K, scan chunks of Q):
   group), its scores times x (2 Q^2 P per head), the chunk's state B^T x (2 Q N P per head) and the
   states' output C h (2 Q N P per head): 2 T (Q G N + Q H P + 2 H N P) FLOPs forward, as batched
   GEMMs; its backward twice that (no weight of its own but A, D and dt's bias);
+- the SSD scan's own HBM traffic (its kernels are memory-bound, far from a GEMM's speed): the
+  chunk states (T / Q chunks of H P N values: fp32 where made, the state dtype where passed on) and
+  the per-chunk C B^T (T G Q values, fp32) written and read again, x, B, C and the output read or
+  written by each kernel that takes them (:func:`scan_traffic`);
 - held for the backward (none recomputed): the layer's input and its norm's output, in_proj's
   output, the convolution's output, the scan's output and the gated norm's (out_proj's input), and
   dt and its cumulative sum in fp32 (what mamba_chunk_scan_combined keeps); with full recomputation
@@ -22,9 +26,9 @@ convolution width K, scan chunks of Q):
 
 Tensor parallelism's collectives: those of an MLP (half a dense block's). The scan's GEMMs are
 batched (one kernel runs a pass's chunks and heads), so a measured curve prices each batch by its
-FLOPs, not each chunk's tiny GEMM at one call's fixed cost. Not modelled: the scan kernel's own
-efficiency (no measurement of it; it runs at the curve or the flat efficiency of its FLOPs), context
-parallelism of the scan.
+FLOPs, not each chunk's tiny GEMM at one call's fixed cost; the bytes its kernels move are priced
+as memory-bound work besides. Not modelled: how far the scan's Triton kernels fall short of the
+device's copy rate (no measurement of them), context parallelism of the scan.
 """
 
 from __future__ import annotations
@@ -69,7 +73,9 @@ def mamba_layer(model: ModelSpec, micro_batch: int, recompute: str = "none", ten
     # the norm (read, write), the convolution and its SiLU (read, write each), the gated norm (read
     # the scan's output and z, write), the residual add (read two, write one)
     forward = (2 * whole + 4 * tokens * channels + 3 * tokens * inner + 3 * whole) * e
-    traffic = Traffic(forward, 2 * forward, forward if recompute == "full" else 0.0)
+    scan_bytes = scan_traffic(tokens, heads, groups, p, state, q, e)
+    traffic = Traffic(forward + scan_bytes.forward, 2 * forward + scan_bytes.backward,
+                      forward + scan_bytes.forward if recompute == "full" else 0.0)
     casts, weight_casts, extra_weight = Traffic(0.0, 0.0), 0.0, 0.0
     params = int(h * in_out + inner * h + channels * (mb.conv_kernel + 1) + 3 * heads + inner) + h
     linear_params = int(h * in_out + inner * h)
@@ -101,3 +107,27 @@ def mamba_layer(model: ModelSpec, micro_batch: int, recompute: str = "none", ten
         weight_grad_pending_bytes=e * weight_grad_output_values(gemms) + others,  # and the projections'
         weight_grad_store_bytes=weight_grad_store_bytes(gemms, e, linear_bytes) + others,
     )
+
+
+def scan_traffic(tokens: float, heads: float, groups: float, head_dim: int, state: int, chunk: int,
+                 dtype_bytes: int) -> Traffic:
+    """HBM bytes of the SSD scan's kernels for ``tokens`` tokens of ``heads`` heads and ``groups``
+    groups on one device, as mamba_ssm's Triton kernels run it (``mamba_chunk_scan_combined``,
+    which Megatron's memory-efficient path calls; states passed on in the parameters' dtype, its
+    default ``mamba_training_ssm_states_dtype``). With S = T / Q x H x P x N state values, X = T H P,
+    V = T G N (each of B and C) and W = T G Q (C B^T per chunk):
+
+    - forward: the chunk states written in fp32 (4 S), read and passed on in the state dtype
+      (4 S + e S) and read by the output's kernel (e S); x read twice and the output written
+      (3 e X); B and C read twice each (4 e V); C B^T written and read in fp32 (8 W);
+    - backward: the states made again (4 S written, 4 S read, 4 S written: passed on in fp32),
+      their grads written (4 S), both read by the backward state passing (8 S) and written in the
+      state dtype (2 e S), then read by the kernels of dx, dB and dC (3 e S); x, the output's grad
+      and dx 11 e X; B, C and their grads 15 e V; C B^T made again, read by dx's and dA's kernels,
+      its grad written and read by both of B's and C's (24 W)."""
+    e = dtype_bytes
+    states = tokens / chunk * heads * head_dim * state
+    x, bc, cb = tokens * heads * head_dim, tokens * groups * state, tokens * groups * chunk
+    forward = (8 + 2 * e) * states + 3 * e * x + 4 * e * bc + 8 * cb
+    backward = (24 + 5 * e) * states + 11 * e * x + 15 * e * bc + 24 * cb
+    return Traffic(forward, backward)

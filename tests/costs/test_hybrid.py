@@ -72,6 +72,33 @@ def test_a_mamba_layer_by_hand() -> None:
     assert full.activation_bytes == T * h * 2 and full.recompute_flops == pytest.approx(layer.forward_flops)
 
 
+def test_the_ssd_scans_memory_traffic_by_hand() -> None:
+    """Nemotron 3 Nano's scan, one sequence of 8,192 in bf16, chunks of 128: 64 chunks of 64 heads'
+    64 x 128 states, S = 33,554,432 values. Forward: the states written in fp32, read and passed on
+    in bf16, read again (4 + 4 + 2 + 2 = 12 bytes each); x twice and the output (3 x 2 x T x 4,096);
+    B and C twice each (4 x 2 x T x 8 x 128); C B^T written and read in fp32 (8 x T x 8 x 128).
+    Backward: 34 bytes a state value, 11 of x's tensors, 15 of B's, 24 bytes of C B^T per value.
+    What the layer's forward adds to its other memory-bound work is this; with t = 2 half of it
+    (the heads and groups split; the layer's norm and residual add stay whole without sequence
+    parallelism)."""
+    from ppsim.costs.mamba import scan_traffic
+
+    T = 8192
+    S, X, V, W = T // 128 * 64 * 64 * 128, T * 4096, T * 8 * 128, T * 8 * 128
+    forward = 12 * S + 6 * X + 8 * V + 8 * W
+    backward = 34 * S + 22 * X + 30 * V + 24 * W
+    got = scan_traffic(T, 64, 8, 64, 128, 128, 2)
+    assert (got.forward, got.backward) == (forward, backward)
+    assert forward == 402_653_184 + 201_326_592 + 67_108_864 + 67_108_864
+    m = ModelSpec(**NANO)
+    with_scan, half = mamba_layer(m, 1), mamba_layer(m, 1, tensor_parallel=2)
+    def others(t: int) -> int:  # norm, convolution and SiLU, gated norm, residual add
+        return (2 * T * 2688 + 4 * T * (4096 + 2 * 8 * 128) // t + 3 * T * 4096 // t + 3 * T * 2688) * 2
+
+    assert with_scan.forward_bytes == pytest.approx(others(1) + forward)
+    assert half.forward_bytes == pytest.approx(others(2) + forward / 2)
+
+
 def test_nemotron_3_nano_has_the_parameters_of_its_model_card() -> None:
     """NVIDIA's Nemotron 3 Nano 30B-A3B: 31.6B parameters, 3.2B active per token (3.6B with the
     embeddings): 23 Mamba-2 layers, 6 attention layers, 23 MoE layers of 128 experts (6 a token)
