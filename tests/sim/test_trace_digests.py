@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 from functools import cache
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +99,21 @@ def test_the_handlers_give_the_inline_paths_trace(key: str, case: object) -> Non
 
 def test_every_recorded_digest_has_its_case() -> None:
     assert set(_stored()) == {k for k, _ in CASES}
+
+
+@pytest.mark.parametrize("seed", ["1", "2"])
+def test_a_scenarios_trace_does_not_hang_on_pythons_hashing(seed: str) -> None:
+    """Every scenario's trace under another ``PYTHONHASHSEED`` (a fresh process: string hashes, and
+    so the order of sets of strings, change with it) is the one recorded: nothing the prediction
+    picks may depend on that order (a stage of two MoE kinds once paired whichever came first)."""
+    import subprocess
+    import sys
+
+    here = Path(__file__).resolve().parent
+    code = (f"import sys, json; sys.path[:0] = [{str(here)!r}, {str(here.parent)!r}]; "
+            "from test_trace_digests import CASES, _trace, digest; "
+            "print(json.dumps({k: digest(_trace(c)) for k, c in CASES if k.startswith('scenario:')}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONHASHSEED": seed})
+    got = json.loads(done.stdout)
+    assert got and got == {k: v for k, v in _stored().items() if k in got}
