@@ -545,3 +545,26 @@ def test_nccls_dispatcher_permutes_twice_where_a_device_holds_several_experts() 
         assert ExpertShard(m.moe, 4, dispatcher=flex).permute_bytes(4096, 1024, 2) == one
     assert ExpertShard(m.moe, 8).permute_bytes(4096, 1024, 2) == one
     assert ExpertShard(m.moe, 1).permute_bytes(4096, 1024, 2) == one
+
+
+@pytest.mark.parametrize(("scenario", "total", "active"), [
+    ("qwen3-30b-a3b.yaml", 30.5e9, 3.3e9),  # Qwen/Qwen3-30B-A3B's model card
+    ("kimi-k2.yaml", 1.0e12, 32e9),  # Moonshot's report (arXiv:2507.20534): "1 trillion", "32 billion activated"
+])
+def test_the_moe_scenarios_have_the_parameters_their_sources_give(scenario: str, total: float, active: float) -> None:
+    """Qwen3-30B-A3B: 48 layers of 128 experts of 3 x 2048 x 768, 8 a token, attention 2048 x (32 + 2 x 4)
+    x 128 + 32 x 128 x 2048, its 151,936-word embedding and head. Kimi K2: DeepSeek-V3's shape with 384
+    routed experts, 64 heads, one dense layer, 163,840 words. The published figures are rounded (Kimi's
+    to a trillion): within 3 %."""
+    from conftest import SCENARIOS
+    from ppsim.inputs.scenario import load
+
+    m = load(SCENARIOS / scenario).model
+    assert m is not None and m.moe is not None
+    emb, dense, head = gpt_layers(m, 1)
+    _, moe, _ = gpt_layers(m, 1, experts=ExpertShard(m.moe))
+    n_dense = m.moe.dense_layers or 0
+    got = n_dense * dense.params + (m.layers - n_dense) * moe.params + emb.params + head.params
+    idle = (m.layers - n_dense) * moe.expert_params * (m.moe.experts - m.moe.top_k) / m.moe.experts  # routed, unused
+    assert got == pytest.approx(total, rel=0.03)
+    assert got - idle == pytest.approx(active, rel=0.03)
