@@ -442,6 +442,7 @@ def tune(
                               micro_batches=sizes, schedules=names, max_stages=max_stages,
                               context_parallel=tuple(cps) if cps else None,
                               exact=max(top, len(plan_targets)), drawn=bool(html or png), exhaustive=exhaustive,
+                              front=bool(html or png or json_out),
                               executor=executor, jobs=jobs, ray_address=ray_address)
         with progress_bar("searching", total=0) as bar:  # each plan is bounded, then simulated or skipped
             result = search_plans(s, request, on_start=bar.total, on_advance=bar.advance)

@@ -86,13 +86,15 @@ def test_a_ray_cluster_gives_the_local_results() -> None:
     assert run_ray(base, cands[:60], batch=16) == evals[:60]
 
 
-@pytest.mark.parametrize("top,groups", [(1, ()), (3, EXPLAINED), (10, EXPLAINED + DRAWN)])
-def test_the_bounded_search_reports_what_the_exhaustive_one_does(top: int, groups: tuple) -> None:
+@pytest.mark.parametrize("top,groups,front", [(1, (), True), (3, EXPLAINED, True), (10, EXPLAINED + DRAWN, True),
+                                              (1, (), False), (3, EXPLAINED, False)])
+def test_the_bounded_search_reports_what_the_exhaustive_one_does(top: int, groups: tuple, front: bool) -> None:
     """Skipping the plans whose step-time bound cannot beat a reported one changes no reported
-    figure: the top plans, the best of every group, the explanations and the Pareto front."""
+    figure: the top plans, the best of every group, the explanations and (where it is reported)
+    the Pareto front."""
     base, cands, exhaustive = small_search()
     with local(base, 1) as ex:
-        pruned = search(ex, cands, top=top, groups=groups)
+        pruned = search(ex, cands, top=top, groups=groups, front=front)
     skipped = [e for e in pruned if e.skipped]
     assert skipped, "the bound skips something here"
     for e in pruned:  # the bound holds wherever both are known
@@ -102,7 +104,8 @@ def test_the_bounded_search_reports_what_the_exhaustive_one_does(top: int, group
         return [(e.candidate, e.step_time_ms, e.peak_memory_bytes) for e in evals]
 
     assert plans(ranking(pruned))[:top] == plans(ranking(exhaustive))[:top]
-    assert plans(pareto_front(pruned)) == plans(pareto_front(exhaustive))
+    if front:
+        assert plans(pareto_front(pruned)) == plans(pareto_front(exhaustive))
     for group in groups:
         for value in {group(e.candidate) for e in exhaustive} - {None}:
             best = plans([e for e in ranking(exhaustive) if group(e.candidate) == value][:1])
@@ -111,6 +114,19 @@ def test_the_bounded_search_reports_what_the_exhaustive_one_does(top: int, group
         assert explain(pruned, ranking(pruned)[0]) == explain(exhaustive, ranking(exhaustive)[0])
     fits = {e.candidate for e in exhaustive if e.fits}
     assert {e.candidate for e in pruned if e.fits} == fits
+
+
+def test_leaving_the_front_out_simulates_fewer_plans() -> None:
+    """Without the Pareto front (the table alone does not show it) the slow plans that need little
+    memory are not simulated for it; with it they are, and the front is the exhaustive search's."""
+    base, cands, _ = small_search()
+    with local(base, 1) as ex:
+        with_front = search(ex, cands, top=3, groups=EXPLAINED, front=True)
+        without = search(ex, cands, top=3, groups=EXPLAINED, front=False)
+    simulated = {e.candidate for e in without if e.simulated}
+    assert len(simulated) < sum(e.simulated for e in with_front)
+    # what only the front needed: its plans that no group or the top asked for
+    assert {e.candidate for e in pareto_front(with_front)} - simulated
 
 
 def test_explanations_come_from_the_numbers() -> None:
@@ -161,6 +177,21 @@ def test_json_lists_the_top_plans_and_the_counts(small_yaml: Path, tmp_path: Pat
     assert tops == sorted(tops, reverse=True)
     assert all(t["fits"] for t in doc["top"]) and doc["pareto_front"]
     assert (tmp_path / "t.html").read_text().startswith("<!-- ppsim -->")
+
+
+def test_a_library_search_without_the_front_gives_none(small_yaml: Path) -> None:
+    """A search told no output shows the Pareto front does not claim one: its JSON gives null, its
+    page draws no front line."""
+    from ppsim.search.tune.report import figure
+    from ppsim.search.tune.run import TuneRequest, search_plans
+
+    s = load(small_yaml)
+    request = TuneRequest(gpus=8, micro_batches=(1,), schedules=("1f1b", "zb-h1"), exact=3, jobs=1, front=False)
+    result = search_plans(s, request)
+    assert result.to_json_dict(3)["pareto_front"] is None
+    assert "Pareto front" not in {trace.name for trace in figure(result).data}
+    full = search_plans(s, TuneRequest(gpus=8, micro_batches=(1,), schedules=("1f1b", "zb-h1"), exact=3, jobs=1))
+    assert full.to_json_dict(3)["pareto_front"] and "Pareto front" in {trace.name for trace in figure(full).data}
 
 
 def test_the_table_names_the_best_and_why(small_yaml: Path) -> None:

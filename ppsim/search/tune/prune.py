@@ -10,7 +10,7 @@ still could. A plan is skipped once its bound shows it cannot be any of:
 - the fastest plan of a group the report names (each stage count, schedule, recompute mode, ZeRO
   stage, pure data parallelism; with a page, each point of its lines);
 - on the Pareto front of throughput against memory (no simulated plan needs as little memory and
-  is faster than its bound).
+  is faster than its bound), when an output shows the front (``front``: ``--json``, a page).
 
 What was skipped could not have been reported, so the report is the exhaustive search's (a test
 compares them). Every threshold only tightens as plans are simulated, so a plan skipped once
@@ -32,10 +32,10 @@ from ppsim.search.tune.space import Candidate
 
 class Frontier:
     """What the simulated plans so far set as the bar: the ``top`` fastest steps, the fastest of
-    each group, and the staircase of the fastest step at or under each memory."""
+    each group, and (with ``front``) the staircase of the fastest step at or under each memory."""
 
-    def __init__(self, top: int, groups: Sequence[Group]) -> None:
-        self.top, self.groups = top, tuple(groups)
+    def __init__(self, top: int, groups: Sequence[Group], front: bool = True) -> None:
+        self.top, self.groups, self.front = top, tuple(groups), front
         self.steps: list[float] = []  # fastest first
         self.best: dict[tuple[int, Hashable], float] = {}
         self.stair: list[tuple[float, float]] = []  # (memory, step): memory rising, step falling
@@ -47,15 +47,17 @@ class Frontier:
 
     def threshold(self, e: Evaluation) -> float:
         """The longest step at which the plan could still be reported: one of the ``top``
-        fastest, the fastest of one of its groups, or not beaten on both throughput and memory."""
+        fastest, the fastest of one of its groups, or (with ``front``) not beaten on both
+        throughput and memory."""
         inf = float("inf")
         bars = [inf if len(self.steps) < self.top else self.steps[self.top - 1]]
         for i, group in enumerate(self.groups):
             key = group(e.candidate)
             if key is not None:
                 bars.append(self.best.get((i, key), inf))
-        i = bisect_right(self.stair, (e.peak_memory_bytes or 0.0, inf))
-        bars.append(self.stair[i - 1][1] if i > 0 else inf)  # the fastest needing no more memory
+        if self.front:
+            i = bisect_right(self.stair, (e.peak_memory_bytes or 0.0, inf))
+            bars.append(self.stair[i - 1][1] if i > 0 else inf)  # the fastest needing no more memory
         return max(bars)
 
     def _dominated(self, memory: float, lower: float) -> bool:
@@ -72,6 +74,8 @@ class Frontier:
             key = group(e.candidate)
             if key is not None and step < self.best.get((i, key), float("inf")):
                 self.best[(i, key)] = step
+        if not self.front:
+            return
         memory = e.peak_memory_bytes or 0.0
         if self._dominated(memory, step) or any(m == memory and s <= step for m, s in self.stair):
             return
@@ -81,15 +85,16 @@ class Frontier:
 
 
 def search(ex: Executor, cands: list[Candidate], *, top: int, groups: Sequence[Group],
-           progress: Progress | None = None, batch: int = 8) -> list[Evaluation]:
+           progress: Progress | None = None, batch: int = 8, front: bool = True) -> list[Evaluation]:
     """Every candidate's evaluation, in the candidates' order: simulated where it could matter,
     else bounded only (``skipped``). ``progress`` advances twice per candidate: once bounded, once
-    simulated or skipped."""
+    simulated or skipped. ``front``: the Pareto front of throughput against memory is reported
+    (without it, a slow plan that needs little memory is simulated only for a group)."""
     out = _bounded(ex, cands, progress)
     order = sorted((i for i, e in enumerate(out) if e.fits), key=lambda i: (out[i].step_time_bound_ms or 0.0, cands[i]))
     if progress:
         progress(len(cands) - len(order))  # what does not fit (or cannot run) is done with
-    frontier = Frontier(top, groups)
+    frontier = Frontier(top, groups, front)
     k = 0
     while k < len(order):
         chosen: list[int] = []  # indices into cands

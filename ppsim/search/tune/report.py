@@ -93,6 +93,13 @@ class TuneResult:
     executor: str
     #: the scenario's own plan as ppsim run predicts it, when the search is on its devices
     own: Evaluation | None = None
+    #: the search simulated every plan on the Pareto front of throughput against memory (else the
+    #: simulated plans' own front is not the search's, and no output gives it)
+    front: bool = True
+
+    def front_plans(self) -> list[Evaluation] | None:
+        """The plans on the Pareto front of throughput against memory; None where the search left it out."""
+        return pareto_front(self.evaluations) if self.front else None
 
     @property
     def ranked(self) -> list[Evaluation]:
@@ -119,7 +126,7 @@ class TuneResult:
             "within_noise": within_noise(ranked),
             "noise": NOISE,
             "best_pure_data_parallel": pure[0].to_dict() if pure else None,
-            "pareto_front": [e.to_dict() for e in pareto_front(self.evaluations)],
+            "pareto_front": None if (front := self.front_plans()) is None else [e.to_dict() for e in front],
             "own": self.own.to_dict() if self.own is not None else None,
             "versus_own": versus_own(self.own, ranked[0]) if self.own is not None and ranked else None,
         }
@@ -167,7 +174,8 @@ def print_result(result: TuneResult, top: int, console: Console | None = None) -
 
 def figure(result: TuneResult) -> go.Figure:
     """Throughput against stages and against micro-batches (best plan per value and schedule), and
-    every simulated plan's throughput against its peak memory with the Pareto front; the title gives
+    every simulated plan's throughput against its peak memory with the Pareto front (where the
+    search found it: :attr:`TuneResult.front`); the title gives
     the search's counts (:meth:`TuneCounts.text`)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -209,12 +217,14 @@ def figure(result: TuneResult) -> go.Figure:
                              text=[e.candidate.label() for e in ranked],
                              hovertemplate="%{text}<br>%{x:.1f} GiB<br>%{y:.2f} samples/s<extra></extra>"),
                   row=1, col=3)
-    front = pareto_front(result.evaluations)
-    fig.add_trace(go.Scatter(x=[(e.peak_memory_bytes or 0) / GIB for e in front],
-                             y=[e.throughput_samples_per_s for e in front], mode="lines+markers", name="Pareto front",
-                             line={"shape": "hv", "color": "#d62728"}, text=[e.candidate.label() for e in front],
-                             hovertemplate="%{text}<br>%{x:.1f} GiB<br>%{y:.2f} samples/s<extra></extra>"),
-                  row=1, col=3)
+    front = result.front_plans()
+    if front is not None:
+        fig.add_trace(go.Scatter(x=[(e.peak_memory_bytes or 0) / GIB for e in front],
+                                 y=[e.throughput_samples_per_s for e in front], mode="lines+markers",
+                                 name="Pareto front", line={"shape": "hv", "color": "#d62728"},
+                                 text=[e.candidate.label() for e in front],
+                                 hovertemplate="%{text}<br>%{x:.1f} GiB<br>%{y:.2f} samples/s<extra></extra>"),
+                      row=1, col=3)
     fig.update_xaxes(title_text="peak memory per device (GiB)", row=1, col=3)
     capacity = max((e.memory_capacity_bytes or 0.0 for e in result.evaluations), default=0.0)
     if capacity:

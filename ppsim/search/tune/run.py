@@ -25,6 +25,9 @@ class TuneRequest:
     #: how many of the best plans must be exact (simulated, not only bounded): those listed or written
     exact: int = 10
     drawn: bool = False  #: a page will draw the search: the plans its curves need are simulated too
+    #: an output shows the Pareto front of throughput against memory (a page, ``--json``): the plans
+    #: on it are simulated too; the table alone does not show it
+    front: bool = True
     exhaustive: bool = False  #: simulate every plan that fits, not only those a bound leaves a chance
     executor: ExecutorName = "local"
     jobs: int | None = None  #: local processes (None: every core)
@@ -61,12 +64,14 @@ def search_plans(s: Scenario, request: TuneRequest, *, on_start: Callable[[int],
             # two plans a process at a time: the bar rises between batches, so smaller batches
             # simulate fewer plans that the bar would have skipped
             evals = search(ex, cands, top=request.exact, progress=on_advance,
-                           groups=EXPLAINED + (DRAWN if request.drawn else ()), batch=2 * jobs)
+                           groups=EXPLAINED + (DRAWN if request.drawn else ()), batch=2 * jobs,
+                           front=request.front)
     from ppsim.search.tune.evaluate import own_plan
 
     own = own_plan(s) if request.gpus == s.devices else None  # the user's plan, where it is one of the search's
     result = TuneResult(s.name, request.gpus, evals, time.perf_counter() - t0,
-                        1 if request.executor == "ray" else jobs, request.executor, own)
+                        1 if request.executor == "ray" else jobs, request.executor, own,
+                        front=request.front or request.exhaustive)
     if not result.ranked:
         raise PpsimError(_nothing_fits(result), field="--gpus")
     return result
