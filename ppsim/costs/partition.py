@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ppsim.errors import ScenarioError
 from ppsim.inputs.scenario import Scenario
@@ -30,10 +31,21 @@ def blocks_per_stage(s: Scenario, stage_to_rank: Sequence[int], block: float | S
         return list(how)
     if how == "uniform":
         return uniform(layers, n_virtual)
-    costs = [float(block)] * layers if isinstance(block, (int, float)) else list(block)
+    costs = (float(block),) * layers if isinstance(block, (int, float)) else tuple(block)
     if len(set(stage_to_rank)) < n_virtual:
-        return balanced_over_ranks(layers, stage_to_rank, sum(costs) / max(layers, 1), first_extra, last_extra)
-    return balanced(costs, n_virtual, first_extra, last_extra)
+        return list(_over_ranks_once(layers, tuple(stage_to_rank), sum(costs) / max(layers, 1), first_extra, last_extra))
+    return list(_balanced_once(costs, n_virtual, first_extra, last_extra))
+
+
+@lru_cache(maxsize=256)  # a search's plans of one size and layer costs share their partition
+def _balanced_once(costs: tuple[float, ...], parts: int, first_extra: float, last_extra: float) -> tuple[int, ...]:
+    return tuple(balanced(costs, parts, first_extra, last_extra))
+
+
+@lru_cache(maxsize=256)
+def _over_ranks_once(layers: int, stage_to_rank: tuple[int, ...], block: float, first_extra: float,
+                     last_extra: float) -> tuple[int, ...]:
+    return tuple(balanced_over_ranks(layers, stage_to_rank, block, first_extra, last_extra))
 
 
 def uniform(layers: int, parts: int) -> list[int]:

@@ -84,6 +84,13 @@ def test_local_processes_give_the_serial_results() -> None:
 def test_a_ray_cluster_gives_the_local_results() -> None:
     base, cands, evals = small_search()
     assert run_ray(base, cands[:60], batch=16) == evals[:60]
+    # the bounded search's tasks, sent as the cluster frees up, simulate what the serial search does
+    from ppsim.search.tune.executors import ray_cluster
+
+    with local(base, 1) as ex:
+        serial = search(ex, cands, top=3, groups=EXPLAINED, window=4)
+    with ray_cluster(base) as ex:
+        assert search(ex, cands, top=3, groups=EXPLAINED, window=4) == serial
 
 
 @pytest.mark.parametrize("top,groups,front", [(1, (), True), (3, EXPLAINED, True), (10, EXPLAINED + DRAWN, True),
@@ -114,6 +121,41 @@ def test_the_bounded_search_reports_what_the_exhaustive_one_does(top: int, group
         assert explain(pruned, ranking(pruned)[0]) == explain(exhaustive, ranking(exhaustive)[0])
     fits = {e.candidate for e in exhaustive if e.fits}
     assert {e.candidate for e in pruned if e.fits} == fits
+
+
+class _Scrambled:
+    """A serial executor whose tasks finish in a seeded random order: what workers of uneven speed do."""
+
+    def __init__(self, base: dict[str, Any], seed: int) -> None:
+        import random
+
+        from ppsim.search.tune.executors import _Serial
+
+        self.serial, self.rng, self.done = _Serial(base), random.Random(seed), []
+
+    def map(self, work: Any, cands: Any, progress: Any = None) -> list[Evaluation]:
+        return self.serial.map(work, cands, progress)
+
+    def submit(self, work: Any, items: Any) -> int:
+        n = self.serial.submit(work, items)
+        self.done.append(self.serial.next_done())
+        return n
+
+    def next_done(self) -> tuple[int, list[Evaluation]]:
+        return self.done.pop(self.rng.randrange(len(self.done)))
+
+
+@pytest.mark.parametrize("window", [1, 4])
+def test_the_search_does_not_depend_on_when_workers_finish(window: int) -> None:
+    """Tasks go out as workers free up, yet the same plans are simulated and skipped however the
+    tasks' times fall: the frontier takes the results in the order they were sent."""
+    base, cands, _ = small_search()
+    with local(base, 1) as ex:
+        serial = search(ex, cands, top=3, groups=EXPLAINED, window=window)
+    for seed in (1, 2):
+        assert search(_Scrambled(base, seed), cands, top=3, groups=EXPLAINED, window=window) == serial
+    with local(base, 2) as ex:
+        assert search(ex, cands, top=3, groups=EXPLAINED, window=window) == serial
 
 
 def test_leaving_the_front_out_simulates_fewer_plans() -> None:

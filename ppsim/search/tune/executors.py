@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, get_args
@@ -27,6 +29,15 @@ _BASE: dict[str, Any] | None = None  # the scenario of a worker process
 class Executor(Protocol):
     def map(self, work: Work, cands: Sequence[Any], progress: Progress | None = None) -> list[Evaluation]: ...
 
+    def submit(self, work: Work, items: Sequence[Any]) -> int:
+        """Start ``work`` over ``items``, one after the other in one worker (what they share built
+        once); returns the task's number, counting from 0 in the order of submission."""
+        ...
+
+    def next_done(self) -> tuple[int, list[Evaluation]]:
+        """A submitted task that has finished, waiting for one: its number and its evaluations."""
+        ...
+
 
 def _init(base: dict[str, Any]) -> None:
     """A pool process of ppsim's own: the scenario to evaluate candidates of, and leave to pause its
@@ -42,6 +53,11 @@ def _work(task: tuple[Work, Any]) -> Evaluation:
     return work(_BASE, c)
 
 
+def _work_many(work: Work, items: Sequence[Any]) -> list[Evaluation]:
+    assert _BASE is not None
+    return evaluate_many(_BASE, items, work)
+
+
 def default_jobs() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -49,6 +65,17 @@ def default_jobs() -> int:
 class _Serial:
     def __init__(self, base: dict[str, Any]) -> None:
         self.base = base
+        self._done: deque[tuple[int, list[Evaluation]]] = deque()
+        self._submitted = 0
+
+    def submit(self, work: Work, items: Sequence[Any]) -> int:
+        """Run the task now; :meth:`next_done` hands its evaluations back in turn."""
+        n, self._submitted = self._submitted, self._submitted + 1
+        self._done.append((n, evaluate_many(self.base, items, work)))
+        return n
+
+    def next_done(self) -> tuple[int, list[Evaluation]]:
+        return self._done.popleft()
 
     def map(self, work: Work, cands: Sequence[Any], progress: Progress | None = None) -> list[Evaluation]:
         out = []
@@ -62,6 +89,23 @@ class _Serial:
 class _Pool:
     def __init__(self, pool: Any, jobs: int) -> None:
         self.pool, self.jobs = pool, jobs
+        # (number, evaluations, error) of each finished task, put by the pool's result thread
+        self._done: queue.SimpleQueue[tuple[int, list[Evaluation] | None, BaseException | None]] = queue.SimpleQueue()
+        self._submitted = 0
+
+    def submit(self, work: Work, items: Sequence[Any]) -> int:
+        n, self._submitted = self._submitted, self._submitted + 1
+        self.pool.apply_async(_work_many, (work, list(items)),
+                              callback=lambda evs: self._done.put((n, evs, None)),
+                              error_callback=lambda exc: self._done.put((n, None, exc)))
+        return n
+
+    def next_done(self) -> tuple[int, list[Evaluation]]:
+        n, evs, exc = self._done.get()
+        if exc is not None:
+            raise exc
+        assert evs is not None
+        return n, evs
 
     def map(self, work: Work, cands: Sequence[Any], progress: Progress | None = None) -> list[Evaluation]:
         """Candidates of one shape go to one worker in a row, so the cluster routes it remembers are reused."""
@@ -92,6 +136,17 @@ class _Ray:
         self.ray, self.batch = ray, batch
         self.remote = ray.remote(evaluate_many)
         self.base_ref = ray.put(base)
+        self._pending: dict[Any, int] = {}  # a submitted task's object ref: its number
+        self._submitted = 0
+
+    def submit(self, work: Work, items: Sequence[Any]) -> int:
+        n, self._submitted = self._submitted, self._submitted + 1
+        self._pending[self.remote.remote(self.base_ref, list(items), work)] = n
+        return n
+
+    def next_done(self) -> tuple[int, list[Evaluation]]:
+        done, _ = self.ray.wait(list(self._pending), num_returns=1)
+        return self._pending.pop(done[0]), self.ray.get(done[0])
 
     def map(self, work: Work, cands: Sequence[Any], progress: Progress | None = None) -> list[Evaluation]:
         """Batches of candidates as Ray tasks."""

@@ -4,7 +4,8 @@ First every candidate is bounded (:func:`~ppsim.search.tune.evaluate.bound`: exa
 step time no simulation can beat). Then the plans that fit are taken in the order of their
 bounds; a plan that could still matter is bounded again by its own order
 (:func:`~ppsim.search.tune.evaluate.evaluate_gated`, a pass over the plan) and simulated if it
-still could. A plan is skipped once its bound shows it cannot be any of:
+still could. Both phases keep every worker busy: a task goes out as soon as one is free, never
+waiting for a batch to finish. A plan is skipped once its bound shows it cannot be any of:
 
 - one of the ``top`` fastest plans;
 - the fastest plan of a group the report names (each stage count, schedule, recompute mode, ZeRO
@@ -20,8 +21,10 @@ stays skippable.
 from __future__ import annotations
 
 from bisect import bisect_right, insort
+from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from ppsim.plan import schedules
 from ppsim.search.tune.evaluate import Evaluation, Gated, bound, evaluate_gated
@@ -85,72 +88,115 @@ class Frontier:
 
 
 def search(ex: Executor, cands: list[Candidate], *, top: int, groups: Sequence[Group],
-           progress: Progress | None = None, batch: int = 8, front: bool = True) -> list[Evaluation]:
+           progress: Progress | None = None, window: int = 8, front: bool = True) -> list[Evaluation]:
     """Every candidate's evaluation, in the candidates' order: simulated where it could matter,
     else bounded only (``skipped``). ``progress`` advances twice per candidate: once bounded, once
     simulated or skipped. ``front``: the Pareto front of throughput against memory is reported
-    (without it, a slow plan that needs little memory is simulated only for a group)."""
-    out = _bounded(ex, cands, progress)
+    (without it, a slow plan that needs little memory is simulated only for a group).
+    ``window``: how many tasks run at once (:func:`_simulated_in_turn`, which the results depend on)."""
+    out = _bounded(ex, cands, progress, window)
     order = sorted((i for i, e in enumerate(out) if e.fits), key=lambda i: (out[i].step_time_bound_ms or 0.0, cands[i]))
     if progress:
         progress(len(cands) - len(order))  # what does not fit (or cannot run) is done with
-    frontier = Frontier(top, groups, front)
-    k = 0
-    while k < len(order):
-        chosen: list[int] = []  # indices into cands
-        while k < len(order) and len(chosen) < batch:
-            i = order[k]
-            k += 1
-            if frontier.could_matter(out[i]):
-                chosen.append(i)
-            elif progress:
-                progress(1)
-        # each is bounded again by its own order where it is simulated, and simulated only if
-        # that bound leaves it under what the frontier lets it reach
-        gated = [Gated(cands[i], frontier.threshold(out[i]), out[i].step_time_bound_ms) for i in chosen]
-        for i, e in zip(chosen, ex.map(evaluate_gated, gated, progress), strict=True):
-            out[i] = e
-            frontier.add(e)
+    _simulated_in_turn(ex, cands, order, out, Frontier(top, groups, front), progress, window)
     return out
 
 
-def _bounded(ex: Executor, cands: list[Candidate], progress: Progress | None) -> list[Evaluation]:
-    """Every candidate bounded, in the candidates' order, but worked through in :func:`_order`,
-    so that a worker builds each plan and each set of costs once while it remembers them. A
+def _simulated_in_turn(ex: Executor, cands: list[Candidate], order: list[int], out: list[Evaluation],
+                       frontier: Frontier, progress: Progress | None, window: int) -> None:
+    """The plans of ``order`` (indices into ``cands``, bounded in ``out``) simulated where the
+    frontier lets them matter, ``window`` at a time, each as soon as a worker is free. Each is
+    bounded again by its own order where it is simulated, and simulated only if that bound leaves
+    it under what the frontier lets it reach. The frontier takes the results in the order the plans
+    were sent, and the plan sent n-th is weighed against the first n - ``window`` results exactly,
+    however the workers' times fall: the same plans are simulated on every run of the same window."""
+    sent: deque[tuple[int, int]] = deque()  # (task number, index into cands), in the order sent
+    finished: dict[int, Evaluation] = {}  # by task number: done, not yet taken by the frontier
+    k = 0
+    while k < len(order) or sent:
+        if k < len(order) and len(sent) < window:
+            i = order[k]
+            k += 1
+            if frontier.could_matter(out[i]):
+                gated = Gated(cands[i], frontier.threshold(out[i]), out[i].step_time_bound_ms)
+                sent.append((ex.submit(evaluate_gated, [gated]), i))
+            elif progress:
+                progress(1)
+            continue
+        task, i = sent.popleft()  # the window is full (or nothing is left to send): take the oldest
+        while task not in finished:
+            n, evs = ex.next_done()
+            finished[n] = evs[0]
+        out[i] = finished.pop(task)
+        frontier.add(out[i])
+        if progress:
+            progress(1)
+
+
+def _bounded(ex: Executor, cands: list[Candidate], progress: Progress | None, window: int = 8) -> list[Evaluation]:
+    """Every candidate bounded, in the candidates' order, but sent to the workers in
+    :func:`_order`, a run of plans that share their costs in one task, so that a worker builds each
+    set of costs once and each plan once while it remembers them; ``window`` tasks at a time. A
     candidate with a lighter twin (:func:`_lighter_twin`) needs at least the twin's memory, so it
-    is bounded only where that twin fits: twins first, round by round, within each group of plans
-    of one size (a twin differs from its plan in neither: the plans built stay remembered)."""
+    is bounded only where that twin fits: it waits for its twin, and goes before the plans not yet
+    sent once the twin is done (its plan is the twin's, still remembered). The evaluations do not
+    depend on the order in which the workers finish."""
     index = {c: i for i, c in enumerate(cands)}
     twin_of = {i: j for i, c in enumerate(cands) if (j := _lighter_twin(c, index)) is not None}
+    waiting: dict[int, list[int]] = {}  # a twin's index: the plans that wait for it
+    for i, j in twin_of.items():
+        waiting.setdefault(j, []).append(i)
     out: list[Evaluation | None] = [None] * len(cands)
-    groups: dict[tuple[int, int, int], list[int]] = {}
-    for i in sorted(range(len(cands)), key=lambda i: _order(cands[i])):
-        c = cands[i]
-        groups.setdefault((c.stages, c.microbatches, c.chunks), []).append(i)
-    for members in groups.values():
-        ready = [i for i in members if i not in twin_of]
-        waiting = [i for i in members if i in twin_of]
-        while ready:
-            _bound_into(ex, cands, ready, out, progress)
-            ready, skipped, settled = [], 0, True
-            while settled:  # a skipped plan settles the plans whose twin it is, in the same pass
-                settled, still = False, []
-                for i in waiting:
-                    twin = out[twin_of[i]]
-                    if twin is None:  # its twin still to come
-                        still.append(i)
-                        continue
-                    settled = True
-                    if twin.fits or twin.error is not None:
-                        ready.append(i)
-                    else:  # more memory than a plan that does not fit
-                        out[i] = Evaluation(cands[i], memory_capacity_bytes=twin.memory_capacity_bytes)
-                        skipped += 1
-                waiting = still
-            if progress and skipped:
-                progress(skipped)
-        assert not waiting, "a twin outside its plan's group"  # _lighter_twin keeps the plan's size
+    todo = deque(_tasks([i for i in sorted(range(len(cands)), key=lambda i: _order(cands[i])) if i not in twin_of],
+                        cands))
+    running: dict[int, list[int]] = {}  # task number: its indices into cands
+
+    def settle(i: int, ready: list[int]) -> None:
+        """``out[i]`` is known: the plans waiting for it are ready to bound, or skipped (with
+        theirs in turn) where it does not fit."""
+        twin = out[i]
+        assert twin is not None
+        for j in waiting.pop(i, ()):
+            if twin.fits or twin.error is not None:
+                ready.append(j)
+            else:  # more memory than a plan that does not fit
+                out[j] = Evaluation(cands[j], memory_capacity_bytes=twin.memory_capacity_bytes)
+                if progress:
+                    progress(1)
+                settle(j, ready)
+
+    while todo or running:
+        while todo and len(running) < window:
+            task = todo.popleft()
+            running[ex.submit(bound, [cands[i] for i in task])] = task
+        n, evs = ex.next_done()
+        ready: list[int] = []
+        for i, e in zip(running.pop(n), evs, strict=True):
+            out[i] = e
+            if progress:
+                progress(1)
+            settle(i, ready)
+        todo.extendleft(reversed(_tasks(sorted(ready, key=lambda i: _order(cands[i])), cands)))
+    assert not waiting, "a twin never bounded"
     return [e for e in out if e is not None]
+
+
+def _tasks(ordered: list[int], cands: list[Candidate], size: int = 8) -> list[list[int]]:
+    """``ordered`` (indices into ``cands``, in :func:`_order`) cut into tasks: runs of plans that
+    share their costs (all but the schedule alike) kept whole, joined while a task holds fewer than
+    ``size`` plans of one size (stages, micro-batches, chunks: the plans a worker remembers)."""
+    tasks: list[list[int]] = []
+    last: tuple[Any, ...] | None = None
+    for i in ordered:
+        key = _order(cands[i])
+        if tasks and last is not None and key[:-1] == last[:-1]:
+            tasks[-1].append(i)  # the same costs: the same task
+        elif tasks and last is not None and key[:3] == last[:3] and len(tasks[-1]) < size:
+            tasks[-1].append(i)
+        else:
+            tasks.append([i])
+        last = key
+    return tasks
 
 
 def _lighter_twin(c: Candidate, index: dict[Candidate, int]) -> int | None:
@@ -172,14 +218,6 @@ def _lighter_twin(c: Candidate, index: dict[Candidate, int]) -> int | None:
             return split
     folded = schedules.describe(c.schedule).folded
     return index.get(replace(c, schedule=folded)) if folded else None
-
-
-def _bound_into(ex: Executor, cands: list[Candidate], which: list[int], out: list[Evaluation | None],
-                progress: Progress | None) -> None:
-    """Bound the candidates ``which`` (indices into ``cands``) in :func:`_order` into ``out``."""
-    ordered = sorted(which, key=lambda i: _order(cands[i]))
-    for i, e in zip(ordered, ex.map(bound, [cands[i] for i in ordered], progress), strict=True):
-        out[i] = e
 
 
 def _order(c: Candidate) -> tuple[int, int, int, tuple[int, ...], int, Candidate, str]:

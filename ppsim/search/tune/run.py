@@ -61,10 +61,10 @@ def search_plans(s: Scenario, request: TuneRequest, *, on_start: Callable[[int],
         if request.exhaustive:
             evals = ex.map(evaluate, cands, on_advance)
         else:
-            # two plans a process at a time: the bar rises between batches, so smaller batches
-            # simulate fewer plans that the bar would have skipped
+            # two plans a process at a time: the bar rises with each result taken, so a smaller
+            # window simulates fewer plans that the bar would have skipped
             evals = search(ex, cands, top=request.exact, progress=on_advance,
-                           groups=EXPLAINED + (DRAWN if request.drawn else ()), batch=2 * jobs,
+                           groups=EXPLAINED + (DRAWN if request.drawn else ()), window=2 * jobs,
                            front=request.front)
     from ppsim.search.tune.evaluate import own_plan
 
