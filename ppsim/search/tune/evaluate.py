@@ -130,7 +130,7 @@ class Gated:
 
 def evaluate_gated(base: dict[str, Any], g: Gated) -> Evaluation:
     """The candidate simulated if its bound is at or under the threshold, else left skipped. On a
-    cluster's network it is first bounded again by its own order
+    cluster's network, under a finite threshold, it is first bounded again by its own order
     (:func:`~ppsim.sim.bound.ordered_bound_ms`, tighter where the order itself makes ranks wait):
     there a simulation shares the links of every message at every event, many times the one pass
     over the plan that bound takes; on static links a simulation costs only about twice that pass,
@@ -144,7 +144,7 @@ def evaluate_gated(base: dict[str, Any], g: Gated) -> Evaluation:
             return ev
         costs, d, clip = built.workload.costs, s.data_parallel, s.training.grad_clip > 0
         lower = g.bound if g.bound is not None else step_time_bound_ms(built.plan, costs, data_parallel=d, clip=clip)
-        if costs.fabric is not None:
+        if costs.fabric is not None and g.threshold != float("inf"):  # no bound skips a plan under no bar
             lower = max(lower, ordered_bound_ms(built.plan, costs, data_parallel=d, clip=clip))
         ev = replace(ev, step_time_bound_ms=lower)
         return ev if lower > g.threshold else _simulated(s, built, ev)
