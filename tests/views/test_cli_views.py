@@ -193,6 +193,39 @@ def test_png_with_a_browser_path_that_is_not_a_program(tmp_path: Path) -> None:
     assert r.exit_code == 1 and "BROWSER_PATH" in r.stderr
 
 
+def test_a_drawing_that_never_ends_is_ended_with_what_it_started(tmp_path: Path) -> None:
+    """A browser that never answers makes an error after the timeout, not a hang; the child and the
+    process it started (the browser) are gone."""
+    import sys
+    import time
+
+    pid_file = tmp_path / "grandchild.pid"
+    hangs = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+             f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(120)")
+    start = time.monotonic()
+    why = png_module.draw("{}", tmp_path / "t.png", 10, 10, 3.0, program=(sys.executable, "-c", hangs))
+    assert why == "no answer in 3 s" and time.monotonic() - start < 30
+    status = Path(f"/proc/{int(pid_file.read_text())}/status")
+    for _ in range(50):  # killed: gone, or a zombie until whoever adopted it reaps it
+        if not status.exists() or "\nState:\tZ" in status.read_text():
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the drawing's own child outlived it")
+    fails = (sys.executable, "-c", "import sys; sys.exit('kaleido: the browser closed')")
+    assert png_module.draw("{}", tmp_path / "t.png", 10, 10, 30.0, program=fails) == "kaleido: the browser closed"
+
+
+def test_a_browser_that_never_draws_is_a_clear_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    monkeypatch.setattr(png_module, "draw", lambda *a, **k: calls.append(a) or "no answer in 180 s")
+    out = tmp_path / "t.png"
+    r = invoke(app, "run", GPT, "--png", str(out))
+    assert r.exit_code == 1, r.output
+    assert "--png: the browser could not draw the PNG (no answer in 180 s)" in r.stderr and not out.exists()
+    assert len(calls) == 2  # tried again once
+
+
 def test_mark_png_inserts_a_valid_text_chunk(tmp_path: Path) -> None:
     import zlib
 
