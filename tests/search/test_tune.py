@@ -236,6 +236,31 @@ def test_a_library_search_without_the_front_gives_none(small_yaml: Path) -> None
     assert full.to_json_dict(3)["pareto_front"] and "Pareto front" in {trace.name for trace in figure(full).data}
 
 
+def test_ctrl_c_ends_the_search_and_its_workers_quietly() -> None:
+    """Ctrl-C (SIGINT to the terminal's process group) while the workers bound plans: exit 130, no
+    worker's traceback, no process left."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    search_cmd = [sys.executable, "-m", "ppsim.cli", "tune", str(ROOT / "scenarios" / "deepseek-v3.yaml"), "--jobs", "2"]
+    child = subprocess.Popen(search_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(6)  # the workers are bounding plans (the whole search takes most of a minute)
+    assert child.poll() is None, "the search ended before the signal"
+    os.killpg(child.pid, signal.SIGINT)
+    _, err = child.communicate(timeout=30)
+    assert child.returncode == 130, err
+    assert b"Traceback" not in err and b"ForkPoolWorker" not in err, err.decode()
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):  # nothing of its session is left
+        os.killpg(child.pid, 0)
+
+
 def test_the_table_names_the_best_and_why(small_yaml: Path) -> None:
     res = runner.invoke(app, ["tune", str(small_yaml), "--gpus", "8", "--micro-batch-sizes", "1", "--schedules",
                               "1f1b", "--jobs", "1"])

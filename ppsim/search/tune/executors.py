@@ -41,10 +41,14 @@ class Executor(Protocol):
 
 def _init(base: dict[str, Any]) -> None:
     """A pool process of ppsim's own: the scenario to evaluate candidates of, and leave to pause its
-    collector around each plan's passes (nothing else runs in it)."""
+    collector around each plan's passes (nothing else runs in it). It leaves Ctrl-C to the search's
+    process, which ends the pool: a worker's own KeyboardInterrupt printed a half traceback."""
+    import signal
+
     global _BASE
     _BASE = base
     allow_gc_pauses()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _work(task: tuple[Work, Any]) -> Evaluation:
