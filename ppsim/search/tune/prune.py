@@ -186,13 +186,11 @@ def _tasks(ordered: list[int], cands: list[Candidate], size: int = 8) -> list[li
     share their costs (all but the schedule alike) kept whole, joined while a task holds fewer than
     ``size`` plans of one size (stages, micro-batches, chunks: the plans a worker remembers)."""
     tasks: list[list[int]] = []
-    last: tuple[Any, ...] | None = None
+    last: tuple[Any, ...] = ()  # no key matches it: the first plan starts a task
     for i in ordered:
         key = _order(cands[i])
-        if tasks and last is not None and key[:-1] == last[:-1]:
-            tasks[-1].append(i)  # the same costs: the same task
-        elif tasks and last is not None and key[:3] == last[:3] and len(tasks[-1]) < size:
-            tasks[-1].append(i)
+        if key[:-1] == last[:-1] or (key[:3] == last[:3] and len(tasks[-1]) < size):
+            tasks[-1].append(i)  # the same costs, or a small task of the same size
         else:
             tasks.append([i])
         last = key
