@@ -225,6 +225,7 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False, copy_dispatch:
     if (settings.get("moe_token_dispatcher_type") == "flex" and settings.get("moe_flex_dispatcher_backend") == "hybridep"
             and isinstance(sms, int) and combined):
         training["moe_comm_sms"] = sms
+    training.update(host_launches(settings, model, assumed))
     if row["precision"] != "BF16":
         key, recipe = dense.narrow_recipe(row)
         training[key] = recipe
@@ -240,6 +241,29 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False, copy_dispatch:
         "cluster": dense.cluster_section(row["gpu"], gpus, assumed),
     }
     return data, assumed
+
+
+#: what Megatron's legacy per-layer CUDA graphs (r0.1.0's enable_cuda_graph) can capture of a dropless
+#: MoE layer: not the experts, whose token counts change from step to step
+LEGACY_LAYER_GRAPHS = ["attn", "moe_router", "moe_preprocess"]
+
+
+def host_launches(settings: dict[str, Any], model: dict[str, Any], assumed: list[str]) -> dict[str, Any]:
+    """The training keys that say which kernels the host launches one by one: the recipe's CUDA
+    graph scopes (those of layers the model has), router fusion, Transformer Engine's fused grouped MLP."""
+    impl, scope = str(settings.get("cuda_graph_impl")), settings.get("cuda_graph_scope")
+    if impl == "full_iteration":
+        graphs = ["full_iteration"]
+    elif impl == "transformer_engine":
+        graphs = [x for x in scope or [] if x != "mamba" or "pattern" in model]
+    elif impl.startswith("enable_cuda_graph=True"):
+        graphs = LEGACY_LAYER_GRAPHS + (["mamba"] if "pattern" in model else [])
+        assumed.append("the legacy per-layer CUDA graphs as graphs of the attention, the router and the "
+                       "dispatcher's preprocessing (a dropless MoE layer's experts stay eager)")
+    else:
+        graphs = []
+    return {"cuda_graphs": graphs, "moe_router_fusion": bool(settings.get("moe_router_fusion")),
+            "fused_grouped_mlp": bool(settings.get("te_op_fuser_cutedsl_fused_grouped_mlp"))}
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ from ppsim.costs.context_parallel import ContextParallelComm, context_parallel_c
 from ppsim.costs.copies import copies_summed
 from ppsim.costs.fsdp import Exposed, fsdp_stage, offload
 from ppsim.costs.gemms import Gemm
+from ppsim.costs.launches import host_ms
 from ppsim.costs.layers import LayerCost
 from ppsim.costs.layout import Layout, StageShape
 from ppsim.costs.links import Links
@@ -89,6 +90,7 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
                                     scatter_gather=s.pipeline.scatter_gather)
 
     sm_share = comm_sm_share(s, device)
+    launch_us = s.hardware.launch_us if s.hardware.launch_us is not None else device.launch.us if device.launch else None
     whole_tp = whole_tp_comm(training.recompute == "full")
     whole_plain = whole_tp_comm(False)  # the blocks beyond training.recompute_layers
     stages = []
@@ -116,12 +118,16 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
         dispatched = precision.value_bytes / layout.dtype_bytes if precision and training.moe_fp8_dispatch else 1.0
         alltoalls = block_alltoalls(s, st, links.expert_parallel, links.expert_tensor, dispatched)
         a2a = expert_alltoalls(s, st, alltoalls)
-        phases = moe_phases(st, price, hbm_bytes_per_ms, alltoalls)
+        phases = moe_phases(st, price, hbm_bytes_per_ms, alltoalls, launch_us)
         # what runs beside the compute and is not hidden by it: the collectives and copies left exposed
         forward_comm = (st.tp_collective_blocks * tp.forward_ms + st.blocks * cp.forward_ms + a2a.forward_ms
                         + more.forward_ms)
         backward_comm = (st.tp_collective_blocks * tp.backward_ms + st.blocks * cp.backward_ms + a2a.backward_ms
                          + more.backward_ms)
+        # the GPU waits for the host where a pass's kernels take longer to launch than to run
+        forward_wait = launch_wait(st.forward_launches, launch_us, compute_forward + forward_comm)
+        backward_wait = launch_wait(st.backward_launches, launch_us, compute_backward + backward_comm)
+        compute_forward, compute_backward = compute_forward + forward_wait, compute_backward + backward_wait
         # delayed weight grads: a backward's dispatch all-to-alls (half its own) run beside its weight grads
         own = min(a2a.backward_ms / 2, weight_grad_mm) if training.delay_wgrad else 0.0
         own_slowed = own * sm_share  # the weight grads beside them run on the SMs the all-to-alls leave
@@ -141,6 +147,7 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
             forward_overlap_ms=a2a.forward_ms,
             backward_overlap_ms=a2a.backward_ms - own,
             self_hidden_ms=own,
+            launch_wait_ms=forward_wait + backward_wait,
             moe_phases=phases,
         ))
         priced_shapes[id(st)] = stages[-1]
@@ -256,11 +263,12 @@ def block_alltoalls(s: Scenario, st: StageShape, exchange: Link, gather: Link, n
 
 
 def moe_phases(st: StageShape, price: Callable[[tuple[Gemm, ...], bool], float], hbm_bytes_per_ms: float,
-               alltoalls: tuple[float, float]) -> MoEPhases | None:
+               alltoalls: tuple[float, float], launch_us: float | None = None) -> MoEPhases | None:
     """The parts of the stage's average MoE block an overlapped schedule pairs (``st.moe_halves``
-    priced: their GEMMs by ``price``, their memory-bound bytes at ``hbm_bytes_per_ms``; each kind's
-    weighted by its blocks, as a stage of windowed and full attention pairs both;
-    ``alltoalls``: :func:`block_alltoalls`'); None where the stage has none to pair."""
+    priced: their GEMMs by ``price``, their memory-bound bytes at ``hbm_bytes_per_ms``, each pass at
+    least its launches at ``launch_us``; each kind's weighted by its blocks, as a stage of windowed
+    and full attention pairs both; ``alltoalls``: :func:`block_alltoalls`'); None where the stage
+    has none to pair."""
     if st.moe_halves is None or not st.moe_blocks:
         return None
 
@@ -268,8 +276,15 @@ def moe_phases(st: StageShape, price: Callable[[tuple[Gemm, ...], bool], float],
         if layer is None:
             return 0.0, 0.0, 0.0
         g = layer.gemms
-        return (price(g.forward, False) + layer.forward_bytes / hbm_bytes_per_ms,
-                price(g.input_grad, True) + layer.backward_bytes / hbm_bytes_per_ms, price(g.weight_grad, True))
+        forward = price(g.forward, False) + layer.forward_bytes / hbm_bytes_per_ms
+        inputs = price(g.input_grad, True) + layer.backward_bytes / hbm_bytes_per_ms
+        weights = price(g.weight_grad, True)
+        forward += launch_wait(layer.forward_launches, launch_us, forward)
+        backward = inputs + weights
+        if backward > 0:  # the wait stretches both grads alike
+            stretch = 1 + launch_wait(layer.backward_launches, launch_us, backward) / backward
+            inputs, weights = inputs * stretch, weights * stretch
+        return forward, inputs, weights
 
     blocks = sum(n for n, _ in st.moe_halves)
     priced = [(n / blocks, passes(attention) + passes(experts)) for n, (attention, experts) in st.moe_halves]
@@ -278,6 +293,12 @@ def moe_phases(st: StageShape, price: Callable[[tuple[Gemm, ...], bool], float],
     return MoEPhases(attention_forward=af, mlp_forward=mf, attention_input_grad=ai, attention_weight_grad=aw,
                      mlp_input_grad=mi, mlp_weight_grad=mw, dispatch_forward=dispatch, combine_forward=combine,
                      dispatch_backward=combine, combine_backward=dispatch)
+
+
+def launch_wait(launches: float, launch_us: float | None, gpu_ms: float) -> float:
+    """How long a pass of ``gpu_ms`` on the GPU waits for the host to launch its ``launches``
+    kernels (:mod:`~ppsim.costs.launches`): the host's time beyond the GPU's."""
+    return max(0.0, host_ms(launches, launch_us) - gpu_ms)
 
 
 def sharded_and_offloaded(s: Scenario, st: StageShape, dtype_bytes: int, precision: LowPrecision | None,

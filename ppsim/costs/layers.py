@@ -76,6 +76,9 @@ class LayerCost:
     #: DualPipe), which frees the forward's activations at the input grad: each weight op's input
     #: and output gradient
     weight_grad_store_bytes: float = 0.0
+    #: kernels the host launches one by one in each pass (ppsim.costs.launches)
+    forward_launches: float = 0.0
+    backward_launches: float = 0.0
 
     @property
     def total_flops(self) -> float:

@@ -39,6 +39,7 @@ class StageTimes(_PassTimes, total=False):
     forward_overlap_ms: float
     backward_overlap_ms: float
     self_hidden_ms: float
+    launch_wait_ms: float
     moe_phases: MoEPhases | None
 
 
@@ -75,6 +76,9 @@ class StageShape:
     #: each of its MoE kinds' halves (:attr:`BlockKinds.halves`) with how many of its blocks are of
     #: that kind, in the order they first come, where the schedule pairs them
     moe_halves: tuple[tuple[int, tuple[LayerCost | None, LayerCost]], ...] | None = None
+    #: kernels the host launches one by one in each pass (ppsim.costs.launches)
+    forward_launches: float = 0.0
+    backward_launches: float = 0.0
 
 
 #: the order of the kinds of layer in a stage's GEMM lists (:meth:`ModelSpec.layer_kind`'s words)
@@ -243,6 +247,8 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
             reduced_params=reduced_params(params - expert_params, expert_params, s.weight_replicas, s.expert_replicas),
             forward_bytes=sum(x.forward_bytes for x in parts),
             backward_bytes=sum(x.backward_bytes for x in parts),
+            forward_launches=sum(x.forward_launches for x in parts),
+            backward_launches=sum(x.backward_launches for x in parts),
             gemms=sum((x.gemms for x in parts[count:]), gemms),  # the MTP blocks' with the embedding's and head's
             step_bytes=sum(x.step_bytes for x in parts),
             weight_grad_pending_bytes=split_backward_bytes(s, parts, first_stage=k == 0),

@@ -76,6 +76,8 @@ class StageCost:
     #: the part of the backward's all-to-alls its own delayed weight grads hide (Megatron's
     #: --delay-wgrad-compute), already taken off backward_ms, backward_comm_ms and backward_overlap_ms
     self_hidden_ms: float = 0.0
+    #: of forward_ms and backward_ms, what the GPU waits for the host to launch the kernels (ppsim.costs.launches)
+    launch_wait_ms: float = 0.0
     #: an average MoE block's parts, which an overlapped forward and backward pair phase by phase
     #: (ppsim.sim.durations); None: the passes' totals are paired
     moe_phases: MoEPhases | None = None

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from ppsim.costs.analytic import analytic_costs
 from ppsim.costs.explicit import explicit_costs
+from ppsim.costs.launches import launched, layer_launches
 from ppsim.costs.layers import LayerCost, LayerParts, gpt_layers
 from ppsim.costs.layout import WIDE, BlockKinds, Layout, kind_rank, lay_out, mtp_parts, scenario_layer_kinds
 from ppsim.costs.links import scenario_links
@@ -111,7 +112,7 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
         source = ("profile", f"measured: {profile.describe()}")
     elif s.model is not None:
         costs = analytic_costs(s, s.model, layout, device, scenario_links(s, device, stage_to_rank, pipes))
-        source = ("model", datasheet_source(s, device))
+        source = ("model", datasheet_source(s, device) + launch_clause(s, device, costs))
     else:  # pragma: no cover - a Scenario has a model or costs
         raise ScenarioError("a scenario needs a 'model' section or a 'costs' section")
     w = _with_figures(s, costs, layout, device.peak_flops(s.model.dtype) if s.model else None, pipes)
@@ -150,6 +151,19 @@ def datasheet_source(s: Scenario, device: Device) -> str:
             + attention_kernel_clause(s, device, curves=False))
 
 
+def launch_clause(s: Scenario, device: Device, costs: CostTable) -> str:
+    """Where a stage's passes wait for the host to launch their kernels, as a clause of the costs
+    line ("" where none waits)."""
+    waits = [c.launch_wait_ms for c in costs.stages]
+    if not waits or max(waits) <= 0:
+        return ""
+    k = waits.index(max(waits))
+    us = s.hardware.launch_us if s.hardware.launch_us is not None else device.launch.us if device.launch else 0.0
+    whose = "hardware.launch_us" if s.hardware.launch_us is not None else "the device's host"
+    return (f"; launch-bound: stage {k}'s micro-batch waits {waits[k]:,.3g} ms for the host to launch its kernels "
+            f"({us:g} us each, {whose}): CUDA graphs (training.cuda_graphs) launch them in one")
+
+
 def attention_kernel_clause(s: Scenario, device: Device, *, curves: bool) -> str:
     """How a fused attention kernel other than the default one is priced, as a clause of the costs
     line ("" for the default kernel, or one the device cannot price: a note says so)."""
@@ -184,7 +198,9 @@ def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompu
         whole_emb, _, whole_head = gpt_layers(s.model, training.micro_batch, training.recompute, 1)
         emb, block, head = layers
         layers = (replace(emb, params=whole_emb.params), block, replace(head, params=whole_head.params))
-    return layers
+    launches = layer_launches(s, narrow, recompute or training.recompute, attention=parts != "mlp",
+                              mlp=None if parts == "attention" else "moe" if experts else "dense")
+    return layers[0], launched(layers[1], launches), layers[2]
 
 
 def block_kinds(s: Scenario, layers: tuple[LayerCost, LayerCost, LayerCost] | None) -> BlockKinds | None:
@@ -201,8 +217,10 @@ def block_kinds(s: Scenario, layers: tuple[LayerCost, LayerCost, LayerCost] | No
         wide = base != kind  # its linear layers kept in the model's dtype
         if base == "M":
             narrow = None if wide else scenario_precision(s.training.fp8, s.training.fp4, s.training.low_precision_params)
-            built_layer = mamba_layer(model, s.training.micro_batch, recompute or s.training.recompute,
-                                      s.tensor_parallel, sequence_parallel=s.training.sequence_parallel, narrow=narrow)
+            mode = recompute or s.training.recompute
+            built_layer = launched(mamba_layer(model, s.training.micro_batch, mode, s.tensor_parallel,
+                                               sequence_parallel=s.training.sequence_parallel, narrow=narrow),
+                                   layer_launches(s, narrow, mode, mamba=True))
         elif kind == "block" and recompute is None:
             return layers[1]
         else:

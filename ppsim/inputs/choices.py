@@ -23,6 +23,9 @@ Fp4Recipe = Literal["nvfp4"]
 Recompute = Literal["none", "selective", "full"]
 #: what selective recomputation recomputes (Megatron's --recompute-modules; those ppsim prices)
 RecomputeModule = Literal["core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "shared_experts", "moe"]
+#: what CUDA graphs capture (Megatron's --cuda-graph-scope): a layer's attention, dense MLP, whole MoE
+#: MLP, MoE router, the MoE dispatcher's preprocessing, Mamba mixer; or the whole step
+CudaGraphScope = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration"]
 #: what runs the simulation's processes: auto (the clock-free kernel on static links, the clocked one
 #: on a fabric), clocked, immediate (no clock: static links only), simpy (SimPy itself, the reference
 #: the others are tested against: an extra)

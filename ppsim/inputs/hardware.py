@@ -112,6 +112,15 @@ class Rate:
 
 
 @dataclass(frozen=True)
+class LaunchTime:
+    """The host's time to launch one kernel eagerly (an op through PyTorch's dispatcher), measured on
+    the device's host CPU, with where the measurement comes from."""
+
+    us: float
+    source: str
+
+
+@dataclass(frozen=True)
 class DispatchRate:
     """The share of a link's rate a MoE dispatcher's kernels reach (dispatch and combine alike),
     measured: over NVLink (``nvlink``) and, where measured, out of the NIC (``network``: points of
@@ -162,6 +171,8 @@ class Device:
     intra_node_measured: Rate | None = None
     #: per MoE dispatcher (``deepep``, ``hybridep``): the share of each link's rate its kernels reach
     dispatch_measured: tuple[tuple[str, DispatchRate], ...] = ()
+    #: the host's time to launch one eager kernel (ppsim.costs.launches); None: not measured, not priced
+    launch: LaunchTime | None = None
 
     def dispatch_rate(self, dispatcher: str) -> DispatchRate | None:
         """The measured share of each link's rate ``dispatcher``'s kernels reach (None: not measured)."""
@@ -267,7 +278,7 @@ REQUIRED_PEAKS = ("bf16", "fp16", "fp32")  #: every device has these
 OPTIONAL_PEAKS = ("fp8", "fp4")  #: a device with FP8 (Hopper, Blackwell) or FP4 (Blackwell) Tensor Cores
 _KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "intra_node", "inter_node", "gemm",
          "attention", "flash_attention", "mx_formats", "host_link_gb_s", "gemm_fp8", "gemm_fp4", "hbm_copy",
-         "intra_node_measured", "sms", "dispatch_measured", "attention_kernels"}
+         "intra_node_measured", "sms", "dispatch_measured", "attention_kernels", "launch"}
 _CURVE_KEYS = {"source", "dtypes", "points"}
 _FUSED_KEYS = {"source", "dtypes", "forward", "backward", "points"}
 
@@ -404,6 +415,24 @@ def _rate(name: str, key: str, entry: Any, source: str) -> Rate | None:
     return Rate(gb_s=float(value), source=where.strip())
 
 
+def _launch(name: str, entry: Any, source: str) -> LaunchTime | None:
+    """Device ``name``'s measured launch time (None when absent), checked: ``us`` in (0, 10^4] and a source."""
+    if entry is None:
+        return None
+    if not isinstance(entry, dict) or set(entry) != {"us", "source"}:
+        raise ScenarioError(f"{source}: device {name!r}: launch is a mapping of us (the host's microseconds to "
+                            "launch one kernel) and source (where it was measured)", field="hardware.device_file")
+    value, where = entry["us"], entry["source"]
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 < value <= 1e4):
+        raise ScenarioError(f"{source}: device {name!r}: launch.us is {value!r}; it must be a number > 0 and <= 10000",
+                            field="hardware.device_file")
+    if not isinstance(where, str) or not where.strip():
+        raise ScenarioError(f"{source}: device {name!r}: launch needs a source: where it was measured",
+                            field="hardware.device_file")
+    return LaunchTime(us=float(value), source=where.strip())
+
+
 DISPATCHERS = ("deepep", "hybridep")  #: the dispatchers a device can have measured rates of
 
 
@@ -527,6 +556,7 @@ def _device(name: str, entry: Any, source: str) -> Device:
             hbm_copy=_rate(name, "hbm_copy", entry.get("hbm_copy"), source),
             intra_node_measured=_rate(name, "intra_node_measured", entry.get("intra_node_measured"), source),
             dispatch_measured=_dispatch(name, entry.get("dispatch_measured"), source),
+            launch=_launch(name, entry.get("launch"), source),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ScenarioError(f"{source}: device {name!r} lacks or has a bad {exc}; see ppsim/data/devices.yaml for the format",

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ppsim.errors import PpsimError, ScenarioError, file_error, shown_path
 from ppsim.inputs.choices import (
     Comm,
+    CudaGraphScope,
     Dtype,
     Fp4Recipe,
     Fp8Recipe,
@@ -328,6 +329,14 @@ class TrainingSpec(_Strict):
     #: HybridEP's, Megatron's --moe-hybridep-num-sms; DeepSeek-V3's 20): an overlapped action's
     #: compute runs on the rest meanwhile (ppsim.sim.durations); None: not charged
     moe_comm_sms: int | None = Field(default=None, ge=1)
+    #: the router's score function, top-k and auxiliary loss in fused kernels (Megatron's --moe-router-fusion)
+    moe_router_fusion: bool = False
+    #: the routed experts' projections and activation in Transformer Engine's fused grouped MLP (its
+    #: operation fuser's, Megatron-Bridge's te_op_fuser_cutedsl_fused_grouped_mlp), not a GEMM per expert
+    fused_grouped_mlp: bool = False
+    #: what CUDA graphs capture (Megatron's --cuda-graph-scope; ``full_iteration`` alone: the whole
+    #: step): a graphed module's kernels cost the host one launch (ppsim.costs.launches); none: all eager
+    cuda_graphs: list[CudaGraphScope] = Field(default_factory=list)
     flash_attention: bool = False  #: no s x s scores kept; the backward recomputes them
     #: which fused kernel computes the attention under flash_attention: ``cudnn`` (Transformer Engine's
     #: fused attention, its default on Hopper and Blackwell) or ``flash2`` (the flash-attn package's
@@ -405,6 +414,9 @@ class HardwareSpec(_Strict):
     #: ``attention``: the unfused attention matmuls by head dimension) instead of the flat efficiency;
     #: ignored where the device has no curve or ``efficiency`` is set
     gemm_curves: bool = False
+    #: the host's microseconds to launch one eager kernel, its CPU's (ppsim.costs.launches); None: the
+    #: device's measured figure (devices.yaml ``launch``); 0: launches not priced
+    launch_us: float | None = Field(default=None, ge=0, le=1e4)
     link: LinkSpec | None = None  #: between consecutive stages; default: the device's inter-node NIC
     dp_link: LinkSpec | None = None  #: for the gradient all-reduce; default: the device's intra-node link
     tp_link: LinkSpec | None = None  #: for tensor parallelism's all-reduces; default: the device's intra-node link
@@ -659,7 +671,7 @@ def check(s: Scenario) -> None:
     naming the key and the fix."""
     for rule in (_check_sizes, _check_batch, _check_tensor_parallel, _check_experts, _check_links, _check_zero,
                  _check_recompute, _check_delay_wgrad, _check_dispatcher, _check_attention_kernel,
-                 _check_high_precision_layers,
+                 _check_high_precision_layers, _check_cuda_graphs,
                  _check_hybrid, _check_partition, _check_costs):
         rule(s)
     from ppsim.inputs.hardware import get_device  # local: keeps the catalogue out of schema import time
@@ -898,6 +910,31 @@ def _check_dispatcher(s: Scenario) -> None:
     if s.training.moe_fp8_dispatch and s.training.fp8 is None:
         raise ScenarioError("sends the tokens in FP8 for FP8 expert GEMMs, and training.fp8 is not set: set a recipe "
                             "(blockwise, as DeepSeek-V3) or drop it", field="training.moe_fp8_dispatch")
+
+
+#: the cuda_graphs scopes that capture a kind of layer: the model needs one for the scope to mean anything
+_GRAPHED_LAYERS = {"moe": "experts (model.moe)", "moe_router": "experts (model.moe)",
+                   "moe_preprocess": "experts (model.moe)", "mamba": "Mamba layers (model.pattern's M)"}
+
+
+def _check_cuda_graphs(s: Scenario) -> None:
+    scopes, key = s.training.cuda_graphs, "training.cuda_graphs"
+    if len(set(scopes)) < len(scopes):
+        raise ScenarioError(f"lists a scope twice: {scopes}; list each once", field=key)
+    if "full_iteration" in scopes and len(scopes) > 1:
+        raise ScenarioError(f"full_iteration graphs the whole step, the other scopes with it: give [full_iteration] "
+                            f"alone (here {scopes})", field=key)
+    model = s.model
+    for scope in scopes:
+        needs = _GRAPHED_LAYERS.get(scope)
+        has = model is not None and (model.moe is not None if scope.startswith("moe")
+                                     else model.pattern is not None and "M" in model.pattern)
+        if needs and not has:
+            raise ScenarioError(f"graphs {scope}, and the model has no {needs}: drop {scope}", field=key)
+    for flag in ("moe_router_fusion", "fused_grouped_mlp"):
+        if getattr(s.training, flag) and (model is None or model.moe is None):
+            raise ScenarioError("is a MoE layer's kernel choice, and the model has no experts (model.moe): drop it",
+                                field=f"training.{flag}")
 
 
 def _check_attention_kernel(s: Scenario) -> None:

@@ -27,7 +27,7 @@ def scenario(**training: Any) -> dict[str, Any]:
     return {"name": "fp8", "model": MODEL.model_dump(exclude_none=True),
             "pipeline": {"stages": 2, "microbatches": 4, "partition": "uniform"},
             "training": {"micro_batch": 2, "flash_attention": True, **training},
-            "hardware": {"device": "h100-sxm", "efficiency": 0.5}}
+            "hardware": {"device": "h100-sxm", "efficiency": 0.5, "launch_us": 0}}  # the GPU's time alone
 
 
 def test_the_casts_are_each_linear_inputs_and_output_grads_bytes() -> None:
@@ -157,7 +157,7 @@ def test_nvfp4_runs_the_linear_layers_at_the_fp4_peak_with_half_byte_values() ->
     scale per 16 (2 + 2 + 2 x 0.5625 bytes), the cast taking 1.4x a copy of them."""
     def stage(**training: Any):
         data = scenario(**training)
-        data["hardware"] = {"device": "b200", "efficiency": 0.5}
+        data["hardware"] = {"device": "b200", "efficiency": 0.5, "launch_us": 0}
         return build(parse_scenario(data)).workload.costs.stages[0]
 
     bf16, fp4 = stage(), stage(fp4="nvfp4")
