@@ -336,8 +336,9 @@ def device_cmd(
     quick: bool = typer.Option(False, "--quick", help="Tiny sweeps: a smoke test whose figures mean nothing."),
     force: bool = typer.Option(False, "--force", help="Overwrite an --out or --samples file ppsim did not write."),
 ) -> None:
-    """Time this accelerator's GEMMs by shape, its attention matmuls and its memory bandwidth, and write
-    them as a device entry that ppsim's analytic model reads (about a minute on a GPU)."""
+    """Time this accelerator's GEMMs by shape, its attention matmuls, its memory bandwidth and (on a GPU)
+    its host's time to launch a kernel, and write them as a device entry that ppsim's analytic model
+    reads (about a minute on a GPU)."""
     from ppsim.api import get_device, write_output
 
     with exits():
@@ -359,7 +360,8 @@ def device_cmd(
             write_output(targets["--samples"], measured.samples_csv())
     entry = measured.entry
     err.print(f"memory bandwidth {entry['hbm_copy']['gb_s']} GB/s (datasheet {base.hbm_gb_s:g}); largest GEMMs at "
-              f"{entry['gemm']['points'][-1][1]:.0%} of the datasheet peak")
+              f"{entry['gemm']['points'][-1][1]:.0%} of the datasheet peak"
+              + (f"; {entry['launch']['us']:g} us a launch on the host" if "launch" in entry else ""))
     if measured.above_peak:
         say("warning", f"{len(measured.above_peak)} GEMMs ran faster than {like}'s datasheet peak: their fractions "
                        "are capped at 1; --like a device with this one's peak")

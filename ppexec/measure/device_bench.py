@@ -1,5 +1,6 @@
-"""``ppexec device``: time one accelerator's matmuls by shape, its attention matmuls and its memory
-bandwidth, and write what ppsim's analytic model reads as a device entry (``hardware.device_file``).
+"""``ppexec device``: time one accelerator's matmuls by shape, its attention matmuls, its memory
+bandwidth and (on a GPU) its host's time to launch a kernel, and write what ppsim's analytic model
+reads as a device entry (``hardware.device_file``).
 
 Every timing is of calls run back to back on the device's stream, as a training step runs its
 kernels (no synchronisation between calls), between two device events; after warm-ups, enough
@@ -115,6 +116,32 @@ def copy_gb_s(watch: Stopwatch, gib: float = 2.0) -> float:
     return 2 * n * 4 / (ms / 1e3) / 1e9
 
 
+#: the input of the launch timing's matmul: a GEMM far shorter on a GPU than its launch
+LAUNCH_INPUT = (16, 64)
+
+
+def launch_us(watch: Stopwatch, calls: int = 2_000) -> float:
+    """The host's microseconds to launch one eager kernel: ``torch.nn.functional.linear`` on a
+    :data:`LAUNCH_INPUT` input (one GEMM through PyTorch's dispatcher, as Transformer Engine issue
+    2053 timed ``torch.nn.Linear``), ``calls`` of them issued back to back and timed on the host
+    (its clock, not the device's: the kernels are shorter than their launches, so the queue never
+    makes the host wait), the median over ``watch.repeats``."""
+    rows, width = LAUNCH_INPUT
+    x = torch.randn(rows, width, device=watch.device)
+    w = torch.randn(width, width, device=watch.device)
+    times = []
+    for _ in range(watch.repeats):
+        for _ in range(10):
+            torch.nn.functional.linear(x, w)
+        watch.sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            torch.nn.functional.linear(x, w)
+        times.append((time.perf_counter() - t0) / calls * 1e6)
+        watch.sync()
+    return statistics.median(times)
+
+
 def gemm_curve(timed: list[Timed], peak_flops: float) -> list[tuple[float, float]]:
     """The ``gemm`` curve's points from the layer sweep's timings."""
     return octave_curve((t.shape.flops, t.fraction(peak_flops)) for t in timed)
@@ -181,10 +208,10 @@ def block_times(spec: ModelSpec, micro_batch: int, watch: Stopwatch, seed: int =
 
 
 def device_entry(base: Device, gemm_points: list[tuple[float, float]], attention_points: list[tuple[float, float]],
-                 hbm_gb_s: float, dtype: str, machine: str) -> dict[str, Any]:
+                 hbm_gb_s: float, dtype: str, machine: str, launch: float | None = None) -> dict[str, Any]:
     """A catalogue entry: ``base``'s datasheet figures and links, this machine's measured curves
-    and memory bandwidth (``hbm_copy``: what the curves' pricing runs memory-bound work at), each
-    with its source."""
+    and memory bandwidth (``hbm_copy``: what the curves' pricing runs memory-bound work at) and, on
+    a GPU, its host's time per launch (``launch``: :func:`launch_us`), each with its source."""
     when = datetime.date.today().isoformat()
     where = f"measured by `ppexec device` on {machine}, {when}, torch {torch.__version__}"
     how = f"{where}: torch.mm / torch.bmm in {dtype} on random inputs, back to back between device events"
@@ -205,7 +232,9 @@ def device_entry(base: Device, gemm_points: list[tuple[float, float]], attention
                       "dtypes": [dtype], "points": [list(p) for p in attention_points]},
         "intra_node": {"bandwidth_gb_s": base.intra_node_gb_s, "latency_us": base.intra_node_latency_us},
         "inter_node": {"bandwidth_gb_s": base.inter_node_gb_s, "latency_us": base.inter_node_latency_us},
-    }
+    } | ({} if launch is None else {"launch": {
+        "us": significant(launch), "source": f"{where}: torch.nn.functional.linear on a {LAUNCH_INPUT[0]} x "
+                                             f"{LAUNCH_INPUT[1]} input, host time per call, calls back to back"}})
 
 
 @dataclass(frozen=True)
@@ -253,7 +282,11 @@ def measure_device(base: Device, dtype: str = "bf16", device: str = "cuda", quic
     tell("attention matmuls ...")
     att = attention_curve(torch_dtype, peak, watch, HEAD_DIMS[::3] if quick else HEAD_DIMS,
                           (1,) if quick else SWEEP_SPLITS, 256 if quick else 2048)
-    entry = device_entry(base, gemm_curve(timed, peak), att, hbm, dtype, machine)
+    launch = None
+    if watch.cuda:  # a CPU runs each op as it is called: there is no queue for the launches to fall behind
+        tell("the host's launches ...")
+        launch = launch_us(watch, 200 if quick else 2_000)
+    entry = device_entry(base, gemm_curve(timed, peak), att, hbm, dtype, machine, launch)
     if quick:  # its sources name the full sweep: say plainly that this one was not
         entry["description"] += " (--quick: tiny sweeps, a smoke test whose figures mean nothing)"
     return DeviceMeasurement(entry, timed, peak)

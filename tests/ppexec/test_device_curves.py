@@ -136,6 +136,24 @@ def test_ppexec_device_never_overwrites_a_users_file_and_names_bad_input(tmp_pat
     assert result.exit_code == 2
 
 
+def test_the_hosts_launch_time_is_measured_and_read_back(tmp_path: Path) -> None:
+    """The launch timing runs (here on the CPU, whose figure only says it works: microseconds a
+    call), and a GPU's entry carries it as ``launch``, which ppsim reads; a CPU's entry has none
+    (a CPU runs each op as it is called)."""
+    from ppexec.measure.device_bench import DeviceMeasurement, Stopwatch, device_entry, launch_us
+
+    us = launch_us(Stopwatch("cpu", repeats=1), calls=200)
+    assert 0.1 < us < 10_000
+    base = get_device("h200")
+    entry = device_entry(base, [(1e9, 0.5), (1e12, 0.7)], [(64, 0.3), (128, 0.4)], 3000.0, "bf16", "a GPU",
+                         launch=12.345678)
+    path = tmp_path / "mine.yaml"
+    path.write_text(DeviceMeasurement(entry, [], 1.0).device_file("mine"))
+    launch = read_devices(path)["mine"].launch
+    assert launch is not None and launch.us == 12.3 and "host time per call" in launch.source
+    assert "launch" not in yaml.safe_load(_quick_entry(tmp_path).read_text().split("\n", 1)[1])["mine"]
+
+
 def test_ppexec_device_on_a_machine_without_cuda_says_so(tmp_path: Path) -> None:
     import torch
 
