@@ -18,9 +18,10 @@ weights are quantized once a step, not per micro-batch):
   attention kernel (1, 3: backward with its pre- and post-processing), an activation (1, 1);
 - multi-head latent attention: five linear layers, two more norms, and two copies that split and
   join the rotary part;
-- a MoE layer's router with its score function, top-k and auxiliary loss: (36, 36) kernels, (15, 16)
-  fused (``training.moe_router_fusion``; DeepSeek-V3's GB200 report: 72 kernels, 31 fused); the
-  dispatcher's preprocessing (2, 0), permute, dispatch, combine and unpermute (4, 4);
+- a MoE layer's router with its score function, top-k and auxiliary loss: 72 kernels forward, 31
+  fused (``training.moe_router_fusion``; DeepSeek-V3's GB200 report, counted in a forward's
+  timeline), as many backward (its autograd's); the dispatcher's preprocessing (2, 0), permute,
+  dispatch, combine and unpermute (4, 4);
 - the routed experts through Transformer Engine's GroupedLinear: one GEMM per local expert and
   projection (2E forward, 4E backward) and a quantize per local expert and operand (fused into one
   under delayed scaling), with the activation between; fused into a handful of kernels by Transformer
@@ -44,8 +45,8 @@ from ppsim.inputs.scenario import ModelSpec, Scenario
 #: the launches that quantize one operand, by recipe: current scaling's amax, scale and cast
 #: (Transformer Engine's quantizer), one fused kernel for the others
 QUANTIZE: dict[str, int] = {"tensorwise": 3, "delayed": 1, "blockwise": 1, "mxfp8": 1, "nvfp4": 1}
-ROUTER = (36.0, 36.0)
-ROUTER_FUSED = (15.0, 16.0)
+ROUTER = (72.0, 72.0)
+ROUTER_FUSED = (31.0, 31.0)
 PREPROCESS = (2.0, 0.0)
 PERMUTE_AND_EXCHANGE = (4.0, 4.0)
 FUSED_GROUPED_MLP = (4.0, 8.0)

@@ -57,28 +57,28 @@ def test_a_dense_blocks_launches_by_hand() -> None:
 
 
 def test_a_moe_layer_launches_a_gemm_per_local_expert() -> None:
-    """The MLP half of a MoE layer, 4 local experts, BF16: router 36/36, preprocessing 2/0, norm
+    """The MLP half of a MoE layer, 4 local experts, BF16: router 72/72, preprocessing 2/0, norm
     1/2, permute and exchange 4/4, residual 1/1, routed experts 2 x 4 + 1 / 4 x 4 + 1, the shared
     expert's up, activation and down 3/5."""
     s = scenario(MOE)
-    assert layer_launches(s, None, "none", mlp="moe") == Launches(36 + 2 + 1 + 4 + 1 + 9 + 3, 36 + 2 + 4 + 1 + 17 + 5)
+    assert layer_launches(s, None, "none", mlp="moe") == Launches(72 + 2 + 1 + 4 + 1 + 9 + 3, 72 + 2 + 4 + 1 + 17 + 5)
     # MXFP8: a quantize per local expert and operand (8 each way), one per shared linear (2 each way)
-    assert layer_launches(s, LowPrecision("mxfp8"), "none", mlp="moe") == Launches(56 + 10, 65 + 10)
+    assert layer_launches(s, LowPrecision("mxfp8"), "none", mlp="moe") == Launches(92 + 10, 101 + 10)
     # delayed scaling's fused multi-tensor cast: one per operand for all the experts
-    assert layer_launches(s, LowPrecision("delayed"), "none", mlp="moe") == Launches(56 + 4, 65 + 4)
+    assert layer_launches(s, LowPrecision("delayed"), "none", mlp="moe") == Launches(92 + 4, 101 + 4)
     fused = scenario(MOE, {"moe_router_fusion": True, "fused_grouped_mlp": True})
-    assert layer_launches(fused, None, "none", mlp="moe") == Launches(15 + 2 + 6 + 4 + 3, 16 + 7 + 8 + 5)
+    assert layer_launches(fused, None, "none", mlp="moe") == Launches(31 + 2 + 6 + 4 + 3, 31 + 7 + 8 + 5)
     wider = scenario(MOE, data_parallel=8, expert_parallel=8)  # 2 local experts: 4 fewer GEMMs forward, 8 backward
-    assert layer_launches(wider, None, "none", mlp="moe") == Launches(52, 57)
+    assert layer_launches(wider, None, "none", mlp="moe") == Launches(88, 93)
 
 
 def test_graphed_modules_cost_one_launch_and_a_whole_step_none() -> None:
     s = scenario(MOE, {"cuda_graphs": ["attn", "moe_router", "moe_preprocess"]})
     eager = layer_launches(scenario(MOE), None, "none", attention=True, mlp="moe")
     graphed = layer_launches(s, None, "none", attention=True, mlp="moe")
-    # attention 7/12 -> 1/1, router 36/36 -> 1/1, preprocessing 2/0 -> 1/0
-    assert eager.forward - graphed.forward == 6 + 35 + 1
-    assert eager.backward - graphed.backward == 11 + 35
+    # attention 7/12 -> 1/1, router 72/72 -> 1/1, preprocessing 2/0 -> 1/0
+    assert eager.forward - graphed.forward == 6 + 71 + 1
+    assert eager.backward - graphed.backward == 11 + 71
     whole = scenario(MOE, {"cuda_graphs": ["full_iteration"]})
     assert layer_launches(whole, None, "full", attention=True, mlp="moe") == Launches(0, 0)
 
