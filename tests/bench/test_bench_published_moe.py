@@ -113,3 +113,29 @@ def test_a_row_recomputes_the_modules_its_recipe_lists() -> None:
     data, assumed = b.scenario_data(moe_row)
     assert data["training"]["recompute_modules"] == moe_row["recipe_settings"]["recompute_modules"]  # moe, priced
     assert "moe" in data["training"]["recompute_modules"] and not any("priced as none" in a for a in assumed)
+
+
+@pytest.mark.parametrize(("row_id", "graphs", "fused"), [
+    ("mb-26.06-pretrain-deepseek_v3-gb300-mxfp8-256g", ["full_iteration"], True),  # its whole step graphed
+    ("mb-26.04-pretrain-gpt_oss_120b-gb300-bf16-64g", ["attn", "moe_router", "moe_preprocess"], False),
+    ("mb-26.06-pretrain-nemotron_3_nano-gb300-mxfp8-8g", ["attn", "mamba", "moe_router", "moe_preprocess"], False),
+    ("mb-26.02-pretrain-qwen3_30b_a3b-h100-fp8-16g", [], False),  # no graphs
+])
+def test_a_row_launches_what_its_recipe_graphs_and_fuses(row_id: str, graphs: list[str], fused: bool) -> None:
+    """The recipe's CUDA graph scopes (TE-scoped, or the whole iteration), its router fusion and
+    Transformer Engine's fused grouped MLP become the scenario's, which prices the host's launches."""
+    b = bench_module("published_moe")
+    row = next(r for r in yaml.safe_load(b.DATA.read_text()) if r["id"] == row_id)
+    training = b.scenario_data(row)[0]["training"]
+    assert training["cuda_graphs"] == graphs
+    assert training["fused_grouped_mlp"] is fused
+    assert training["moe_router_fusion"] is bool(row["recipe_settings"]["moe_router_fusion"])
+
+
+def test_the_legacy_per_layer_graphs_leave_the_experts_eager() -> None:
+    b = bench_module("published_moe")
+    row = next(r for r in yaml.safe_load(b.DATA.read_text())
+               if str(r["recipe_settings"]["cuda_graph_impl"]).startswith("enable_cuda_graph=True"))
+    data, assumed = b.scenario_data(row)
+    assert data["training"]["cuda_graphs"][:3] == ["attn", "moe_router", "moe_preprocess"]
+    assert any("legacy per-layer CUDA graphs" in a for a in assumed)

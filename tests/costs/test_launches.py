@@ -180,3 +180,11 @@ def test_an_overlapped_schedules_phases_wait_for_their_launches() -> None:
     assert priced.mlp_input_grad / backward == pytest.approx(gpu.mlp_input_grad / (gpu.mlp_input_grad
                                                                                    + gpu.mlp_weight_grad))
     assert priced.dispatch_forward == gpu.dispatch_forward
+
+
+def test_the_costs_line_names_whose_launch_time_it_took() -> None:
+    mine = build(scenario(DENSE, hardware={"device": "h100-sxm", "launch_us": 20})).workload.costs_source
+    assert "(20 us each, hardware.launch_us)" in mine
+    catalogue = build(scenario(DENSE)).workload.costs_source
+    assert "(13.48 us each, the device's host)" in catalogue and "training.cuda_graphs" in catalogue
+    assert "launch-bound" not in build(scenario(DENSE, hardware={"device": "a100-80g"})).workload.costs_source
