@@ -33,7 +33,7 @@ from ppsim.costs.context_parallel import ContextParallelComm, context_parallel_c
 from ppsim.costs.copies import copies_summed
 from ppsim.costs.fsdp import Exposed, fsdp_stage, offload
 from ppsim.costs.gemms import Gemm
-from ppsim.costs.launches import host_ms
+from ppsim.costs.launches import host_ms, launch_time_us
 from ppsim.costs.layers import LayerCost
 from ppsim.costs.layout import Layout, StageShape
 from ppsim.costs.links import Links
@@ -90,7 +90,7 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
                                     scatter_gather=s.pipeline.scatter_gather)
 
     sm_share = comm_sm_share(s, device)
-    launch_us = s.hardware.launch_us if s.hardware.launch_us is not None else device.launch.us if device.launch else None
+    per_launch = launch_time_us(s, device)
     whole_tp = whole_tp_comm(training.recompute == "full")
     whole_plain = whole_tp_comm(False)  # the blocks beyond training.recompute_layers
     stages = []
@@ -118,15 +118,15 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
         dispatched = precision.value_bytes / layout.dtype_bytes if precision and training.moe_fp8_dispatch else 1.0
         alltoalls = block_alltoalls(s, st, links.expert_parallel, links.expert_tensor, dispatched)
         a2a = expert_alltoalls(s, st, alltoalls)
-        phases = moe_phases(st, price, hbm_bytes_per_ms, alltoalls, launch_us)
+        phases = moe_phases(st, price, hbm_bytes_per_ms, alltoalls, per_launch)
         # what runs beside the compute and is not hidden by it: the collectives and copies left exposed
         forward_comm = (st.tp_collective_blocks * tp.forward_ms + st.blocks * cp.forward_ms + a2a.forward_ms
                         + more.forward_ms)
         backward_comm = (st.tp_collective_blocks * tp.backward_ms + st.blocks * cp.backward_ms + a2a.backward_ms
                          + more.backward_ms)
         # the GPU waits for the host where a pass's kernels take longer to launch than to run
-        forward_wait = launch_wait(st.forward_launches, launch_us, compute_forward + forward_comm)
-        backward_wait = launch_wait(st.backward_launches, launch_us, compute_backward + backward_comm)
+        forward_wait = launch_wait(st.forward_launches, per_launch, compute_forward + forward_comm)
+        backward_wait = launch_wait(st.backward_launches, per_launch, compute_backward + backward_comm)
         compute_forward, compute_backward = compute_forward + forward_wait, compute_backward + backward_wait
         # delayed weight grads: a backward's dispatch all-to-alls (half its own) run beside its weight grads
         own = min(a2a.backward_ms / 2, weight_grad_mm) if training.delay_wgrad else 0.0

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 
 from ppsim.costs.layers import LayerCost
 from ppsim.costs.low_precision import LowPrecision
+from ppsim.inputs.hardware import Device
 from ppsim.inputs.scenario import ModelSpec, Scenario
 
 #: the launches that quantize one operand, by recipe: current scaling's amax, scale and cast
@@ -158,6 +159,14 @@ def layer_launches(s: Scenario, precision: LowPrecision | None, recompute: str, 
 def launched(layer: LayerCost, launches: Launches) -> LayerCost:
     """``layer`` with ``launches``."""
     return replace(layer, forward_launches=launches.forward, backward_launches=launches.backward)
+
+
+def launch_time_us(s: Scenario, device: Device) -> float | None:
+    """The host's microseconds per launch: ``hardware.launch_us`` where the scenario gives it, else
+    the device's measured figure (None: not known, launches not priced)."""
+    if s.hardware.launch_us is not None:
+        return s.hardware.launch_us
+    return device.launch.us if device.launch else None
 
 
 def host_ms(launches: float, launch_us: float | None) -> float:

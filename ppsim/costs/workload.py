@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ppsim.costs.analytic import analytic_costs
 from ppsim.costs.explicit import explicit_costs
-from ppsim.costs.launches import launched, layer_launches
+from ppsim.costs.launches import launch_time_us, launched, layer_launches
 from ppsim.costs.layers import LayerCost, LayerParts, gpt_layers
 from ppsim.costs.layout import WIDE, BlockKinds, Layout, kind_rank, lay_out, mtp_parts, scenario_layer_kinds
 from ppsim.costs.links import scenario_links
@@ -158,7 +158,7 @@ def launch_clause(s: Scenario, device: Device, costs: CostTable) -> str:
     if not waits or max(waits) <= 0:
         return ""
     k = waits.index(max(waits))
-    us = s.hardware.launch_us if s.hardware.launch_us is not None else device.launch.us if device.launch else 0.0
+    us = launch_time_us(s, device) or 0.0
     whose = "hardware.launch_us" if s.hardware.launch_us is not None else "the device's host"
     return (f"; launch-bound: stage {k}'s micro-batch waits {waits[k]:,.3g} ms for the host to launch its kernels "
             f"({us:g} us each, {whose}): CUDA graphs (training.cuda_graphs) launch them in one")
