@@ -31,7 +31,8 @@ weights are quantized once a step, not per micro-batch):
 
 CUDA graphs (``training.cuda_graphs``, Megatron's ``--cuda-graph-scope``): a graphed module's kernels
 are replayed by one launch each pass; ``full_iteration`` graphs the whole step, leaving none.
-Not counted: the embedding's and the loss's few kernels, the optimizer's, the pipeline's sends.
+Not counted: the embedding's and the loss's few kernels, the optimizer's, the pipeline's sends, what
+selective recomputation launches again.
 """
 
 from __future__ import annotations
