@@ -31,8 +31,10 @@ weights are quantized once a step, not per micro-batch):
 
 CUDA graphs (``training.cuda_graphs``, Megatron's ``--cuda-graph-scope``): a graphed module's kernels
 are replayed by one launch each pass; ``full_iteration`` graphs the whole step, leaving none.
-Not counted: the embedding's and the loss's few kernels, the optimizer's, the pipeline's sends, what
-selective recomputation launches again.
+A recomputed forward's launches run again in the backward: the whole layer's under full
+recomputation, each recomputed module's under selective (an eager one's: a graphed module replays
+inside its graph). Not counted: the embedding's and the loss's few kernels, the optimizer's, the
+pipeline's sends.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from dataclasses import dataclass, replace
 
 from ppsim.costs.layers import LayerCost
 from ppsim.costs.low_precision import LowPrecision
+from ppsim.costs.recompute import selective_modules
 from ppsim.inputs.hardware import Device
 from ppsim.inputs.scenario import ModelSpec, Scenario
 
@@ -130,8 +133,8 @@ def mamba_launches(q: int, tensor_parallel: int) -> Launches:
 def layer_launches(s: Scenario, precision: LowPrecision | None, recompute: str, *, attention: bool = False,
                    mlp: str | None = None, mamba: bool = False) -> Launches:
     """One layer's launches, graphed as ``training.cuda_graphs`` says: its ``attention`` half, its
-    ``mlp`` half (``dense`` or ``moe``), or a Mamba mixer; its linear layers in ``precision``; a
-    fully recomputed layer's backward runs its forward's launches again."""
+    ``mlp`` half (``dense`` or ``moe``), or a Mamba mixer; its linear layers in ``precision``; its
+    backward launches again what it recomputes (:func:`recomputed_launches`)."""
     model = s.model
     assert model is not None
     scopes = set(s.training.cuda_graphs)
@@ -153,8 +156,38 @@ def layer_launches(s: Scenario, precision: LowPrecision | None, recompute: str, 
     elif mlp == "dense":
         total += graphed(mlp_launches(q, t), "mlp")
     if recompute == "full":
-        total = Launches(total.forward, total.backward + total.forward)
-    return total
+        return Launches(total.forward, total.backward + total.forward)
+    again = recomputed_launches(s, precision, selective_modules(recompute, s.training.recompute_modules),
+                                attention=attention, mlp=mlp, mamba=mamba)
+    return Launches(total.forward, total.backward + again)
+
+
+def recomputed_launches(s: Scenario, precision: LowPrecision | None, modules: frozenset[str], *, attention: bool,
+                        mlp: str | None, mamba: bool) -> float:
+    """What selective recomputation of ``modules`` launches again in a layer's backward (eager
+    modules only: a graphed one replays inside its graph): each module's forward launches."""
+    model, scopes, q = s.model, set(s.training.cuda_graphs), quantize(precision)
+    assert model is not None
+    again = 0.0
+    if attention and "attn" not in scopes:
+        mla = model.mla is not None
+        again += CORE_ATTENTION[0] * ("core_attn" in modules)
+        again += NORM[0] * (3 if mla else 1) * ("layernorm" in modules)
+        again += 2 * linear(q)[0] * (mla and "mla_up_proj" in modules)
+    if mlp == "dense" and "mlp" not in scopes:
+        again += mlp_launches(q, s.tensor_parallel).forward if "mlp" in modules else NORM[0] * ("layernorm" in modules)
+    if mlp == "moe" and "moe" not in scopes:
+        assert model.moe is not None
+        if "moe" in modules:
+            router, preprocess, rest = expert_launches(s, model, precision)
+            again += (router + preprocess + rest).forward
+        else:
+            again += NORM[0] * ("layernorm" in modules) + ACTIVATION[0] * ("moe_act" in modules)
+            if "shared_experts" in modules and model.moe.shared_experts:
+                again += 2 * linear(q)[0] + ACTIVATION[0]
+    if mamba and "mamba" not in scopes:
+        again += 2 * NORM[0] * ("layernorm" in modules)
+    return again
 
 
 def launched(layer: LayerCost, launches: Launches) -> LayerCost:

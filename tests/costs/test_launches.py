@@ -188,3 +188,22 @@ def test_the_costs_line_names_whose_launch_time_it_took() -> None:
     catalogue = build(scenario(DENSE)).workload.costs_source
     assert "(13.48 us each, the device's host)" in catalogue and "training.cuda_graphs" in catalogue
     assert "launch-bound" not in build(scenario(DENSE, hardware={"device": "a100-80g"})).workload.costs_source
+
+
+def test_selective_recomputation_launches_its_modules_again() -> None:
+    """The backward launches each recomputed module's forward again: the attention core (1), the
+    layer norms (1 a half), the whole MoE half (its 92 forward launches); none of a graphed module."""
+    eager = layer_launches(scenario(MOE), None, "none", attention=True, mlp="moe")
+
+    def again(modules: list[str], graphs: list[str] | None = None) -> float:
+        s = scenario(MOE, {"recompute": "selective", "recompute_modules": modules, "cuda_graphs": graphs or []})
+        plain = layer_launches(scenario(MOE, {"cuda_graphs": graphs or []}), None, "none", attention=True, mlp="moe")
+        got = layer_launches(s, None, "selective", attention=True, mlp="moe")
+        assert got.forward == plain.forward
+        return got.backward - plain.backward
+
+    assert again(["core_attn"]) == 1
+    assert again(["layernorm"]) == 2
+    assert again(["moe_act", "shared_experts"]) == 1 + 3
+    assert again(["moe"]) == 72 + 2 + 1 + 4 + 1 + 9 + 3 == eager.forward - 7
+    assert again(["core_attn"], ["attn"]) == 0
