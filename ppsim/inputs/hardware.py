@@ -396,41 +396,40 @@ def _curve(name: str, key: str, entry: Any, source: str,
     return Curve(points=tuple(pairs), source=where, dtypes=dtypes)
 
 
-def _rate(name: str, key: str, entry: Any, source: str) -> Rate | None:
-    """Device ``name``'s measured rate ``key`` (None when absent), checked: ``gb_s`` > 0 and a source."""
+def _figure(name: str, key: str, entry: Any, source: str, unit: str, meaning: str,
+            bounds: tuple[float, float, bool]) -> tuple[float, str] | None:
+    """Device ``name``'s measured figure ``key`` as (value, source) (None when absent), checked: a
+    mapping of ``unit`` (``meaning``) within ``bounds`` (lowest, highest, whether the lowest is allowed)
+    and a source."""
     if entry is None:
         return None
-    if not isinstance(entry, dict) or set(entry) != {"gb_s", "source"}:
-        raise ScenarioError(f"{source}: device {name!r}: {key} is a mapping of gb_s (the measured GB/s) and source "
+    if not isinstance(entry, dict) or set(entry) != {unit, "source"}:
+        raise ScenarioError(f"{source}: device {name!r}: {key} is a mapping of {unit} ({meaning}) and source "
                             "(where it was measured)", field="hardware.device_file")
-    value, where = entry["gb_s"], entry["source"]
-    low, high, _ = _RANGES["hbm_gb_s"]
+    value, where = entry[unit], entry["source"]
+    low, high, inclusive = bounds
     if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            and low <= value <= high):
-        raise ScenarioError(f"{source}: device {name!r}: {key}.gb_s is {value!r}; it must be a number >= {low:g} and "
-                            f"<= {high:g}", field="hardware.device_file")
+            and (value >= low if inclusive else value > low) and value <= high):
+        raise ScenarioError(f"{source}: device {name!r}: {key}.{unit} is {value!r}; it must be a number "
+                            f"{'>=' if inclusive else '>'} {low:g} and <= {high:g}", field="hardware.device_file")
     if not isinstance(where, str) or not where.strip():
         raise ScenarioError(f"{source}: device {name!r}: {key} needs a source: where it was measured",
                             field="hardware.device_file")
-    return Rate(gb_s=float(value), source=where.strip())
+    return float(value), where.strip()
+
+
+def _rate(name: str, key: str, entry: Any, source: str) -> Rate | None:
+    """Device ``name``'s measured rate ``key`` (None when absent), checked: ``gb_s`` > 0 and a source."""
+    low, high, _ = _RANGES["hbm_gb_s"]
+    figure = _figure(name, key, entry, source, "gb_s", "the measured GB/s", (low, high, True))
+    return None if figure is None else Rate(gb_s=figure[0], source=figure[1])
 
 
 def _launch(name: str, entry: Any, source: str) -> LaunchTime | None:
     """Device ``name``'s measured launch time (None when absent), checked: ``us`` in (0, 10^4] and a source."""
-    if entry is None:
-        return None
-    if not isinstance(entry, dict) or set(entry) != {"us", "source"}:
-        raise ScenarioError(f"{source}: device {name!r}: launch is a mapping of us (the host's microseconds to "
-                            "launch one kernel) and source (where it was measured)", field="hardware.device_file")
-    value, where = entry["us"], entry["source"]
-    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            and 0 < value <= 1e4):
-        raise ScenarioError(f"{source}: device {name!r}: launch.us is {value!r}; it must be a number > 0 and <= 10000",
-                            field="hardware.device_file")
-    if not isinstance(where, str) or not where.strip():
-        raise ScenarioError(f"{source}: device {name!r}: launch needs a source: where it was measured",
-                            field="hardware.device_file")
-    return LaunchTime(us=float(value), source=where.strip())
+    figure = _figure(name, "launch", entry, source, "us", "the host's microseconds to launch one kernel",
+                     (0.0, 1e4, False))
+    return None if figure is None else LaunchTime(us=figure[0], source=figure[1])
 
 
 DISPATCHERS = ("deepep", "hybridep")  #: the dispatchers a device can have measured rates of
