@@ -33,7 +33,7 @@ from ppsim.costs.context_parallel import ContextParallelComm, context_parallel_c
 from ppsim.costs.copies import copies_summed
 from ppsim.costs.fsdp import Exposed, fsdp_stage, offload
 from ppsim.costs.gemms import Gemm
-from ppsim.costs.launches import host_ms, launch_time_us
+from ppsim.costs.launches import launch_time_us, launch_wait
 from ppsim.costs.layers import LayerCost
 from ppsim.costs.layout import Layout, StageShape
 from ppsim.costs.links import Links
@@ -293,12 +293,6 @@ def moe_phases(st: StageShape, price: Callable[[tuple[Gemm, ...], bool], float],
     return MoEPhases(attention_forward=af, mlp_forward=mf, attention_input_grad=ai, attention_weight_grad=aw,
                      mlp_input_grad=mi, mlp_weight_grad=mw, dispatch_forward=dispatch, combine_forward=combine,
                      dispatch_backward=combine, combine_backward=dispatch)
-
-
-def launch_wait(launches: float, launch_us: float | None, gpu_ms: float) -> float:
-    """How long a pass of ``gpu_ms`` on the GPU waits for the host to launch its ``launches``
-    kernels (:mod:`~ppsim.costs.launches`): the host's time beyond the GPU's."""
-    return max(0.0, host_ms(launches, launch_us) - gpu_ms)
 
 
 def sharded_and_offloaded(s: Scenario, st: StageShape, dtype_bytes: int, precision: LowPrecision | None,

@@ -6,7 +6,7 @@ kernels are short (a few tokens per expert, small widths) the host's time to que
 GPU's to run them, sets the pass's time. A dropless MoE layer's forward makes the host wait for the
 GPU once (the tokens per expert copied to the host before the dispatch), so the host cannot queue
 far ahead of the GPU: ppsim prices each pass of a stage's micro-batch at the longer of the two
-(:func:`host_ms`, applied in :mod:`ppsim.costs.analytic`).
+(:func:`launch_wait`, applied in :mod:`ppsim.costs.analytic`).
 
 Counts per layer and micro-batch, forward and backward, as Megatron-Core's modules run under
 Transformer Engine (``q``: the launches that quantize one operand under FP8 / FP4, :data:`QUANTIZE`;
@@ -203,7 +203,9 @@ def launch_time_us(s: Scenario, device: Device) -> float | None:
     return device.launch.us if device.launch else None
 
 
-def host_ms(launches: float, launch_us: float | None) -> float:
-    """The host's time to launch ``launches`` kernels at ``launch_us`` each (0 where the device's
-    launch time is not known)."""
-    return launches * launch_us / 1e3 if launch_us else 0.0
+def launch_wait(launches: float, launch_us: float | None, gpu_ms: float) -> float:
+    """How long a pass of ``gpu_ms`` on the GPU waits for the host to launch its ``launches``
+    kernels at ``launch_us`` each: the host's time beyond the GPU's (0 where the launch time is
+    not known)."""
+    host_ms = launches * launch_us / 1e3 if launch_us else 0.0
+    return max(0.0, host_ms - gpu_ms)
