@@ -59,7 +59,7 @@ def predicted_ms(device_name: str, precision: str, curves: bool) -> tuple[float,
     device = get_device(device_name)
     narrow = None if precision == "bf16" else LowPrecision(RECIPES[precision])  # type: ignore[arg-type]
     gemms = tuple(Gemm(m, k, n, linear=True) for m, k, n in gemm_calls())
-    kernels = matmul_ms(gemms, device, "bf16", efficiency=None if curves else device.efficiency,
+    kernels = matmul_ms(gemms, device, "bf16", efficiency=None if curves else device.flat_efficiency,
                         narrow=narrow.peak if narrow else None)
     if narrow is None:
         return kernels, kernels

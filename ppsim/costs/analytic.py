@@ -1,7 +1,8 @@
 """Stage costs from the model's FLOPs on the device's roofline (no measurement).
 
-Time = FLOPs / (peak x efficiency): at the device's flat ``efficiency`` (or the scenario's
-``hardware.efficiency``), or, with ``hardware.gemm_curves`` on a device that has measured curves,
+Time = FLOPs / (peak x efficiency): at the device's flat efficiency of each GEMM's dtype
+(:func:`flat_efficiency`: the scenario's ``hardware.efficiency``, else the share of the device's
+best matmul in that dtype, or its ``efficiency``), or, with ``hardware.gemm_curves`` on a device that has measured curves,
 GEMM by GEMM (its ``gemm`` curve by each GEMM's FLOPs, its ``attention`` curve by head dimension
 for the unfused attention matmuls: :func:`matmul_ms`); plus the elementwise work's HBM bytes over
 the device's HBM bandwidth (:mod:`ppsim.costs.elementwise`: norms, activations, softmax, dropout,
@@ -54,8 +55,8 @@ OPTIMIZER_BYTES_PER_PARAM = 32
 def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device, links: Links) -> CostTable:
     """Per virtual stage costs of ``layout`` on ``device``, its links as ``links`` say."""
     training, d, t = s.training, s.weight_replicas, s.tensor_parallel  # gradients reduce over data x context
-    efficiency = s.hardware.efficiency or device.efficiency
-    flops_per_ms = device.peak_flops(model.dtype) * efficiency / 1e3
+    efficiency = flat_efficiency(s, device)
+    flops_per_ms = device.peak_flops(model.dtype) * efficiency(model.dtype) / 1e3
     curves = uses_curves(s, device)
     precision = scenario_precision(training.fp8, training.fp4, training.low_precision_params)
     narrow = precision.peak if precision else None  # the peak the blocks' linear layers run at
@@ -194,15 +195,25 @@ def comm_sm_share(s: Scenario, device: Device) -> float:
     return taken / device.sms
 
 
+def flat_efficiency(s: Scenario, device: Device) -> Callable[[str], float]:
+    """The flat pricing's fraction of peak per dtype: the scenario's ``hardware.efficiency`` for
+    every dtype, else the device's figure of each (:meth:`~ppsim.inputs.hardware.Device.flat_efficiency`)."""
+    override = s.hardware.efficiency
+    if override is None:
+        return device.flat_efficiency
+    return lambda dtype: override
+
+
 def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_attention: bool = False,
-              efficiency: float | None = None, narrow: str | None = None, backward: bool = False,
-              kernel: str = DEFAULT_ATTENTION_KERNEL) -> float:
+              efficiency: float | Callable[[str], float] | None = None, narrow: str | None = None,
+              backward: bool = False, kernel: str = DEFAULT_ATTENTION_KERNEL) -> float:
     """Milliseconds of ``gemms`` of one pass (the forward, or a ``backward`` one) on ``device``: each
     GEMM's FLOPs over the peak times its efficiency — the device's ``gemm`` curve at its FLOPs, the
     ``attention`` curve at its head dimension for the unfused attention matmuls, the fused
     ``kernel``'s figure of that pass under FlashAttention, the flat ``efficiency`` where the device
-    has no such figure, or ``efficiency`` for every GEMM when given (the fused attention's scaled by
-    ``kernel``'s measured speed over the default kernel's). With ``narrow``
+    has no such figure, or ``efficiency`` for every GEMM when given, a figure or one per dtype (a
+    function of it; the fused attention's scaled by ``kernel``'s measured speed over the default
+    kernel's). With ``narrow``
     (``fp8`` or ``fp4``) the blocks' linear layers run at that peak of the device (a curve measured
     in 16 bits does not price them)."""
     ms = 0.0
@@ -210,7 +221,7 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
         kind = narrow if narrow and g.linear and not g.wide else dtype
         fused = bool(g.head_dim) and flash_attention
         if efficiency is not None:
-            eff = efficiency
+            eff = efficiency(kind) if callable(efficiency) else efficiency
             if fused:  # no kernel above the peak, whatever the figures' ratio
                 eff = min(1.0, eff * device.kernel_speed(kernel, kind, backward=backward, head_dim=g.head_dim,
                                                          keys=g.keys))

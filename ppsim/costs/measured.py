@@ -32,7 +32,7 @@ def flat_narrow_notes(s: Scenario, device: Device) -> list[str]:
     curve = device.gemm_fp4 if narrow.peak == "fp4" else device.gemm_fp8
     if curve is None or narrow.peak not in curve.dtypes:
         return []
-    measured, flat = curve(LAYER_GEMM_FLOPS), device.efficiency
+    measured, flat = curve(LAYER_GEMM_FLOPS), device.flat_efficiency(narrow.peak)
     if measured >= flat * 5 / 6:
         return []
     peak = device.peak_tflops[narrow.peak]

@@ -22,7 +22,7 @@ from ppsim.costs.partition import Balance, balance, blocks_per_stage
 from ppsim.costs.table import CostTable
 from ppsim.errors import ScenarioError
 from ppsim.inputs.choices import Recompute
-from ppsim.inputs.hardware import DEFAULT_ATTENTION_KERNEL, Device, get_device
+from ppsim.inputs.hardware import DEFAULT_ATTENTION_KERNEL, STEP_SHARE, Device, get_device
 from ppsim.inputs.scenario import MOE_KINDS, Scenario
 
 if TYPE_CHECKING:  # pragma: no cover - a profile's reader is imported where a profile is used
@@ -146,9 +146,14 @@ def datasheet_source(s: Scenario, device: Device) -> str:
         if device.intra_node_measured is not None and not nvlink_given:
             measured.append(f"NVLink at its measured {device.intra_node_measured.gb_s:,g} GB/s")
         return f"datasheet: {peak}, " + ", ".join(measured) + attention_kernel_clause(s, device, curves=True)
-    whose = "hardware.efficiency" if s.hardware.efficiency else "the device's"
-    return (f"datasheet: {peak} at {100 * (s.hardware.efficiency or device.efficiency):g} % efficiency ({whose})"
-            + attention_kernel_clause(s, device, curves=False))
+    if s.hardware.efficiency:
+        at = f"{100 * s.hardware.efficiency:g} % efficiency (hardware.efficiency)"
+    else:
+        at = f"{100 * device.flat_efficiency(dtype):.0f} % efficiency"
+        if narrow and round(100 * device.flat_efficiency(narrow.peak)) != round(100 * device.flat_efficiency(dtype)):
+            at += f" ({100 * device.flat_efficiency(narrow.peak):.0f} % for {narrow.peak})"
+        at += " (the device's" + (f": {100 * STEP_SHARE:.0f} % of its best measured matmul" if device.matmul_best else "") + ")"
+    return f"datasheet: {peak} at {at}" + attention_kernel_clause(s, device, curves=False)
 
 
 def launch_clause(s: Scenario, device: Device, costs: CostTable) -> str:

@@ -1,7 +1,9 @@
 """The device catalogue (``ppsim/data/devices.yaml``) and user-supplied device files.
 
 Figures are vendor datasheet values (dense, no sparsity). ``efficiency`` is the fraction of peak a
-large GPT matmul reaches in practice; a scenario may override it (``hardware.efficiency``). A
+large GPT matmul reaches in a training step; a scenario may override it (``hardware.efficiency``).
+Where an entry gives its best matmul's measured rate instead (``matmul_best``, per dtype), the
+flat figure of each dtype is :data:`STEP_SHARE` of that rate (:meth:`Device.flat_efficiency`). A
 device may also carry measured curves (:class:`Curve`, each with its ``source``): ``gemm``, the
 fraction of peak one GEMM reaches as a function of its FLOPs (2mnk), and ``attention``, that of the
 attention's score and context matmuls (unfused, one per head) as a function of the head dimension;
@@ -34,6 +36,18 @@ CATALOGUE = Path(__file__).parent / "data" / "devices.yaml"
 #: FlashAttention-2 (``attention_kernels.flash2``)
 ATTENTION_KERNELS = ("cudnn", "flash2")
 DEFAULT_ATTENTION_KERNEL = "cudnn"
+#: the share of a device's best matmul rate (``matmul_best``) its matmuls reach in a training step,
+#: one figure for every device: the H100's flat efficiency before devices had their best matmul
+#: (0.55) over the H100's measured best bf16 matmul, 794.5 of 989 TFLOP/s (docs/calibration.md,
+#: "Each device's flat efficiency from its best matmul"; the A100's own 0.6 is this share of its
+#: best within 1 %, tests/inputs/test_matmul_best.py)
+STEP_SHARE = 0.55 / (794.5 / 989)
+
+
+def step_share_of(best_tflops: float, peak_tflops: float) -> float:
+    """The fraction of a peak of ``peak_tflops`` a step's matmuls reach where the best matmul
+    reaches ``best_tflops``: :data:`STEP_SHARE` of it."""
+    return STEP_SHARE * best_tflops / peak_tflops
 
 
 @dataclass(frozen=True)
@@ -121,6 +135,18 @@ class LaunchTime:
 
 
 @dataclass(frozen=True)
+class MatmulBest:
+    """The highest rate a matmul reached on the device in a search over shapes, per dtype (TFLOP/s),
+    with where the measurement comes from."""
+
+    tflops: tuple[tuple[str, float], ...]  #: (dtype, TFLOP/s)
+    source: str
+
+    def get(self, dtype: str) -> float | None:
+        return dict(self.tflops).get(dtype)
+
+
+@dataclass(frozen=True)
 class DispatchRate:
     """The share of a link's rate a MoE dispatcher's kernels reach (dispatch and combine alike),
     measured: over NVLink (``nvlink``) and, where measured, out of the NIC (``network``: points of
@@ -150,7 +176,7 @@ class Device:
     peak_tflops: dict[str, float]  #: dense peak per dtype (bf16, fp16, fp32; fp8, fp4 where the device has them)
     memory_gb: float
     hbm_gb_s: float  #: memory bandwidth, used for the (memory-bound) optimizer step
-    efficiency: float  #: achievable fraction of peak on GPT-sized matmuls
+    efficiency: float  #: fraction of peak GPT-sized matmuls reach in a step (the 16-bit figure; flat_efficiency)
     intra_node_gb_s: float  #: per-direction bandwidth to a device in the same node (NVLink)
     intra_node_latency_us: float
     inter_node_gb_s: float  #: per-device NIC bandwidth to another node
@@ -173,6 +199,17 @@ class Device:
     dispatch_measured: tuple[tuple[str, DispatchRate], ...] = ()
     #: the host's time to launch one eager kernel (ppsim.costs.launches); None: not measured, not priced
     launch: LaunchTime | None = None
+    #: the best matmul rate measured per dtype: the flat efficiencies' base (:meth:`flat_efficiency`)
+    matmul_best: MatmulBest | None = None
+
+    def flat_efficiency(self, dtype: str) -> float:
+        """The fraction of ``dtype``'s peak a step's matmuls reach under the flat pricing:
+        :data:`STEP_SHARE` of the device's best ``dtype`` matmul where it was measured, else
+        ``efficiency``."""
+        best = self.matmul_best.get(dtype) if self.matmul_best is not None else None
+        if best is None:
+            return self.efficiency
+        return step_share_of(best, self.peak_tflops[dtype])
 
     def dispatch_rate(self, dispatcher: str) -> DispatchRate | None:
         """The measured share of each link's rate ``dispatcher``'s kernels reach (None: not measured)."""
@@ -205,14 +242,14 @@ class Device:
         without a curve for ``dtype``."""
         curve = {"fp8": self.gemm_fp8, "fp4": self.gemm_fp4}.get(dtype, self.gemm)
         if curve is None or dtype not in curve.dtypes:
-            return self.efficiency
+            return self.flat_efficiency(dtype)
         return curve(2.0 * m * n * k)
 
     def attention_efficiency(self, head_dim: float, dtype: str) -> float:
         """The fraction of peak of the attention's score and context matmuls at ``head_dim``: the
         ``attention`` curve, or the flat ``efficiency`` without one for ``dtype``."""
         if self.attention is None or dtype not in self.attention.dtypes:
-            return self.efficiency
+            return self.flat_efficiency(dtype)
         return self.attention(head_dim)
 
     def fused_attention(self, kernel: str = DEFAULT_ATTENTION_KERNEL) -> FusedAttention | None:
@@ -230,7 +267,7 @@ class Device:
         fused = self.flash_attention if self.kernel_unpriced(kernel, dtype, measured=True) else \
             self.fused_attention(kernel)
         if fused is None or dtype not in fused.dtypes:
-            return self.efficiency
+            return self.flat_efficiency(dtype)
         return fused.fraction(head_dim, keys, backward=backward)
 
     def kernel_unpriced(self, kernel: str, dtype: str, *, measured: bool) -> str | None:
@@ -278,7 +315,7 @@ REQUIRED_PEAKS = ("bf16", "fp16", "fp32")  #: every device has these
 OPTIONAL_PEAKS = ("fp8", "fp4")  #: a device with FP8 (Hopper, Blackwell) or FP4 (Blackwell) Tensor Cores
 _KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "intra_node", "inter_node", "gemm",
          "attention", "flash_attention", "mx_formats", "host_link_gb_s", "gemm_fp8", "gemm_fp4", "hbm_copy",
-         "intra_node_measured", "sms", "dispatch_measured", "attention_kernels", "launch"}
+         "intra_node_measured", "sms", "dispatch_measured", "attention_kernels", "launch", "matmul_best"}
 _CURVE_KEYS = {"source", "dtypes", "points"}
 _FUSED_KEYS = {"source", "dtypes", "forward", "backward", "points"}
 
@@ -432,6 +469,42 @@ def _launch(name: str, entry: Any, source: str) -> LaunchTime | None:
     return None if figure is None else LaunchTime(us=figure[0], source=figure[1])
 
 
+def _matmul_best(name: str, entry: dict[str, Any], source: str) -> tuple[float, MatmulBest | None]:
+    """Device ``name``'s flat efficiency and best matmul rates, checked: ``efficiency`` or
+    ``matmul_best`` (a source and TFLOP/s per dtype of its peaks, each > 0 and at most that peak,
+    bf16 among them), not both."""
+    def bad(what: str) -> ScenarioError:
+        return ScenarioError(f"{source}: device {name!r}: {what}", field="hardware.device_file")
+
+    best = entry.get("matmul_best")
+    if best is None:
+        if "efficiency" not in entry:
+            raise bad("give efficiency (the fraction of peak its matmuls reach in a step) or matmul_best "
+                      "(its best matmul's measured TFLOP/s per dtype, with a source)")
+        return float(entry["efficiency"]), None
+    if "efficiency" in entry:
+        raise bad("give efficiency or matmul_best, not both: the flat efficiency is a share of the best matmul")
+    given = entry.get("peak_tflops")
+    peaks: dict[str, Any] = given if isinstance(given, dict) else {}
+    if not isinstance(best, dict) or "bf16" not in best:
+        raise bad("matmul_best maps dtypes (bf16 among them) to the best matmul's measured TFLOP/s, with a source")
+    where = best.get("source")
+    if not isinstance(where, str) or not where.strip():
+        raise bad("matmul_best needs a source: where its measurements come from")
+    rates = []
+    for dtype, value in best.items():
+        if dtype == "source":
+            continue
+        if dtype not in peaks:
+            raise bad(f"matmul_best.{dtype}: the device has no {dtype} peak; give rates of its peak_tflops' dtypes")
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= peaks[dtype]
+        if not ok:
+            raise bad(f"matmul_best.{dtype} is {value!r}; it must be TFLOP/s > 0 and at most the {dtype} peak "
+                      f"({peaks[dtype]:g})")
+        rates.append((str(dtype), float(value)))
+    return step_share_of(best["bf16"], peaks["bf16"]), MatmulBest(tuple(rates), where.strip())
+
+
 DISPATCHERS = ("deepep", "hybridep")  #: the dispatchers a device can have measured rates of
 
 
@@ -528,8 +601,11 @@ def _check_ranges(name: str, entry: dict[str, Any], source: str) -> None:
 
 
 def _device(name: str, entry: Any, source: str) -> Device:
-    if isinstance(entry, dict):
-        _check_ranges(name, entry, source)
+    if not isinstance(entry, dict):
+        raise ScenarioError(f"{source}: device {name!r} is a mapping of its figures; see ppsim/data/devices.yaml for "
+                            "the format", field="hardware.device_file")
+    _check_ranges(name, entry, source)
+    efficiency, best = _matmul_best(name, entry, source)
     try:
         return Device(
             name=name,
@@ -538,7 +614,7 @@ def _device(name: str, entry: Any, source: str) -> Device:
                          if k in REQUIRED_PEAKS or k in entry["peak_tflops"]},
             memory_gb=float(entry["memory_gb"]),
             hbm_gb_s=float(entry["hbm_gb_s"]),
-            efficiency=float(entry["efficiency"]),
+            efficiency=efficiency,
             intra_node_gb_s=float(entry["intra_node"]["bandwidth_gb_s"]),
             intra_node_latency_us=float(entry["intra_node"]["latency_us"]),
             inter_node_gb_s=float(entry["inter_node"]["bandwidth_gb_s"]),
@@ -556,6 +632,7 @@ def _device(name: str, entry: Any, source: str) -> Device:
             intra_node_measured=_rate(name, "intra_node_measured", entry.get("intra_node_measured"), source),
             dispatch_measured=_dispatch(name, entry.get("dispatch_measured"), source),
             launch=_launch(name, entry.get("launch"), source),
+            matmul_best=best,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ScenarioError(f"{source}: device {name!r} lacks or has a bad {exc}; see ppsim/data/devices.yaml for the format",

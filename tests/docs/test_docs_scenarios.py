@@ -77,6 +77,11 @@ def test_device_catalogue_matches(doc: str) -> None:
         assert float(cell) == pytest.approx(device.peak_tflops["bf16"]), (
             f"device {name!r}: doc says bf16 {cell}, catalogue says {device.peak_tflops['bf16']}"
         )
+        # the flat efficiency: bf16's, and FP8's after a slash where the device's best FP8 matmul gives its own
+        figures = [float(x) for x in by_name[name][header.index("efficiency")].split("/")]
+        own_fp8 = device.matmul_best is not None and device.matmul_best.get("fp8") is not None
+        expected = [device.flat_efficiency("bf16")] + ([device.flat_efficiency("fp8")] if own_fp8 else [])
+        assert figures == pytest.approx(expected, abs=5e-4), f"device {name!r}: doc says efficiency {figures}"
 
 
 def test_every_schedule_is_documented(doc: str) -> None:

@@ -188,8 +188,11 @@ def test_a_device_of_ones_own(tmp_path) -> None:
     assert summary.memory_capacity_bytes == 16 * 2**30 and summary.fits is False
     assert summary.meta["peak_flops_per_device"] == 100e12
     assert "a100-80g" in DEVICES  # the catalogue itself is a data file
-    (tmp_path / "gpu.yaml").write_text("my-gpu:\n  description: no figures\n")
+    (tmp_path / "gpu.yaml").write_text("my-gpu:\n  description: no figures\n  efficiency: 0.5\n")
     with pytest.raises(ScenarioError, match="hardware.device_file: .*device 'my-gpu' lacks or has a bad"):
+        load(scen)
+    (tmp_path / "gpu.yaml").write_text("my-gpu:\n  description: no figures\n")
+    with pytest.raises(ScenarioError, match="device 'my-gpu': give efficiency .* or matmul_best"):
         load(scen)
 
 
