@@ -207,6 +207,15 @@ def block_times(spec: ModelSpec, micro_batch: int, watch: Stopwatch, seed: int =
     return fwd, both - fwd, fresh - fwd
 
 
+def flat_figures(base: Device) -> dict[str, Any]:
+    """What the flat pricing of the entry rests on: ``base``'s best matmul rates where it has them
+    (each dtype's flat efficiency is their share), else its efficiency."""
+    best = base.matmul_best
+    if best is None:
+        return {"efficiency": base.efficiency}
+    return {"matmul_best": {**dict(best.tflops), "source": best.source}}
+
+
 def device_entry(base: Device, gemm_points: list[tuple[float, float]], attention_points: list[tuple[float, float]],
                  hbm_gb_s: float, dtype: str, machine: str, launch: float | None = None) -> dict[str, Any]:
     """A catalogue entry: ``base``'s datasheet figures and links, this machine's measured curves
@@ -221,7 +230,7 @@ def device_entry(base: Device, gemm_points: list[tuple[float, float]], attention
         "memory_gb": base.memory_gb,
         "hbm_gb_s": base.hbm_gb_s,
         "hbm_copy": {"gb_s": round(hbm_gb_s), "source": f"{where}: a device-to-device copy, read and write counted"},
-        "efficiency": base.efficiency,
+        **flat_figures(base),
         "gemm": {"source": how + "; a GPT layer's four GEMMs at 8,192 tokens, widths 128 .. 32,768, split "
                                  "1/2/4/8 ways, each as its forward, input grad and weight grad run it (operand "
                                  "layouts as torch passes them), and (m x 4096) x (4096 x m); per octave of FLOPs "

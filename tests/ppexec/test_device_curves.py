@@ -149,8 +149,12 @@ def test_the_hosts_launch_time_is_measured_and_read_back(tmp_path: Path) -> None
                          launch=12.345678)
     path = tmp_path / "mine.yaml"
     path.write_text(DeviceMeasurement(entry, [], 1.0).device_file("mine"))
-    launch = read_devices(path)["mine"].launch
+    mine = read_devices(path)["mine"]
+    launch = mine.launch
     assert launch is not None and launch.us == 12.3 and "host time per call" in launch.source
+    # the flat pricing of the entry is the base's: its best matmuls, so each dtype keeps its own figure
+    assert all(mine.flat_efficiency(d) == base.flat_efficiency(d) for d in base.peak_tflops)
+    assert mine.flat_efficiency("fp8") < mine.flat_efficiency("bf16")
     assert "launch" not in yaml.safe_load(_quick_entry(tmp_path).read_text().split("\n", 1)[1])["mine"]
 
 
