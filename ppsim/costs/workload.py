@@ -149,10 +149,10 @@ def datasheet_source(s: Scenario, device: Device) -> str:
     if s.hardware.efficiency:
         at = f"{100 * s.hardware.efficiency:g} % efficiency (hardware.efficiency)"
     else:
-        at = f"{100 * device.flat_efficiency(dtype):.0f} % efficiency"
-        if narrow and round(100 * device.flat_efficiency(narrow.peak)) != round(100 * device.flat_efficiency(dtype)):
-            at += f" ({100 * device.flat_efficiency(narrow.peak):.0f} % for {narrow.peak})"
-        at += " (the device's" + (f": {100 * STEP_SHARE:.0f} % of its best measured matmul" if device.matmul_best else "") + ")"
+        wide, thin = (f"{100 * device.flat_efficiency(d):.3g}" for d in (dtype, narrow.peak if narrow else dtype))
+        at = f"{wide} % efficiency" + (f", {thin} % for {narrow.peak}" if narrow and thin != wide else "")
+        whose = f": {100 * STEP_SHARE:.0f} % of its best measured matmul" if device.matmul_best else ""
+        at += f" (the device's{whose})"
     return f"datasheet: {peak} at {at}" + attention_kernel_clause(s, device, curves=False)
 
 
