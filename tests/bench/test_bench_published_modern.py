@@ -46,6 +46,10 @@ def test_the_bench_predicts_the_nemo_rows_and_says_what_it_assumed(tmp_path: Pat
     assert len(doc["rows"]) == 12 and all(r["predicted_step_s"] > 0 for r in doc["rows"])
     assert "assumed where a row's sources are silent" in res.stdout
     assert all(r["assumed"] for r in doc["rows"] if r["id"].startswith("nemo-24.07-pretrain-llama2"))
+    # the summary by system: NeMo 24.07's rows are all H100s
+    line = next(x for x in res.stdout.splitlines() if x.strip().startswith("H100"))
+    errors = sorted(r["error"] for r in doc["rows"])
+    assert line.split()[1] == "12" and f"{100 * (errors[5] + errors[6]) / 2:+.1f} %" in line
 
 
 def test_nemos_flop_count_of_its_time_gives_the_tflops_its_tables_printed_beside_tokens() -> None:
