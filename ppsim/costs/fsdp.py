@@ -7,7 +7,8 @@ reduce-scattered after its backward, each over the d replicas; the next block's 
 prefetched while a block computes, so a block exposes only what its collectives take beyond its
 own compute in that pass. The weights travel in their stored format (16 bits, or the narrow format
 with ``low_precision_params``), the gradients in 16 bits. No gradient reduction or parameter gather
-is left for the step's end.
+is left for the step's end. What it holds unsharded beside the shards is priced in
+:func:`ppsim.costs.memory.gathered_bytes`.
 
 Activation offloading (``training.offload_layers``, Megatron's ``--cpu-offloading-num-layers``):
 the activations of that many blocks of each virtual stage are copied to host memory during the

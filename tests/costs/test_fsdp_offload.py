@@ -115,3 +115,28 @@ def test_fsdp_runs_beside_a_pipeline_each_stage_sharding_its_own_blocks() -> Non
     with pytest.raises(ScenarioError, match="use 1 .*or 3 .*fully sharded") as err:
         parse_scenario({**data, "training": {**data["training"], "zero_stage": 2}})
     assert err.value.field == "training.zero_stage"
+
+
+def test_under_fsdp_the_fp8_copies_are_cast_from_each_gathered_layer_and_dropped_with_it() -> None:
+    """FP8 without FP8 weights keeps two 1-byte copies of every linear weight beside the 16-bit one
+    (4 h^2 + 3 h f = 67,108,864 values a block here). ZeRO-1 holds them for every block; ZeRO-3
+    casts them from each gathered layer and drops them with it: it holds the shards, and beside them
+    the layer computing and the one prefetched, whole, each with its copies, and one layer's
+    gradients before their reduce-scatter (the largest layer: a block, the vocabulary being small)."""
+    from ppsim.costs.workload import model_layers
+
+    fp8 = {"fp8": "tensorwise", "zero_reduce": "reduce_scatter"}
+    data = scenario(zero_stage=1, **fp8)
+    data["model"] = {**data["model"], "ffn_hidden": 8192, "vocab": 8192}
+    one = build(parse_scenario(data)).workload.costs.stages[0].memory
+    three_s = parse_scenario({**data, "training": {**data["training"], "zero_stage": 3}})
+    three = build(three_s).workload.costs.stages[0].memory
+    _, block, _ = model_layers(three_s)
+    linear = 4 * 2048**2 + 3 * 2048 * 8192
+    assert block.extra_weight_bytes == 2 * linear == 134_217_728
+    params = one.weights - 8 * block.extra_weight_bytes  # ZeRO-1: 2 bytes a parameter and the copies
+    assert three.weights == pytest.approx(params / 8, rel=1e-6)  # the shard alone
+    assert three.buffers - one.buffers == 2 * (2 * block.params + 2 * linear) + 2 * block.params
+    plain = build(parse_scenario({**data, "training": {"micro_batch": 1, "flash_attention": True, "zero_stage": 3,
+                                                       "zero_reduce": "reduce_scatter"}})).workload.costs.stages[0]
+    assert three.buffers - plain.memory.buffers == 2 * 2 * linear  # the two gathered layers' copies
