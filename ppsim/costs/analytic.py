@@ -3,10 +3,10 @@
 Time = FLOPs / (peak x efficiency): at the device's flat efficiency of each GEMM's dtype
 (:func:`flat_efficiency`: the scenario's ``hardware.efficiency``, else the share of the device's
 best matmul in that dtype, or its ``efficiency``), or, with ``hardware.gemm_curves`` on a device
-that has measured curves, GEMM by GEMM (its ``gemm`` curve by each GEMM's FLOPs, its ``attention`` curve by head dimension
-for the unfused attention matmuls: :func:`matmul_ms`); plus the elementwise work's HBM bytes over
-the device's HBM bandwidth (:mod:`ppsim.costs.elementwise`: norms, activations, softmax, dropout,
-residuals, the loss). Optimizer step: 32 bytes of memory traffic per parameter at
+that has measured curves, GEMM by GEMM (its ``gemm`` curve by each GEMM's FLOPs, its ``attention``
+curve by head dimension for the unfused attention matmuls: :func:`matmul_ms`); plus the
+elementwise work's HBM bytes over the device's HBM bandwidth (:mod:`ppsim.costs.elementwise`:
+norms, activations, softmax, dropout, residuals, the loss). Optimizer step: 32 bytes of memory traffic per parameter at
 HBM bandwidth (mixed-precision Adam). Gradient clipping: one read of every gradient for the norm,
 which is then all-reduced over the pipeline's stages (2(p-1) x link latency) before the update.
 Tied embeddings: the first and the last stage all-reduce their copies' gradient before the step,

@@ -258,8 +258,7 @@ def lay_out(s: Scenario, blocks: Sequence[int] | None, layers: tuple[LayerCost, 
                                  extra_weight_bytes=int(sum(x.extra_weight_bytes for x in parts)),
                                  expert_params=expert_params, expert_replicas=s.expert_replicas,
                                  workspace_bytes=context_buffers if count else 0,
-                                 largest_layer=max(((x.params, int(x.extra_weight_bytes)) for x in parts),
-                                                   key=lambda pe: pe[0] * dtype_bytes + pe[1], default=(0, 0))),
+                                 layers=tuple((x.params, int(x.extra_weight_bytes)) for x in parts)),
         ))
         shapes[alike] = stages[-1]
     return Layout(tuple(stages), message, whole, dtype_bytes, pipes)

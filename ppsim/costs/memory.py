@@ -122,7 +122,7 @@ class StaticMemory:
 def static_memory(params: int, dtype_bytes: int, *, zero_stage: int = 0, data_parallel: int = 1,
                   message_bytes: int = 0, neighbours: int = 0, extra_weight_bytes: int = 0,
                   expert_params: int = 0, expert_replicas: int = 1, workspace_bytes: int = 0,
-                  largest_layer: tuple[int, int] = (0, 0)) -> StaticMemory:
+                  layers: tuple[tuple[int, int], ...] = ()) -> StaticMemory:
     """Model states of ``params`` parameters, sharded over ``data_parallel`` replicas as ZeRO's
     stage says (1: the optimizer state, 2: also the gradients, 3: also the weights), the
     ``expert_params`` among them over their ``expert_replicas`` (:mod:`ppsim.costs.moe`), plus send
@@ -130,8 +130,8 @@ def static_memory(params: int, dtype_bytes: int, *, zero_stage: int = 0, data_pa
     training's weight copies) count with the weights, unsharded; ``workspace_bytes`` (a working set
     every block allocates again, such as context parallelism's exchange buffers) with the buffers.
     Under ZeRO-3 the narrow copies are cast from each gathered layer and dropped with it: what is
-    held instead is :func:`gathered_bytes` of the stage's ``largest_layer`` (its parameters, its
-    narrow copies' bytes), with the buffers."""
+    held instead is :func:`gathered_bytes` of the largest of the stage's ``layers`` (each one's
+    parameters and its narrow copies' bytes), with the buffers."""
     w, g, o = model_state_bytes_per_param(dtype_bytes)
     dense = params - expert_params
 
@@ -140,7 +140,8 @@ def static_memory(params: int, dtype_bytes: int, *, zero_stage: int = 0, data_pa
             return params * per_param
         return -(-dense * per_param // data_parallel) + -(-expert_params * per_param // expert_replicas)
 
-    held, working = ((extra_weight_bytes, 0) if zero_stage < 3 else (0, gathered_bytes(*largest_layer, dtype_bytes)))
+    held, working = (extra_weight_bytes, 0) if zero_stage < 3 else (
+        0, max((gathered_bytes(p, x, dtype_bytes) for p, x in layers), default=0))
     return StaticMemory(weights=sharded(w, 3) + held, gradients=sharded(g, 2), optimizer=sharded(o, 1),
                         buffers=2 * message_bytes * neighbours + workspace_bytes + working)
 
