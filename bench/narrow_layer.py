@@ -60,7 +60,8 @@ def predicted_ms(device_name: str, precision: str, curves: bool) -> tuple[float,
     narrow = None if precision == "bf16" else LowPrecision(RECIPES[precision])  # type: ignore[arg-type]
     gemms = tuple(Gemm(m, k, n, linear=True) for m, k, n in gemm_calls())
     kernels = matmul_ms(gemms, device, "bf16", efficiency=None if curves else device.flat_efficiency,
-                        narrow=narrow.peak if narrow else None)
+                        narrow=narrow.peak if narrow else None,
+                        narrow_speed=narrow.gemm_speed(device.mx_formats) if narrow else 1.0)
     if narrow is None:
         return kernels, kernels
     # each call quantizes its (M x K) input and its (K x N) weight: the values as one cast of 1 token

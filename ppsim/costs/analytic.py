@@ -60,6 +60,7 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
     curves = uses_curves(s, device)
     precision = scenario_precision(training.fp8, training.fp4, training.low_precision_params)
     narrow = precision.peak if precision else None  # the peak the blocks' linear layers run at
+    narrow_speed = precision.gemm_speed(device.mx_formats) if precision else 1.0
 
     priced: dict[tuple[int, bool], tuple[tuple[Gemm, ...], float]] = {}  # by the list's identity: stages share lists
 
@@ -70,8 +71,8 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
         if known is not None and known[0] is gemms:
             return known[1]
         ms = matmul_ms(gemms, device, model.dtype, flash_attention=training.flash_attention,
-                       efficiency=None if curves else efficiency, narrow=narrow, backward=backward,
-                       kernel=training.attention_kernel)
+                       efficiency=None if curves else efficiency, narrow=narrow, narrow_speed=narrow_speed,
+                       backward=backward, kernel=training.attention_kernel)
         priced[(id(gemms), backward)] = (gemms, ms)
         return ms
 
@@ -206,7 +207,7 @@ def flat_efficiency(s: Scenario, device: Device) -> Callable[[str], float]:
 
 def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_attention: bool = False,
               efficiency: float | Callable[[str], float] | None = None, narrow: str | None = None,
-              backward: bool = False, kernel: str = DEFAULT_ATTENTION_KERNEL) -> float:
+              narrow_speed: float = 1.0, backward: bool = False, kernel: str = DEFAULT_ATTENTION_KERNEL) -> float:
     """Milliseconds of ``gemms`` of one pass (the forward, or a ``backward`` one) on ``device``: each
     GEMM's FLOPs over the peak times its efficiency — the device's ``gemm`` curve at its FLOPs, the
     ``attention`` curve at its head dimension for the unfused attention matmuls, the fused
@@ -215,10 +216,12 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
     function of it; the fused attention's scaled by ``kernel``'s measured speed over the default
     kernel's). With ``narrow``
     (``fp8`` or ``fp4``) the blocks' linear layers run at that peak of the device (a curve measured
-    in 16 bits does not price them)."""
+    in 16 bits does not price them), at ``narrow_speed`` of that rate (the recipe's GEMMs against
+    per-tensor scaling's: :meth:`~ppsim.costs.low_precision.LowPrecision.gemm_speed`)."""
     ms = 0.0
     for g in gemms:
-        kind = narrow if narrow and g.linear and not g.wide else dtype
+        narrowed = bool(narrow) and g.linear and not g.wide
+        kind = narrow if narrow and narrowed else dtype
         fused = bool(g.head_dim) and flash_attention
         if efficiency is not None:
             eff = efficiency(kind) if callable(efficiency) else efficiency
@@ -232,7 +235,7 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
                                                     kernel=kernel)
         else:
             eff = device.attention_efficiency(g.head_dim, kind)
-        ms += g.flops / (device.peak_flops(kind) / 1e3 * eff)
+        ms += g.flops / (device.peak_flops(kind) / 1e3 * eff * (narrow_speed if narrowed else 1.0))
     return ms
 
 

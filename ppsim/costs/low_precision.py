@@ -58,6 +58,12 @@ AMAX_PASS_RECIPES = ("tensorwise", "nvfp4")
 #: NVFP4's Hadamard transforms, stochastic rounding and 2D scales 1.4x; per-tensor scaling ran as a
 #: copy (1.04x); the others were not measured apart from their GEMMs
 CAST_SLOWDOWN = {"mxfp8": 1.20, "nvfp4": 1.40}
+#: how fast a recipe's GEMMs run against per-tensor-scaled FP8's on a device without MX formats
+#: (Hopper), where measured apart: blockwise FP8, its scales applied inside the kernel, 0.82 on an
+#: H200 (Transformer Engine's GEMM guide, bench/data/te_gemm_guide.yaml: its autocast layer less
+#: its casts, priced as per-tensor scaling's measured casts per byte, against per-tensor scaling's
+#: kernels; tests/costs/test_low_precision.py derives it). On Blackwell blockwise runs as MXFP8
+HOPPER_GEMM_SPEED = {"blockwise": 0.82}
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,11 @@ class LowPrecision:
     def cast_slowdown(self) -> float:
         """The recipe's cast against a copy of its bytes (:data:`CAST_SLOWDOWN`; 1: as fast)."""
         return CAST_SLOWDOWN.get(self.recipe, 1.0)
+
+    def gemm_speed(self, mx_formats: bool) -> float:
+        """The recipe's GEMMs against per-tensor-scaled FP8's on a device with or without MX
+        formats (:data:`HOPPER_GEMM_SPEED`; 1: as fast)."""
+        return 1.0 if mx_formats else HOPPER_GEMM_SPEED.get(self.recipe, 1.0)
 
     @property
     def value_bytes(self) -> float:

@@ -134,8 +134,10 @@ def datasheet_source(s: Scenario, device: Device) -> str:
     peak = f"{device.name}'s {device.peak_tflops[dtype]:,g} TFLOP/s {dtype} peak"
     narrow = scenario_precision(s.training.fp8, s.training.fp4, s.training.low_precision_params)
     if narrow:
+        speed = narrow.gemm_speed(device.mx_formats)
+        slower = f", its GEMMs at {speed:g} of per-tensor scaling's speed" if speed != 1.0 else ""
         peak += (f" ({device.peak_tflops[narrow.peak]:,g} {narrow.peak} for the blocks' linear layers, "
-                 f"{narrow.recipe} scaling)")
+                 f"{narrow.recipe} scaling{slower})")
     if uses_curves(s, device):
         measured = ["matmuls at its measured curves"]
         if device.hbm_copy is not None:

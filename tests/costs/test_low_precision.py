@@ -196,3 +196,71 @@ def test_the_casts_slowdowns_are_the_te_guide_s_autocast_casts_against_a_copy() 
         seconds = (autocast[name] - alone[name]) / 1e3
         slowdown = values * bytes_per_value / seconds / (copy.gb_s * 1e9)
         assert round(1 / slowdown, 2) == CAST_SLOWDOWN.get(recipe, 1.04 if recipe == "tensorwise" else 1.0), name
+
+
+def test_blockwise_gemms_on_hopper_are_the_te_guide_s_layer_less_its_casts() -> None:
+    """Transformer Engine's GEMM guide on an H200 NVL: per-tensor scaling's kernels take 16.785 ms
+    a layer and its casts 20.285 - 16.785 = 3.500 ms for 6 bytes a value (read, amax read, two
+    narrow writes). Blockwise's casts move 2 + 2 (1 + 4/128) bytes a value at that pace, so its
+    22.882 ms autocast layer holds 20.51 ms of GEMMs: 0.82 of per-tensor scaling's speed. Delayed
+    scaling's layer less its 4 bytes a value (18.978 - 2.333) lands within 1 % of per-tensor
+    scaling's kernels, the same GEMM: the pricing of the casts holds."""
+    from pathlib import Path
+
+    import yaml
+
+    from ppsim.costs.low_precision import HOPPER_GEMM_SPEED
+
+    guide = yaml.safe_load((Path(__file__).resolve().parents[2] / "bench" / "data" / "te_gemm_guide.yaml").read_text())
+    autocast, alone = guide["h200_nvl"]["autocast"], guide["h200_nvl"]["prequantized"]
+    per_byte = (autocast["fp8_current"] - alone["fp8_current"]) / 6  # ms a byte a value, over the layer's values
+
+    def casts(recipe: str) -> float:
+        return per_byte * LowPrecision(recipe).cast_traffic([(1, 0)], 1, 2).forward  # type: ignore[arg-type]
+
+    assert casts("tensorwise") == pytest.approx(3.500)
+    assert autocast["fp8_delayed"] - casts("delayed") == pytest.approx(alone["fp8_current"], rel=0.01)
+    blockwise = autocast["fp8_block"] - casts("blockwise")
+    assert blockwise == pytest.approx(20.51, abs=0.01)
+    assert round(alone["fp8_current"] / blockwise, 2) == HOPPER_GEMM_SPEED["blockwise"] == 0.82
+
+
+def test_blockwise_gemms_run_slower_on_hopper_and_as_mxfp8_on_blackwell() -> None:
+    """A linear GEMM under blockwise scaling on the H100 takes 1 / 0.82 of its per-tensor-scaled
+    time; on a B200 (MX formats) as long; 16-bit GEMMs and the other recipes are untouched."""
+    from ppsim.costs.analytic import matmul_ms
+    from ppsim.costs.gemms import Gemm
+
+    linear, scores = Gemm(4096, 4096, 4096, linear=True), Gemm(4096, 128, 4096, count=32, head_dim=128)
+    h100, b200 = DEVICES["h100-sxm"], DEVICES["b200"]
+    for device, speed in ((h100, 0.82), (b200, 1.0)):
+        blockwise = LowPrecision("blockwise").gemm_speed(device.mx_formats)
+        assert blockwise == speed
+        tensorwise = matmul_ms((linear,), device, "bf16", efficiency=0.5, narrow="fp8")
+        assert matmul_ms((linear,), device, "bf16", efficiency=0.5, narrow="fp8", narrow_speed=blockwise) \
+            == pytest.approx(tensorwise / speed)
+        assert matmul_ms((scores,), device, "bf16", efficiency=0.5, narrow="fp8", narrow_speed=blockwise) \
+            == matmul_ms((scores,), device, "bf16", efficiency=0.5)
+    assert all(LowPrecision(r).gemm_speed(False) == 1.0 for r in ("tensorwise", "delayed"))
+
+
+def test_a_blockwise_stage_s_linear_layers_take_1_over_0_82_of_delayed_s() -> None:
+    """The same H100 stage under delayed and blockwise scaling: the casts differ by the block
+    scales (4 bytes per 128 values, written twice), the linear GEMMs by 1 / 0.82."""
+    delayed = build(parse_scenario(scenario(fp8="delayed"))).workload.costs.stages[0]
+    blockwise = build(parse_scenario(scenario(fp8="blockwise"))).workload.costs.stages[0]
+    linear = 2 * TOKENS * (4 * H * H + 2 * H * F) / (1979e12 / 1e3 * 0.5)
+    casts = 2 * 4 / 128 * TOKENS * (3 * H + F) / (3350e9 / 1e3)
+    blocks = 4
+    assert blockwise.forward_ms - delayed.forward_ms == pytest.approx(blocks * (linear * (1 / 0.82 - 1) + casts),
+                                                                      rel=1e-9)
+
+
+def test_the_costs_line_says_blockwise_gemms_run_slower_on_hopper_only() -> None:
+    from ppsim.costs.workload import datasheet_source
+
+    hopper = datasheet_source(parse_scenario(scenario(fp8="blockwise")), DEVICES["h100-sxm"])
+    assert "blockwise scaling, its GEMMs at 0.82 of per-tensor scaling's speed)" in hopper
+    b200 = parse_scenario({**scenario(fp8="blockwise"), "hardware": {"device": "b200"}})
+    assert "blockwise scaling)" in datasheet_source(b200, DEVICES["b200"])
+    assert "per-tensor" not in datasheet_source(parse_scenario(scenario(fp8="delayed")), DEVICES["h100-sxm"])
