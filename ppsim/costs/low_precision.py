@@ -58,12 +58,13 @@ AMAX_PASS_RECIPES = ("tensorwise", "nvfp4")
 #: NVFP4's Hadamard transforms, stochastic rounding and 2D scales 1.4x; per-tensor scaling ran as a
 #: copy (1.04x); the others were not measured apart from their GEMMs
 CAST_SLOWDOWN = {"mxfp8": 1.20, "nvfp4": 1.40}
-#: how fast a recipe's GEMMs run against per-tensor-scaled FP8's on a device without MX formats
-#: (Hopper), where measured apart: blockwise FP8, its scales applied inside the kernel, 0.82 on an
-#: H200 (Transformer Engine's GEMM guide, bench/data/te_gemm_guide.yaml: its autocast layer less
-#: its casts, priced as per-tensor scaling's measured casts per byte, against per-tensor scaling's
-#: kernels; tests/costs/test_low_precision.py derives it). On Blackwell blockwise runs as MXFP8
-HOPPER_GEMM_SPEED = {"blockwise": 0.82}
+#: how fast a recipe's GEMMs run against per-tensor-scaled FP8's on the same device, where measured
+#: apart (Transformer Engine's GEMM guide, bench/data/te_gemm_guide.yaml; tests/costs/test_low_precision.py
+#: derives both): MXFP8's on a B300, the kernels alone (a layer's 6.812 ms against 7.161: 0.95);
+#: blockwise FP8's on an H200, its scales applied inside the kernel (its autocast layer less its
+#: casts, priced as per-tensor scaling's measured casts per byte: 0.82). On Blackwell Transformer
+#: Engine runs blockwise as MXFP8
+GEMM_SPEED = {"mxfp8": 0.95, "blockwise": 0.82}
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,9 @@ class LowPrecision:
         return CAST_SLOWDOWN.get(self.recipe, 1.0)
 
     def gemm_speed(self, mx_formats: bool) -> float:
-        """The recipe's GEMMs against per-tensor-scaled FP8's on a device with or without MX
-        formats (:data:`HOPPER_GEMM_SPEED`; 1: as fast)."""
-        return 1.0 if mx_formats else HOPPER_GEMM_SPEED.get(self.recipe, 1.0)
+        """The recipe's GEMMs against per-tensor-scaled FP8's on a device with or without MX formats
+        (:data:`GEMM_SPEED`; 1: as fast; blockwise on a device with MX formats as MXFP8)."""
+        return GEMM_SPEED.get("mxfp8" if self.recipe == "blockwise" and mx_formats else self.recipe, 1.0)
 
     @property
     def value_bytes(self) -> float:

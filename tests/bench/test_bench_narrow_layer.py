@@ -16,7 +16,8 @@ BENCH = ROOT / "bench" / "narrow_layer.py"
 def test_the_layer_is_its_twelve_gemms_and_the_autocast_casts() -> None:
     """Flat, on the B300 (2,250 bf16, 4,500 fp8 TFLOP/s; 8,000 GB/s): bf16 runs the 1.917e13 FLOPs at
     the step's share (0.55 / (794.5 / 989)) of its best bf16 matmul, 1,769 TFLOP/s, and MXFP8 at that
-    share of its best FP8 matmul, 3,353.3 TFLOP/s; its casts move 2 + 2 x (1 + 1/32)
+    share of its best FP8 matmul, 3,353.3 TFLOP/s, at MXFP8's 0.95 of per-tensor scaling's speed;
+    its casts move 2 + 2 x (1 + 1/32)
     bytes for each of the calls' 2,483 M input and weight values, taking 1.2x a copy of them."""
     b = bench_module("narrow_layer")
     calls = b.gemm_calls()
@@ -26,7 +27,7 @@ def test_the_layer_is_its_twelve_gemms_and_the_autocast_casts() -> None:
     share = 0.55 / (794.5 / 989)
     assert alone == with_casts == pytest.approx(flops / (1769e9 * share))
     kernels, total = b.predicted_ms("b300", "mxfp8", curves=False)
-    assert kernels == pytest.approx(flops / (3353.3e9 * share))
+    assert kernels == pytest.approx(flops / (3353.3e9 * share * 0.95))
     values = sum(m * k + k * n for m, k, n in calls)
     assert values == pytest.approx(2483.03e6, rel=1e-5)
     assert total - kernels == pytest.approx(1.2 * values * (2 + 2 * (1 + 1 / 32)) / 8000e6)
