@@ -11,8 +11,9 @@ prices, and the shortest a kernel takes. One prepared run for a lent accelerator
 2. **FP8 GEMMs by shape**: a layer sweep's GEMMs (``ppexec device``'s shapes, fewer widths) with
    per-tensor and row-wise scales: the curve as a ``gemm_fp8`` entry would hold it.
 3. **A GEMM beside a copy** (what overlapped communication costs compute): a bf16 8192^3 GEMM
-   alone, then with a device-to-device copy streaming on a second stream (``copy_``), then beside a
-   copy kernel holding 16 and 32 SMs (Triton, as NCCL's and HybridEP's kernels hold SMs).
+   alone, then with a copy streaming on a second stream: a device-to-device ``cudaMemcpyAsync``, a
+   copy to pinned host memory (the copy engine's), a copy kernel holding 16 and 32 SMs (Triton, as
+   NCCL's and HybridEP's kernels hold SMs); each copy's rate alone and beside the GEMMs.
 4. **A MoE layer's pieces** at the busiest device's shapes of four scenarios (ppsim's own
    ``ExpertShard``): the router (fp32, as the recipes run it), the permutation to the experts and
    back, the experts' GEMMs forward (``torch._grouped_mm`` where torch has it, else one GEMM per
@@ -165,34 +166,49 @@ def fp8_curve(b: Bench, peak_tflops: float) -> dict[str, Any]:
 
 
 def beside_copies(b: Bench) -> dict[str, Any]:
-    """Section 3: a bf16 GEMM's time alone and beside a copy on another stream (the copy engine's,
-    then a Triton copy kernel on 16 and 32 SMs), and each copy's rate alone."""
+    """Section 3: a bf16 GEMM's time alone and beside a copy on another stream — a device-to-device
+    ``cudaMemcpyAsync`` (``copy_``), a copy to pinned host memory (the copy engine's, as activation
+    offloading's), a Triton copy kernel on 16 and 32 SMs — each copy's rate alone and while the
+    GEMMs ran (bytes read and written)."""
     torch = b.torch
     if not b.cuda:
         return {"skipped": "needs a CUDA GPU (streams)"}
     n = 8192
     a, w = b.randn(n, n), b.randn(n, n)
     c = torch.empty(n, n, dtype=torch.bfloat16, device=b.dev)
-    gemm = lambda: torch.mm(a, w, out=c)  # noqa: E731
+
+    def gemm() -> Any:
+        return torch.mm(a, w, out=c)
     alone = b.watch.ms(gemm)
     src = torch.empty(2**30 // 2, dtype=torch.bfloat16, device=b.dev).normal_()
     dst = torch.empty_like(src)
-    copiers: dict[str, Callable[[], Any]] = {"copy_": lambda: dst.copy_(src)}
-    copiers.update(triton_copiers(src, dst))
+    host = torch.empty(src.numel() // 4, dtype=torch.bfloat16, pin_memory=True)
+    copiers: dict[str, tuple[Callable[[], Any], float]] = {  # the copy, and its bytes read and written
+        "memcpy_d2d": (lambda: dst.copy_(src), 2 * src.numel() * 2),
+        "to_pinned_host": (lambda: host.copy_(src[:host.numel()], non_blocking=True), 2 * host.numel() * 2)}
+    copiers.update((name, (copy, 2 * src.numel() * 2)) for name, copy in triton_copiers(src, dst).items())
     out: dict[str, Any] = {"gemm_alone_ms": round(alone, 4)}
     side = torch.cuda.Stream(device=b.dev)
     calls = max(1, round(200 / alone))
-    for name, copy in copiers.items():
-        copy_ms = b.watch.ms(copy)
-        repeats = max(1, round(2 * calls * alone / copy_ms))  # the copies outlast the GEMMs
-        b.watch.sync()
-        with torch.cuda.stream(side):
-            for _ in range(repeats):
-                copy()
-        beside = b.watch.loop_ms(gemm, calls) / calls
-        b.watch.sync()
-        out[name] = {"copy_gb_s": round(2 * src.numel() * 2 / (copy_ms / 1e3) / 1e9, 1),
-                     "gemm_beside_ms": round(beside, 4), "gemm_slowdown": round(beside / alone, 3)}
+    for name, (copy, moved) in copiers.items():
+        try:
+            copy_ms = b.watch.ms(copy)
+            repeats = max(1, round(2 * calls * alone / copy_ms))  # the copies outlast the GEMMs
+            b.watch.sync()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with torch.cuda.stream(side):
+                start.record()
+                for _ in range(repeats):
+                    copy()
+                end.record()
+            beside = b.watch.loop_ms(gemm, calls) / calls
+            b.watch.sync()
+            out[name] = {"copy_gb_s": round(moved / (copy_ms / 1e3) / 1e9, 1),
+                         "copy_beside_gb_s": round(repeats * moved / (start.elapsed_time(end) / 1e3) / 1e9, 1),
+                         "gemm_beside_ms": round(beside, 4), "gemm_slowdown": round(beside / alone, 3)}
+        except Exception as exc:  # noqa: BLE001 - Triton's first launch needs a C compiler the image may lack
+            out[name] = {"failed": f"{type(exc).__name__}: {exc}"}
+            b.watch.sync()
     return out
 
 
@@ -285,7 +301,7 @@ def experts_ms(b: Bench, p: dict[str, Any]) -> tuple[float, str]:
             return torch._grouped_mm(a, weights.transpose(-2, -1), offs=offsets)
         try:
             return sum(b.watch.ms(partial(grouped, *pair)) for pair in ((x, w_up), (act, w_down))), "torch._grouped_mm"
-        except RuntimeError as exc:
+        except Exception as exc:  # noqa: BLE001 - then the per-expert loop
             print(f"    torch._grouped_mm failed ({exc}); one GEMM per expert", flush=True)
 
     def looped(a: Any, weights: Any) -> list[Any]:
@@ -310,7 +326,7 @@ def shortest_kernel(b: Bench, kernels: int = 2000) -> dict[str, Any]:
         side = torch.cuda.Stream(device=b.dev)
         side.wait_stream(torch.cuda.current_stream(b.dev))
         with torch.cuda.stream(side):
-            burst()  # warm-up on the capture's stream
+            burst()  # warm-up on a side stream, as torch's graph capture asks
         torch.cuda.current_stream(b.dev).wait_stream(side)
         with torch.cuda.graph(graph):
             burst()
