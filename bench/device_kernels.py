@@ -11,9 +11,9 @@ prices, and the shortest a kernel takes. One prepared run for a lent accelerator
 2. **FP8 GEMMs by shape**: a layer sweep's GEMMs (``ppexec device``'s shapes, fewer widths) with
    per-tensor and row-wise scales: the curve as a ``gemm_fp8`` entry would hold it.
 3. **A GEMM beside a copy** (what overlapped communication costs compute): a bf16 8192^3 GEMM
-   alone, then with a copy streaming on a second stream: a device-to-device ``cudaMemcpyAsync``, a
-   copy to pinned host memory (the copy engine's), a copy kernel holding 16 and 32 SMs (Triton, as
-   NCCL's and HybridEP's kernels hold SMs); each copy's rate alone and beside the GEMMs.
+   alone, then with a copy streaming on a second stream: a device-to-device ``cudaMemcpyAsync`` and
+   a copy to pinned host memory (the copy engine's); each copy's rate alone and beside the GEMMs.
+   (A copy kernel on a few SMs, as NCCL's, needs a kernel of its own: Triton is not a dependency.)
 4. **A MoE layer's pieces** at the busiest device's shapes of four scenarios (ppsim's own
    ``ExpertShard``): the router (fp32, as the recipes run it), the permutation to the experts and
    back, the experts' GEMMs forward (``torch._grouped_mm`` where torch has it, else one GEMM per
@@ -48,8 +48,6 @@ BEST_GRID = tuple((m, n, k) for m in (4096, 8192, 16384) for n in (4096, 8192, 1
 QUICK_GRID = ((64, 128, 64), (128, 128, 128))
 #: the FP8 sweep's model widths (ppexec device's layer GEMMs at each)
 FP8_WIDTHS = (1024, 2048, 4096, 6144, 8192, 12288, 16384)
-#: SMs the copy kernels beside the GEMM hold
-COPY_SMS = (16, 32)
 
 
 def moe_pieces(scenario_file: str) -> dict[str, Any]:
@@ -168,8 +166,7 @@ def fp8_curve(b: Bench, peak_tflops: float) -> dict[str, Any]:
 def beside_copies(b: Bench) -> dict[str, Any]:
     """Section 3: a bf16 GEMM's time alone and beside a copy on another stream — a device-to-device
     ``cudaMemcpyAsync`` (``copy_``), a copy to pinned host memory (the copy engine's, as activation
-    offloading's), a Triton copy kernel on 16 and 32 SMs — each copy's rate alone and while the
-    GEMMs ran (bytes read and written)."""
+    offloading's) — each copy's rate alone and while the GEMMs ran (bytes read and written)."""
     torch = b.torch
     if not b.cuda:
         return {"skipped": "needs a CUDA GPU (streams)"}
@@ -186,7 +183,6 @@ def beside_copies(b: Bench) -> dict[str, Any]:
     copiers: dict[str, tuple[Callable[[], Any], float]] = {  # the copy, and its bytes read and written
         "memcpy_d2d": (lambda: dst.copy_(src), 2 * src.numel() * 2),
         "to_pinned_host": (lambda: host.copy_(src[:host.numel()], non_blocking=True), 2 * host.numel() * 2)}
-    copiers.update((name, (copy, 2 * src.numel() * 2)) for name, copy in triton_copiers(src, dst).items())
     out: dict[str, Any] = {"gemm_alone_ms": round(alone, 4)}
     side = torch.cuda.Stream(device=b.dev)
     calls = max(1, round(200 / alone))
@@ -206,32 +202,10 @@ def beside_copies(b: Bench) -> dict[str, Any]:
             out[name] = {"copy_gb_s": round(moved / (copy_ms / 1e3) / 1e9, 1),
                          "copy_beside_gb_s": round(repeats * moved / (start.elapsed_time(end) / 1e3) / 1e9, 1),
                          "gemm_beside_ms": round(beside, 4), "gemm_slowdown": round(beside / alone, 3)}
-        except Exception as exc:  # noqa: BLE001 - Triton's first launch needs a C compiler the image may lack
+        except Exception as exc:  # noqa: BLE001 - one copy's failure must not cost the others
             out[name] = {"failed": f"{type(exc).__name__}: {exc}"}
             b.watch.sync()
     return out
-
-
-def triton_copiers(src: Any, dst: Any) -> dict[str, Callable[[], Any]]:
-    """A copy kernel on a fixed number of SMs (one program per SM, each striding over the buffer),
-    per :data:`COPY_SMS`; none where Triton is missing."""
-    try:
-        import triton
-        import triton.language as tl
-    except ImportError:
-        return {}
-
-    @triton.jit
-    def copy_kernel(src_ptr, dst_ptr, n, programs, BLOCK: tl.constexpr):  # noqa: N803 (Triton's constexpr)
-        start = tl.program_id(0) * BLOCK
-        for base in range(start, n, programs * BLOCK):
-            offsets = base + tl.arange(0, BLOCK)
-            mask = offsets < n
-            tl.store(dst_ptr + offsets, tl.load(src_ptr + offsets, mask=mask), mask=mask)
-
-    def copy_on(sms: int) -> Any:
-        return copy_kernel[(sms,)](src, dst, src.numel(), sms, BLOCK=8192)
-    return {f"triton_{sms}_sms": partial(copy_on, sms) for sms in COPY_SMS}
 
 
 def moe_layer(b: Bench, device: Any) -> dict[str, Any]:

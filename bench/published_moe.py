@@ -231,6 +231,12 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False, copy_dispatch:
         training[key] = recipe
         training["low_precision_params"] = "param_gather=True" in str(settings.get("precision_recipe", ""))
         training.update(dense.high_precision_layers(settings))
+        if settings.get("fp8_dot_product_attention") is True:
+            if key == "fp8":
+                training["fp8_attention"] = True
+            else:
+                assumed.append("the attention in 16 bits (its recipe sets FP8 attention, which ppsim prices "
+                               "under an FP8 recipe, not FP4)")
     data = {
         "name": row["id"], "model": model,
         "pipeline": {"stages": pp, "chunks": vp, "partition": partition,

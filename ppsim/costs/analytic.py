@@ -46,7 +46,7 @@ from ppsim.costs.table import CostTable, Link, MoEPhases, StageCost, memory_rule
 from ppsim.costs.tensor_parallel import TensorParallelComm, exposed_comm, gathering, tensor_parallel_comm
 from ppsim.costs.zero import shard_optimizer
 from ppsim.errors import ScenarioError
-from ppsim.inputs.hardware import DEFAULT_ATTENTION_KERNEL, Device
+from ppsim.inputs.hardware import DEFAULT_ATTENTION_KERNEL, Device, FusedAttention
 from ppsim.inputs.scenario import ModelSpec, Scenario
 
 OPTIMIZER_BYTES_PER_PARAM = 32
@@ -72,13 +72,13 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
             return known[1]
         ms = matmul_ms(gemms, device, model.dtype, flash_attention=training.flash_attention,
                        efficiency=None if curves else efficiency, narrow=narrow, narrow_speed=narrow_speed,
-                       backward=backward, kernel=training.attention_kernel)
+                       backward=backward, kernel=training.priced_attention_kernel)
         priced[(id(gemms), backward)] = (gemms, ms)
         return ms
 
     def matmuls(st: StageShape) -> tuple[float, float, float]:
         """The stage's matmul milliseconds: forward, backward (input and weight grads), weight grad."""
-        if not curves and narrow is None and training.attention_kernel == DEFAULT_ATTENTION_KERNEL:
+        if not curves and narrow is None and training.priced_attention_kernel == DEFAULT_ATTENTION_KERNEL:
             return (st.forward_flops / flops_per_ms, (st.input_grad_flops + st.weight_grad_flops) / flops_per_ms,
                     st.weight_grad_flops / flops_per_ms)
         fwd, inp, wgt = price(st.gemms.forward), price(st.gemms.input_grad, True), price(st.gemms.weight_grad, True)
@@ -223,11 +223,22 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
         narrowed = bool(narrow) and g.linear and not g.wide
         kind = narrow if narrow and narrowed else dtype
         fused = bool(g.head_dim) and flash_attention
+        whole = whole_window_backward(g, device, kernel, kind) if fused and backward else None
+        if whole is not None:  # the kernel's backward runs the window's whole causal triangle
+            causal = g.m / 2
+            eff = whole.window_backward_fraction(causal)
+            if efficiency is not None:  # the flat figure, scaled by its speed over the default kernel's
+                default = device.flash_attention
+                base = efficiency(kind) if callable(efficiency) else efficiency
+                speed = eff / default.fraction(g.head_dim, causal, backward=True) if default else 1.0
+                eff = min(whole.ceiling, base * speed)
+            ms += g.flops * causal / g.keys / (device.peak_flops(kind) / 1e3 * eff)
+            continue
         if efficiency is not None:
             eff = efficiency(kind) if callable(efficiency) else efficiency
-            if fused:  # no kernel above the peak, whatever the figures' ratio
-                eff = min(1.0, eff * device.kernel_speed(kernel, kind, backward=backward, head_dim=g.head_dim,
-                                                         keys=g.keys))
+            if fused:  # no kernel above its inputs' peak, whatever the figures' ratio
+                speed = device.kernel_speed(kernel, kind, backward=backward, head_dim=g.head_dim, keys=g.keys)
+                eff = min(device.kernel_ceiling(kernel), eff * speed)
         elif not g.head_dim:
             eff = device.gemm_efficiency(g.m * (g.count if g.batched else 1), g.n, g.k, kind)
         elif fused:
@@ -237,6 +248,16 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
             eff = device.attention_efficiency(g.head_dim, kind)
         ms += g.flops / (device.peak_flops(kind) / 1e3 * eff * (narrow_speed if narrowed else 1.0))
     return ms
+
+
+def whole_window_backward(g: Gemm, device: Device, kernel: str, dtype: str) -> FusedAttention | None:
+    """Fused attention ``kernel``'s figures where its backward of ``g``, a sliding window's band,
+    runs the window's whole causal triangle instead (cuDNN's FP8 backward:
+    :attr:`~ppsim.inputs.hardware.FusedAttention.window_backward`); None where it runs the band."""
+    if not g.keys or g.keys >= g.m / 2 or device.kernel_unpriced(kernel, dtype, measured=True) is not None:
+        return None
+    fused = device.fused_attention(kernel)
+    return fused if fused is not None and fused.window_backward else None
 
 
 def expert_alltoalls(s: Scenario, st: StageShape, alltoalls: tuple[float, float]) -> Exposed:

@@ -59,11 +59,12 @@ def attention_kernel_notes(s: Scenario, device: Device) -> list[str]:
     saying its attention is priced as the default kernel's, and what to give."""
     if s.model is None or not s.training.flash_attention:
         return []
-    kernel, dtype, curves = s.training.attention_kernel, s.model.dtype, uses_curves(s, device)
+    kernel, dtype, curves = s.training.priced_attention_kernel, s.model.dtype, uses_curves(s, device)
     missing = device.kernel_unpriced(kernel, dtype, measured=curves)
     if missing is None:
         return []
     own = "" if curves or device.kernel_unpriced(kernel, dtype, measured=True) else \
         f", or price it by {kernel}'s own figures (hardware.gemm_curves: true)"
-    return [f"training.attention_kernel: {device.name} has no measured figures to price {kernel} by, so its attention "
+    key = "training.fp8_attention" if s.training.fp8_attention else "training.attention_kernel"
+    return [f"{key}: {device.name} has no measured figures to price {kernel} by, so its attention "
             f"is priced as {DEFAULT_ATTENTION_KERNEL}'s: give {missing} in a hardware.device_file{own}"]

@@ -174,13 +174,14 @@ def launch_clause(s: Scenario, device: Device, costs: CostTable) -> str:
 def attention_kernel_clause(s: Scenario, device: Device, *, curves: bool) -> str:
     """How a fused attention kernel other than the default one is priced, as a clause of the costs
     line ("" for the default kernel, or one the device cannot price: a note says so)."""
-    kernel = s.training.attention_kernel
+    kernel = s.training.priced_attention_kernel
     if s.model is None or not s.training.flash_attention or kernel == DEFAULT_ATTENTION_KERNEL \
             or device.kernel_unpriced(kernel, s.model.dtype, measured=curves) is not None:
         return ""
+    how = "in FP8 " if s.training.fp8_attention else ""
     if curves:
-        return f", the attention by {kernel} at its measured figures"
-    return f", the attention by {kernel} at its measured speed over {DEFAULT_ATTENTION_KERNEL}'s"
+        return f", the attention {how}by {kernel} at its measured figures"
+    return f", the attention {how}by {kernel} at its measured speed over {DEFAULT_ATTENTION_KERNEL}'s"
 
 
 def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompute | None = None,

@@ -122,6 +122,8 @@ def _precision(s: Scenario, put: Put) -> None:
         put("fp4_recipe", tr.fp4)
     if tr.low_precision_params and tr.fp8:
         put("fp8_param_gather")
+    if tr.fp8_attention:
+        put("fp8_attention")
     if tr.high_precision_first_layers or tr.high_precision_last_layers:  # both given: Megatron's defaults are 1
         put("first_last_bf16")
         put("bf16_at_start", tr.high_precision_first_layers)

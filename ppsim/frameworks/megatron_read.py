@@ -26,7 +26,7 @@ FIELD = "megatron arguments"
 _SWITCHES = {N[k].name for k in ("sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
                                  "overlap_param_gather", "tp_comm_overlap", "moe_overlap", "delay_wgrad",
                                  "fp8_param_gather", "gqa", "swiglu", "untie", "bf16", "fp16", "grouped_gemm", "mla",
-                                 "first_last_bf16")}
+                                 "first_last_bf16", "fp8_attention")}
 
 
 def argument_tokens(text: str) -> list[str]:
@@ -180,6 +180,7 @@ def _training(f: dict[str, list[str]], tr: dict[str, Any], notes: list[str]) -> 
     if N["fp4_format"].name in f:
         tr["fp4"] = (f.get(N["fp4_recipe"].name) or ["nvfp4"])[0]
     tr["low_precision_params"] = N["fp8_param_gather"].name in f
+    tr["fp8_attention"] = N["fp8_attention"].name in f
     if N["first_last_bf16"].name in f:  # Megatron keeps one layer at each end unless told otherwise
         tr["high_precision_first_layers"] = _one(f, "bf16_at_start") if N["bf16_at_start"].name in f else 1
         tr["high_precision_last_layers"] = _one(f, "bf16_at_end") if N["bf16_at_end"].name in f else 1

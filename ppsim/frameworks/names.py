@@ -62,6 +62,7 @@ MEGATRON: dict[str, Name] = _table(
     ("fp4_format", "--fp4-format", "training.fp4", _MEGATRON_ARGS),
     ("fp4_recipe", "--fp4-recipe", "training.fp4", _MEGATRON_ARGS),
     ("fp8_param_gather", "--fp8-param-gather", "training.low_precision_params", _MEGATRON_ARGS),
+    ("fp8_attention", "--fp8-dot-product-attention", "training.fp8_attention", _MEGATRON_ARGS),
     ("first_last_bf16", "--first-last-layers-bf16",
      "training.high_precision_first_layers / high_precision_last_layers", _MEGATRON_ARGS),
     ("bf16_at_start", "--num-layers-at-start-in-bf16", "training.high_precision_first_layers", _MEGATRON_ARGS),

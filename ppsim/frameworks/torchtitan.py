@@ -59,6 +59,8 @@ def torchtitan_config(s: Scenario, plan: Plan, stages: list[StageLayers], csv_na
         refuse.add(f"torchtitan has no {tr.fp8} FP8 scaling: export with training.fp8: tensorwise or mxfp8")
     if tr.fp4:
         refuse.add("torchtitan's TOML has no FP4 training: export without training.fp4")
+    if tr.fp8_attention:
+        refuse.add("torchtitan's TOML runs the attention in 16 bits: export without training.fp8_attention")
     if tr.high_precision_first_layers or tr.high_precision_last_layers:
         refuse.add("torchtitan's TOML keeps no layers out of FP8 by their place: export without "
                    "training.high_precision_first_layers / high_precision_last_layers")

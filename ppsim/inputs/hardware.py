@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -36,6 +37,9 @@ CATALOGUE = Path(__file__).parent / "data" / "devices.yaml"
 #: FlashAttention-2 (``attention_kernels.flash2``)
 ATTENTION_KERNELS = ("cudnn", "flash2")
 DEFAULT_ATTENTION_KERNEL = "cudnn"
+#: cuDNN's kernel with FP8 inputs (per-tensor scaled, and MXFP8): what a scenario's
+#: training.fp8_attention prices its attention by (``attention_kernels.cudnn_fp8`` / ``cudnn_mxfp8``)
+FP8_ATTENTION_KERNELS = ("cudnn_fp8", "cudnn_mxfp8")
 #: the share of a device's best matmul rate (``matmul_best``) its matmuls reach in a training step,
 #: one figure for every device: the H100's flat efficiency before devices had their best matmul
 #: (0.55) over the H100's measured best bf16 matmul, 794.5 of 989 TFLOP/s (docs/calibration.md,
@@ -71,6 +75,10 @@ class Curve:
         return y0 + w * (y1 - y0)
 
 
+#: every FP8 device's FP8 peak over its 16-bit one (Hopper's and Blackwell's Tensor Cores alike)
+FP8_OVER_16_BIT = 2.0
+
+
 @dataclass(frozen=True)
 class FusedAttention:
     """The fraction of peak a fused (Flash) attention kernel reaches on a causal model, its forward
@@ -85,6 +93,23 @@ class FusedAttention:
     #: (head dim, keys a query attends on average, forward, backward) of each measured shape; a head
     #: dim of (query/key + value) / 2 where the two differ (multi-head latent attention's kernels)
     points: tuple[tuple[float, float, float, float], ...] = ()
+    #: where the kernel's backward runs a sliding window's whole causal triangle, not its band (cuDNN's
+    #: FP8 backward): (keys of the causal half, backward fraction) measured on windows, counted on
+    #: the triangle; empty: its backward runs the band, as the forward does
+    window_backward: tuple[tuple[float, float], ...] = ()
+    #: the kernel multiplies FP8 inputs (``fp8``: Transformer Engine's FP8 attention), its fractions
+    #: still of the model dtype's peak and so up to :data:`FP8_OVER_16_BIT` of it; "": 16-bit inputs
+    inputs: str = ""
+
+    @property
+    def ceiling(self) -> float:
+        """The highest fraction of the 16-bit peak the kernel can reach: its inputs' peak over it."""
+        return FP8_OVER_16_BIT if self.inputs == "fp8" else 1.0
+
+    def window_backward_fraction(self, keys: float) -> float:
+        """The fraction of peak of a window's backward run as the whole causal triangle of a
+        sequence whose causal half is ``keys`` (:attr:`window_backward`, log-linear in the keys)."""
+        return Curve(self.window_backward, self.source)(keys)
 
     @cached_property
     def _series(self) -> tuple[tuple[float, float, float, Curve, Curve], ...]:
@@ -291,6 +316,12 @@ class Device:
                     f"{', '.join(default.dtypes)}, which the flat efficiency is scaled from)")
         return None
 
+    def kernel_ceiling(self, kernel: str) -> float:
+        """The highest fraction of the 16-bit peak fused attention ``kernel`` can reach (1 but for a
+        kernel of FP8 inputs: :attr:`FusedAttention.ceiling`)."""
+        fused = self.fused_attention(kernel)
+        return fused.ceiling if fused is not None else 1.0
+
     def kernel_speed(self, kernel: str, dtype: str, *, backward: bool, head_dim: float, keys: float) -> float:
         """Fused attention ``kernel``'s speed over the default kernel's at one shape, both measured
         on this device (1.0 where either is not, in ``dtype``): what the flat efficiency, a figure
@@ -317,7 +348,7 @@ _KEYS = {"description", "peak_tflops", "memory_gb", "hbm_gb_s", "efficiency", "i
          "attention", "flash_attention", "mx_formats", "host_link_gb_s", "gemm_fp8", "gemm_fp4", "hbm_copy",
          "intra_node_measured", "sms", "dispatch_measured", "attention_kernels", "launch", "matmul_best"}
 _CURVE_KEYS = {"source", "dtypes", "points"}
-_FUSED_KEYS = {"source", "dtypes", "forward", "backward", "points"}
+_FUSED_KEYS = {"source", "dtypes", "forward", "backward", "points", "window_backward", "inputs"}
 
 
 def _measured(name: str, key: str, entry: Any, source: str, keys: set[str],
@@ -352,8 +383,13 @@ def _fused(name: str, entry: Any, source: str, key: str = "flash_attention") -> 
     def bad(what: str) -> ScenarioError:
         return ScenarioError(f"{source}: device {name!r}: {key}{what}", field="hardware.device_file")
 
+    inputs = entry.get("inputs", "")
+    if inputs not in ("", "fp8"):
+        raise bad(f".inputs is {inputs!r}; give fp8 (a kernel of FP8 inputs) or leave it out")
+    ceiling = FusedAttention(source="", inputs=inputs).ceiling
+
     def fraction(value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= ceiling
 
     if "points" in entry:
         if "forward" in entry or "backward" in entry:
@@ -368,18 +404,36 @@ def _fused(name: str, entry: Any, source: str, key: str = "flash_attention") -> 
                   and p[0] > 0 and p[1] > 0 and fraction(p[2]) and fraction(p[3]))
             if not ok:
                 raise bad(f".points has {p!r}; each row is [head dim > 0, keys > 0, forward, backward], the "
-                          "last two fractions of peak > 0 and <= 1")
+                          f"last two fractions of peak > 0 and <= {ceiling:g}")
             if any(r[0] == p[0] and r[1] == p[1] for r in rows):
                 raise bad(f".points gives head dim {p[0]} at {p[1]} keys twice; give each shape once")
             rows.append((float(p[0]), float(p[1]), float(p[2]), float(p[3])))
-        return FusedAttention(source=where, dtypes=dtypes, points=tuple(rows))
+        return FusedAttention(source=where, dtypes=dtypes, points=tuple(rows),
+                              window_backward=_window_backward(entry.get("window_backward"), bad, fraction),
+                              inputs=inputs)
     passes = []
     for pass_ in ("forward", "backward"):
         value = entry.get(pass_)
         if not fraction(value):
-            raise bad(f".{pass_} is {value!r}; it must be a fraction of peak > 0 and <= 1 (or give points)")
+            raise bad(f".{pass_} is {value!r}; it must be a fraction of peak > 0 and <= {ceiling:g} (or give points)")
         passes.append(float(value))
-    return FusedAttention(source=where, forward=passes[0], backward=passes[1], dtypes=dtypes)
+    if "window_backward" in entry:
+        raise bad(".window_backward goes with points (figures by shape); give points too, or drop it")
+    return FusedAttention(source=where, forward=passes[0], backward=passes[1], dtypes=dtypes, inputs=inputs)
+
+
+def _window_backward(points: Any, bad: Callable[[str], ScenarioError], fraction: Callable[[Any], bool]
+                     ) -> tuple[tuple[float, float], ...]:
+    """A fused kernel's ``window_backward`` points, checked: [keys > 0, fraction], keys increasing."""
+    if points is None:
+        return ()
+    ok = isinstance(points, list) and bool(points) and all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], (int, float)) and not isinstance(p[0], bool)
+        and math.isfinite(p[0]) and p[0] > 0 and fraction(p[1]) for p in points)
+    if not ok or any(a[0] >= b[0] for a, b in zip(points, points[1:], strict=False)):
+        raise bad(f".window_backward is {points!r}; give [keys > 0, fraction of peak > 0 and <= 1] rows, the "
+                  "keys increasing")
+    return tuple((float(k), float(f)) for k, f in points)
 
 
 def _kernels(name: str, entry: Any, source: str) -> tuple[tuple[str, FusedAttention], ...]:
@@ -387,7 +441,7 @@ def _kernels(name: str, entry: Any, source: str) -> tuple[tuple[str, FusedAttent
     (``attention_kernels``: a mapping of kernel name to figures in ``flash_attention``'s format), checked."""
     if entry is None:
         return ()
-    others = [k for k in ATTENTION_KERNELS if k != DEFAULT_ATTENTION_KERNEL]
+    others = [k for k in ATTENTION_KERNELS + FP8_ATTENTION_KERNELS if k != DEFAULT_ATTENTION_KERNEL]
     if not isinstance(entry, dict) or not entry:
         raise ScenarioError(f"{source}: device {name!r}: attention_kernels is a mapping of kernel name ({', '.join(others)}) "
                             "to its figures, in flash_attention's format", field="hardware.device_file")

@@ -343,6 +343,9 @@ class TrainingSpec(_Strict):
     #: FlashAttention-2: Transformer Engine with NVTE_FUSED_ATTN=0, torch SDPA's flash backend), each at
     #: its measured speed on the device (hardware.Device.kernel_speed)
     attention_kernel: Literal["cudnn", "flash2"] = "cudnn"
+    #: the fused attention's inputs in FP8 (Megatron's --fp8-dot-product-attention, under training.fp8):
+    #: cuDNN's kernel at its measured FP8 figures, MXFP8's under the mxfp8 recipe (priced_attention_kernel)
+    fp8_attention: bool = False
     #: how context parallelism exchanges keys and values (Megatron's --cp-comm-type): ppsim.costs.context_parallel
     cp_comm: Literal["p2p", "all_gather", "a2a", "a2a+p2p"] = "p2p"
     #: with cp_comm a2a+p2p: the all-to-all groups' size (Megatron's --hierarchical-context-parallel-sizes' first)
@@ -356,6 +359,15 @@ class TrainingSpec(_Strict):
     #: model.dtype (Megatron's --first-last-layers-bf16, --num-layers-at-start-in-bf16 / -at-end-)
     high_precision_first_layers: int = Field(default=0, ge=0, le=1_000_000)
     high_precision_last_layers: int = Field(default=0, ge=0, le=1_000_000)
+
+    @property
+    def priced_attention_kernel(self) -> str:
+        """The fused attention kernel whose figures price the attention: ``attention_kernel``, or
+        under ``fp8_attention`` cuDNN's in FP8 (``cudnn_mxfp8`` under the mxfp8 recipe, ``cudnn_fp8``
+        under the per-tensor and blockwise ones: the catalogue's ``attention_kernels``)."""
+        if not self.fp8_attention:
+            return self.attention_kernel
+        return "cudnn_mxfp8" if self.fp8 == "mxfp8" else "cudnn_fp8"
 
 
 class PipelineSpec(_Strict):
@@ -938,9 +950,19 @@ def _check_cuda_graphs(s: Scenario) -> None:
 
 
 def _check_attention_kernel(s: Scenario) -> None:
-    if s.training.attention_kernel != "cudnn" and not s.training.flash_attention:
-        raise ScenarioError(f"names the fused kernel {s.training.attention_kernel}, and training.flash_attention is "
+    tr = s.training
+    if tr.attention_kernel != "cudnn" and not tr.flash_attention:
+        raise ScenarioError(f"names the fused kernel {tr.attention_kernel}, and training.flash_attention is "
                             "off: set flash_attention: true, or drop attention_kernel", field="training.attention_kernel")
+    if not tr.fp8_attention:
+        return
+    if tr.fp8 is None:
+        raise ScenarioError("runs the attention in FP8, which Transformer Engine does under an FP8 recipe: set "
+                            "training.fp8, or drop fp8_attention", field="training.fp8_attention")
+    if not tr.flash_attention or tr.attention_kernel != "cudnn":
+        raise ScenarioError("FP8 attention is cuDNN's fused kernel (Transformer Engine's FusedAttention): set "
+                            "flash_attention: true and attention_kernel: cudnn, or drop fp8_attention",
+                            field="training.fp8_attention")
 
 
 def _check_zero(s: Scenario) -> None:

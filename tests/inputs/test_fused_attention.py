@@ -32,19 +32,28 @@ def entries_computed(seq_len: int, window: int) -> float:
     return seq_len * (seq_len + 1) / 2
 
 
-def derived_points() -> dict[str, list[tuple[float, float, float, float]]]:
-    """Each measured GPU's [head dim, keys, forward, backward] points from the raw rows: FLOPs
-    2 x entries x (d_qk + d_v) forward and 2 x entries x (3 d_qk + 2 d_v) backward over the time and
-    the peak; head dim (d_qk + d_v) / 2; keys, entries per query; a window's lengths one point, the
-    medians (its keys per query barely move)."""
+def assert_cudnn_counting(tflops: float, row: dict[str, str]) -> None:
+    """The counting is cuDNN's own: its TFLOP/s, printed whole, from times printed to 1 us (the two
+    roundings' errors, and 0.1 % besides)."""
+    printed, time_ms = float(row["tflops"]), float(row["time_ms"])
+    assert abs(tflops - printed) <= 0.5 + printed * (0.5e-3 / time_ms + 1e-3), row
+
+
+def derived_points(dtype: str = "bf16") -> dict[str, list[tuple[float, float, float, float]]]:
+    """Each measured GPU's [head dim, keys, forward, backward] points in ``dtype`` from the raw rows:
+    FLOPs 2 x entries x (d_qk + d_v) forward and 2 x entries x (3 d_qk + 2 d_v) backward over the
+    time and the bf16 peak; head dim (d_qk + d_v) / 2; keys, entries per query; a window's lengths
+    one point, the medians (its keys per query barely move)."""
     passes: dict[tuple[str, float, int], dict[int, dict[str, tuple[float, float]]]] = defaultdict(dict)
     for row in csv.DictReader(RAW.open()):
+        if row["dtype"] != dtype:
+            continue
         seq, window = int(row["seq_len"]), int(row["window"] or 0)
         dqk, dv = int(row["head_dim_qk"]), int(row["head_dim_v"])
         entries = int(row["batch"]) * int(row["q_heads"]) * entries_computed(seq, window)
         flops = 2 * entries * ((dqk + dv) if row["pass"] == "forward" else (3 * dqk + 2 * dv))
         tflops = flops / (float(row["time_ms"]) * 1e9)
-        assert tflops == pytest.approx(float(row["tflops"]), rel=5e-3)  # the counting is cuDNN's own (times to 1 us)
+        assert_cudnn_counting(tflops, row)
         key = (row["gpu"], (dqk + dv) / 2, window)
         passes[key].setdefault(seq, {})[row["pass"]] = (entries_computed(seq, window) / seq,
                                                         tflops / MEASURED[row["gpu"]][0])
@@ -55,6 +64,20 @@ def derived_points() -> dict[str, list[tuple[float, float, float, float]]]:
             rows = [tuple(statistics.median(r[i] for r in rows) for i in range(3))]  # type: ignore[misc]
         found[gpu] += [(dim, round(keys), round(fwd, 3), round(bwd, 3)) for keys, fwd, bwd in rows]
     return found
+
+
+def derived_window_backward(dtype: str) -> dict[str, list[tuple[float, float]]]:
+    """Each measured GPU's [keys, backward] points of a window's backward in ``dtype`` read as the
+    whole causal triangle: its FLOPs counted on the triangle's entries (keys: the causal half)."""
+    found: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for row in csv.DictReader(RAW.open()):
+        if row["dtype"] != dtype or not row["window"] or row["pass"] != "backward":
+            continue
+        seq, dqk, dv = int(row["seq_len"]), int(row["head_dim_qk"]), int(row["head_dim_v"])
+        flops = 2 * int(row["batch"]) * int(row["q_heads"]) * entries_computed(seq, 0) * (3 * dqk + 2 * dv)
+        found[row["gpu"]].append((round(entries_computed(seq, 0) / seq),
+                                  round(flops / (float(row["time_ms"]) * 1e9) / MEASURED[row["gpu"]][0], 3)))
+    return {gpu: sorted(points) for gpu, points in found.items()}
 
 
 def test_the_catalogue_s_fused_attention_points_are_cudnn_s_published_rows() -> None:
@@ -131,3 +154,47 @@ def test_a_device_file_s_fused_attention_points_are_checked(tmp_path: Path, poin
     path.write_text(path.read_text().replace(f"points: {points}", "points: [[128, 1024, 0.5, 0.3]], forward: 0.5"))
     with pytest.raises(ScenarioError, match="give one of them"):
         read_devices(path)
+
+
+def test_the_fp8_attention_kernels_are_cudnn_s_fp8_and_mxfp8_rows() -> None:
+    """cuDNN's FP8 attention, per-tensor (``cudnn_fp8``) and MXFP8 (``cudnn_mxfp8``): the same rule
+    on the same benchmark's FP8 rows, fractions of the bf16 peak up to twice it (FP8 inputs); a
+    window's backward read on the whole causal triangle (its time grows as the sequence squared);
+    the H200 measured per-tensor FP8 with Llama 3.1's heads only."""
+    for dtype, kernel in (("fp8", "cudnn_fp8"), ("mxfp8", "cudnn_mxfp8")):
+        derived, windows = derived_points(dtype), derived_window_backward(dtype)
+        assert set(derived) == ({"gb200", "gb300", "h200"} if dtype == "fp8" else {"gb200", "gb300"})
+        for gpu in derived:
+            for name in MEASURED[gpu][1]:
+                fused = get_device(name).fused_attention(kernel)
+                assert fused is not None and sorted(fused.points) == sorted(derived[gpu]), (name, kernel)
+                assert fused.window_backward == tuple(windows.get(gpu, ())), (name, kernel)
+                assert fused.inputs == "fp8" and fused.ceiling == 2.0 and "cudnn-frontend" in fused.source
+    gb200 = get_device("gb200").fused_attention("cudnn_mxfp8")
+    assert gb200 is not None and gb200.window_backward[0] == (1024, 0.214)  # 2,048 tokens: 0.642 ms
+    assert max(p[2] for p in get_device("gb300").fused_attention("cudnn_fp8").points) > 1  # type: ignore[union-attr]
+
+
+def test_a_window_s_fp8_backward_is_priced_on_its_whole_causal_triangle() -> None:
+    """GPT-OSS's window of 128 at 4,096 tokens on a GB200 in MXFP8: the backward's GEMMs run the
+    band's FLOPs times (s / 2) / keys, at the window_backward figure at s / 2 = 2,048 keys (0.264);
+    under the flat figure, that figure's speed over cuDNN's bf16 one at 2,048 keys (head dim 128's,
+    the nearest measured: 0.459) scales the device's 0.499; the forward runs the band at its own
+    point (0.065); bf16 runs the band both ways."""
+    gb200 = get_device("gb200")
+    s, window = 4096, 128
+    keys = attended_keys(s, window)
+    core = block_gemms(s, 1, 2880, 64, 8, 2880, head_dim=64, flash_attention=True, window=window, mlp=False)
+    band = [g for g in core.input_grad if g.head_dim]
+    assert band and all(g.keys == keys for g in band)
+    flops = sum(g.flops for g in band)
+    measured = matmul_ms(tuple(band), gb200, "bf16", flash_attention=True, backward=True, kernel="cudnn_mxfp8")
+    assert measured == pytest.approx(flops * (s / 2) / keys / (2500e9 * 0.264))
+    flat = matmul_ms(tuple(band), gb200, "bf16", flash_attention=True, backward=True, kernel="cudnn_mxfp8",
+                     efficiency=gb200.flat_efficiency)
+    assert flat == pytest.approx(flops * (s / 2) / keys / (2500e9 * gb200.flat_efficiency("bf16") * 0.264 / 0.459))
+    forward = tuple(g for g in core.forward if g.head_dim)
+    assert matmul_ms(forward, gb200, "bf16", flash_attention=True, kernel="cudnn_mxfp8") == pytest.approx(
+        sum(g.flops for g in forward) / (2500e9 * 0.065))
+    assert matmul_ms(tuple(band), gb200, "bf16", flash_attention=True, backward=True) == pytest.approx(
+        flops / (2500e9 * 0.074))
