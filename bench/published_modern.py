@@ -24,7 +24,8 @@ The rules (what ppsim assumes where a row is silent is printed with it):
   Engine's fused attention, cuDNN's; NeMo 24.03 and 24.07, whose launcher turned it off, the flash-attn
   package's FlashAttention-2); the distributed optimizer as ZeRO-1 with reduce-scatter, its gradient
   reduction overlapped with the backward and its parameter all-gather with the next forward where
-  the recipe says so (else both on);
+  the recipe says so (else both on), in Megatron-Core's buckets of max(40M, 1M x DP) parameters (no
+  recipe sets one);
 - precision: FP8 and FP8-CS are current scaling (``tensorwise``; NeMo 24.07's FP8 is ``delayed``,
   the only recipe of its time), MXFP8 / FP8-MX ``mxfp8``; a 25.09 row without a precision is
   ``tensorwise`` (its parenthesized variant ``mxfp8``); FP8 weights where the recipe sets
@@ -241,7 +242,7 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
                      "offload_layers": int(offloaded.group(1)) if offloaded else 0,
                      "zero_reduce": "reduce_scatter", "overlap_grad_reduce": overlap,
                      "overlap_param_gather": bool(param_overlap and dp * cp > 1 and not fsdp),
-                     **recompute_settings(settings)},
+                     "bucket_mb": megatron_bucket_mb(dp), **recompute_settings(settings)},
         "tensor_parallel": tp,
         "context_parallel": cp,
         "data_parallel": dp,
@@ -249,6 +250,15 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
         "cluster": cluster_section(row["gpu"], gpus, assumed),
     }
     return data, assumed
+
+
+def megatron_bucket_mb(data_parallel: int) -> float:
+    """Megatron-Core's gradient bucket where none is given (no recipe sets one), in MB of 2-byte
+    gradients (the recipes reduce in bf16, ``grad_reduce_in_fp32`` off; Kimi K2's sets it on: not
+    read): :func:`~ppsim.frameworks.megatron_read.megatron_bucket_params`."""
+    from ppsim.frameworks.megatron_read import megatron_bucket_params
+
+    return megatron_bucket_params(data_parallel) * 2 / 1e6
 
 
 def cluster_section(gpu: str, gpus: int, assumed: list[str]) -> dict[str, Any]:

@@ -31,8 +31,9 @@ The rules (what ppsim assumes where a row is silent is printed with it):
   ``moe_hybridep_num_sms`` of the device's SMs meanwhile (``training.moe_comm_sms``);
 - selective recomputation as the recipe lists its modules (``recompute_modules``: ``core_attn``,
   ``mla_up_proj``, ``moe_act``, ``layernorm``, ``mlp``, ``shared_experts``, ``moe``, each priced);
-- precision, devices, the distributed optimizer and its overlaps as ``bench/published_modern.py``
-  takes them;
+- precision, devices, the distributed optimizer, its overlaps and its buckets as
+  ``bench/published_modern.py`` takes them; the attention in FP8 where the recipe sets
+  ``fp8_dot_product_attention`` under an FP8 recipe (``training.fp8_attention``);
 - Nemotron 3's hybrid layers from its pattern (``model.pattern``: Mamba-2, attention, MoE layers
   each its own), its vocabulary from its Hugging Face config where the recipe reads the tokenizer;
 - not expressible (reported, not predicted): a model whose architecture the sources do not give
@@ -205,6 +206,7 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False, copy_dispatch:
         "overlap_grad_reduce": settings.get("overlap_grad_reduce", True) is not False,
     }
     training["overlap_param_gather"] = bool(settings.get("overlap_param_gather")) and training["zero_stage"] == 1
+    training["bucket_mb"] = dense.megatron_bucket_mb(dp)
     if settings.get("recompute_granularity") == "full":
         training["recompute"] = "full"
     elif settings.get("recompute_granularity") == "selective":  # Megatron's modules: unset, the attention core

@@ -18,7 +18,7 @@ from ppsim.frameworks.names import MEGATRON as N
 from ppsim.frameworks.placement import StageLayers
 from ppsim.frameworks.result import Refusals
 from ppsim.inputs.megatron_layout import format_layout
-from ppsim.inputs.scenario import Scenario
+from ppsim.inputs.scenario import DTYPE_BYTES, Scenario
 from ppsim.plan import schedules as registry
 
 ARRAY = "PPSIM_MEGATRON_ARGS"  #: the bash array the exported file sets
@@ -73,6 +73,9 @@ def megatron_args(s: Scenario, stages: list[StageLayers], refuse: Refusals, note
                    "export with --zero-stage 1")
     if tr.overlap_grad_reduce:
         put("overlap_grad_reduce")
+    # the buckets ppsim priced (without it Megatron sizes its own, megatron_read.megatron_bucket_params,
+    # and without --overlap-grad-reduce takes one bucket of every gradient)
+    put("ddp_bucket_size", round(tr.bucket_mb * 1e6 / DTYPE_BYTES[model.dtype]))
     if tr.overlap_param_gather:
         put("overlap_param_gather")
     if tr.tp_comm_overlap:

@@ -19,6 +19,7 @@ from ppsim.errors import ScenarioError
 from ppsim.frameworks.names import MEGATRON as N
 from ppsim.frameworks.placement import base_devices
 from ppsim.inputs.megatron_layout import blocks_per_stage, check_layout, parse_layout
+from ppsim.inputs.scenario import DTYPE_BYTES
 from ppsim.plan import schedules as registry
 
 FIELD = "megatron arguments"
@@ -27,6 +28,17 @@ _SWITCHES = {N[k].name for k in ("sequence_parallel", "distributed_optimizer", "
                                  "overlap_param_gather", "tp_comm_overlap", "moe_overlap", "delay_wgrad",
                                  "fp8_param_gather", "gqa", "swiglu", "untie", "bf16", "fp16", "grouped_gemm", "mla",
                                  "first_last_bf16", "fp8_attention")}
+
+
+#: the largest bucket a scenario takes (training.bucket_mb's bound): one bucket of every gradient
+ONE_BUCKET_MB = 1e6
+
+
+def megatron_bucket_params(data_parallel: int) -> int:
+    """Megatron-Core's gradient bucket where ``--ddp-bucket-size`` is not given: max(40M, 1M x d)
+    parameters (``megatron/core/distributed/distributed_data_parallel.py``: larger data-parallel
+    groups take larger buckets, so that their ring collectives stay bandwidth-bound)."""
+    return max(40_000_000, 1_000_000 * data_parallel)
 
 
 def argument_tokens(text: str) -> list[str]:
@@ -102,6 +114,11 @@ def scenario_mapping(f: dict[str, list[str]], base: dict[str, Any], gpus: int | 
                             f"{mb} x {d}", field=FIELD)
     training["micro_batch"] = mb
     training.pop("global_batch", None)
+    if (bucket := _one(f, "ddp_bucket_size")) is None and N["overlap_grad_reduce"].name not in f:
+        training["bucket_mb"] = ONE_BUCKET_MB  # Megatron reduces every gradient at once
+    else:
+        bucket = bucket or megatron_bucket_params(d)
+        training["bucket_mb"] = bucket * DTYPE_BYTES[str(model.get("dtype", "bf16"))] / 1e6
     pipeline["stages"] = p
     pipeline["microbatches"] = gb // (mb * d)
     _layout(f, model, p, pipeline, notes)

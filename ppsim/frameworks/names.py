@@ -54,6 +54,7 @@ MEGATRON: dict[str, Name] = _table(
     ("distributed_optimizer", "--use-distributed-optimizer", "training.zero_stage: 1", _MEGATRON_ARGS),
     ("overlap_grad_reduce", "--overlap-grad-reduce", "training.overlap_grad_reduce", _MEGATRON_ARGS),
     ("overlap_param_gather", "--overlap-param-gather", "training.overlap_param_gather", _MEGATRON_ARGS),
+    ("ddp_bucket_size", "--ddp-bucket-size", "training.bucket_mb (in parameters of model.dtype)", _MEGATRON_ARGS),
     ("tp_comm_overlap", "--tp-comm-overlap", "training.tp_comm_overlap", _MEGATRON_ARGS),
     ("moe_overlap", "--overlap-moe-expert-parallel-comm", "pipeline.schedule: combined-1f1b", _MEGATRON_ARGS),
     ("delay_wgrad", "--delay-wgrad-compute", "training.delay_wgrad", _MEGATRON_ARGS),

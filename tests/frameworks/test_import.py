@@ -254,3 +254,26 @@ def test_the_attention_kernel_goes_to_megatron_and_back(tmp_path: Path) -> None:
     titan["training"]["zero_stage"] = 3
     notes = export(parse_scenario(titan), "torchtitan", "ll", "c").notes
     assert any("cuDNN's kernel first" in n and "ppsim priced flash2" in n for n in notes)
+
+
+def test_megatron_s_gradient_buckets_are_read_as_megatron_sizes_them(tmp_path: Path) -> None:
+    """--ddp-bucket-size is written (the buckets ppsim priced) and read back; without it Megatron-Core
+    takes max(40M, 1M x d) parameters a bucket (2 bytes each in bf16), and without
+    --overlap-grad-reduce one bucket of every gradient."""
+    data = load(GPT_YAML).model_dump(exclude_none=True)
+    data["training"]["overlap_grad_reduce"] = True
+    s = parse_scenario(data)
+    text = export(s, "megatron", "b", "c").files[".megatron.sh"]
+    words = argument_tokens(text)
+    written = str(round(s.training.bucket_mb * 1e6 / 2))
+    assert words[words.index("--ddp-bucket-size") + 1] == written
+
+    def bucket_mb(args: str) -> float:
+        (tmp_path / "b.megatron.sh").write_text(args)
+        back, _, _ = import_scenario([tmp_path / "b.megatron.sh"], data, s.devices)
+        return float(back["training"]["bucket_mb"])
+
+    assert bucket_mb(text) == s.training.bucket_mb
+    dropped = text.replace(f"--ddp-bucket-size {written}", "")
+    assert s.data_parallel * 1_000_000 < 40_000_000 and bucket_mb(dropped) == 80.0  # 40M parameters of 2 bytes
+    assert bucket_mb(dropped.replace("--overlap-grad-reduce", "")) == 1e6
