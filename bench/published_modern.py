@@ -64,6 +64,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ppsim.errors import PpsimError  # noqa: E402
+from ppsim.frameworks.megatron_read import ONE_BUCKET_MB, megatron_bucket_params  # noqa: E402
 from ppsim.inputs.scenario import parse_scenario  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "published_modern.yaml"
@@ -242,7 +243,7 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
                      "offload_layers": int(offloaded.group(1)) if offloaded else 0,
                      "zero_reduce": "reduce_scatter", "overlap_grad_reduce": overlap,
                      "overlap_param_gather": bool(param_overlap and dp * cp > 1 and not fsdp),
-                     "bucket_mb": megatron_bucket_mb(dp), **recompute_settings(settings)},
+                     "bucket_mb": megatron_bucket_mb(dp) if overlap else ONE_BUCKET_MB, **recompute_settings(settings)},
         "tensor_parallel": tp,
         "context_parallel": cp,
         "data_parallel": dp,
@@ -255,9 +256,8 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False) -> tuple[dict[
 def megatron_bucket_mb(data_parallel: int) -> float:
     """Megatron-Core's gradient bucket where none is given (no recipe sets one), in MB of 2-byte
     gradients (the recipes reduce in bf16, ``grad_reduce_in_fp32`` off; Kimi K2's sets it on: not
-    read): :func:`~ppsim.frameworks.megatron_read.megatron_bucket_params`."""
-    from ppsim.frameworks.megatron_read import megatron_bucket_params
-
+    read): :func:`~ppsim.frameworks.megatron_read.megatron_bucket_params`; without the gradient
+    reduction's overlap, one bucket of every gradient (:data:`ONE_BUCKET_MB`), as Megatron takes."""
     return megatron_bucket_params(data_parallel) * 2 / 1e6
 
 

@@ -206,7 +206,7 @@ def scenario_data(row: dict[str, Any], gemm_curves: bool = False, copy_dispatch:
         "overlap_grad_reduce": settings.get("overlap_grad_reduce", True) is not False,
     }
     training["overlap_param_gather"] = bool(settings.get("overlap_param_gather")) and training["zero_stage"] == 1
-    training["bucket_mb"] = dense.megatron_bucket_mb(dp)
+    training["bucket_mb"] = dense.megatron_bucket_mb(dp) if training["overlap_grad_reduce"] else dense.ONE_BUCKET_MB
     if settings.get("recompute_granularity") == "full":
         training["recompute"] = "full"
     elif settings.get("recompute_granularity") == "selective":  # Megatron's modules: unset, the attention core

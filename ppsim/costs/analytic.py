@@ -223,9 +223,10 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
         narrowed = bool(narrow) and g.linear and not g.wide
         kind = narrow if narrow and narrowed else dtype
         fused = bool(g.head_dim) and flash_attention
-        whole = whole_window_backward(g, device, kernel, kind) if fused and backward else None
+        whole = whole_window_backward(g, device, kernel, kind, measured=efficiency is None) \
+            if fused and backward else None
         if whole is not None:  # the kernel's backward runs the window's whole causal triangle
-            causal = g.m / 2
+            causal = g.causal_keys
             eff = whole.window_backward_fraction(causal)
             if efficiency is not None:  # the flat figure, scaled by its speed over the default kernel's
                 default = device.flash_attention
@@ -250,11 +251,14 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
     return ms
 
 
-def whole_window_backward(g: Gemm, device: Device, kernel: str, dtype: str) -> FusedAttention | None:
+def whole_window_backward(g: Gemm, device: Device, kernel: str, dtype: str, *, measured: bool
+                          ) -> FusedAttention | None:
     """Fused attention ``kernel``'s figures where its backward of ``g``, a sliding window's band,
     runs the window's whole causal triangle instead (cuDNN's FP8 backward:
-    :attr:`~ppsim.inputs.hardware.FusedAttention.window_backward`); None where it runs the band."""
-    if not g.keys or g.keys >= g.m / 2 or device.kernel_unpriced(kernel, dtype, measured=True) is not None:
+    :attr:`~ppsim.inputs.hardware.FusedAttention.window_backward`; its queries' every key, under
+    context parallelism too: ``g.causal_keys``); None where it runs the band, or where the kernel is
+    not priced under the ``measured`` figures or the flat ones (its attention then cuDNN's)."""
+    if not g.causal_keys or device.kernel_unpriced(kernel, dtype, measured=measured) is not None:
         return None
     fused = device.fused_attention(kernel)
     return fused if fused is not None and fused.window_backward else None

@@ -55,6 +55,9 @@ class Gemm:
     keys: float = 0.0  #: an attention matmul's keys per query (the causal half, the window's band)
     #: a linear layer kept in the model's dtype under FP8 / FP4 (training.high_precision_first_layers)
     wide: bool = False
+    #: a windowed attention matmul's keys per query without its window (every key's causal half):
+    #: what a kernel that runs the whole triangle computes (FusedAttention.window_backward); 0: not windowed
+    causal_keys: float = 0.0
 
     @property
     def flops(self) -> float:
@@ -64,7 +67,7 @@ class Gemm:
         # the constructor, not dataclasses.replace: a stage's GEMMs are scaled hundreds of thousands
         # of times in a search
         return Gemm(self.m, self.n, self.k, self.count * count, self.head_dim, self.linear, self.batched, self.keys,
-                    self.wide)
+                    self.wide, self.causal_keys)
 
 
 @dataclass(frozen=True)
@@ -134,8 +137,9 @@ def block_gemms(seq_len: int, micro_batch: int, hidden: int, heads: int, kv_head
     dk, dv = score_dims or (d, d)
     # a fused kernel runs both matmuls of a head: its measured figures are by the mean of their widths
     kernel_dk, kernel_dv = ((dk + dv) / 2,) * 2 if flash_attention else (dk, dv)
-    scores = Gemm(s, dk, keys_run, per_head, head_dim=kernel_dk, keys=keys_run)
-    context = Gemm(s, keys_run, dv, per_head, head_dim=kernel_dv, keys=keys_run)
+    causal = attended_keys(keys) if flash_attention and keys_run < attended_keys(keys) else 0.0
+    scores = Gemm(s, dk, keys_run, per_head, head_dim=kernel_dk, keys=keys_run, causal_keys=causal)
+    context = Gemm(s, keys_run, dv, per_head, head_dim=kernel_dv, keys=keys_run, causal_keys=causal)
     core = (scores, context) if attention else ()
     if flash_attention and attention:  # the backward recomputes the scores; full recompute runs the forward again
         again = (dense + core if recompute == "full" else ()) + (scores,)

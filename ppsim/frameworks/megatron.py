@@ -14,6 +14,7 @@ import shlex
 from collections.abc import Callable
 
 from ppsim.formats import EXPORT_MARKER
+from ppsim.frameworks.megatron_read import ONE_BUCKET_MB
 from ppsim.frameworks.names import MEGATRON as N
 from ppsim.frameworks.placement import StageLayers
 from ppsim.frameworks.result import Refusals
@@ -73,9 +74,11 @@ def megatron_args(s: Scenario, stages: list[StageLayers], refuse: Refusals, note
                    "export with --zero-stage 1")
     if tr.overlap_grad_reduce:
         put("overlap_grad_reduce")
-    # the buckets ppsim priced (without it Megatron sizes its own, megatron_read.megatron_bucket_params,
-    # and without --overlap-grad-reduce takes one bucket of every gradient)
+    # the buckets ppsim priced (without it Megatron sizes its own, megatron_read.megatron_bucket_params)
     put("ddp_bucket_size", round(tr.bucket_mb * 1e6 / DTYPE_BYTES[model.dtype]))
+    if not tr.overlap_grad_reduce and tr.bucket_mb < ONE_BUCKET_MB:
+        notes.append(f"without --overlap-grad-reduce Megatron reduces every gradient in one bucket, where ppsim priced "
+                     f"{tr.bucket_mb:g} MB buckets: set training.bucket_mb: {ONE_BUCKET_MB:.0f} to price it as Megatron runs")
     if tr.overlap_param_gather:
         put("overlap_param_gather")
     if tr.tp_comm_overlap:

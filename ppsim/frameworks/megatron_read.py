@@ -41,6 +41,22 @@ def megatron_bucket_params(data_parallel: int) -> int:
     return max(40_000_000, 1_000_000 * data_parallel)
 
 
+def _bucket_mb(f: dict[str, list[str]], data_parallel: int, dtype: str, notes: list[str]) -> float:
+    """training.bucket_mb of a Megatron run: --ddp-bucket-size (what ``ppsim export`` writes: the
+    buckets ppsim priced), else Megatron-Core's own: one bucket of every gradient without
+    --overlap-grad-reduce, :func:`megatron_bucket_params` with it; held within bucket_mb's bounds."""
+    given = _one(f, "ddp_bucket_size")
+    if given is None and N["overlap_grad_reduce"].name not in f:
+        return ONE_BUCKET_MB
+    params = given or megatron_bucket_params(data_parallel)
+    mb = params * DTYPE_BYTES[dtype] / 1e6
+    held = min(max(mb, 1.0), ONE_BUCKET_MB)
+    if held != mb:
+        notes.append(f"--ddp-bucket-size {params} is {mb:g} MB of gradients, priced as {held:g} MB (training.bucket_mb "
+                     f"takes 1 to {ONE_BUCKET_MB:,.0f})")
+    return held
+
+
 def argument_tokens(text: str) -> list[str]:
     """The words of a Megatron command line or argument file, from its first ``--flag`` on: shell
     comments, line continuations, a bash array's brackets and what comes before the first flag
@@ -114,11 +130,7 @@ def scenario_mapping(f: dict[str, list[str]], base: dict[str, Any], gpus: int | 
                             f"{mb} x {d}", field=FIELD)
     training["micro_batch"] = mb
     training.pop("global_batch", None)
-    if (bucket := _one(f, "ddp_bucket_size")) is None and N["overlap_grad_reduce"].name not in f:
-        training["bucket_mb"] = ONE_BUCKET_MB  # Megatron reduces every gradient at once
-    else:
-        bucket = bucket or megatron_bucket_params(d)
-        training["bucket_mb"] = bucket * DTYPE_BYTES[str(model.get("dtype", "bf16"))] / 1e6
+    training["bucket_mb"] = _bucket_mb(f, d, str(model.get("dtype", "bf16")), notes)
     pipeline["stages"] = p
     pipeline["microbatches"] = gb // (mb * d)
     _layout(f, model, p, pipeline, notes)
@@ -197,7 +209,10 @@ def _training(f: dict[str, list[str]], tr: dict[str, Any], notes: list[str]) -> 
     if N["fp4_format"].name in f:
         tr["fp4"] = (f.get(N["fp4_recipe"].name) or ["nvfp4"])[0]
     tr["low_precision_params"] = N["fp8_param_gather"].name in f
-    tr["fp8_attention"] = N["fp8_attention"].name in f
+    tr["fp8_attention"] = N["fp8_attention"].name in f and tr.get("fp8") is not None
+    if N["fp8_attention"].name in f and not tr["fp8_attention"]:
+        notes.append("--fp8-dot-product-attention without an FP8 recipe: ppsim prices FP8 attention under training.fp8, "
+                     "so this attention is priced in 16 bits")
     if N["first_last_bf16"].name in f:  # Megatron keeps one layer at each end unless told otherwise
         tr["high_precision_first_layers"] = _one(f, "bf16_at_start") if N["bf16_at_start"].name in f else 1
         tr["high_precision_last_layers"] = _one(f, "bf16_at_end") if N["bf16_at_end"].name in f else 1

@@ -93,6 +93,7 @@ def scenario_mapping(config: dict[str, Any], folder: Path, base: dict[str, Any],
         notes.append("activation_checkpoint.mode memory_budget is priced as no recomputation")
     converters = _get(config, "converters", []) or []
     training.pop("fp8", None)
+    training.pop("fp8_attention", None)  # torchtitan runs the attention in 16 bits
     if "quantize.linear.float8" in converters:
         training["fp8"] = _get(config, "float8_recipe") or "tensorwise"
     elif "quantize.linear.mx" in converters:

@@ -372,7 +372,8 @@ def _measured(name: str, key: str, entry: Any, source: str, keys: set[str],
     return where.strip(), tuple(dtypes)
 
 
-def _fused(name: str, entry: Any, source: str, key: str = "flash_attention") -> FusedAttention | None:
+def _fused(name: str, entry: Any, source: str, key: str = "flash_attention", fp8: bool = False
+           ) -> FusedAttention | None:
     """Device ``name``'s figures of a fused attention kernel under ``key`` (None when absent),
     checked: a fraction of peak in (0, 1] for each pass, or ``points`` of [head dim, keys, forward,
     backward] (sizes > 0, no shape twice, fractions in (0, 1])."""
@@ -384,8 +385,12 @@ def _fused(name: str, entry: Any, source: str, key: str = "flash_attention") -> 
         return ScenarioError(f"{source}: device {name!r}: {key}{what}", field="hardware.device_file")
 
     inputs = entry.get("inputs", "")
-    if inputs not in ("", "fp8"):
-        raise bad(f".inputs is {inputs!r}; give fp8 (a kernel of FP8 inputs) or leave it out")
+    if not fp8 and ("inputs" in entry or "window_backward" in entry):
+        raise bad(" gives inputs or window_backward, which only cuDNN's FP8 kernels carry "
+                  f"(attention_kernels.{' and '.join(FP8_ATTENTION_KERNELS)}): drop them")
+    if fp8 and inputs != "fp8":
+        raise bad(f".inputs is {inputs!r}; an FP8 kernel's figures say inputs: fp8 (fractions of the 16-bit peak, "
+                  f"up to {FP8_OVER_16_BIT:g} of it)")
     ceiling = FusedAttention(source="", inputs=inputs).ceiling
 
     def fraction(value: Any) -> bool:
@@ -409,7 +414,8 @@ def _fused(name: str, entry: Any, source: str, key: str = "flash_attention") -> 
                 raise bad(f".points gives head dim {p[0]} at {p[1]} keys twice; give each shape once")
             rows.append((float(p[0]), float(p[1]), float(p[2]), float(p[3])))
         return FusedAttention(source=where, dtypes=dtypes, points=tuple(rows),
-                              window_backward=_window_backward(entry.get("window_backward"), bad, fraction),
+                              window_backward=_window_backward(entry.get("window_backward"), bad, fraction,
+                                                               ceiling),
                               inputs=inputs)
     passes = []
     for pass_ in ("forward", "backward"):
@@ -422,8 +428,8 @@ def _fused(name: str, entry: Any, source: str, key: str = "flash_attention") -> 
     return FusedAttention(source=where, forward=passes[0], backward=passes[1], dtypes=dtypes, inputs=inputs)
 
 
-def _window_backward(points: Any, bad: Callable[[str], ScenarioError], fraction: Callable[[Any], bool]
-                     ) -> tuple[tuple[float, float], ...]:
+def _window_backward(points: Any, bad: Callable[[str], ScenarioError], fraction: Callable[[Any], bool],
+                     ceiling: float) -> tuple[tuple[float, float], ...]:
     """A fused kernel's ``window_backward`` points, checked: [keys > 0, fraction], keys increasing."""
     if points is None:
         return ()
@@ -431,8 +437,8 @@ def _window_backward(points: Any, bad: Callable[[str], ScenarioError], fraction:
         isinstance(p, list) and len(p) == 2 and isinstance(p[0], (int, float)) and not isinstance(p[0], bool)
         and math.isfinite(p[0]) and p[0] > 0 and fraction(p[1]) for p in points)
     if not ok or any(a[0] >= b[0] for a, b in zip(points, points[1:], strict=False)):
-        raise bad(f".window_backward is {points!r}; give [keys > 0, fraction of peak > 0 and <= 1] rows, the "
-                  "keys increasing")
+        raise bad(f".window_backward is {points!r}; give [keys > 0, fraction of peak > 0 and <= {ceiling:g}] rows, "
+                  "the keys increasing")
     return tuple((float(k), float(f)) for k, f in points)
 
 
@@ -451,7 +457,7 @@ def _kernels(name: str, entry: Any, source: str) -> tuple[tuple[str, FusedAttent
             why = " (flash_attention holds its figures)" if kernel == DEFAULT_ATTENTION_KERNEL else ""
             raise ScenarioError(f"{source}: device {name!r}: attention_kernels has {kernel!r}{why}; the kernels are "
                                 f"{', '.join(others)}", field="hardware.device_file")
-        fused = _fused(name, figures, source, f"attention_kernels.{kernel}")
+        fused = _fused(name, figures, source, f"attention_kernels.{kernel}", fp8=kernel in FP8_ATTENTION_KERNELS)
         if fused is None:
             raise ScenarioError(f"{source}: device {name!r}: attention_kernels.{kernel} is empty; give its figures in "
                                 "flash_attention's format (source, and forward and backward or points)",

@@ -80,14 +80,21 @@ def test_a_device_without_fp8_figures_prices_cudnn_s_and_says_so(tmp_path: Path)
     assert build_workload(s).costs.stages[0].forward_ms == build_workload(bf16).costs.stages[0].forward_ms
 
 
+FP8_KERNEL = "  attention_kernels:\n    cudnn_fp8: "
+
+
 @pytest.mark.parametrize(("extra", "message"), [
-    ("  flash_attention: {source: m, inputs: fp4, forward: 0.5, backward: 0.4}", "inputs is 'fp4'"),
-    ("  flash_attention: {source: m, forward: 1.5, backward: 0.4}", r"<= 1 \(or give points\)"),
-    ("  flash_attention: {source: m, inputs: fp8, forward: 2.5, backward: 0.4}", r"<= 2 \(or give points\)"),
-    ("  flash_attention: {source: m, forward: 0.5, backward: 0.4, window_backward: [[1024, 0.3]]}",
+    (FP8_KERNEL + "{source: m, inputs: fp4, forward: 0.5, backward: 0.4}", "inputs is 'fp4'"),
+    (FP8_KERNEL + "{source: m, forward: 0.5, backward: 0.4}", "inputs: fp8"),
+    (FP8_KERNEL + "{source: m, inputs: fp8, forward: 2.5, backward: 0.4}", r"<= 2 \(or give points\)"),
+    (FP8_KERNEL + "{source: m, inputs: fp8, forward: 0.5, backward: 0.4, window_backward: [[1024, 0.3]]}",
      "window_backward goes with points"),
-    ("  flash_attention: {source: m, points: [[64, 127, 0.07, 0.01]], window_backward: [[2048, 0.3], [1024, 0.2]]}",
-     "the keys increasing"),
+    (FP8_KERNEL + "{source: m, inputs: fp8, points: [[64, 127, 0.07, 0.01]], window_backward: [[2048, 0.3], "
+     "[1024, 0.2]]}", "<= 2] rows, the keys increasing"),
+    ("  flash_attention: {source: m, forward: 1.5, backward: 0.4}", r"<= 1 \(or give points\)"),
+    ("  flash_attention: {source: m, inputs: fp8, forward: 0.5, backward: 0.4}", "only cuDNN's FP8 kernels carry"),
+    ("  attention_kernels:\n    flash2: {source: m, forward: 0.5, backward: 0.4, window_backward: [[1024, 0.3]]}",
+     "only cuDNN's FP8 kernels carry"),
 ])
 def test_bad_fp8_kernel_figures_are_refused_naming_the_key(tmp_path: Path, extra: str, message: str) -> None:
     refused_device_file(tmp_path, extra, message)

@@ -277,3 +277,35 @@ def test_megatron_s_gradient_buckets_are_read_as_megatron_sizes_them(tmp_path: P
     dropped = text.replace(f"--ddp-bucket-size {written}", "")
     assert s.data_parallel * 1_000_000 < 40_000_000 and bucket_mb(dropped) == 80.0  # 40M parameters of 2 bytes
     assert bucket_mb(dropped.replace("--overlap-grad-reduce", "")) == 1e6
+    # without the overlap Megatron takes one bucket; the size ppsim priced is written and read back, and said
+    assert bucket_mb(text.replace("--overlap-grad-reduce", "")) == s.training.bucket_mb
+    data["training"]["overlap_grad_reduce"] = False
+    notes = export(parse_scenario(data), "megatron", "b", "c").notes
+    assert any("Megatron reduces every gradient in one bucket" in n and "training.bucket_mb: 1000000" in n for n in notes)
+    data["training"]["overlap_grad_reduce"] = True
+    (tmp_path / "b.megatron.sh").write_text(text.replace(f"--ddp-bucket-size {written}", "--ddp-bucket-size 100000"))
+    back, _, notes = import_scenario([tmp_path / "b.megatron.sh"], data, s.devices)
+    assert back["training"]["bucket_mb"] == 1.0
+    assert any("--ddp-bucket-size 100000 is 0.2 MB of gradients, priced as 1 MB" in n for n in notes)
+
+
+def test_fp8_attention_without_an_fp8_recipe_is_read_as_16_bit_attention(tmp_path: Path) -> None:
+    """--fp8-dot-product-attention beside an FP4 recipe: ppsim prices FP8 attention under training.fp8
+    only, so the attention stays in 16 bits and a note says so; torchtitan's files never carry it."""
+    data = load(GPT_YAML).model_dump(exclude_none=True)
+    s = parse_scenario(data)
+    text = export(s, "megatron", "f", "c").files[".megatron.sh"]
+    (tmp_path / "f.megatron.sh").write_text(text + " --fp4-format e2m1 --fp4-recipe nvfp4 --fp8-dot-product-attention")
+    back, _, notes = import_scenario([tmp_path / "f.megatron.sh"], data, s.devices)
+    assert back["training"]["fp8_attention"] is False and back["training"]["fp4"] == "nvfp4"
+    assert any("--fp8-dot-product-attention without an FP8 recipe" in n for n in notes)
+
+
+def test_a_torchtitan_import_drops_the_base_s_fp8_attention(tmp_path: Path) -> None:
+    """torchtitan runs the attention in 16 bits: its files read over a base with FP8 attention leave none."""
+    round_trip(GPT_YAML, "torchtitan", tmp_path)
+    files = [p for p in tmp_path.iterdir() if p.suffix != ".csv"]
+    base = load(GPT_YAML).model_dump(exclude_none=True)
+    base["training"].update(fp8="tensorwise", fp8_attention=True, flash_attention=True)
+    back, _, _ = import_scenario(files, base, None)
+    assert "fp8_attention" not in back["training"]

@@ -198,3 +198,18 @@ def test_a_window_s_fp8_backward_is_priced_on_its_whole_causal_triangle() -> Non
         sum(g.flops for g in forward) / (2500e9 * 0.065))
     assert matmul_ms(tuple(band), gb200, "bf16", flash_attention=True, backward=True) == pytest.approx(
         flops / (2500e9 * 0.074))
+
+
+def test_a_window_s_fp8_backward_under_context_parallelism_runs_its_queries_every_key() -> None:
+    """Context parallelism splits the queries, not the keys each sees: a rank's half of the queries
+    runs half the triangle at the same keys, so the ranks' backward adds up to one rank's without it."""
+    gb200 = get_device("gb200")
+
+    def backward_ms(cp: int) -> float:
+        core = block_gemms(8192 // cp, 1, 2880, 64, 8, 2880, head_dim=64, flash_attention=True, window=128,
+                           mlp=False, kv_len=8192)
+        band = tuple(g for g in core.input_grad if g.head_dim)
+        assert all(g.causal_keys == 4096 for g in band)
+        return matmul_ms(band, gb200, "bf16", flash_attention=True, backward=True, kernel="cudnn_mxfp8")
+
+    assert 2 * backward_ms(2) == pytest.approx(backward_ms(1))
