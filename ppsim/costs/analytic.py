@@ -223,19 +223,18 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
         narrowed = bool(narrow) and g.linear and not g.wide
         kind = narrow if narrow and narrowed else dtype
         fused = bool(g.head_dim) and flash_attention
+        flops = g.flops
         whole = whole_window_backward(g, device, kernel, kind, measured=efficiency is None) \
             if fused and backward else None
         if whole is not None:  # the kernel's backward runs the window's whole causal triangle
-            causal = g.causal_keys
-            eff = whole.window_backward_fraction(causal)
+            flops = g.flops * g.causal_keys / g.keys
+            eff = whole.window_backward_fraction(g.causal_keys)
             if efficiency is not None:  # the flat figure, scaled by its speed over the default kernel's
                 default = device.flash_attention
                 base = efficiency(kind) if callable(efficiency) else efficiency
-                speed = eff / default.fraction(g.head_dim, causal, backward=True) if default else 1.0
+                speed = eff / default.fraction(g.head_dim, g.causal_keys, backward=True) if default else 1.0
                 eff = min(whole.ceiling, base * speed)
-            ms += g.flops * causal / g.keys / (device.peak_flops(kind) / 1e3 * eff)
-            continue
-        if efficiency is not None:
+        elif efficiency is not None:
             eff = efficiency(kind) if callable(efficiency) else efficiency
             if fused:  # no kernel above its inputs' peak, whatever the figures' ratio
                 speed = device.kernel_speed(kernel, kind, backward=backward, head_dim=g.head_dim, keys=g.keys)
@@ -247,7 +246,7 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
                                                     kernel=kernel)
         else:
             eff = device.attention_efficiency(g.head_dim, kind)
-        ms += g.flops / (device.peak_flops(kind) / 1e3 * eff * (narrow_speed if narrowed else 1.0))
+        ms += flops / (device.peak_flops(kind) / 1e3 * eff * (narrow_speed if narrowed else 1.0))
     return ms
 
 

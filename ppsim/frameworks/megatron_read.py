@@ -19,7 +19,7 @@ from ppsim.errors import ScenarioError
 from ppsim.frameworks.names import MEGATRON as N
 from ppsim.frameworks.placement import base_devices
 from ppsim.inputs.megatron_layout import blocks_per_stage, check_layout, parse_layout
-from ppsim.inputs.scenario import DTYPE_BYTES
+from ppsim.inputs.scenario import BUCKET_MB, DTYPE_BYTES
 from ppsim.plan import schedules as registry
 
 FIELD = "megatron arguments"
@@ -30,8 +30,8 @@ _SWITCHES = {N[k].name for k in ("sequence_parallel", "distributed_optimizer", "
                                  "first_last_bf16", "fp8_attention")}
 
 
-#: the largest bucket a scenario takes (training.bucket_mb's bound): one bucket of every gradient
-ONE_BUCKET_MB = 1e6
+#: the largest bucket a scenario takes: one bucket of every gradient
+ONE_BUCKET_MB = BUCKET_MB[1]
 
 
 def megatron_bucket_params(data_parallel: int) -> int:
@@ -50,10 +50,10 @@ def _bucket_mb(f: dict[str, list[str]], data_parallel: int, dtype: str, notes: l
         return ONE_BUCKET_MB
     params = given or megatron_bucket_params(data_parallel)
     mb = params * DTYPE_BYTES[dtype] / 1e6
-    held = min(max(mb, 1.0), ONE_BUCKET_MB)
+    held = min(max(mb, BUCKET_MB[0]), BUCKET_MB[1])
     if held != mb:
         notes.append(f"--ddp-bucket-size {params} is {mb:g} MB of gradients, priced as {held:g} MB (training.bucket_mb "
-                     f"takes 1 to {ONE_BUCKET_MB:,.0f})")
+                     f"takes {BUCKET_MB[0]:g} to {BUCKET_MB[1]:,.0f})")
     return held
 
 

@@ -284,6 +284,10 @@ class ModelSpec(_Strict):
         return self.ffn_hidden or 4 * self.hidden
 
 
+#: training.bucket_mb's bounds: the smallest bucket, and the largest (one bucket of every gradient)
+BUCKET_MB = (1.0, 1e6)
+
+
 class TrainingSpec(_Strict):
     global_batch: int | None = Field(default=None, gt=0, le=10**9,
                                      description="sequences per optimizer step, all replicas")
@@ -307,7 +311,8 @@ class TrainingSpec(_Strict):
     #: blocks of each virtual stage whose activations go to host memory (Megatron's --cpu-offloading-num-layers)
     offload_layers: int = Field(default=0, ge=0, le=10_000)
     #: at least 1 MB: every bucket is simulated, and a 175B model's gradients are 350,000 of them
-    bucket_mb: float = Field(default=25.0, ge=1, le=1e6, description="gradient all-reduce bucket, MB (1e6 bytes)")
+    bucket_mb: float = Field(default=25.0, ge=BUCKET_MB[0], le=BUCKET_MB[1],
+                             description="gradient all-reduce bucket, MB (1e6 bytes)")
     sequence_parallel: bool = False  #: Megatron's: layer norms and dropouts split over the tensor-parallel group
     #: Megatron's --tp-comm-overlap: the tensor-parallel collectives run beside the linear layers' GEMMs
     #: (userbuffers; needs sequence_parallel): ppsim.costs.tensor_parallel
