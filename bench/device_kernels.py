@@ -20,6 +20,13 @@ prices, and the shortest a kernel takes. One prepared run for a lent accelerator
    expert), each beside ppsim's flat price of the same work on ``--like``.
 5. **The shortest kernel**: 2,000 tiny additions back to back, eager and replayed from a CUDA
    graph: the GPU's time per kernel, which ppsim does not price (it prices a kernel's work).
+6. **The host's time per launch, each way**: a chain of small bias-free linear layers (their GEMMs
+   far shorter than their launches), the host's time per GEMM forward (one a layer) and in the
+   backward autograd runs (two a layer: the input's and the weight's grads), and one
+   device-to-host round trip (a dropless MoE layer's sync): ppsim prices every launch at the
+   device's one ``launch`` figure, measured forward; Transformer Engine's modules were measured
+   at 4.4x their forward's host time in the backward (its PR 3523, on a GB200), how much of it
+   autograd's own is what this tells.
 
 Each section runs on its own: one that fails prints its error and the others go on. Printed, and
 written to ``DIR/device-kernels.yaml`` with the versions it ran on.
@@ -308,9 +315,53 @@ def shortest_kernel(b: Bench, kernels: int = 2000) -> dict[str, Any]:
     return out
 
 
+def host_launches(b: Bench, layers: int = 200, repeats: int = 20) -> dict[str, Any]:
+    """Section 6: the host's microseconds per GEMM launched forward and by autograd backward, through
+    a chain of ``layers`` small linear layers (each timed unsynchronised, the GPU drained before and
+    after), and per device-to-host round trip; the best of ``repeats``."""
+    import time
+
+    torch = b.torch
+    if b.quick:
+        layers, repeats = 10, 2
+    chain = [b.randn(128, 128).requires_grad_() for _ in range(layers)]
+    x = b.randn(64, 128)
+
+    def sync() -> None:
+        if b.cuda:
+            torch.cuda.synchronize(b.dev)
+
+    forward_s, backward_s, trip_s = [], [], []
+    for _ in range(repeats):
+        for w in chain:
+            w.grad = None
+        sync()
+        t0 = time.perf_counter()
+        y = x
+        for w in chain:
+            y = torch.nn.functional.linear(y, w)
+        t1 = time.perf_counter()
+        loss = y.sum()
+        sync()
+        t2 = time.perf_counter()
+        loss.backward()
+        t3 = time.perf_counter()
+        sync()
+        small = torch.ones(1, device=b.dev)
+        t4 = time.perf_counter()
+        small.add_(1.0).item()
+        trip_s.append(time.perf_counter() - t4)
+        forward_s.append(t1 - t0)
+        backward_s.append(t3 - t2)
+    forward_us, backward_us = 1e6 * min(forward_s) / layers, 1e6 * min(backward_s) / (2 * layers)
+    return {"layers": layers, "forward_us": round(forward_us, 3), "backward_us": round(backward_us, 3),
+            "backward_over_forward": round(backward_us / forward_us, 3), "round_trip_us": round(1e6 * min(trip_s), 3)}
+
+
 SECTIONS: tuple[tuple[str, str], ...] = (("best_matmul", "best matmul"), ("fp8_gemms", "FP8 GEMMs by shape"),
                                          ("beside_copies", "a GEMM beside a copy"), ("moe_layer", "MoE pieces"),
-                                         ("shortest_kernel", "the shortest kernel"))
+                                         ("shortest_kernel", "the shortest kernel"),
+                                         ("host_launches", "the host's time per launch, each way"))
 
 
 def run(like: str, device: str, quick: bool) -> dict[str, Any]:
@@ -331,7 +382,7 @@ def run(like: str, device: str, quick: bool) -> dict[str, Any]:
     work: dict[str, Callable[[], Any]] = {
         "best_matmul": lambda: best_matmul(b, peaks), "fp8_gemms": lambda: fp8_curve(b, peaks.get("fp8", 0.0)),
         "beside_copies": lambda: beside_copies(b), "moe_layer": lambda: moe_layer(b, base),
-        "shortest_kernel": lambda: shortest_kernel(b)}
+        "shortest_kernel": lambda: shortest_kernel(b), "host_launches": lambda: host_launches(b)}
     for key, title in SECTIONS:
         print(f"== {title}", flush=True)
         try:

@@ -47,4 +47,7 @@ def test_on_a_cpu_every_section_runs_small_or_says_why_not(tmp_path) -> None:
         assert set(layer["measured_ms"]) == set(layer["priced_ms"]) == {"router", "permute", "experts"}
         assert all(ms > 0 for ms in layer["measured_ms"].values())
     assert got["shortest_kernel"]["eager_us"] > 0 and "graph_us" not in got["shortest_kernel"]
+    host = got["host_launches"]
+    assert host["layers"] == 10 and host["forward_us"] > 0 and host["backward_us"] > 0 and host["round_trip_us"] > 0
+    assert host["backward_over_forward"] == pytest.approx(host["backward_us"] / host["forward_us"], rel=1e-2)
     assert got["catalogue"]["flat_efficiency"] == {"bf16": 0.55, "fp8": 0.5028}  # 0.685 x 1,453.4 / 1,979
