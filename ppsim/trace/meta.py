@@ -179,6 +179,8 @@ def _conforms(value: object, expected: Any) -> bool:
     origin, args = get_origin(expected), get_args(expected)
     if expected is type(None):
         return value is None
+    if expected is bool:
+        return type(value) is bool
     if expected is int:
         return type(value) is int
     if expected is float:
@@ -205,6 +207,8 @@ def _described(expected: Any) -> str:
     origin, args = get_origin(expected), get_args(expected)
     if expected is type(None):
         return "null"
+    if expected is bool:
+        return "true or false"
     if expected is int:
         return "a whole number"
     if expected is float:

@@ -35,6 +35,14 @@ def test_a_prediction_writes_only_declared_keys_of_their_declared_types(scenario
         assert set(meta["search"]) >= {"chosen", "step_ms", "considered", "simulated", "passes_ms"}
 
 
+def test_an_overlapped_schedule_s_trace_reads_back_through_the_check(tmp_path: Path) -> None:
+    """combined-1f1b interleaves its pairs layer by layer: the meta's flag (a JSON true) is read back."""
+    trace = predict(load_scenario(ROOT / "scenarios" / "gpt-oss-120b.yaml")).trace
+    assert trace.meta["overlap_layerwise"] is True
+    trace.save(tmp_path / "t.json")
+    assert Trace.load(tmp_path / "t.json").meta == _json_round_trip(trace.meta)
+
+
 @pytest.mark.parametrize("path", STORED, ids=[p.name for p in STORED])
 def test_stored_traces_simulated_and_measured_hold_declared_keys(path: Path) -> None:
     trace = Trace.load(path)
@@ -57,6 +65,7 @@ def test_a_chrome_trace_carries_the_meta_back_through_the_same_check(tmp_path: P
     ("memory_static_bytes", [{"weights": 1}], "gradients (a whole number)"),
     ("p2p_ms", {"0": 1.0}, "a list, each item a number"),
     ("forward_calls", {"block": 1.5}, "values are each a whole number"),
+    ("overlap_layerwise", 1, "true or false"),  # a count is no flag
 ])
 def test_a_wrong_value_is_named_with_the_type_it_must_have(key: str, value: Any, says: str) -> None:
     with pytest.raises(TraceError, match=rf"meta\.{key} is .*; it must be .*{says.replace('(', '.').replace(')', '.')}"):
