@@ -643,3 +643,28 @@ def test_a_schedule_is_priced_with_its_own_memory_rules_after_another_of_its_pla
         alone = parse_scenario(apply(base, Candidate(schedule=second, **common)))  # type: ignore[arg-type]
         peak = max(r.peak_memory_bytes or 0.0 for r in summarize(predict(alone).trace).per_rank)
         assert ev.peak_memory_bytes == pytest.approx(peak)
+
+
+def test_one_stage_plans_include_the_schedules_that_overlap() -> None:
+    """On one stage every schedule is gradient accumulation but combined 1F1B, which hides one
+    micro-batch's all-to-alls under another's compute: the search tries it there (one chunk: a
+    single stage has no virtual stages), and keeps the scenario's delayed weight grads only on the
+    plans that still run it with experts over devices."""
+    s, data = _small_mixtral(8, stages=1, chunks=1, schedule="combined-1f1b")
+    data["training"]["delay_wgrad"] = True
+    s = parse_scenario(data)
+    cands = candidates(s, SearchSpace(gpus=8, max_stages=1, schedules=("1f1b", "interleaved-1f1b", "combined-1f1b",
+                                                                        "dualpipev"),
+                                      recompute=("none",), zero=(1,)))
+    assert {(c.schedule, c.chunks) for c in cands} == {("1f1b", 1), ("combined-1f1b", 1)}
+    for c in cands:
+        built = parse_scenario(apply(data, c))  # each a valid scenario: the flag follows the schedule
+        spread = built.expert_parallel * built.expert_tensor > 1
+        assert built.training.delay_wgrad == (c.schedule == "combined-1f1b" and spread)
+    steps = {(c.schedule, c.tensor_parallel, c.expert_parallel, c.micro_batch): evaluate(data, c).step_time_ms
+             for c in cands if c.tensor_parallel == 1 and c.expert_parallel > 1}
+    paired = [plan for (schedule, *plan), ms in steps.items()
+              if schedule == "combined-1f1b" and ms and steps.get(("1f1b", *plan))]
+    assert len(paired) >= 3
+    for plan in paired:  # hiding the all-to-alls never costs time
+        assert steps[("combined-1f1b", *plan)] < steps[("1f1b", *plan)]

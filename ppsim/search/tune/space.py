@@ -109,7 +109,7 @@ def candidates(s: Scenario, space: SearchSpace) -> list[Candidate]:
                     if gb % (b * d):
                         continue
                     mb = gb // (b * d)
-                    for schedule, v in _schedules(p, mb, m.layers, space):
+                    for schedule, v in _schedules(p, mb, m.layers, space, moe=m.moe is not None):
                         for rc in space.recompute:
                             for z in space.zero:
                                 if z and d * cp == 1:
@@ -161,10 +161,18 @@ def _expert_layouts(s: Scenario, stage_devices: int, t: int) -> list[tuple[int, 
     return out
 
 
-def _schedules(p: int, m: int, layers: int, space: SearchSpace) -> list[tuple[str, int]]:
-    """(schedule, chunks) pairs for p stages and m micro-batches; one stage needs no schedule."""
+def _schedules(p: int, m: int, layers: int, space: SearchSpace, *, moe: bool = False) -> list[tuple[str, int]]:
+    """(schedule, chunks) pairs for p stages and m micro-batches. On one stage every schedule is
+    gradient accumulation on one chunk but, for a mixture of experts, those that overlap one
+    micro-batch's forward with another's backward (combined 1F1B: it hides the all-to-alls of the
+    one under the other's compute)."""
+    if p == 1 and not moe:
+        return [(registry.DEFAULT, 1)]
     if p == 1:
-        return [(registry.DEFAULT, 1)]  # gradient accumulation: every schedule is the same
+        return [(registry.DEFAULT, 1)] + [
+            (name, 1) for name in space.schedules
+            if (info := registry.get(name)).overlaps and info.allows_chunks(1, 1) and info.chunks.allows(1)
+            and info.microbatches.nearest(1, m, 1) is None]
     out = []
     for name in space.schedules:
         info = registry.get(name)
@@ -192,6 +200,10 @@ def apply(base: dict[str, Any], c: Candidate) -> dict[str, Any]:
     # what the scenario asks of tensor parallelism and ZeRO, where the candidate still has them
     training["tp_comm_overlap"] = bool(training.get("tp_comm_overlap")) and c.tensor_parallel > 1
     training["overlap_param_gather"] = bool(training.get("overlap_param_gather")) and c.zero_stage >= 1
+    # Megatron's delayed weight grads, where the candidate still runs combined 1F1B's all-to-alls
+    expert_tensor = c.expert_tensor or data.get("expert_tensor_parallel") or 1
+    training["delay_wgrad"] = (bool(training.get("delay_wgrad")) and c.schedule == "combined-1f1b"
+                               and c.expert_parallel * expert_tensor > 1)
     sequence_parallel_for_experts(data, training)
     training.pop("global_batch", None)
     data["training"] = training
