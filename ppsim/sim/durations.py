@@ -67,7 +67,8 @@ def overlapped_ms(costs: CostTable, a: Overlap) -> float:
         serial = f.moe_phases.forward_ms + b.moe_phases.backward_ms(whole)
         paired = paired_block_ms(f.moe_phases, b.moe_phases, costs.overlap_sm_share, whole)
         # what the backward's own delayed weight grads hid is back in the pair, which hides it itself
-        own = b.self_hidden_ms if whole else 0.0
+        # (less the slowdown of the backward's weight grads beside it, charged where it hid it alone)
+        own = b.self_hidden_ms * (1 - costs.overlap_sm_share) if whole else 0.0
         return f.forward_ms + backward + own - pairs * (serial - paired)
     forward_compute = f.forward_ms - min(f.forward_comm_ms, f.forward_ms)
     backward_compute = backward - min(b.backward_comm_ms, backward)

@@ -327,22 +327,26 @@ def test_the_balanced_partition_weighs_each_layer_as_its_kind_costs() -> None:
                                 )).workload.partition == want == [5, 3]
 
 
-def test_delayed_weight_grads_hide_a_backwards_own_dispatches() -> None:
+@pytest.mark.parametrize("comm", [{}, {"moe_dispatcher": "hybridep", "moe_comm_sms": 33}])
+def test_delayed_weight_grads_hide_a_backwards_own_dispatches(comm: dict[str, Any]) -> None:
     """--delay-wgrad-compute: a backward's dispatch gradients (half its all-to-alls) run beside its
-    weight grads: the whole backward is shorter by the smaller of the two; an overlapped pair takes
-    at least all its all-to-alls; the step is never longer."""
+    weight grads: the whole backward is shorter by the smaller of the two (less the share of the SMs
+    the all-to-alls' kernels hold meanwhile, ``comm``); an overlapped pair takes at least all its
+    all-to-alls and no longer than without (it hides them itself); the step is never longer."""
     from ppsim.plan import Action, Kind, Overlap
     from ppsim.prediction import predict
     from ppsim.sim.durations import overlapped_ms
 
     plan = {"stages": 2, "microbatches": 8, "schedule": "combined-1f1b", "chunks": 2}
-    base = scenario(pipeline=plan)
+    base = scenario(pipeline=plan, training=comm)
     plain = build(parse_scenario(base)).workload.costs
-    delayed = build(parse_scenario(scenario(pipeline=plan, training={"delay_wgrad": True}))).workload.costs
+    delayed = build(parse_scenario(scenario(pipeline=plan, training={"delay_wgrad": True, **comm}))).workload.costs
+    share = plain.overlap_sm_share
+    assert (share > 0) == bool(comm)
     for a, b in zip(plain.stages, delayed.stages, strict=True):
         own = min(a.backward_overlap_ms / 2, a.weight_grad_ms)
         assert own > 0 and b.self_hidden_ms == pytest.approx(own)
-        assert b.backward_ms == pytest.approx(a.backward_ms - own)
+        assert b.backward_ms == pytest.approx(a.backward_ms - own * (1 - share))
         assert b.backward_overlap_ms + b.self_hidden_ms == pytest.approx(a.backward_overlap_ms)
         assert b.forward_ms == a.forward_ms and b.weight_grad_ms == a.weight_grad_ms
     pair = Overlap.of(Action(1, Kind.F, 0), Action(1, Kind.B, 1))
@@ -350,7 +354,7 @@ def test_delayed_weight_grads_hide_a_backwards_own_dispatches() -> None:
     assert overlapped_ms(delayed, pair) >= c.forward_overlap_ms + c.backward_overlap_ms + c.self_hidden_ms
     assert overlapped_ms(delayed, pair) <= overlapped_ms(plain, pair)
     slow = predict(parse_scenario(base)).trace
-    fast = predict(parse_scenario(scenario(pipeline=plan, training={"delay_wgrad": True}))).trace
+    fast = predict(parse_scenario(scenario(pipeline=plan, training={"delay_wgrad": True, **comm}))).trace
     from ppsim.trace.metrics import step_time_ms
 
     assert step_time_ms(fast) <= step_time_ms(slow)
