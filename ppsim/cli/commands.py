@@ -528,6 +528,7 @@ def import_(
 ) -> None:
     """Read a framework's configuration into a ppsim scenario, for `ppsim run` to predict."""
     from ppsim import outputs
+    from ppsim.costs import build_workload
     from ppsim.formats import IMPORTED_SCENARIO_MARKER
     from ppsim.frameworks.importing import import_scenario, scenario_yaml
     from ppsim.inputs.scenario import load, parse_scenario
@@ -539,7 +540,8 @@ def import_(
         if base is None:
             notes.append("no --base: the device is ppsim's default; give --base SCENARIO for yours and its cluster")
         data.pop("deepspeed", None)
-        parse_scenario(data, source=f"the scenario imported from {files[0].name}")  # checked before it is written
+        imported = parse_scenario(data, source=f"the scenario imported from {files[0].name}")
+        build_workload(imported)  # checked before it is written: the device's rules too, as ppsim run checks them
         command = shlex.join(["ppsim", "import", *map(str, files)] + [
             x for opt, value in (("--base", base), ("--gpus", gpus)) if value is not None for x in (opt, str(value))])
         text = f"{IMPORTED_SCENARIO_MARKER} from {framework}'s configuration: {command}\n" + scenario_yaml(data)

@@ -83,10 +83,19 @@ def megatron_args(s: Scenario, stages: list[StageLayers], refuse: Refusals, note
         put("overlap_param_gather")
     if tr.tp_comm_overlap:
         put("tp_comm_overlap")
-    if pipelined and info.overlaps:  # the combined 1F1B: Megatron's all-to-all overlap
-        put("moe_overlap")
+    if info.overlaps and (pipelined or info.native_name(registry.MEGATRON) is not None):
+        put("moe_overlap")  # the combined 1F1B, Megatron's all-to-all overlap, on one stage too
     if tr.delay_wgrad:
         put("delay_wgrad")
+    if tr.cuda_graphs == ["full_iteration"]:
+        put("cuda_graph_impl", "full_iteration")
+    elif tr.cuda_graphs:
+        put("cuda_graph_impl", "transformer_engine")
+        put("cuda_graph_modules", *tr.cuda_graphs)
+    if tr.moe_router_fusion:
+        put("router_fusion")
+    if tr.fused_grouped_mlp:
+        put("op_fuser")
     if tr.offload_layers:
         refuse.add("ppsim's activation offloading is not Megatron's: export with training.offload_layers: 0")
     _precision(s, put)

@@ -13,21 +13,23 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any
+from typing import Any, get_args
 
 from ppsim.errors import ScenarioError
 from ppsim.frameworks.names import MEGATRON as N
 from ppsim.frameworks.placement import base_devices
+from ppsim.inputs.choices import CudaGraphScope
 from ppsim.inputs.megatron_layout import blocks_per_stage, check_layout, parse_layout
 from ppsim.inputs.scenario import BUCKET_MB, DTYPE_BYTES
 from ppsim.plan import schedules as registry
 
 FIELD = "megatron arguments"
+UNREAD_SHOWN = 12  #: the flags a note names of those the import does not read
 #: flags that take no value (the rest take one, or several: --recompute-modules, --hierarchical-...)
 _SWITCHES = {N[k].name for k in ("sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
                                  "overlap_param_gather", "tp_comm_overlap", "moe_overlap", "delay_wgrad",
                                  "fp8_param_gather", "gqa", "swiglu", "untie", "bf16", "fp16", "grouped_gemm", "mla",
-                                 "first_last_bf16", "fp8_attention")}
+                                 "first_last_bf16", "fp8_attention", "router_fusion", "op_fuser")}
 
 
 #: the largest bucket a scenario takes: one bucket of every gradient
@@ -135,8 +137,41 @@ def scenario_mapping(f: dict[str, list[str]], base: dict[str, Any], gpus: int | 
     pipeline["microbatches"] = gb // (mb * d)
     _layout(f, model, p, pipeline, notes)
     _training(f, training, notes)
+    _graphs_and_fusions(f, model, training, notes)
+    unread = sorted(set(f) - {n.name for n in N.values()})
+    if unread:
+        more = len(unread) - UNREAD_SHOWN
+        shown = ", ".join(unread[:UNREAD_SHOWN]) + (f" and {more} more" if more > 0 else "")
+        notes.append(f"not read (ppsim's plan does not depend on them, or it does not model them): {shown}")
     data["training"], data["pipeline"] = training, pipeline
     return data
+
+
+def _graphs_and_fusions(f: dict[str, list[str]], model: dict[str, Any], tr: dict[str, Any], notes: list[str]) -> None:
+    """What the host launches one by one: the CUDA graphs' implementation and scopes, the router's
+    fusion, Transformer Engine's fused grouped MLP (Megatron's defaults: none of them)."""
+    impl = (f.get(N["cuda_graph_impl"].name) or ["none"])[0]
+    modules = f.get(N["cuda_graph_modules"].name) or f.get(N["cuda_graph_scope"].name) or []
+    moe, hybrid = "moe" in model, "M" in str(model.get("pattern") or "")
+    graphs: list[str] = []
+    if impl == "full_iteration" or "full_iteration" in modules:
+        graphs = ["full_iteration"]
+    elif impl in ("local", "transformer_engine"):
+        graphs = [m for m in modules if m != "full"]  # "full": the deprecated name of the whole layer
+        if not graphs:
+            graphs = ["attn", *(["moe_router", "moe_preprocess"] if moe else ["mlp"]), *(["mamba"] if hybrid else [])]
+            notes.append(f"--cuda-graph-impl {impl} without --cuda-graph-modules graphs whole layers: read as "
+                         f"{', '.join(graphs)} (a dropless MoE layer's experts are launched one by one)")
+        unknown = sorted(set(graphs) - set(get_args(CudaGraphScope)))
+        if unknown:
+            raise ScenarioError(f"--cuda-graph-modules {' '.join(unknown)}: ppsim knows "
+                                f"{', '.join(get_args(CudaGraphScope)[:-1])}", field=FIELD)
+    elif impl != "none":
+        raise ScenarioError(f"--cuda-graph-impl {impl}: Megatron's are none, local, transformer_engine and "
+                            "full_iteration", field=FIELD)
+    tr["cuda_graphs"] = graphs
+    tr["moe_router_fusion"] = N["router_fusion"].name in f and moe
+    tr["fused_grouped_mlp"] = N["op_fuser"].name in f and N["grouped_gemm"].name in f and moe
 
 
 def _layout(f: dict[str, list[str]], model: dict[str, Any], p: int, pipeline: dict[str, Any], notes: list[str]) -> None:
@@ -174,6 +209,8 @@ def _layout(f: dict[str, list[str]], model: dict[str, Any], p: int, pipeline: di
         kinds = [info for info in registry.native(registry.MEGATRON) if info.overlaps == overlap]
         fits = [info for info in kinds if info.allows_chunks(p, chunks)]
         pipeline["schedule"] = (fits or kinds)[0].name  # none that fits: the scenario's checks say why
+    else:  # one stage without the overlap: plain gradient accumulation, whatever the base's schedule
+        pipeline["schedule"] = registry.DEFAULT
 
 
 def _training(f: dict[str, list[str]], tr: dict[str, Any], notes: list[str]) -> None:
@@ -204,6 +241,8 @@ def _training(f: dict[str, list[str]], tr: dict[str, Any], notes: list[str]) -> 
         tr["cp_comm"] = comm[0].replace("allgather", "all_gather")
         if tr["cp_comm"] == "a2a+p2p" and (sizes := f.get(N["cp_hierarchy"].name)):
             tr["cp_a2a_size"] = int(sizes[0])
+    # Megatron trains in 16 bits unless told otherwise: no FP8 or FP4 flag is no FP8 or FP4, whatever the base's
+    tr["fp8"] = tr["fp4"] = None
     if (recipe := f.get(N["fp8_recipe"].name)) is not None or N["fp8_format"].name in f:
         tr["fp8"] = (recipe or ["delayed"])[0]  # Megatron's default recipe
     if N["fp4_format"].name in f:

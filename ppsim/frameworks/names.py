@@ -26,6 +26,8 @@ _MEGATRON_ARGS = "Megatron-LM core 0.20.0, megatron/training/arguments.py (d96d7
 _MEGATRON_LAYOUT = "Megatron-LM core 0.20.0, megatron/core/transformer/pipeline_parallel_layer_layout.py (d98e8a64)"
 _MEGATRON_CONFIG = ("Megatron-LM core 0.20.0, TransformerConfig.flash_attention_version (d98e8a64), an argument "
                     "through megatron/training/arguments.py's ArgumentGroupFactory")
+_MEGATRON_CONFIG_FLAG = ("Megatron-LM core 0.20.0, a TransformerConfig field (d98e8a64) as a switch through "
+                         "megatron/training/arguments.py's ArgumentGroupFactory")
 _MEGATRON_TE = "Megatron-LM core 0.20.0, TransformerConfig.cp_comm_type (d98e8a64): Transformer Engine's spelling"
 
 #: Megatron-LM's command-line arguments (pretrain_gpt.py)
@@ -107,6 +109,16 @@ MEGATRON: dict[str, Name] = _table(
      _MEGATRON_ARGS),
     ("router_group_topk", "--moe-router-group-topk", "model.moe.node_limit", _MEGATRON_ARGS),
     ("grouped_gemm", "--moe-grouped-gemm", "the experts' grouped GEMMs ppsim prices", _MEGATRON_ARGS),
+    ("router_fusion", "--moe-router-fusion", "training.moe_router_fusion", _MEGATRON_CONFIG_FLAG),
+    ("op_fuser", "--use-transformer-engine-op-fuser",
+     "training.fused_grouped_mlp (with --moe-grouped-gemm: Transformer Engine's fused grouped MLP)",
+     _MEGATRON_CONFIG_FLAG),
+    ("cuda_graph_impl", "--cuda-graph-impl",
+     "training.cuda_graphs: none, local or transformer_engine (per-layer graphs), full_iteration", _MEGATRON_ARGS),
+    ("cuda_graph_modules", "--cuda-graph-modules", "training.cuda_graphs' scopes (none: the whole layer)",
+     _MEGATRON_ARGS),
+    ("cuda_graph_scope", "--cuda-graph-scope", "training.cuda_graphs' scopes (--cuda-graph-modules' older name)",
+     _MEGATRON_ARGS),
     ("mtp_layers", "--mtp-num-layers", "model.mtp_layers", _MEGATRON_ARGS),
     ("mla", "--multi-latent-attention", "model.mla", _MEGATRON_ARGS),
     ("q_lora_rank", "--q-lora-rank", "model.mla.q_lora_rank", _MEGATRON_ARGS),
@@ -143,7 +155,8 @@ TORCHTITAN: dict[str, Name] = _table(
     ("converters", "model.converters", "training.fp8: the float8 or MX linear layers", _TITAN),
     ("float8_recipe", "quantize.linear.float8.recipe_name", "training.fp8: tensorwise", _TITAN),
     ("mx_recipe", "quantize.linear.mx.recipe_name", "training.fp8: mxfp8", _TITAN),
-    ("model_name", "model.name", "the model family torchtitan builds (llama3's module names)", _TITAN),
+    ("model_name", "model.name",
+     "the model family torchtitan builds (llama3, or with experts deepseek_v3 or qwen3: their module names)", _TITAN),
 )
 
 _DS_CONFIG = "DeepSpeed 0.19.6 (edaa7221), deepspeed/runtime/constants.py and config.py"

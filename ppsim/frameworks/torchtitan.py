@@ -39,13 +39,16 @@ def torchtitan_config(s: Scenario, plan: Plan, stages: list[StageLayers], csv_na
         section, name = N[key].name.rsplit(".", 1)
         out.setdefault(section, {})[name] = value
 
-    put("model_name", "llama3")
-    notes.append("model.name llama3: torchtitan builds the model from its name and flavor; choose (or add) the "
+    # torchtitan's families: llama3 (dense), deepseek_v3 (latent attention and experts), qwen3 (with experts)
+    family = "llama3" if model.moe is None else "deepseek_v3" if model.mla is not None else "qwen3"
+    put("model_name", family)
+    notes.append(f"model.name {family}: torchtitan builds the model from its name and flavor; choose (or add) the "
                  f"flavor of this shape ({model.layers} layers, hidden {model.hidden}, {model.heads} heads, "
-                 f"{model.kv} KV heads, MLP {model.ffn}, vocabulary {model.vocab}); the stages' module names are "
-                 "llama3's")
+                 f"{model.kv} KV heads, MLP {model.ffn}, vocabulary {model.vocab}"
+                 + (f", {model.moe.experts} experts of {model.moe.ffn_hidden}, {model.moe.top_k} a token"
+                    if model.moe else "") + f"); the stages' module names are {family}'s")
     if model.positions != "rope" or model.mlp != "swiglu":
-        notes.append("torchtitan's llama3 has rotary positions and SwiGLU MLPs, this model "
+        notes.append(f"torchtitan's {family} has rotary positions and SwiGLU MLPs, this model "
                      f"{'learned positions' if model.positions != 'rope' else 'rotary positions'} and "
                      f"{model.mlp.upper() if model.mlp == 'gelu' else 'SwiGLU'} MLPs: the plan and the schedule "
                      "hold for the model you bring, whose modules must carry these names")
@@ -61,6 +64,12 @@ def torchtitan_config(s: Scenario, plan: Plan, stages: list[StageLayers], csv_na
         refuse.add("torchtitan's TOML has no FP4 training: export without training.fp4")
     if tr.fp8_attention:
         refuse.add("torchtitan's TOML runs the attention in 16 bits: export without training.fp8_attention")
+    for on, what, fix in ((tr.cuda_graphs, "CUDA graphs", "training.cuda_graphs: []"),
+                          (tr.moe_router_fusion, "Megatron's fused router", "training.moe_router_fusion: false"),
+                          (tr.fused_grouped_mlp, "Transformer Engine's fused grouped MLP",
+                           "training.fused_grouped_mlp: false")):
+        if on:
+            refuse.add(f"torchtitan's TOML has no {what}, which ppsim priced: export with {fix}")
     if tr.high_precision_first_layers or tr.high_precision_last_layers:
         refuse.add("torchtitan's TOML keeps no layers out of FP8 by their place: export without "
                    "training.high_precision_first_layers / high_precision_last_layers")
@@ -115,6 +124,16 @@ def torchtitan_config(s: Scenario, plan: Plan, stages: list[StageLayers], csv_na
             refuse.add(f"torchtitan splits experts over 1 or t devices, not {etp}: export with expert_tensor_parallel "
                        f"1 or {s.tensor_parallel}")
         put("expert_tensor", etp)
+        # torchtitan's experts borrow their ranks from the sharded data parallelism and context
+        # parallelism (and tensor parallelism where each expert is whole): ParallelDims' rule
+        borrowed = (d if sharded else 1) * s.context_parallel * (s.tensor_parallel if etp == 1 else 1)
+        within = s.context_parallel * (s.tensor_parallel if etp == 1 else 1)
+        if s.expert_parallel > 1 and (borrowed % s.expert_parallel or s.expert_parallel % within):
+            refuse.add(f"torchtitan's expert parallelism ({s.expert_parallel}) takes its ranks from the sharded data "
+                       f"parallelism, context parallelism{' and tensor parallelism' if etp == 1 else ''} "
+                       f"({borrowed} here), which it must divide and be a multiple of {within}: export with "
+                       + ("--zero-stage 3 (FSDP's sharded data parallelism)" if not sharded else
+                          "expert_parallel a divisor of that"))
     _checkpointing(s, put, refuse, notes)
     if model.pattern is not None:
         refuse.add("torchtitan has no hybrid Mamba model: export a GPT-style model")

@@ -352,3 +352,34 @@ def test_torchtitan_and_deepspeed_refuse_a_multi_token_prediction_module_by_name
         with pytest.raises(CannotExport) as err:
             export(s, framework, "x", "c")
         assert any("model.mtp_layers" in r for r in err.value.reasons), framework
+
+
+@pytest.mark.parametrize(("zero", "ep", "refused"), [(0, 16, True), (3, 16, False), (0, 1, False)])
+def test_torchtitan_s_experts_borrow_sharded_data_parallel_ranks(zero: int, ep: int, refused: bool) -> None:
+    """torchtitan's ParallelDims: EP of whole experts takes its ranks from FSDP's shards, cp and tp
+    (ep | dp_shard x cp x tp): replicated data parallelism lends none, so EP 16 needs ZeRO-3; the
+    model is named as torchtitan's family with experts (qwen3: no latent attention)."""
+    data = load(SCENARIOS / "qwen3-30b-a3b.yaml").model_dump(exclude_none=True)
+    data["training"].update(zero_stage=zero, moe_dispatcher="alltoall", low_precision_params=False,
+                            overlap_param_gather=False)
+    data["expert_parallel"] = ep
+    s = parse_scenario(data)
+    if refused:
+        with pytest.raises(CannotExport, match=r"takes its ranks from the sharded data parallelism.*--zero-stage 3"):
+            export(s, "torchtitan", "q", "c")
+        return
+    result = export(s, "torchtitan", "q", "c")
+    toml = tomllib.loads(result.files[".torchtitan.toml"])
+    assert toml["model"]["name"] == "qwen3" and any("model.name qwen3" in n and "128 experts" in n for n in result.notes)
+
+
+def test_torchtitan_refuses_the_host_s_graphs_and_fusions_ppsim_priced_by_name() -> None:
+    data = load(SCENARIOS / "qwen3-30b-a3b.yaml").model_dump(exclude_none=True)
+    data["training"].update(zero_stage=3, moe_dispatcher="alltoall", low_precision_params=False,
+                            overlap_param_gather=False, cuda_graphs=["attn"], moe_router_fusion=True,
+                            fused_grouped_mlp=True)
+    with pytest.raises(CannotExport) as err:
+        export(parse_scenario(data), "torchtitan", "q", "c")
+    text = " ".join(err.value.reasons)
+    for fix in ("training.cuda_graphs: []", "training.moe_router_fusion: false", "training.fused_grouped_mlp: false"):
+        assert fix in text

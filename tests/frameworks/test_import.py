@@ -309,3 +309,85 @@ def test_a_torchtitan_import_drops_the_base_s_fp8_attention(tmp_path: Path) -> N
     base["training"].update(fp8="tensorwise", fp8_attention=True, flash_attention=True)
     back, _, _ = import_scenario(files, base, None)
     assert "fp8_attention" not in back["training"]
+
+
+def _qwen(**training: object) -> dict:
+    data = load(SCENARIOS / "qwen3-30b-a3b.yaml").model_dump(exclude_none=True)
+    data["training"].update(training)
+    return data
+
+
+def test_a_one_stage_combined_1f1b_goes_to_megatron_and_back(tmp_path: Path) -> None:
+    """On one stage Megatron runs the combined 1F1B where --overlap-moe-expert-parallel-comm says so
+    (with delayed weight grads); read back over a base of plain 1F1B, the same plan and step."""
+    data = _qwen(delay_wgrad=True)
+    data["pipeline"].update(schedule="combined-1f1b", chunks=1)
+    s = parse_scenario(data)
+    text = export(s, "megatron", "q", "c").files[".megatron.sh"]
+    words = argument_tokens(text)
+    assert "--overlap-moe-expert-parallel-comm" in words and "--delay-wgrad-compute" in words
+    (tmp_path / "q.megatron.sh").write_text(text)
+    base = _qwen()  # pipeline.schedule: 1f1b
+    back, _, _ = import_scenario([tmp_path / "q.megatron.sh"], base, s.devices)
+    assert back["pipeline"]["schedule"] == "combined-1f1b" and back["training"]["delay_wgrad"] is True
+    assert step_time_ms(predict(parse_scenario(back)).trace) == pytest.approx(step_time_ms(predict(s).trace), rel=1e-9)
+    # the same arguments without the overlap over a combined-1f1b base: one stage of plain accumulation
+    (tmp_path / "p.megatron.sh").write_text(text.replace("--overlap-moe-expert-parallel-comm", "")
+                                            .replace("--delay-wgrad-compute", ""))
+    back, _, _ = import_scenario([tmp_path / "p.megatron.sh"], data, s.devices)
+    assert back["pipeline"]["schedule"] == "1f1b" and back["training"]["delay_wgrad"] is False
+
+
+@pytest.mark.parametrize("graphs", [[], ["full_iteration"], ["attn", "moe_router", "moe_preprocess"]])
+def test_the_host_s_launches_go_to_megatron_and_back(graphs: list[str], tmp_path: Path) -> None:
+    """CUDA graphs (--cuda-graph-impl and --cuda-graph-modules), the router's fusion and Transformer
+    Engine's fused grouped MLP (--use-transformer-engine-op-fuser beside --moe-grouped-gemm) leave
+    and come back as they were, whatever the base said; each moves the step where the host binds."""
+    s = parse_scenario(_qwen(cuda_graphs=graphs, moe_router_fusion=True, fused_grouped_mlp=True))
+    text = export(s, "megatron", "q", "c").files[".megatron.sh"]
+    words = argument_tokens(text)
+    assert "--moe-router-fusion" in words and "--use-transformer-engine-op-fuser" in words
+    impl = words[words.index("--cuda-graph-impl") + 1] if graphs else None
+    assert impl == {0: None, 1: "full_iteration", 3: "transformer_engine"}[len(graphs)]
+    (tmp_path / "q.megatron.sh").write_text(text)
+    base = _qwen(cuda_graphs=["attn"], moe_router_fusion=False, fused_grouped_mlp=False)
+    back, _, notes = import_scenario([tmp_path / "q.megatron.sh"], base, s.devices)
+    got = back["training"]
+    assert (got["cuda_graphs"], got["moe_router_fusion"], got["fused_grouped_mlp"]) == (graphs, True, True)
+    assert step_time_ms(predict(parse_scenario(back)).trace) == pytest.approx(step_time_ms(predict(s).trace), rel=1e-9)
+
+
+def test_megatron_s_defaults_are_read_where_its_arguments_are_silent(tmp_path: Path) -> None:
+    """No FP8 flag is 16-bit training and no graphs or fusions, over a base that had them; whole-layer
+    graphs (no modules named) are read as what a dropless MoE layer can capture; flags ppsim does
+    not read are named in one note."""
+    s = parse_scenario(_qwen(fp8=None, low_precision_params=False))
+    text = export(s, "megatron", "q", "c").files[".megatron.sh"]
+    (tmp_path / "q.megatron.sh").write_text(text)
+    base = _qwen(cuda_graphs=["full_iteration"], moe_router_fusion=True)  # fp8: tensorwise
+    back, _, notes = import_scenario([tmp_path / "q.megatron.sh"], base, s.devices)
+    got = back["training"]
+    assert got["fp8"] is None and got["cuda_graphs"] == [] and got["moe_router_fusion"] is False
+    assert not any(n.startswith("not read") for n in notes)
+    (tmp_path / "w.megatron.sh").write_text(text.replace("--bf16", "--bf16 --cuda-graph-impl local --lr 3e-4 "
+                                                                   "--train-iters 10"))
+    back, _, notes = import_scenario([tmp_path / "w.megatron.sh"], base, s.devices)
+    assert back["training"]["cuda_graphs"] == ["attn", "moe_router", "moe_preprocess"]
+    assert any("graphs whole layers: read as attn, moe_router, moe_preprocess" in n for n in notes)
+    assert any(n.startswith("not read") and n.endswith("--lr, --train-iters") for n in notes)
+    (tmp_path / "x.megatron.sh").write_text(text.replace("--bf16", "--bf16 --cuda-graph-impl transformer_engine "
+                                                                   "--cuda-graph-modules attn router"))
+    with pytest.raises(ScenarioError, match="--cuda-graph-modules router: ppsim knows attn, mlp, moe, moe_router"):
+        import_scenario([tmp_path / "x.megatron.sh"], base, s.devices)
+
+
+def test_an_import_the_device_cannot_run_is_refused_before_it_is_written(tmp_path: Path) -> None:
+    """MXFP8 on the H100 base: refused as ppsim run refuses it (exit 1, the key named), nothing written."""
+    qwen = SCENARIOS / "qwen3-30b-a3b.yaml"
+    assert invoke(app, "export", qwen, "--to", "megatron", "--out", tmp_path).exit_code == 0
+    args = tmp_path / "qwen3-30b-a3b.megatron.sh"
+    args.write_text(args.read_text().replace("--fp8-recipe tensorwise", "--fp8-recipe mxfp8"))
+    out = tmp_path / "back.yaml"
+    refused = invoke(app, "import", args, "--base", qwen, "--write", out)
+    assert refused.exit_code == 1 and "training.fp8" in refused.output and "Blackwell" in refused.output
+    assert "Traceback" not in refused.output and not out.exists()
