@@ -13,7 +13,8 @@ class PpsimError(Exception):
         self.message = message
         self.field = field
         self.detail = detail
-        super().__init__(f"{field}: {message}" if field else message)
+        # a message that opens with its field (as a sentence of it) is not prefixed with it again
+        super().__init__(f"{field}: {message}" if field and not message.startswith(field) else message)
 
 
 class ScenarioError(PpsimError):

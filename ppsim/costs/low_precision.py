@@ -137,7 +137,7 @@ def check_low_precision(fp8: str | None, fp4: str | None, *, device_name: str, p
         raise ScenarioError(f"{key} needs a device with {peak.upper()} Tensor Cores; {device_name} has none: choose "
                             f"another hardware.device or drop {key}", field=key)
     if recipe in MX_RECIPES and not mx_formats:
-        raise ScenarioError(f"{key}: {recipe} needs Blackwell's MX formats; {device_name} has none: use a Blackwell "
+        raise ScenarioError(f"{recipe} needs Blackwell's MX formats; {device_name} has none: use a Blackwell "
                             "device (b200, b300, gb200, gb300)" + (", or tensorwise, delayed or blockwise" if not fp4
                                                                    else ""), field=key)
     if dtype not in ("bf16", "fp16"):

@@ -782,6 +782,10 @@ def _check_tensor_parallel(s: Scenario) -> None:
         raise ScenarioError(f"training.cp_a2a_size sizes the all-to-all groups of cp_comm a2a+p2p; cp_comm is "
                             f"{s.training.cp_comm}: drop it or set cp_comm: a2a+p2p", field="training.cp_a2a_size")
     a2a = {"a2a": cp, "a2a+p2p": s.training.cp_a2a_size or 0}.get(s.training.cp_comm, 1)
+    if s.training.cp_comm == "a2a+p2p" and cp < 4:
+        raise ScenarioError(f"a2a+p2p runs all-to-alls inside groups and a ring between them, at least two of two: "
+                            f"it needs context_parallel of 4 or more (here {cp}); use a2a or p2p",
+                            field="training.cp_comm")
     if s.training.cp_comm == "a2a+p2p" and not (a2a and cp % a2a == 0 and 1 < a2a < cp):
         raise ScenarioError(
             f"training.cp_comm: a2a+p2p needs training.cp_a2a_size, the all-to-all groups' size: a divisor of "

@@ -264,6 +264,13 @@ def test_the_hierarchical_groups_are_checked_naming_the_key(training: dict[str, 
     assert err.value.field == "training.cp_a2a_size"
 
 
+def test_the_hierarchical_exchange_on_two_ranks_asks_for_more_ranks() -> None:
+    """Two ranks hold no two groups of two: the key to change is cp_comm, and the message says so."""
+    with pytest.raises(ScenarioError, match="needs context_parallel of 4 or more .here 2.; use a2a or p2p") as err:
+        parse_scenario(scenario(2, training={"cp_comm": "a2a+p2p", "cp_a2a_size": 2}))
+    assert err.value.field == "training.cp_comm"
+
+
 def test_a_scenario_with_the_hierarchical_exchange_prices_it() -> None:
     ring = build(parse_scenario(scenario(4))).workload.costs.stages[0]
     both = build(parse_scenario(scenario(4, training={"cp_comm": "a2a+p2p", "cp_a2a_size": 2}))).workload.costs.stages[0]

@@ -107,7 +107,7 @@ def test_a_plan_bigger_than_the_cluster_is_one_clear_error() -> None:
 def test_links_are_given_in_one_place() -> None:
     data = _scenario().model_dump(exclude_none=True)
     data["hardware"]["link"] = {"bandwidth_gb_s": 10}
-    with pytest.raises(ScenarioError, match="hardware.link: hardware.link and a cluster section both set links"):
+    with pytest.raises(ScenarioError, match="^hardware.link and a cluster section both set links"):
         parse_scenario(data)
 
 

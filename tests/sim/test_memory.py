@@ -160,7 +160,7 @@ def test_tensor_parallel_splits_compute_and_memory_and_adds_all_reduces() -> Non
 def test_tensor_parallel_must_divide_the_heads() -> None:
     data = small_gpt().model_dump(exclude_none=True)
     data["tensor_parallel"] = 3
-    with pytest.raises(ScenarioError, match=r"tensor_parallel: tensor_parallel \(3\) must divide model.heads \(40\)"):
+    with pytest.raises(ScenarioError, match=r"^tensor_parallel \(3\) must divide model.heads \(40\)"):
         parse_scenario(data)
 
 

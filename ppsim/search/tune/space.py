@@ -201,7 +201,7 @@ def apply(base: dict[str, Any], c: Candidate) -> dict[str, Any]:
     training["tp_comm_overlap"] = bool(training.get("tp_comm_overlap")) and c.tensor_parallel > 1
     training["overlap_param_gather"] = bool(training.get("overlap_param_gather")) and c.zero_stage >= 1
     # Megatron's delayed weight grads, where the candidate still runs combined 1F1B's all-to-alls
-    expert_tensor = c.expert_tensor or data.get("expert_tensor_parallel") or 1
+    expert_tensor: int = c.expert_tensor or base.get("expert_tensor_parallel") or 1
     training["delay_wgrad"] = (bool(training.get("delay_wgrad")) and c.schedule == "combined-1f1b"
                                and c.expert_parallel * expert_tensor > 1)
     sequence_parallel_for_experts(data, training)
