@@ -5,6 +5,7 @@ This is the only module that reads scenario files. Every error names the key and
 
 from __future__ import annotations
 
+import difflib
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
@@ -594,8 +595,12 @@ def _explain(exc: ValidationError, source: str) -> ScenarioError:
     kind = err["type"]
     if kind == "extra_forbidden":
         parent_cls = _model_at(err["loc"][:-1])
-        known = ", ".join(parent_cls.model_fields) if parent_cls else ""
-        msg = f"unknown key in {source}; remove it or use one of: {known}"
+        names = list(parent_cls.model_fields) if parent_cls else []
+        near = difflib.get_close_matches(str(err["loc"][-1]), names, n=1)
+        msg = (f"unknown key in {source}; " + (f"did you mean {near[0]}? " if near else "")
+               + f"remove it or use one of: {', '.join(names)}")
+    elif kind in ("model_type", "dict_type"):  # a section given as something else than a mapping
+        msg = f"must be a section of keys (a mapping), got {err.get('input')!r} in {source}"
     elif kind == "missing":
         msg = f"is required in {source}; add it"
     else:
@@ -858,14 +863,17 @@ def _check_experts(s: Scenario) -> None:
         return
     model, moe = s.model, s.model.moe
     stage = s.tensor_parallel * s.weight_replicas
+    # the expert-parallel sizes that would do, with this expert tensor parallelism
+    fits = [n for n in range(1, stage // etp + 1) if not (stage // etp) % n and not moe.experts % n and stage % etp == 0]
+    choices = f"; with expert_tensor_parallel {etp}: expert_parallel {', '.join(map(str, fits))}" if fits else ""
     if stage % (ep * etp):
         raise ScenarioError(
             f"expert_parallel x expert_tensor_parallel ({ep} x {etp}) must divide the devices of a stage, tensor x "
             f"context x data parallel ({s.tensor_parallel} x {s.context_parallel} x {s.data_parallel} = {stage}): "
-            "Megatron folds the expert groups into them", field="expert_parallel")
+            f"Megatron folds the expert groups into them{choices}", field="expert_parallel")
     if moe.experts % ep:
         raise ScenarioError(f"expert_parallel ({ep}) must divide model.moe.experts ({moe.experts}): each device "
-                            "holds experts / expert_parallel of them", field="expert_parallel")
+                            f"holds experts / expert_parallel of them{choices}", field="expert_parallel")
     for key, width in (("ffn_hidden", moe.ffn_hidden), ("shared_ffn_hidden", moe.shared_ffn)):
         if width % etp:
             raise ScenarioError(f"expert_tensor_parallel ({etp}) must divide model.moe.{key} ({width})",

@@ -136,8 +136,10 @@ def test_dualpipev_hides_the_all_to_alls_behind_the_other_micro_batch() -> None:
 
 
 @pytest.mark.parametrize("over, field, says", [
-    ({"expert_parallel": 3}, "expert_parallel", "must divide the devices of a stage"),
-    ({"expert_parallel": 16, "data_parallel": 16}, "expert_parallel", "must divide model.moe.experts"),
+    ({"expert_parallel": 3}, "expert_parallel",
+     "must divide the devices of a stage.*; with expert_tensor_parallel 1: expert_parallel 1, 2, 4, 8$"),
+    ({"expert_parallel": 16, "data_parallel": 16}, "expert_parallel",
+     "must divide model.moe.experts .8.*; with expert_tensor_parallel 1: expert_parallel 1, 2, 4, 8$"),
     ({"tensor_parallel": 2, "data_parallel": 4, "expert_parallel": 4}, "training.sequence_parallel",
      "needs training.sequence_parallel"),
     ({"expert_parallel": 4, "expert_tensor_parallel": 2,

@@ -62,7 +62,10 @@ def test_microbatches_follow_from_the_global_batch() -> None:
 @pytest.mark.parametrize(
     "path,value,field,words",
     [
-        ("model.layerz", 3, "model.layerz", "unknown key"),
+        ("model.layerz", 3, "model.layerz", "unknown key in the scenario; did you mean layers?"),
+        ("training.fp8_atention", True, "training.fp8_atention", "did you mean fp8_attention?"),
+        ("training.zzz", 1, "training.zzz", "unknown key in the scenario; remove it or use one of: global_batch"),
+        ("training", "abc", "training", "must be a section of keys (a mapping), got 'abc'"),
         ("pipeline.stages", "four", "pipeline.stages", "integer"),
         ("pipeline.stages", 0, "pipeline.stages", "greater than 0"),
         ("model.dtype", "int8", "model.dtype", "bf16"),
