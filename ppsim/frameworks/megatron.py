@@ -5,7 +5,7 @@ shape and its experts. Names from :data:`ppsim.frameworks.names.MEGATRON`.
 
 Megatron-Core runs 1F1B, interleaved 1F1B and, for a mixture of experts, the combined 1F1B; its
 distributed optimizer is ZeRO-1. A plan it cannot run as predicted (another schedule, ZeRO-2 or 3,
-offloading, a hybrid pattern, sliding windows) is refused, each reason one line with its fix.
+offloading, a hybrid pattern) is refused, each reason one line with its fix.
 """
 
 from __future__ import annotations
@@ -152,9 +152,11 @@ def _model(s: Scenario, put: Put, refuse: Refusals, notes: list[str]) -> None:
     m = s.model
     if m.pattern is not None:
         refuse.add("a hybrid pattern's model is Megatron's pretrain_mamba.py, not exported yet: export a GPT-style model")
-    if m.attention_window is not None:
-        refuse.add("sliding-window attention is not exported yet: drop model.attention_window")
     put("layers", m.layers)
+    if m.attention_window is not None:
+        put("window_size", f"{m.attention_window},0")
+        if m.full_attention_every is not None:
+            put("window_skip", m.full_attention_every)
     put("hidden", m.hidden)
     put("ffn_hidden", m.ffn)
     put("heads", m.heads)

@@ -279,6 +279,31 @@ def _training(f: dict[str, list[str]], tr: dict[str, Any], notes: list[str]) -> 
                          "and hybridep)")
 
 
+def _window(f: dict[str, list[str]], model: dict[str, Any]) -> None:
+    """Sliding-window attention: --window-size "w,0" (w keys before each query; -1: every key) and
+    --window-attn-skip-freq N (every N-th layer attends to every key); none given, none."""
+    model.pop("attention_window", None)
+    model.pop("full_attention_every", None)
+    if (size := f.get(N["window_size"].name)) is None:
+        return
+    try:
+        left, right = (int(x) for x in size[0].strip("()").split(","))
+    except ValueError:
+        raise ScenarioError(f"--window-size {' '.join(size)}: give the window as left,right (GPT-OSS: 128,0)",
+                            field=FIELD) from None
+    if right != 0:
+        raise ScenarioError(f"--window-size {left},{right}: ppsim prices causal windows, whose right side is 0",
+                            field=FIELD)
+    if left < 0:  # Megatron's "infinite" window: every earlier key
+        return
+    model["attention_window"] = left
+    if (skip := f.get(N["window_skip"].name)) is not None:
+        if not skip[0].isdigit():
+            raise ScenarioError(f"--window-attn-skip-freq {skip[0]}: ppsim reads a whole number N (every N-th layer "
+                                "attends to every key), not a list", field=FIELD)
+        model["full_attention_every"] = int(skip[0])
+
+
 def _model(f: dict[str, list[str]], model: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     for key, field in (("layers", "layers"), ("hidden", "hidden"), ("heads", "heads"), ("seq_len", "seq_len"),
                        ("vocab", "vocab"), ("ffn_hidden", "ffn_hidden"), ("head_dim", "head_dim"),
@@ -298,6 +323,7 @@ def _model(f: dict[str, list[str]], model: dict[str, Any], notes: list[str]) -> 
     dropouts = [_one(f, k, float) for k in ("attention_dropout", "hidden_dropout")]
     model["dropout"] = any(x is None or x > 0 for x in dropouts)
     model["dtype"] = "bf16" if N["bf16"].name in f else "fp16" if N["fp16"].name in f else "fp32"
+    _window(f, model)
     if (experts := _one(f, "experts")) is not None:
         moe = dict(model.get("moe") or {})
         moe["experts"] = experts

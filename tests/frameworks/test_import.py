@@ -391,3 +391,24 @@ def test_an_import_the_device_cannot_run_is_refused_before_it_is_written(tmp_pat
     refused = invoke(app, "import", args, "--base", qwen, "--write", out)
     assert refused.exit_code == 1 and "training.fp8" in refused.output and "Blackwell" in refused.output
     assert "Traceback" not in refused.output and not out.exists()
+
+
+def test_sliding_windows_go_to_megatron_and_back(tmp_path: Path) -> None:
+    """GPT-OSS's windows: --window-size 128,0 and --window-attn-skip-freq 2 (every second layer
+    attends to every key), read back over a base without them as the same step; Megatron's other
+    forms are refused by name."""
+    s = load(SCENARIOS / "gpt-oss-120b.yaml")
+    text = export(s, "megatron", "oss", "c").files[".megatron.sh"]
+    words = argument_tokens(text)
+    assert words[words.index("--window-size") + 1] == "128,0" and words[words.index("--window-attn-skip-freq") + 1] == "2"
+    (tmp_path / "oss.megatron.sh").write_text(text)
+    base = s.model_dump(exclude_none=True)
+    base["model"] = {k: v for k, v in base["model"].items() if k not in ("attention_window", "full_attention_every")}
+    back, _, _ = import_scenario([tmp_path / "oss.megatron.sh"], base, s.devices)
+    assert (back["model"]["attention_window"], back["model"]["full_attention_every"]) == (128, 2)
+    assert step_time_ms(predict(parse_scenario(back)).trace) == pytest.approx(step_time_ms(predict(s).trace), rel=1e-9)
+    for was, now, says in (("--window-size 128,0", "--window-size 128,4", "whose right side is 0"),
+                           ("--window-attn-skip-freq 2", "--window-attn-skip-freq '[1,1,0]*12'", "not a list")):
+        (tmp_path / "bad.megatron.sh").write_text(text.replace(was, now))
+        with pytest.raises(ScenarioError, match=says):
+            import_scenario([tmp_path / "bad.megatron.sh"], base, s.devices)
