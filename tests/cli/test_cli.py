@@ -326,3 +326,19 @@ def test_mfu_above_100_percent_names_the_nominal_peak_as_the_reason(tmp_path: Pa
     res = invoke(app, "run", str(SCENARIOS / "tiny-cpu.yaml"), "--profile", fast)
     mfu_line = next(line for line in res.output.splitlines() if line.startswith("MFU"))
     assert f"{100 * doc['mfu']:.1f} %  above 100 %: the profile's measured times imply" in mfu_line
+
+
+def test_a_precision_the_device_lacks_is_the_error_before_any_pricing_note(tmp_path: Path) -> None:
+    """FP8 on an A100 with HybridEP's dispatch (which the A100 has no measured share for): the error
+    alone, not a note on how the dispatch would have been priced first."""
+    import yaml
+
+    from ppsim.inputs.scenario import load
+
+    data = load(SCENARIOS / "qwen3-30b-a3b.yaml").model_dump(exclude_none=True)
+    data["hardware"]["device"] = "a100-80g"
+    path = tmp_path / "a100.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = invoke(app, "run", path)
+    assert result.exit_code == 1 and "note:" not in result.output
+    assert "training.fp8 needs a device with FP8 Tensor Cores; a100-80g has none" in result.output
