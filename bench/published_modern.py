@@ -356,7 +356,8 @@ def run(bench: Bench) -> None:
         print(f"{row['id'][:58]:58s} {row['gpus']:5d} {bench.layout(row):>{width}s} {bench.precision(row):>6.6s} "
               f"{published:11.2f} {step:8.2f} {100 * error:+6.1f}%  "
               f"{'yes' if summary.fits else 'NO' if summary.fits is False else '?'}")
-        results.append({"id": row["id"], "source": row["source"], "gpu": row["gpu"], "published_step_s": published,
+        results.append({"id": row["id"], "source": row["source"], "gpu": row["gpu"], "model": row["model"],
+                        "published_step_s": published,
                         "predicted_step_s": step, "error": error, "fits": summary.fits, "assumed": assumed})
     if errors:
         within = sum(abs(e) <= bench.band for e in errors)
@@ -364,7 +365,8 @@ def run(bench: Bench) -> None:
               f"{100 * statistics.median(abs(e) for e in errors):.1f} %, median error "
               f"{100 * statistics.median(errors):+.1f} %, largest |error| {100 * max(abs(e) for e in errors):.1f} %, "
               f"{within} within {100 * bench.band:.0f} %")
-        print_by_system(results, bench.band)
+        print_by(results, bench.band, "gpu", "system")
+        print_by(results, bench.band, "model", "model")
     print(f"\nnot expressible yet ({sum(len(v) for v in skipped.values())} rows):")
     for why, ids in sorted(skipped.items(), key=lambda kv: -len(kv[1])):
         print(f"  {len(ids):3d}  {why}")
@@ -375,14 +377,16 @@ def run(bench: Bench) -> None:
         args.json.write_text(json.dumps({"rows": results, "not_expressible": skipped}, indent=1))
 
 
-def print_by_system(results: list[dict[str, Any]], band: float) -> None:
-    """Each system's rows: how many, their median error and its range, and how many lie within ``band``."""
-    by_gpu: dict[str, list[float]] = {}
+def print_by(results: list[dict[str, Any]], band: float, key: str, title: str) -> None:
+    """The rows of each ``key`` (the system, the model): how many, their median error and its range,
+    and how many lie within ``band``."""
+    groups: dict[str, list[float]] = {}
     for r in results:
-        by_gpu.setdefault(r["gpu"], []).append(r["error"])
-    print(f"by system: rows, median error (range), within {100 * band:.0f} %")
-    for gpu, errs in sorted(by_gpu.items()):
-        print(f"  {gpu:6s} {len(errs):4d}  {100 * statistics.median(errs):+6.1f} % ({100 * min(errs):+.0f} .. "
+        groups.setdefault(str(r[key]), []).append(r["error"])
+    width = max(6, *(len(name) for name in groups))
+    print(f"by {title}: rows, median error (range), within {100 * band:.0f} %")
+    for name, errs in sorted(groups.items()):
+        print(f"  {name:{width}s} {len(errs):4d}  {100 * statistics.median(errs):+6.1f} % ({100 * min(errs):+.0f} .. "
               f"{100 * max(errs):+.0f})  {sum(abs(e) <= band for e in errs)}")
 
 

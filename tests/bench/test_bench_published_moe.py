@@ -5,6 +5,7 @@ hand, and the bench runs on a subset."""
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -86,6 +87,13 @@ def test_the_bench_predicts_a_subset_and_says_what_it_assumed(tmp_path: Path) ->
     doc = json.loads(out.read_text())
     assert doc["rows"] and all(r["predicted_step_s"] > 0 for r in doc["rows"])
     assert "assumed where a row's sources are silent" in res.stdout
+    # the summary by model: each model's rows counted, with their median error
+    lines = res.stdout.split("by model:")[1].splitlines()[1:]
+    for model in {r["model"] for r in doc["rows"]}:
+        errors = sorted(r["error"] for r in doc["rows"] if r["model"] == model)
+        line = next(x for x in lines if x.split()[0] == model)
+        assert int(line.split()[1]) == len(errors)
+        assert f"{100 * statistics.median(errors):+.1f} %" in line
 
 
 def test_a_row_recomputes_the_modules_its_recipe_lists() -> None:
