@@ -286,10 +286,17 @@ def validate_cmd(
         check_validation_folder(out, force)
         s = scenario_with(scenario, plan)
         measured = load_profile_option(profile)
+        made = [p for p in (out, *out.parents) if not p.exists()]  # the folders this command makes
         out.mkdir(parents=True, exist_ok=True)
         from ppexec.launch.prepare import prepare
 
-        chosen = prepare(s, measured, runtime).runtime
+        try:
+            chosen = prepare(s, measured, runtime).runtime
+        except PpsimError:
+            if made and not any(out.iterdir()):  # refused before anything was written: leave no folder
+                for folder in made:
+                    folder.rmdir()
+            raise
         with validate_progress(s, measured is None, steps, warmup) as (watch_profile, watch_run):
             if measured is None:
                 err.print(f"1/3 profiling this machine (2 ranks, {chosen} runtime) ...")
@@ -385,8 +392,10 @@ def _print_profile(p: Profile) -> None:
     table = Table(title="measured per micro-batch (ms)", title_justify="left")
     for col in ("layer", "forward", "backward", "weight grad", "optimizer", "params"):
         table.add_column(col, justify="right" if col != "layer" else "left")
-    for name in ("embedding", "block", "head"):
+    for name in ("embedding", "block", "moe_block", "head"):  # a mixture of experts' MoE block where measured
         x = getattr(p, name)
+        if x is None:
+            continue
         table.add_row(name, f"{x.forward_ms:.3f}", f"{x.backward_ms:.3f}", f"{x.weight_grad_ms:.3f}",
                       f"{x.optimizer_ms:.3f}", f"{x.params:,}")
     over = Table(title="framework overhead per action (ms)", title_justify="left")

@@ -121,7 +121,9 @@ def apply_overrides(s: Scenario, plan: PlanOverrides, source: str = "command-lin
             plan = PlanOverrides(**{**plan.given(), "chunks": v})
             had = "the scenario has " + (str(s.pipeline.chunks) if "chunks" in s.pipeline.model_fields_set
                                          else "none")
-            notes.append(f"schedule {name} runs {v} chunk{'s' if v > 1 else ''} per rank ({had}); --chunks chooses")
+            if name != schedules.SEARCHED:  # auto's search picks its chunks, which the plan line shows
+                notes.append(f"schedule {name} runs {v} chunk{'s' if v > 1 else ''} per rank ({had}); "
+                             "--chunks chooses")
     if not plan.given():
         return s, notes
     new = parse_scenario(plan_mapping(s.model_dump(exclude_none=True), plan), source=source)

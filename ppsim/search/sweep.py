@@ -57,7 +57,7 @@ def schedule_variants(base: Scenario, names: list[str], profile: Profile | None 
     """One variant per schedule, on the same model and batch. A schedule that cannot run the
     scenario's chunks gets its own (noted); a schedule that takes several gets its default when
     the scenario has 1 (where it can run them; noted), or it would only repeat 1F1B."""
-    from ppsim.plan.schedules import describe
+    from ppsim.plan.schedules import SEARCHED, describe
 
     out = []
     for name in names:
@@ -66,8 +66,9 @@ def schedule_variants(base: Scenario, names: list[str], profile: Profile | None 
         chunks, have = describe(name).chunks, base.pipeline.chunks
         if not chunks.allows(have):
             overrides["chunks"] = chunks.default
-            notes = (f"{name} runs {chunks.words()} per rank: compared with chunks {chunks.default} "
-                     f"(the scenario has {have})",)
+            if name != SEARCHED:  # auto's search picks its chunks, which its row shows
+                notes = (f"{name} runs {chunks.words()} per rank: compared with chunks {chunks.default} "
+                         f"(the scenario has {have})",)
         elif have == 1 and chunks.default > 1:
             own = predict_variant(base, name, {**overrides, "chunks": chunks.default}, profile,
                                   (f"{name} compared with chunks {chunks.default} (the scenario has 1, which is "

@@ -305,6 +305,10 @@ def _causes(pairs: list[tuple[Span, Span]], top: int) -> tuple[Cause, ...]:
     return tuple(out[: max(0, top)])
 
 
+#: the measured all-to-all time over the predicted above which compare says so
+ALLTOALL_HINT_RATIO = 1.5
+
+
 def calibration_hints(predicted: Trace) -> tuple[str, ...]:
     """What to do when the prediction priced its actions from the datasheet (``costs_from: model``)."""
     if predicted.meta.get("costs_from") != "model":
@@ -314,6 +318,22 @@ def calibration_hints(predicted: Trace) -> tuple[str, ...]:
             "this machine with `ppexec profile SCENARIO --out profile.yaml`, predict again with `ppsim run SCENARIO "
             "--profile profile.yaml --save-trace predicted.json` and compare that, or run `ppexec validate SCENARIO "
             "--out DIR`, which does all of it",)
+
+
+def alltoall_hints(predicted: Trace, measured: Trace) -> tuple[str, ...]:
+    """Where both traces record their ranks' expert-parallel all-to-alls (``meta.alltoall_ms``) and
+    the run spent more than half again the predicted time in them: how much, the run's routing skew
+    beside the prediction's, and what prices it."""
+    pred, meas = predicted.meta.get("alltoall_ms"), measured.meta.get("alltoall_ms")
+    if not pred or not meas or max(meas) <= ALLTOALL_HINT_RATIO * max(pred):
+        return ()
+    skew_p, skew_m = predicted.meta.get("routing_skew"), measured.meta.get("routing_skew")
+    skews = (f"; the run's routing skew {skew_m:.2f} (meta.routing_skew), the prediction's {skew_p:.2f}: set "
+             f"model.moe.skew: {skew_m:.2f} to price the busiest rank's share"
+             if skew_m is not None and skew_p is not None and skew_m > skew_p + 0.01 else "")
+    return (f"the all-to-alls took {max(meas):.1f} ms a step on the busiest rank, predicted {max(pred):.1f} ms "
+            f"(meta.alltoall_ms){skews}; the ranks also wait for each other at every all-to-all, which a profile "
+            "of one rank's all-to-all does not hold (docs/moe.md)",)
 
 
 # ----- the comparison ----------------------------------------------------------------------------
@@ -379,5 +399,5 @@ def compare_traces(predicted: Trace, measured: Trace, top: int = 10) -> Comparis
         meta_differences=tuple(diffs),
         causes=_causes(pairs, top),
         costs_from=predicted.meta.get("costs_from"),
-        hints=calibration_hints(predicted),
+        hints=calibration_hints(predicted) + alltoall_hints(predicted, measured),
     )

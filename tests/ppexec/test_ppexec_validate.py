@@ -75,6 +75,15 @@ def test_validate_refuses_a_folder_of_user_files(tmp_path: Path) -> None:
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
+def test_a_refused_validation_leaves_no_folder_behind(tmp_path: Path) -> None:
+    """A plan the runtimes cannot run (DualPipe's two copies) is refused before anything runs: the
+    --out folder, and the parents it would have made, are not left empty behind."""
+    out = tmp_path / "val" / "x"
+    res = runner.invoke(app, ["validate", str(TINY), "--out", str(out), "--schedule", "dualpipe"])
+    assert res.exit_code == 1 and "dualpipe" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "val").exists()
+
+
 def test_profile_never_overwrites_a_user_file(tmp_path: Path) -> None:
     mine = tmp_path / "mine.yaml"
     mine.write_text("my: notes\n")

@@ -34,3 +34,12 @@ def test_a_cheaper_full_recompute_forward_is_explained(capsys: pytest.CaptureFix
     dearer = {"selective": RecomputeTimes(forward_ms=0.01, backward_ms=0.3),
               "full": RecomputeTimes(forward_ms=0.02, backward_ms=0.9)}
     assert "pays the recomputation" not in printed(capsys, recompute=dearer)
+
+
+def test_a_mixture_of_experts_profile_shows_its_moe_block(capsys: pytest.CaptureFixture[str]) -> None:
+    """The MoE block the predictions price is in the table beside the dense block, not only in the file."""
+    assert "moe_block" not in printed(capsys)
+    block = make_profile().block
+    moe = block.model_copy(update={"forward_ms": 1.54, "params": 329216})
+    out = printed(capsys, moe_block=moe)
+    assert "│ moe_block │ 1.540 │" in out and "329,216" in out

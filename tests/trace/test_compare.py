@@ -413,3 +413,21 @@ def test_every_signed_error_on_the_screen_is_predicted_minus_measured() -> None:
     row = next(line for line in res.output.splitlines() if re.match(r"│\s+F\s+│\s+1\s+│", line))
     pred, meas, err, rel = (float(x.strip().rstrip(" %").replace(",", "")) for x in row.split("│")[5:9])
     assert err == pytest.approx(pred - meas, abs=2e-3) and rel == pytest.approx(100 * (pred - meas) / meas, abs=0.06)
+
+
+@pytest.mark.parametrize(("measured_ms", "skew", "hinted"), [(43.9, 1.09, True), (4.0, 1.09, False), (43.9, 1.0, True)])
+def test_all_to_alls_measured_longer_than_predicted_are_named_with_the_skew(measured_ms: float, skew: float,
+                                                                            hinted: bool) -> None:
+    """A MoE run at EP 2 spent 43.9 ms a step in its all-to-alls against 3.1 predicted: the hint says
+    so, and where the run's routing was more skewed than priced, which key prices it."""
+    from ppsim.trace.compare import alltoall_hints
+
+    pred, meas = Trace.load(PRED), Trace.load(MEAS)
+    pred.meta.update(alltoall_ms=[3.1, 2.9], routing_skew=1.0)  # type: ignore[typeddict-item]
+    meas.meta.update(alltoall_ms=[measured_ms, 0.9 * measured_ms], routing_skew=skew)  # type: ignore[typeddict-item]
+    hints = alltoall_hints(pred, meas)
+    assert bool(hints) == hinted
+    if hinted:
+        assert f"took {measured_ms:.1f} ms a step on the busiest rank, predicted 3.1 ms" in hints[0]
+        assert ("set model.moe.skew: 1.09" in hints[0]) == (skew > 1.0)
+    assert compare_traces(pred, meas).hints == hints
