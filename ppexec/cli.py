@@ -232,7 +232,7 @@ def profile_cmd(
 ) -> None:
     """Measure SCENARIO's layer times, framework overheads and link on this machine (two ranks)."""
     from ppexec.launch.folders import check_runs_folder
-    from ppexec.measure.profile import measure_profile
+    from ppexec.measure.profile import measure_profile, profiling_scenario
     from ppsim.api import write_output
 
     with exits(keep_run):
@@ -240,6 +240,7 @@ def profile_cmd(
         if keep_run is not None:
             check_runs_folder(keep_run, force, "--keep-run")
         s = scenario_with(scenario)
+        profiling_scenario(s)  # what stands in the way of profiling it, said before the work is announced
         err.print(f"profiling on 2 ranks ({runtime} runtime): layer times, a short GPipe run, message ping-pong ...")
         with profile_progress(s) as watch:
             measured = measure_profile(s, timeout_s=timeout, keep=keep_run, runtime=runtime, force=force,

@@ -232,8 +232,11 @@ def _value_list(text: str | None, option: str, parse: Callable[[str], T], what: 
     given), else bad usage of ``option`` saying ``what`` it takes or which are ``allowed``."""
     if text is None:
         return None
+    items = text.split(",")
+    if len(items) > 1 and not all(v.strip() for v in items):  # 4,,8 or 4,8, : a value left out
+        raise usage_error(f"lists an empty value: {text!r}; give comma-separated {what}", option)
     try:
-        values = [parse(v) for v in text.split(",") if v.strip()]
+        values = [parse(v) for v in items if v.strip()]
     except ValueError:
         raise usage_error(f"expected comma-separated {what}, got {text!r}", option) from None
     if not values or not all(map(ok, values)):

@@ -187,7 +187,12 @@ class Profile(_Strict):
                                 field="model")
         ours = shape_of(s).model_dump()
         theirs = self.shape.model_dump()
-        diff = [f"{k} {theirs[k]} (scenario: {ours[k]})" for k in ours if ours[k] != theirs[k]]
+        def shown(value: Any) -> str:  # a nested shape (the experts) as its keys, not Python's repr
+            if isinstance(value, dict):
+                return "{" + ", ".join(f"{k}: {shown(v)}" for k, v in value.items()) + "}"
+            return "none" if value is None else str(value)
+
+        diff = [f"{k} {shown(theirs[k])} (scenario: {shown(ours[k])})" for k in ours if ours[k] != theirs[k]]
         if diff:
             raise ScenarioError(
                 f"{source} was measured for another layer shape: {', '.join(diff)}; "

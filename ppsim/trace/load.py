@@ -18,6 +18,9 @@ def load_trace(path: str | Path | list[Path], side: str | None = None) -> Trace:
     first = path[0] if isinstance(path, list) and path else path
     more = f" (and {len(path) - 1} more files)" if isinstance(path, list) and len(path) > 1 else ""
     where = shown_path(first) + more
+    if not isinstance(first, list) and Path(first).suffix in (".yaml", ".yml") and Path(first).is_file():
+        raise TraceError(f"{where} is a scenario, not a trace: save its prediction with `ppsim run {where} "
+                         "--save-trace predicted.json` and give that", field=side)
     try:
         try:
             trace = _load_files(path) if isinstance(path, list) else _load(Path(path))

@@ -127,6 +127,7 @@ def test_plan_file_with_a_bad_plan_shows_the_grid(tmp_path: Path) -> None:
         (["run", GPT, "--comm", "carrier-pigeon"], 2, "--comm"),
         (["plan", GPT, "--schedule", "nope"], 2, "unknown schedule"),
         (["sweep", GPT, "--microbatches", "4,x"], 2, "--microbatches"),
+        (["sweep", GPT, "--stages", "4,,8"], 2, "lists an empty value"),
         (["compare-schedules", GPT, "--schedules", "1f1b,nope"], 2, "--schedules"),
         (["tui", GPT, GPT], 2, "one scenario"),
         (["run", GPT, "--bogus"], 2, "No such option"),

@@ -455,8 +455,9 @@ def test_a_profile_prices_moe_blocks_as_measured_and_their_all_to_alls_on_its_li
         assert two[k].forward_ms == pytest.approx(one[k].forward_ms + moe_blocks * pair)
         assert two[k].backward_ms == pytest.approx(one[k].backward_ms + moe_blocks * pair)
         assert two[k].forward_comm_ms == pytest.approx(moe_blocks * pair)
-    with pytest.raises(ScenarioError, match="another layer shape"):  # a dense model's profile does not apply
+    with pytest.raises(ScenarioError, match="another layer shape") as err:  # a dense model's profile does not apply
         build_workload(mixed, base)
+    assert "moe none (scenario: {experts: " in str(err.value) and "None" not in str(err.value)
 
 
 def test_the_busiest_expert_rank_runs_the_measured_moe_block_at_its_share_of_the_copies() -> None:

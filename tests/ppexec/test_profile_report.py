@@ -4,6 +4,8 @@ one is explained (issue 20)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from test_profile import make_profile
 
@@ -43,3 +45,14 @@ def test_a_mixture_of_experts_profile_shows_its_moe_block(capsys: pytest.Capture
     moe = block.model_copy(update={"forward_ms": 1.54, "params": 329216})
     out = printed(capsys, moe_block=moe)
     assert "│ moe_block │ 1.540 │" in out and "329,216" in out
+
+
+def test_a_scenario_that_cannot_be_profiled_is_refused_before_the_work_is_announced(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from conftest import SCENARIOS
+    from ppexec.cli import app
+
+    res = CliRunner().invoke(app, ["profile", str(SCENARIOS / "zero-bubble-costs.yaml"), "--out", str(tmp_path / "p.yaml")])
+    assert res.exit_code == 1 and "this scenario has only costs" in res.output
+    assert "profiling on 2 ranks" not in res.output and not (tmp_path / "p.yaml").exists()

@@ -431,3 +431,9 @@ def test_all_to_alls_measured_longer_than_predicted_are_named_with_the_skew(meas
         assert f"took {measured_ms:.1f} ms a step on the busiest rank, predicted 3.1 ms" in hints[0]
         assert ("set model.moe.skew: 1.09" in hints[0]) == (skew > 1.0)
     assert compare_traces(pred, meas).hints == hints
+
+
+def test_a_scenario_given_as_the_predicted_trace_says_how_to_make_one() -> None:
+    res = invoke(app, "compare", SCENARIOS / "tiny-cpu.yaml", MEAS)
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "is a scenario, not a trace" in res.output and "--save-trace predicted.json" in res.output
