@@ -49,6 +49,11 @@ def check_environment(runtime: str = "deepspeed") -> None:
                 f"{module} is not installed; install the executor with: pip install torch==2.13.0 && "
                 "DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed (or `make test`, which does it)"
             )
+    if runtime == "deepspeed" and "DS_ACCELERATOR" not in os.environ:
+        import torch
+
+        if not torch.cuda.is_available():  # named, so that DeepSpeed's own detection does not warn at its import
+            os.environ["DS_ACCELERATOR"] = "cpu"
 
 
 def check_fits(s: Scenario, world: int) -> None:
