@@ -191,14 +191,13 @@ def pricing_notes(s: Scenario) -> list[str]:
     without a model: explicit costs price themselves)."""
     if s.model is None or s.costs is not None:
         return []
-    from ppsim.costs.low_precision import check_low_precision
+    from ppsim.costs.low_precision import check_scenario_precision
     from ppsim.costs.measured import attention_kernel_notes, dispatch_notes, flat_narrow_notes
     from ppsim.inputs.hardware import get_device
 
     device = get_device(s.hardware.device, s.hardware.device_file)
     # a precision the device cannot run is the error, before any note on how it would be priced
-    check_low_precision(s.training.fp8, s.training.fp4, device_name=device.name, peaks=device.peak_tflops,
-                        mx_formats=device.mx_formats, dtype=s.model.dtype, params=s.training.low_precision_params)
+    check_scenario_precision(s, device)
     return flat_narrow_notes(s, device) + dispatch_notes(s, device) + attention_kernel_notes(s, device)
 
 

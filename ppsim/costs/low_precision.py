@@ -42,6 +42,8 @@ from typing import get_args
 from ppsim.costs.elementwise import Traffic
 from ppsim.errors import ScenarioError
 from ppsim.inputs.choices import Fp4Recipe, Fp8Recipe
+from ppsim.inputs.hardware import Device
+from ppsim.inputs.scenario import Scenario
 
 FP8_RECIPES: tuple[str, ...] = get_args(Fp8Recipe)
 FP4_RECIPES: tuple[str, ...] = get_args(Fp4Recipe)
@@ -118,6 +120,13 @@ def scenario_precision(fp8: Fp8Recipe | None, fp4: Fp4Recipe | None, params: boo
     if fp4 is not None:
         return LowPrecision(fp4, params)
     return LowPrecision(fp8, params) if fp8 is not None else None
+
+
+def check_scenario_precision(s: Scenario, device: Device) -> None:
+    """:func:`check_low_precision` of the scenario's recipe on ``device``."""
+    check_low_precision(s.training.fp8, s.training.fp4, device_name=device.name, peaks=device.peak_tflops,
+                        mx_formats=device.mx_formats, dtype=s.model.dtype if s.model else "bf16",
+                        params=s.training.low_precision_params)
 
 
 def check_low_precision(fp8: str | None, fp4: str | None, *, device_name: str, peaks: dict[str, float],

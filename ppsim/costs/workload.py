@@ -14,7 +14,7 @@ from ppsim.costs.launches import launch_time_us, launched, layer_launches
 from ppsim.costs.layers import LayerCost, LayerParts, gpt_layers
 from ppsim.costs.layout import WIDE, BlockKinds, Layout, kind_rank, lay_out, mtp_parts, scenario_layer_kinds
 from ppsim.costs.links import scenario_links
-from ppsim.costs.low_precision import check_low_precision, scenario_precision
+from ppsim.costs.low_precision import check_scenario_precision, scenario_precision
 from ppsim.costs.mamba import mamba_layer
 from ppsim.costs.measured import uses_curves
 from ppsim.costs.moe import ExpertShard
@@ -67,9 +67,7 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
         raise ScenarioError(f"training.offload_layers copies activations to host memory, and {device.name} has no "
                             "host link (host_link_gb_s in its device entry): give one in a hardware.device_file or "
                             "drop training.offload_layers", field="training.offload_layers")
-    check_low_precision(s.training.fp8, s.training.fp4, device_name=device.name, peaks=device.peak_tflops,
-                        mx_formats=device.mx_formats, dtype=s.model.dtype if s.model else "bf16",
-                        params=s.training.low_precision_params)
+    check_scenario_precision(s, device)
     p, v = s.pipeline.stages, s.pipeline.chunks
     if stage_to_rank is None:
         stage_to_rank = tuple(k % p for k in range(p * v))

@@ -126,8 +126,8 @@ def torchtitan_config(s: Scenario, plan: Plan, stages: list[StageLayers], csv_na
         put("expert_tensor", etp)
         # torchtitan's experts borrow their ranks from the sharded data parallelism and context
         # parallelism (and tensor parallelism where each expert is whole): ParallelDims' rule
-        borrowed = (d if sharded else 1) * s.context_parallel * (s.tensor_parallel if etp == 1 else 1)
         within = s.context_parallel * (s.tensor_parallel if etp == 1 else 1)
+        borrowed = (d if sharded else 1) * within
         if s.expert_parallel > 1 and (borrowed % s.expert_parallel or s.expert_parallel % within):
             refuse.add(f"torchtitan's expert parallelism ({s.expert_parallel}) takes its ranks from the sharded data "
                        f"parallelism, context parallelism{' and tensor parallelism' if etp == 1 else ''} "

@@ -863,17 +863,21 @@ def _check_experts(s: Scenario) -> None:
         return
     model, moe = s.model, s.model.moe
     stage = s.tensor_parallel * s.weight_replicas
-    # the expert-parallel sizes that would do, with this expert tensor parallelism
-    fits = [n for n in range(1, stage // etp + 1) if not (stage // etp) % n and not moe.experts % n and stage % etp == 0]
-    choices = f"; with expert_tensor_parallel {etp}: expert_parallel {', '.join(map(str, fits))}" if fits else ""
+
+    def choices() -> str:
+        """The expert-parallel sizes that would do with this expert tensor parallelism, for the message."""
+        per = stage // etp if stage % etp == 0 else 0
+        fits = [n for n in range(1, per + 1) if not per % n and not moe.experts % n]
+        return f"; with expert_tensor_parallel {etp}: expert_parallel {', '.join(map(str, fits))}" if fits else ""
+
     if stage % (ep * etp):
         raise ScenarioError(
             f"expert_parallel x expert_tensor_parallel ({ep} x {etp}) must divide the devices of a stage, tensor x "
             f"context x data parallel ({s.tensor_parallel} x {s.context_parallel} x {s.data_parallel} = {stage}): "
-            f"Megatron folds the expert groups into them{choices}", field="expert_parallel")
+            f"Megatron folds the expert groups into them{choices()}", field="expert_parallel")
     if moe.experts % ep:
         raise ScenarioError(f"expert_parallel ({ep}) must divide model.moe.experts ({moe.experts}): each device "
-                            f"holds experts / expert_parallel of them{choices}", field="expert_parallel")
+                            f"holds experts / expert_parallel of them{choices()}", field="expert_parallel")
     for key, width in (("ffn_hidden", moe.ffn_hidden), ("shared_ffn_hidden", moe.shared_ffn)):
         if width % etp:
             raise ScenarioError(f"expert_tensor_parallel ({etp}) must divide model.moe.{key} ({width})",

@@ -166,12 +166,10 @@ def _schedules(p: int, m: int, layers: int, space: SearchSpace, *, moe: bool = F
     gradient accumulation on one chunk but, for a mixture of experts, those that overlap one
     micro-batch's forward with another's backward (combined 1F1B: it hides the all-to-alls of the
     one under the other's compute)."""
-    if p == 1 and not moe:
-        return [(registry.DEFAULT, 1)]
     if p == 1:
         return [(registry.DEFAULT, 1)] + [
-            (name, 1) for name in space.schedules
-            if (info := registry.get(name)).overlaps and info.allows_chunks(1, 1) and info.chunks.allows(1)
+            (name, 1) for name in (space.schedules if moe else ())
+            if (info := registry.get(name)).overlaps and info.allows_chunks(1, 1)
             and info.microbatches.nearest(1, m, 1) is None]
     out = []
     for name in space.schedules:
