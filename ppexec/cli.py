@@ -323,6 +323,8 @@ def validate_cmd(
     head = shown.renderables[0]
     if isinstance(head, Table):  # the headline grid: under the step-time error
         head.add_row("profile spread", about)
+        if result.run_routing is not None:
+            head.add_row("with the run's routing", result.run_routing.describe())
     else:  # pragma: no cover - the headline is a grid
         err.print(f"profile spread {about}")
     stdout_console().print(shown)

@@ -265,15 +265,33 @@ def collective_times(sizes: list[int], reps: int = 10) -> list[tuple[int, float,
     arguments."""
     import torch.distributed as dist
 
-    world = dist.get_world_size()
     out = []
     for n in sizes:
-        full = torch.zeros(max(world, n // 4 // world * world), dtype=torch.float32)
-        parts = list(full.chunk(world))
+        full = _collective_buffer(n)
+        parts = list(full.chunk(dist.get_world_size()))
         mine = parts[dist.get_rank()].clone()
         reduce_ms = _timed_collective(partial(dist.all_reduce, full), reps)
         gather_ms = _timed_collective(partial(dist.all_gather, parts, mine), reps)
-        received = torch.empty_like(full)
-        exchange_ms = _timed_collective(partial(dist.all_to_all_single, received, full), reps)
-        out.append((full.numel() * 4, reduce_ms, gather_ms, exchange_ms))
+        out.append((full.numel() * 4, reduce_ms, gather_ms, _alltoall_ms(full, reps)))
     return out
+
+
+def alltoall_times(sizes: list[int], reps: int = 10) -> list[tuple[int, float]]:
+    """(bytes, all-to-all ms) over every rank of the job, for each size, as :func:`collective_times`
+    times it: for a mixture of experts, at the sizes of its dispatch, where a fit to the gradients'
+    sizes would extrapolate (its latency dominates a small exchange). Every rank must call it."""
+    return [(full.numel() * 4, _alltoall_ms(full, reps)) for full in map(_collective_buffer, sizes)]
+
+
+def _collective_buffer(nbytes: int) -> torch.Tensor:
+    """float32 zeros of about ``nbytes``, split evenly over the job's ranks."""
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    return torch.zeros(max(world, nbytes // 4 // world * world), dtype=torch.float32)
+
+
+def _alltoall_ms(full: torch.Tensor, reps: int) -> float:
+    import torch.distributed as dist
+
+    return _timed_collective(partial(dist.all_to_all_single, torch.empty_like(full), full), reps)

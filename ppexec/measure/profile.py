@@ -98,15 +98,20 @@ def ring_links(samples: list[tuple[int, float, float, float]]) -> dict[MeasuredC
     its n bytes) the same, so the fitted intercept and slope give each link."""
     reduce_lat, reduce_rate = fit_link(reduces := [(b, r) for b, r, _, _ in samples])
     gather_lat, gather_rate = fit_link(gathers := [(b, g) for b, _, g, _ in samples])
-    exchange_lat, exchange_rate = fit_link(exchanges := [(b, e) for b, _, _, e in samples])
     return {
         "allreduce": LinkProfile(latency_us=reduce_lat / 2 * 1e3, bandwidth_gb_s=reduce_rate * 1e3 / 1e9,
                                  samples=reduces),
         "allgather": LinkProfile(latency_us=gather_lat * 1e3, bandwidth_gb_s=gather_rate / 2 * 1e3 / 1e9,
                                  samples=gathers),
-        "alltoall": LinkProfile(latency_us=exchange_lat * 1e3, bandwidth_gb_s=exchange_rate / 2 * 1e3 / 1e9,
-                                samples=exchanges),
+        "alltoall": exchange_link([(b, e) for b, _, _, e in samples]),
     }
+
+
+def exchange_link(samples: list[tuple[int, float]]) -> LinkProfile:
+    """The link of all-to-alls of n bytes measured over two ranks (each rank sends the other half
+    of its n bytes: one latency and n / 2 over the link)."""
+    latency, rate = fit_link(samples)
+    return LinkProfile(latency_us=latency * 1e3, bandwidth_gb_s=rate / 2 * 1e3 / 1e9, samples=samples)
 
 
 @dataclass(frozen=True)
@@ -405,6 +410,9 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]], normali
     collectives = ring_links([(b, r, g, e) for (b, r), (_, g), (_, e) in zip(
         median_samples(measured, 1), median_samples(measured, 2), median_samples(measured, 3), strict=True)]
     ) if measured else {}
+    dispatches = [st.measurements["alltoall"] for st in states if "alltoall" in st.measurements]
+    if dispatches:  # a mixture of experts: its all-to-all as measured at its dispatch's sizes
+        collectives["alltoall"] = exchange_link(median_samples(dispatches, 1))
     first_run = [st for st in runs[0][1] if st.ready]
     import deepspeed
     import torch

@@ -127,14 +127,15 @@ def alltoall_ms(marks: list[tuple[str, int]]) -> float:
 def routing_skew(states: list[RankState], step: int, ep: int) -> float | None:
     """The routing's imbalance in recorded step ``step``: per MoE layer forward of each
     expert-parallel group, the token copies its busiest rank's experts received over the group's
-    mean, and the median of those (what ``model.moe.skew`` assumes); None without expert parallelism."""
+    mean, and the mean of those (what ``model.moe.skew`` assumes: a stage's time adds its layers',
+    each paced by its busiest rank); None without expert parallelism."""
     groups: dict[tuple[int, int], list[list[int]]] = {}
     for st in states:
         if st.ready is not None and st.steps[step].received:
             groups.setdefault((st.ready.pipe_rank, st.ready.replica // ep), []).append(st.steps[step].received)
     ratios = [max(calls) / statistics.mean(calls) for members in groups.values()
               for calls in zip(*members, strict=True) if sum(calls)]
-    return statistics.median(ratios) if ratios else None
+    return statistics.mean(ratios) if ratios else None
 
 
 def execute(s: Scenario, opts: RunOptions, on_progress: Callable[[list[RankState]], None] | None = None,

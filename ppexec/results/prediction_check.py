@@ -29,6 +29,7 @@ from ppsim.api import (
     predict,
     rank_metrics,
     scenario_workload,
+    step_time_ms,
 )
 from ppsim.errors import PpsimError, shown_path
 
@@ -89,7 +90,7 @@ def profile_spread(prediction: Prediction, profile: Profile) -> ProfileSpread | 
     """The prediction's spread from the profile: the very same lowered plan simulated on the costs
     of the profile at its lower and at its upper quartile (None: the profile records no quartiles,
     a profile from before they were recorded)."""
-    from ppsim.api import simulate, step_time_ms
+    from ppsim.api import simulate
 
     if not {"low", "high"} <= profile.quartiles.keys():
         return None
@@ -99,6 +100,40 @@ def profile_spread(prediction: Prediction, profile: Profile) -> ProfileSpread | 
         costs = scenario_workload(s, profile_at(profile, quartile)).costs
         steps[quartile] = step_time_ms(simulate(prediction.plan, costs, s.pipeline.comm))
     return ProfileSpread(low_ms=steps["low"], high_ms=steps["high"], predicted_ms=step_time_ms(prediction.trace))
+
+
+@dataclass(frozen=True)
+class RunRouting:
+    """The prediction again with the routing the run measured (its ``routing_skew``, the mean of
+    its recorded steps') in place of the scenario's: what is left of the error once the routing,
+    a property of the run's data and router rather than of the machine, is as it was."""
+
+    skew: float  #: the run's: its busiest expert-parallel rank's token copies over the mean
+    predicted_skew: float  #: the scenario's, which the prediction used
+    predicted_ms: float  #: the step predicted at the run's skew
+    error: float  #: (predicted - measured) / measured
+
+    def describe(self) -> str:
+        return (f"{self.predicted_ms:.2f} ms, error {100 * self.error:+.2f}% at the run's routing skew {self.skew:.2f} "
+                f"(the prediction's {self.predicted_skew:.2f}; model.moe.skew)")
+
+
+def run_routing(s: Scenario, profile: Profile, prediction: Prediction, run: RunResult, measured_ms: float
+                ) -> RunRouting | None:
+    """The prediction at the run's measured routing skew, against the run's step ``measured_ms``
+    (None without expert parallelism, or where the run's skew is the prediction's to 1 %)."""
+    skews = [t.meta["routing_skew"] for t in run.traces if "routing_skew" in t.meta]
+    predicted_skew = prediction.trace.meta.get("routing_skew")
+    if not skews or predicted_skew is None or s.model is None or s.model.moe is None:
+        return None
+    skew = statistics.mean(skews)
+    if abs(skew - predicted_skew) <= 0.01 * predicted_skew:
+        return None
+    moe = s.model.moe.model_copy(update={"skew": skew, "routing": None})
+    again = predict(s.model_copy(update={"model": s.model.model_copy(update={"moe": moe})}), profile)
+    predicted = step_time_ms(again.trace)
+    return RunRouting(skew=skew, predicted_skew=predicted_skew, predicted_ms=predicted,
+                      error=(predicted - measured_ms) / measured_ms)
 
 
 @dataclass(frozen=True)
@@ -112,6 +147,8 @@ class Validation:
     bubble_error_pp: tuple[float, ...]
     #: the prediction with the profile at its lower and upper quartiles (None: no quartiles in the profile)
     profile_spread: ProfileSpread | None = None
+    #: the prediction at the run's routing skew (None: no expert parallelism, or the skew predicted)
+    run_routing: RunRouting | None = None
 
     @property
     def max_abs_bubble_error_pp(self) -> float:
@@ -142,7 +179,8 @@ def validate(s: Scenario, profile: Profile, run_dir: Path, steps: int = 10, warm
     comparison = compare_traces(prediction.trace, result.representative)
     return Validation(scenario=as_run, prediction=prediction, run=result, comparison=comparison,
                       bubble_error_pp=median_bubble_errors(prediction.trace, result.traces),
-                      profile_spread=profile_spread(prediction, profile))
+                      profile_spread=profile_spread(prediction, profile),
+                      run_routing=run_routing(as_run, profile, prediction, result, comparison.measured_step_time_ms))
 
 
 def comparison_doc(v: Validation) -> dict[str, Any]:
@@ -156,6 +194,10 @@ def comparison_doc(v: Validation) -> dict[str, Any]:
     doc["profile_spread"] = spread.relative if spread else None
     doc["predicted_step_time_low_ms"] = spread.low_ms if spread else None
     doc["predicted_step_time_high_ms"] = spread.high_ms if spread else None
+    routing = v.run_routing
+    doc["with_run_routing"] = None if routing is None else {
+        "routing_skew": routing.skew, "predicted_routing_skew": routing.predicted_skew,
+        "predicted_step_time_ms": routing.predicted_ms, "step_time_error": routing.error}
     return doc
 
 

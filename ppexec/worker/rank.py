@@ -118,6 +118,7 @@ def _measure_machine(ctx: RankContext, log: EventLog) -> None:
     over the two ranks."""
     from ppexec.measure.microbench import (
         COLLECTIVE_FACTORS,
+        alltoall_times,
         collective_times,
         message_sizes,
         ping_pong,
@@ -133,6 +134,9 @@ def _measure_machine(ctx: RankContext, log: EventLog) -> None:
     log.write(Measure(name="link", data=ping_pong(ctx.rank, 1 - ctx.rank, message_sizes(message))))
     grads = parameter_count(model) * DTYPE_BYTES[model.dtype] // spec.plan.num_ranks  # a stage's gradients, about
     log.write(Measure(name="collectives", data=collective_times(message_sizes(grads, COLLECTIVE_FACTORS))))
+    if model.moe is not None:  # a dispatch's all-to-all: each rank's k copies of its tokens
+        dispatch = model.seq_len * micro * model.moe.top_k * model.hidden * DTYPE_BYTES[model.dtype]
+        log.write(Measure(name="alltoall", data=alltoall_times(message_sizes(dispatch, COLLECTIVE_FACTORS))))
     pair = make_groups(ctx.world, 2, ctx.rank, timedelta(seconds=spec.timeout_s))  # the two ranks as one TP group
     if pair is not None:
         log.write(Measure(name="tensor_parallel", data=tensor_parallel_times(model, micro, spec.seed, pair)))

@@ -172,7 +172,9 @@ def test_a_rank_whose_experts_get_no_token_still_runs_every_backward_all_to_all(
 
 def test_the_routing_skew_is_the_busiest_rank_of_each_group_over_its_mean() -> None:
     """Per MoE layer forward of each expert-parallel group (a pipeline rank's replicas in groups of
-    EP): the copies the busiest rank received over the group's mean; the step's figure is their median."""
+    EP): the copies the busiest rank received over the group's mean; the step's figure is their mean
+    (a stage's time adds its layers', each paced by its busiest rank: a median would drop the one
+    layer that routes everything to one rank)."""
     from types import SimpleNamespace
 
     from ppexec.results.collect import routing_skew
@@ -184,5 +186,5 @@ def test_the_routing_skew_is_the_busiest_rank_of_each_group_over_its_mean() -> N
     states = [rank(0, 0, [60, 50]), rank(0, 1, [40, 50]),  # group (0, 0): 1.2, 1.0
               rank(0, 2, [75, 30]), rank(0, 3, [25, 70]),  # group (0, 1): 1.5, 1.4
               rank(1, 0, [50]), rank(1, 1, [50]), rank(1, 2, [90]), rank(1, 3, [10])]  # 1.0, 1.8
-    assert routing_skew(states, 0, 2) == pytest.approx(1.3)  # type: ignore[arg-type]  # what it reads of a RankState
+    assert routing_skew(states, 0, 2) == pytest.approx(7.9 / 6)  # type: ignore[arg-type]  # what it reads of a RankState
     assert routing_skew([rank(0, 0, []), rank(0, 1, [])], 0, 2) is None  # type: ignore[list-item]

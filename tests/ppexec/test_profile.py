@@ -487,3 +487,50 @@ def test_the_busiest_expert_rank_runs_the_measured_moe_block_at_its_share_of_the
     assert flops[1] > flops[0]
     extra = busy.forward_ms - busy.forward_comm_ms - even.forward_ms  # two MoE blocks on stage 1
     assert extra == pytest.approx(2 * moe.forward_ms * (flops[1] / flops[0] - 1), rel=1e-9)
+
+
+def test_a_moe_profile_fits_its_all_to_all_at_its_dispatch_sizes() -> None:
+    """Over two ranks an all-to-all of n bytes is one latency and n / 2 over the link: the fit of
+    exact samples gives both back."""
+    from ppsim.costs.moe import alltoall_ms
+    from ppsim.costs.table import Link
+
+    true = Link.from_gb_s(2.0, 150.0)
+    sizes = [131072, 262144, 524288, 1048576]
+    link = fits.exchange_link([(n, alltoall_ms(n, 2, true)) for n in sizes])
+    assert link.latency_us == pytest.approx(150.0) and link.bandwidth_gb_s == pytest.approx(2.0)
+
+
+def test_validate_predicts_again_at_the_run_s_routing_skew() -> None:
+    """The run's routing (its busiest expert rank's copies over the mean, the mean of its steps')
+    is a property of its data and router: the prediction again at that skew is what the plan's
+    costs alone give. Nothing to add where the run's skew is the prediction's to 1 %."""
+    from types import SimpleNamespace
+
+    from ppexec.results.prediction_check import run_routing
+    from ppsim.inputs.profile import ExpertShape
+    from ppsim.prediction.path import predict
+    from ppsim.trace.metrics import step_time_ms
+
+    data = load(TINY).with_overrides(stages=1, partition=[4]).model_dump(exclude_none=True)
+    data["model"]["moe"] = {"experts": 4, "top_k": 2, "ffn_hidden": 96}
+    data.update(data_parallel=2, expert_parallel=2)
+    s = parse_scenario(data)
+    moe = LayerTimes(forward_ms=3.0, backward_ms=5.0, weight_grad_ms=2.0, optimizer_ms=0.5, params=2000)
+    p = make_profile().model_copy(update={
+        "shape": shape_of(s).model_copy(update={"moe": ExpertShape(experts=4, top_k=2, ffn_hidden=96)}),
+        "moe_block": moe, "collectives": {"alltoall": LinkProfile(latency_us=20.0, bandwidth_gb_s=1.0)}})
+    prediction = predict(s, p)
+
+    def run(*skews: float) -> SimpleNamespace:
+        return SimpleNamespace(traces=[SimpleNamespace(meta={"routing_skew": k}) for k in skews])
+
+    again = run_routing(s, p, prediction, run(1.4, 1.6), 200.0)  # type: ignore[arg-type]  # what it reads of a run
+    assert again is not None and again.skew == pytest.approx(1.5) and again.predicted_skew == 1.0
+    data["model"]["moe"]["skew"] = 1.5
+    assert again.predicted_ms == pytest.approx(step_time_ms(predict(parse_scenario(data), p).trace))
+    assert again.predicted_ms > step_time_ms(prediction.trace)
+    assert again.error == pytest.approx(again.predicted_ms / 200.0 - 1)
+    assert "at the run's routing skew 1.50 (the prediction's 1.00" in again.describe()
+    assert run_routing(s, p, prediction, run(1.0, 1.01), 200.0) is None  # type: ignore[arg-type]
+    assert run_routing(s, p, prediction, run(), 200.0) is None  # type: ignore[arg-type]  # no expert parallelism

@@ -141,6 +141,7 @@ def test_comparison_json_carries_the_profile_spread() -> None:
     without = comparison_doc(Validation(scenario=s, prediction=prediction, run=None, comparison=v.comparison,  # type: ignore[arg-type]
                                         bubble_error_pp=(0.0, 0.0)))
     assert without["profile_spread"] is None
+    assert doc["with_run_routing"] is None  # a dense model: no routing to predict again at
 
 
 def test_quartiles_of_samples() -> None:
