@@ -104,9 +104,9 @@ def profile_spread(prediction: Prediction, profile: Profile) -> ProfileSpread | 
 
 @dataclass(frozen=True)
 class RunRouting:
-    """The prediction again with the routing the run measured (its ``routing_skew``, the mean of
-    its recorded steps') in place of the scenario's: what is left of the error once the routing,
-    a property of the run's data and router rather than of the machine, is as it was."""
+    """The prediction again with the routing the run measured (the ``routing_skew`` of the step
+    compared) in place of the scenario's: what is left of the error once the routing, a property
+    of the run's data and router rather than of the machine, is as it was."""
 
     skew: float  #: the run's: its busiest expert-parallel rank's token copies over the mean
     predicted_skew: float  #: the scenario's, which the prediction used
@@ -120,13 +120,12 @@ class RunRouting:
 
 def run_routing(s: Scenario, profile: Profile, prediction: Prediction, run: RunResult, measured_ms: float
                 ) -> RunRouting | None:
-    """The prediction at the run's measured routing skew, against the run's step ``measured_ms``
-    (None without expert parallelism, or where the run's skew is the prediction's to 1 %)."""
-    skews = [t.meta["routing_skew"] for t in run.traces if "routing_skew" in t.meta]
+    """The prediction at the routing skew of the run's step it is compared with (``measured_ms``;
+    None without expert parallelism, or where that skew is the prediction's to 1 %)."""
+    skew = run.representative.meta.get("routing_skew")
     predicted_skew = prediction.trace.meta.get("routing_skew")
-    if not skews or predicted_skew is None or s.model is None or s.model.moe is None:
+    if skew is None or predicted_skew is None or s.model is None or s.model.moe is None:
         return None
-    skew = statistics.mean(skews)
     if abs(skew - predicted_skew) <= 0.01 * predicted_skew:
         return None
     moe = s.model.moe.model_copy(update={"skew": skew, "routing": None})

@@ -502,7 +502,7 @@ def test_a_moe_profile_fits_its_all_to_all_at_its_dispatch_sizes() -> None:
 
 
 def test_validate_predicts_again_at_the_run_s_routing_skew() -> None:
-    """The run's routing (its busiest expert rank's copies over the mean, the mean of its steps')
+    """The run's routing (its busiest expert rank's copies over the mean, in the step compared)
     is a property of its data and router: the prediction again at that skew is what the plan's
     costs alone give. Nothing to add where the run's skew is the prediction's to 1 %."""
     from types import SimpleNamespace
@@ -522,15 +522,15 @@ def test_validate_predicts_again_at_the_run_s_routing_skew() -> None:
         "moe_block": moe, "collectives": {"alltoall": LinkProfile(latency_us=20.0, bandwidth_gb_s=1.0)}})
     prediction = predict(s, p)
 
-    def run(*skews: float) -> SimpleNamespace:
-        return SimpleNamespace(traces=[SimpleNamespace(meta={"routing_skew": k}) for k in skews])
+    def run(meta: dict[str, float]) -> SimpleNamespace:  # the step compared
+        return SimpleNamespace(representative=SimpleNamespace(meta=meta))
 
-    again = run_routing(s, p, prediction, run(1.4, 1.6), 200.0)  # type: ignore[arg-type]  # what it reads of a run
+    again = run_routing(s, p, prediction, run({"routing_skew": 1.5}), 200.0)  # type: ignore[arg-type]  # what it reads of a run
     assert again is not None and again.skew == pytest.approx(1.5) and again.predicted_skew == 1.0
     data["model"]["moe"]["skew"] = 1.5
     assert again.predicted_ms == pytest.approx(step_time_ms(predict(parse_scenario(data), p).trace))
     assert again.predicted_ms > step_time_ms(prediction.trace)
     assert again.error == pytest.approx(again.predicted_ms / 200.0 - 1)
     assert "at the run's routing skew 1.50 (the prediction's 1.00" in again.describe()
-    assert run_routing(s, p, prediction, run(1.0, 1.01), 200.0) is None  # type: ignore[arg-type]
-    assert run_routing(s, p, prediction, run(), 200.0) is None  # type: ignore[arg-type]  # no expert parallelism
+    assert run_routing(s, p, prediction, run({"routing_skew": 1.005}), 200.0) is None  # type: ignore[arg-type]
+    assert run_routing(s, p, prediction, run({}), 200.0) is None  # type: ignore[arg-type]  # no expert parallelism
