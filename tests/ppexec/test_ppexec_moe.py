@@ -188,3 +188,21 @@ def test_the_routing_skew_is_the_busiest_rank_of_each_group_over_its_mean() -> N
               rank(1, 0, [50]), rank(1, 1, [50]), rank(1, 2, [90]), rank(1, 3, [10])]  # 1.0, 1.8
     assert routing_skew(states, 0, 2) == pytest.approx(7.9 / 6)  # type: ignore[arg-type]  # what it reads of a RankState
     assert routing_skew([rank(0, 0, []), rank(0, 1, [])], 0, 2) is None  # type: ignore[list-item]
+
+
+@pytest.mark.slow
+def test_a_moe_profile_times_its_all_to_all_at_its_dispatch_sizes() -> None:
+    """`ppexec profile` of a mixture of experts fits its all-to-all link to exchanges of 0.25-2x a
+    dispatch (each rank's k copies of its tokens), not to the gradients' sizes, and its MoE block
+    is the one fitted from the engine's spans."""
+    from ppexec.measure.microbench import COLLECTIVE_FACTORS, message_sizes
+    from ppexec.measure.profile import measure_profile
+
+    s = tiny_moe()
+    m = s.model
+    dispatch = m.seq_len * s.training.micro_batch * m.moe.top_k * m.hidden * 4  # fp32
+    profile = measure_profile(s, runtime="torch", runs=1)
+    link = profile.collectives["alltoall"]
+    assert [b for b, _ in link.samples] == message_sizes(dispatch, COLLECTIVE_FACTORS)
+    assert all(ms > 0 for _, ms in link.samples) and link.bandwidth_gb_s > 0
+    assert profile.moe_block is not None and profile.moe_block.forward_ms > 0
