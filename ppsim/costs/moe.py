@@ -48,7 +48,6 @@ dispatcher's kernels (priced as the all-to-all they replace).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -201,24 +200,14 @@ def routing_skew(routing: RoutingSpec, experts: int, expert_parallel: int, moe_l
     expert) is left out."""
     if expert_parallel <= 1:
         return 1.0
-    shape = 1 / routing.load_cv**2
-    draws = [random.Random(f"{routing.seed}:{layer}") for layer in range(max(moe_layers, 1))]
-    return skew_of_loads([[draw.gammavariate(shape, 1.0) for _ in range(experts)] for draw in draws], expert_parallel)
-
-
-def skew_of_loads(layer_loads: Sequence[Sequence[float]], expert_parallel: int) -> float:
-    """The busiest of ``expert_parallel`` ranks' share of each layer's ``layer_loads`` (its experts'
-    token copies, in their order) over the mean rank's, averaged over the layers: a stage's time
-    adds its layers', each paced by its busiest rank. Rank r holds experts r E / EP to
-    (r + 1) E / EP - 1, as Megatron numbers them."""
-    if expert_parallel <= 1 or not layer_loads:
-        return 1.0
+    shape, per_rank = 1 / routing.load_cv**2, experts // expert_parallel
     total = 0.0
-    for loads in layer_loads:
-        per_rank = len(loads) // expert_parallel
+    for layer in range(max(moe_layers, 1)):
+        draw = random.Random(f"{routing.seed}:{layer}")
+        loads = [draw.gammavariate(shape, 1.0) for _ in range(experts)]
         ranks = [sum(loads[r * per_rank:(r + 1) * per_rank]) for r in range(expert_parallel)]
-        total += max(ranks) * expert_parallel / sum(ranks) if sum(ranks) else 1.0
-    return total / len(layer_loads)
+        total += max(ranks) * expert_parallel / sum(ranks)
+    return total / max(moe_layers, 1)
 
 
 def router_flops(tokens: float, hidden: int, experts: int) -> float:
