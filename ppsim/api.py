@@ -56,6 +56,7 @@ if TYPE_CHECKING:  # the same names as _SOURCES below, for the type checker
     from ppsim.plan.schedules import PROFILING as PROFILING_SCHEDULE
     from ppsim.plan.schedules import SEARCHED as SEARCHED_SCHEDULE
     from ppsim.prediction import Prediction, build, lower_built, predict, scenario_workload, workload_meta
+    from ppsim.search.sweep import with_skew
     from ppsim.sim import simulate
     from ppsim.trace import Counter, MemorySource, Span, Trace, TraceMeta, plan_meta
     from ppsim.trace.chrome import write_chrome_trace
@@ -103,6 +104,7 @@ _SOURCES: dict[str, str] = {
     "scenario_workload": "ppsim.prediction",
     "workload_meta": "ppsim.prediction",
     "simulate": "ppsim.sim",
+    "with_skew": "ppsim.search.sweep",
     "host_run_bytes": "ppsim.costs.host_memory",
     "deepspeed_parts": "ppsim.frameworks.deepspeed:parts",
     "gpt_layers": "ppsim.costs.layers",
@@ -153,7 +155,7 @@ __all__ = [
     "lower_built", "output_targets", "parse_scenario", "peer_stage", "plan_meta", "plan_options", "predict",
     "print_summary", "progress_bar", "rank_metrics", "say", "scenario_with", "scenario_workload", "shape_of",
     "simulate", "stdout_console", "step_time_ms", "summarize", "usage_error", "version_option",
-    "workload_meta", "write_chrome_trace", "write_compare_html", "write_output",
+    "with_skew", "workload_meta", "write_chrome_trace", "write_compare_html", "write_output",
 ]
 
 

@@ -30,6 +30,7 @@ from ppsim.api import (
     rank_metrics,
     scenario_workload,
     step_time_ms,
+    with_skew,
 )
 from ppsim.errors import PpsimError, shown_path
 
@@ -124,12 +125,11 @@ def run_routing(s: Scenario, profile: Profile, prediction: Prediction, run: RunR
     None without expert parallelism, or where that skew is the prediction's to 1 %)."""
     skew = run.representative.meta.get("routing_skew")
     predicted_skew = prediction.trace.meta.get("routing_skew")
-    if skew is None or predicted_skew is None or s.model is None or s.model.moe is None:
+    if skew is None or predicted_skew is None:
         return None
     if abs(skew - predicted_skew) <= 0.01 * predicted_skew:
         return None
-    moe = s.model.moe.model_copy(update={"skew": skew, "routing": None})
-    again = predict(s.model_copy(update={"model": s.model.model_copy(update={"moe": moe})}), profile)
+    again = predict(with_skew(s, skew), profile)
     predicted = step_time_ms(again.trace)
     return RunRouting(skew=skew, predicted_skew=predicted_skew, predicted_ms=predicted,
                       error=(predicted - measured_ms) / measured_ms)

@@ -126,7 +126,7 @@ def _measure_machine(ctx: RankContext, log: EventLog) -> None:
     )
     from ppexec.runtimes.model import parameter_count
     from ppexec.runtimes.tensor_parallel import make_groups
-    from ppsim.api import DTYPE_BYTES
+    from ppsim.api import DTYPE_BYTES, ExpertShard
 
     spec = ctx.spec
     model, micro = spec.model, spec.scenario.training.micro_batch
@@ -135,7 +135,7 @@ def _measure_machine(ctx: RankContext, log: EventLog) -> None:
     grads = parameter_count(model) * DTYPE_BYTES[model.dtype] // spec.plan.num_ranks  # a stage's gradients, about
     log.write(Measure(name="collectives", data=collective_times(message_sizes(grads, COLLECTIVE_FACTORS))))
     if model.moe is not None:  # a dispatch's all-to-all: each rank's k copies of its tokens
-        dispatch = model.seq_len * micro * model.moe.top_k * model.hidden * DTYPE_BYTES[model.dtype]
+        dispatch = int(ExpertShard(model.moe).dispatch_bytes(model.seq_len * micro, model.hidden, DTYPE_BYTES[model.dtype]))
         log.write(Measure(name="alltoall", data=alltoall_times(message_sizes(dispatch, COLLECTIVE_FACTORS))))
     pair = make_groups(ctx.world, 2, ctx.rank, timedelta(seconds=spec.timeout_s))  # the two ranks as one TP group
     if pair is not None:
