@@ -250,8 +250,15 @@ def test_ctrl_c_ends_the_search_and_its_workers_quietly() -> None:
     search_cmd = [sys.executable, "-m", "ppsim.cli", "tune", str(ROOT / "scenarios" / "deepseek-v3.yaml"), "--jobs", "2"]
     child = subprocess.Popen(search_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    time.sleep(6)  # the workers are bounding plans (the whole search takes most of a minute)
-    assert child.poll() is None, "the search ended before the signal"
+    # signal once its pool's workers are bounding plans (the whole search takes most of a minute; a
+    # fixed sleep signalled too early or too late on a loaded machine)
+    children = Path(f"/proc/{child.pid}/task/{child.pid}/children")
+    deadline = time.monotonic() + 60
+    while child.poll() is None and time.monotonic() < deadline and len(children.read_text().split()) < 2:
+        time.sleep(0.2)
+    time.sleep(1)
+    if child.poll() is not None:
+        pytest.fail(f"the search ended (exit {child.returncode}) before the signal: {child.communicate()[1].decode()}")
     os.killpg(child.pid, signal.SIGINT)
     _, err = child.communicate(timeout=30)
     assert child.returncode == 130, err
