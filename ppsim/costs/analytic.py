@@ -119,7 +119,7 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
                                      compute_backward)
         dispatched = precision.value_bytes / layout.dtype_bytes if precision and training.moe_fp8_dispatch else 1.0
         alltoalls = block_alltoalls(s, st, links.expert_parallel, links.expert_tensor, dispatched)
-        a2a = expert_alltoalls(s, st, alltoalls)
+        a2a = expert_alltoalls(s, st, alltoalls, counts_exchange_ms(s, links.expert_parallel))
         phases = moe_phases(st, price, hbm_bytes_per_ms, alltoalls, per_launch)
         # what runs beside the compute and is not hidden by it: the collectives and copies left exposed
         forward_comm = (st.tp_collective_blocks * tp.forward_ms + st.blocks * cp.forward_ms + a2a.forward_ms
@@ -263,12 +263,17 @@ def whole_window_backward(g: Gemm, device: Device, kernel: str, dtype: str, *, m
     return fused if fused is not None and fused.window_backward else None
 
 
-def expert_alltoalls(s: Scenario, st: StageShape, alltoalls: tuple[float, float]) -> Exposed:
+COUNT_BYTES = 8  #: a token count as the dispatchers exchange it (int64)
+
+
+def expert_alltoalls(s: Scenario, st: StageShape, alltoalls: tuple[float, float], counts: float = 0.0) -> Exposed:
     """A stage's expert-parallel all-to-alls per micro-batch (:mod:`~ppsim.costs.moe`): dispatch and
     combine in each MoE block's forward, both again in its backward, and once more where the
     backward recomputes the forward; with expert tensor parallelism each dispatch's all-gather of
     the tokens over the ETP group and each combine's reduce-scatter (their transposes backward);
-    ``alltoalls``: one block's (dispatch, combine), :func:`block_alltoalls`."""
+    ``alltoalls``: one block's (dispatch, combine), :func:`block_alltoalls`; ``counts``: the
+    exchange of token counts before each forward's dispatch, :func:`counts_exchange_ms` (the
+    backward reuses them)."""
     if not st.moe_blocks or (s.expert_parallel <= 1 and s.expert_tensor <= 1):
         return Exposed()
     pair = sum(alltoalls)
@@ -278,7 +283,19 @@ def expert_alltoalls(s: Scenario, st: StageShape, alltoalls: tuple[float, float]
         recomputed = 1 - st.plain_blocks / st.blocks if st.blocks else 1.0
     else:
         recomputed = 1.0 if "moe" in selective_modules(s.training.recompute, s.training.recompute_modules) else 0.0
-    return Exposed(st.moe_blocks * pair, st.moe_blocks * pair * (1 + recomputed))
+    return Exposed(st.moe_blocks * (pair + counts), st.moe_blocks * (pair * (1 + recomputed) + counts * recomputed))
+
+
+def counts_exchange_ms(s: Scenario, exchange: Link) -> float:
+    """The exchange of token counts that NCCL's dispatcher (``training.moe_dispatcher: alltoall``)
+    makes before each forward's dispatch, so that every rank knows what it will receive from
+    each: each rank's count per expert (8 bytes each) over the expert-parallel group on the
+    all-to-alls' link: latency-bound. (Megatron all-gathers them over TP x EP, the same exchange
+    where TP is 1; DeepEP's and HybridEP's kernels count inside their own.)"""
+    moe = s.model.moe if s.model is not None else None
+    if moe is None or s.expert_parallel <= 1 or s.training.moe_dispatcher != "alltoall":
+        return 0.0
+    return alltoall_ms(COUNT_BYTES * moe.experts, s.expert_parallel, exchange)
 
 
 def block_alltoalls(s: Scenario, st: StageShape, exchange: Link, gather: Link, narrow: float = 1.0

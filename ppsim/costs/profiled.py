@@ -11,7 +11,7 @@ and the head are whole on every rank, as ppexec runs them. The collectives tenso
 
 from __future__ import annotations
 
-from ppsim.costs.analytic import block_alltoalls, expert_alltoalls
+from ppsim.costs.analytic import block_alltoalls, counts_exchange_ms, expert_alltoalls
 from ppsim.costs.collectives import grad_allreduce, ring_allreduce_ms
 from ppsim.costs.copies import copies_summed
 from ppsim.costs.layers import LayerCost, gpt_layers
@@ -95,7 +95,8 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
             parts += [moe_block] * moe_blocks
         parts += ([profile.embedding] if k == 0 else []) + ([profile.head] if k == n - 1 else [])
         recomputed = moe_blocks + (st.blocks - moe_blocks) * dense_share  # blocks of the profiled kind, in time
-        a2a = expert_alltoalls(s, st, block_alltoalls(s, st, exchange_link, gather_link))
+        a2a = expert_alltoalls(s, st, block_alltoalls(s, st, exchange_link, gather_link),
+                               counts_exchange_ms(s, exchange_link))
         extra = profile.overhead(k, n)
         reduce_ms, buckets = grad_allreduce(st.reduced_params * layout.dtype_bytes, d, reduce_link, training.allreduce,
                                             training.bucket_mb * 1e6)

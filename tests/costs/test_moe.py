@@ -4,17 +4,19 @@ rank under expert parallelism, the skew's effect, and Megatron's layout rules as
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from conftest import SCENARIOS
+from ppsim.costs.analytic import counts_exchange_ms, expert_alltoalls
 from ppsim.costs.layers import gpt_layers
 from ppsim.costs.moe import ExpertShard, alltoall_ms, reduced_params
 from ppsim.costs.table import Link
 from ppsim.errors import ScenarioError
 from ppsim.inputs.hardware import DEVICES
-from ppsim.inputs.scenario import ModelSpec, load, parse_scenario
+from ppsim.inputs.scenario import ModelSpec, Scenario, load, parse_scenario
 from ppsim.prediction import build
 
 MIXTRAL = {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336, "seq_len": 4096,
@@ -67,6 +69,14 @@ def test_expert_gradients_reduce_over_their_own_replicas() -> None:
     assert reduced_params(1e9, 4e9, 1, 1) == 5e9
 
 
+def token_counts_ms(s: Scenario) -> float:
+    """One MoE block's exchange of token counts before its dispatch, on the scenario's links."""
+    from ppsim.costs.links import scenario_links
+    from ppsim.inputs.hardware import get_device
+
+    return counts_exchange_ms(s, scenario_links(s, get_device(s.hardware.device), (0, 1)).expert_parallel)
+
+
 def scenario(**over: Any) -> dict[str, Any]:
     data: dict[str, Any] = {
         "name": "moe", "model": {**MIXTRAL, "layers": 8},
@@ -89,12 +99,31 @@ def test_a_rank_holds_its_experts_sharded_over_their_replicas() -> None:
     assert c.memory.weights == 2 * c.params
 
 
+def test_nccls_dispatcher_exchanges_each_ranks_token_counts_before_its_dispatch() -> None:
+    """Mixtral's 8 experts at EP 8 on a link of 10 us and 100 GB/s: each rank's 8 counts of 8 bytes,
+    7/8 of them to the 7 others, one latency each; DeepEP's and HybridEP's kernels count inside
+    their own; once per forward, and again where the backward recomputes it."""
+    link = Link.from_gb_s(100.0, 10.0)
+    s = parse_scenario(scenario())
+    assert counts_exchange_ms(s, link) == pytest.approx(7 * 0.010 + 64 * 7 / 8 / 1e8)
+    assert counts_exchange_ms(parse_scenario(scenario(training={"moe_dispatcher": "deepep"})), link) == 0.0
+    assert counts_exchange_ms(parse_scenario(scenario(expert_parallel=1)), link) == 0.0
+    st = SimpleNamespace(blocks=4, moe_blocks=4, plain_blocks=0)  # what expert_alltoalls reads of a stage
+    plain, counted = expert_alltoalls(s, st, (1.0, 2.0)), expert_alltoalls(s, st, (1.0, 2.0), 0.5)  # type: ignore[arg-type]
+    assert counted.forward_ms - plain.forward_ms == pytest.approx(4 * 0.5) and counted.backward_ms == plain.backward_ms
+    full = parse_scenario(scenario(training={"recompute": "full"}))
+    again = expert_alltoalls(full, st, (1.0, 2.0), 0.5).backward_ms - expert_alltoalls(full, st, (1.0, 2.0)).backward_ms  # type: ignore[arg-type]
+    assert again == pytest.approx(4 * 0.5)
+
+
 def test_skew_slows_the_layer_and_moves_more_bytes_but_not_the_model_flops() -> None:
     even = build(parse_scenario(scenario()))
     skewed = build(parse_scenario(scenario(model={**MIXTRAL, "layers": 8,
                                                   "moe": {**MIXTRAL["moe"], "skew": 1.5}})))
     a, b = even.workload.costs.stages[0], skewed.workload.costs.stages[0]
-    assert b.forward_ms > a.forward_ms and b.forward_comm_ms == pytest.approx(1.5 * a.forward_comm_ms, rel=0.05)
+    counts = 4 * token_counts_ms(parse_scenario(scenario()))  # 4 MoE blocks' exchanges of counts: no skew
+    assert b.forward_ms > a.forward_ms
+    assert b.forward_comm_ms - counts == pytest.approx(1.5 * (a.forward_comm_ms - counts), rel=0.05)
     assert skewed.workload.model_flops_per_step == pytest.approx(even.workload.model_flops_per_step)
 
 
@@ -131,8 +160,9 @@ def test_dualpipev_hides_the_all_to_alls_behind_the_other_micro_batch() -> None:
     costs = pred.workload.costs
     c = costs.stages[1]
     both = overlapped_ms(costs, Overlap.of(Action(1, Kind.F, 0), Action(1, Kind.B, 1)))
+    counts = 2 * token_counts_ms(pred.scenario)  # its 2 blocks' exchanges of counts: exposed, the dispatch waits
     assert c.forward_comm_ms > 0 and both == pytest.approx(c.forward_ms + c.backward_ms - c.forward_comm_ms
-                                                           - c.backward_comm_ms)
+                                                           - c.backward_comm_ms + counts)
 
 
 @pytest.mark.parametrize("over, field, says", [
@@ -415,7 +445,8 @@ def test_the_sms_the_all_to_alls_take_slow_the_compute_they_hide_under() -> None
     assert free.overlap_sm_share == 0 and taxed.overlap_sm_share == pytest.approx(20 / 132)
     pair = Overlap.of(Action(1, Kind.F, 0), Action(1, Kind.B, 1))
     c = free.stages[1]
-    hidden = c.forward_comm_ms + c.backward_comm_ms  # all of it hidden here (above)
+    counts = 2 * token_counts_ms(parse_scenario(scenario(pipeline=plan)))  # its 2 blocks': exposed, the dispatch waits
+    hidden = c.forward_comm_ms + c.backward_comm_ms - counts  # all of the rest hidden here (above)
     assert overlapped_ms(taxed, pair) - overlapped_ms(free, pair) == pytest.approx(hidden * 20 / 132)
     assert taxed.stages == free.stages  # the passes alone: nothing beside them
     combined = {"stages": 2, "microbatches": 8, "schedule": "combined-1f1b", "chunks": 2}
