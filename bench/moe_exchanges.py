@@ -44,17 +44,6 @@ class Spread:
         return f"median {self.median:.3f}  mean {self.mean:.3f}  p90 {self.p90:.3f}  max {self.max:.3f} ms"
 
 
-def exchange_times(ranks: list[list[tuple[int, int]]]) -> tuple[list[float], list[float]]:
-    """(arrival gaps, times after the last arrival) in ms of the exchanges ``ranks`` ran, each rank's
-    (start, end) ns in the order they ran them (a collective runs in the same order on every rank)."""
-    gaps, after = [], []
-    for each in zip(*ranks, strict=True):
-        starts, ends = [a for a, _ in each], [b for _, b in each]
-        gaps.append((max(starts) - min(starts)) / 1e6)
-        after.append((max(ends) - max(starts)) / 1e6)
-    return gaps, after
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", type=Path, default=None, help="a profile of moe-cpu.yaml (default: measure one)")
@@ -62,8 +51,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=8)
     args = ap.parse_args()
     from ppexec.measure.profile import measure_profile
-    from ppexec.results.collect import exchanges
     from ppexec.results.prediction_check import validate
+    from ppexec.worker.events import exchange_spans, exchanges
     from ppsim.costs.moe import ExpertShard, alltoall_ms
     from ppsim.costs.profiled import profile_link
     from ppsim.inputs.profile import load_profile
@@ -80,7 +69,7 @@ def main() -> int:
         print(f"with the run's routing: {v.run_routing.describe()}")
     gaps, after, per_step = [], [], []
     for k in range(len(v.run.states[0].steps)):
-        g, a = exchange_times([exchanges(st.steps[k].marks) for st in v.run.states])
+        g, a = exchange_spans([exchanges(st.steps[k].marks) for st in v.run.states])
         gaps += g
         after += a
         per_step.append(len(g))

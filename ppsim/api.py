@@ -35,7 +35,8 @@ if TYPE_CHECKING:  # the same names as _SOURCES below, for the type checker
     from ppsim.cli.progress import progress_bar
     from ppsim.costs.host_memory import host_run_bytes
     from ppsim.costs.layers import gpt_layers
-    from ppsim.costs.moe import ExpertShard
+    from ppsim.costs.moe import ExpertShard, alltoall_ms
+    from ppsim.costs.profiled import profile_link
     from ppsim.formats import DEVICE_FILE_MARKER
     from ppsim.frameworks.deepspeed import parts as deepspeed_parts
     from ppsim.inputs.hardware import Device, get_device
@@ -109,6 +110,8 @@ _SOURCES: dict[str, str] = {
     "deepspeed_parts": "ppsim.frameworks.deepspeed:parts",
     "gpt_layers": "ppsim.costs.layers",
     "ExpertShard": "ppsim.costs.moe",
+    "alltoall_ms": "ppsim.costs.moe",
+    "profile_link": "ppsim.costs.profiled",
     # the trace
     "Trace": "ppsim.trace",
     "TraceMeta": "ppsim.trace",
@@ -151,9 +154,9 @@ __all__ = [
     "Prediction", "Profile", "QuartileTimes",
     "RecomputeTimes", "SEARCHED_SCHEDULE", "Scenario", "Span", "Summary", "TensorParallelTimes", "Trace", "TraceMeta", "build",
     "compare_traces", "deepspeed_parts",
-    "comparison_renderable", "err", "fail", "get_device", "gpt_layers", "host_run_bytes", "load_profile_option",
+    "alltoall_ms", "comparison_renderable", "err", "fail", "get_device", "gpt_layers", "host_run_bytes", "load_profile_option",
     "lower_built", "output_targets", "parse_scenario", "peer_stage", "plan_meta", "plan_options", "predict",
-    "print_summary", "progress_bar", "rank_metrics", "say", "scenario_with", "scenario_workload", "shape_of",
+    "print_summary", "profile_link", "progress_bar", "rank_metrics", "say", "scenario_with", "scenario_workload", "shape_of",
     "simulate", "stdout_console", "step_time_ms", "summarize", "usage_error", "version_option",
     "with_skew", "workload_meta", "write_chrome_trace", "write_compare_html", "write_output",
 ]

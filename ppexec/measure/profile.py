@@ -18,6 +18,11 @@ the machine as training ranks do, both
    latency + bytes / bandwidth; from the engine run's transfers whose receiver was already waiting,
    what a send and a receive spend around the transfer itself.
 
+A mixture of experts is then trained once more on one stage over both ranks, which split its
+experts (expert parallelism 2): what its all-to-alls cost a step, each from the later rank's
+arrival, where the ranks come to them from their layers' compute (timed back to back at a barrier
+they cost this machine a fraction of that).
+
 Stages between the first and the last (only seen with three or more stages) take the smaller of
 the first and last stage's overheads: they load no data and compute no loss.
 """
@@ -40,10 +45,12 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from ppexec.measure.stats import fit_blocks, fit_link, median_samples, statistic
-from ppexec.worker.events import RankState
+from ppexec.worker.events import RankState, exchange_spans, exchanges
 from ppsim.api import (
+    DTYPE_BYTES,
     PROFILING_SCHEDULE,
     Action,
+    ExpertShard,
     Kind,
     LayerTimes,
     LinkProfile,
@@ -54,7 +61,9 @@ from ppsim.api import (
     RecomputeTimes,
     Scenario,
     TensorParallelTimes,
+    alltoall_ms,
     parse_scenario,
+    profile_link,
     shape_of,
 )
 from ppsim.errors import PpsimError
@@ -89,6 +98,41 @@ def profiling_scenario(s: Scenario) -> Scenario:
     data.setdefault("training", {}).pop("global_batch", None)
     data["training"]["grad_clip"] = 1.0  # measure gradient clipping, whether or not the scenario clips
     return parse_scenario(data, source="the profiling run")
+
+
+def exchange_scenario(base: Scenario) -> Scenario | None:
+    """The profiled model on one stage over two replicas that split its experts (expert parallelism
+    2): its all-to-alls between its layers' compute, as a training step runs them. None for a model
+    without experts, or with experts two ranks cannot split."""
+    m = base.model
+    if m is None or m.moe is None or m.moe.experts % 2:
+        return None
+    data = base.model_dump(exclude_none=True)
+    data["data_parallel"] = 2
+    data["expert_parallel"] = 2
+    data["pipeline"] = {**data["pipeline"], "stages": 1, "chunks": 1, "schedule": "1f1b"}
+    return parse_scenario(data, source="the profile's expert-parallel run")
+
+
+def exchange_in_step(idle: LinkProfile, in_step_ms: list[float], dispatch_bytes: float) -> LinkProfile:
+    """The all-to-all link as a step pays it: ``idle``'s bandwidth (exchanges timed back to back at
+    a barrier), its latency raised so that a dispatch of ``dispatch_bytes`` over the two ranks costs
+    the mean of ``in_step_ms``, the exchanges of a training step from the later rank's arrival
+    (each rank comes to them from its layers' compute; a step adds every one, and on a shared
+    machine their tail is long: the mean, not the median). Never below ``idle``."""
+    excess = statistics.fmean(in_step_ms) - alltoall_ms(dispatch_bytes, 2, profile_link(idle))
+    return idle.model_copy(update={"latency_us": idle.latency_us + max(0.0, excess) * 1e3})
+
+
+def in_step_exchanges(states: list[RankState]) -> list[float]:
+    """ms of each all-to-all ``states``' recorded steps ran, from the later rank's arrival to the
+    last rank's return (:func:`~ppexec.worker.events.exchange_spans`)."""
+    if not states:
+        return []
+    after: list[float] = []
+    for k in range(min(len(st.steps) for st in states)):
+        after += exchange_spans([exchanges(st.steps[k].marks) for st in states])[1]
+    return after
 
 
 def ring_links(samples: list[tuple[int, float, float, float]]) -> dict[MeasuredCollective, LinkProfile]:
@@ -376,7 +420,8 @@ def _around(median: dict[str, Any], low: dict[str, Any], high: dict[str, Any]) -
     return QuartileTimes.model_validate(out["low"]), QuartileTimes.model_validate(out["high"])
 
 
-def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]], normalize: str = "none") -> Profile:
+def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]], normalize: str = "none",
+             exchange_run: list[RankState] | None = None) -> Profile:
     """Build the profile from what the profiling ranks recorded in each run (partition, states).
 
     Per block, the forward, backward and optimizer times are fitted from the engine's own spans
@@ -393,7 +438,11 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]], normali
     normalization did not predict better: quiet, the runs hardly drift (factors 0.93-1.05); loaded,
     what inflates the overheads is the ranks' contention with other work, which a reference timed
     seconds earlier does not follow. ``machine.profiling_block_alone_ms`` records each run's block
-    (forward + backward, per stage) timed alone: the drift between the runs."""
+    (forward + backward, per stage) timed alone: the drift between the runs.
+
+    A mixture of experts' all-to-all link is fitted to exchanges timed at its dispatch's sizes, then
+    set to what ``exchange_run``'s steps (:func:`exchange_scenario`) paid for them
+    (:func:`exchange_in_step`; ``machine.exchange_ms`` records both)."""
     states = [st for _, sts in runs for st in sts]
     median = _timings(s, runs, "median", normalize)
     low, high = _around(median, _timings(s, runs, "low", normalize), _timings(s, runs, "high", normalize))
@@ -411,8 +460,19 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]], normali
         median_samples(measured, 1), median_samples(measured, 2), median_samples(measured, 3), strict=True)]
     ) if measured else {}
     dispatches = [st.measurements["alltoall"] for st in states if "alltoall" in st.measurements]
+    exchange: dict[str, float] = {}
     if dispatches:  # a mixture of experts: its all-to-all as measured at its dispatch's sizes
         collectives["alltoall"] = exchange_link(median_samples(dispatches, 1))
+        in_step = in_step_exchanges(exchange_run or [])
+        m = s.model
+        if in_step and m is not None and m.moe is not None:
+            dispatch = ExpertShard(m.moe).dispatch_bytes(m.seq_len * s.training.micro_batch, m.hidden,
+                                                         DTYPE_BYTES[m.dtype])
+            idle = collectives["alltoall"]
+            collectives["alltoall"] = exchange_in_step(idle, in_step, dispatch)
+            exchange = {"idle": round(alltoall_ms(dispatch, 2, profile_link(idle)), 4),
+                        "in_step_mean": round(statistics.fmean(in_step), 4),
+                        "in_step_median": round(statistics.median(in_step), 4), "exchanges": len(in_step)}
     first_run = [st for st in runs[0][1] if st.ready]
     import deepspeed
     import torch
@@ -430,6 +490,9 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]], normali
             "profiling_block_alone_ms": [[round(v, 3) if v else None for _, v in sorted(a.items())]
                                          for a in _block_alone(runs)],
             "profiling_normalize": normalize,
+            # a mixture of experts: one dispatch's all-to-all (ms) timed at a barrier, and as its
+            # expert-parallel run's steps paid it (from the later rank's arrival)
+            **({"exchange_ms": exchange} if exchange else {}),
             "torch": torch.__version__,
             "deepspeed": deepspeed.__version__,
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -465,10 +528,10 @@ def drift_between_runs(p: Profile) -> float | None:
 
 
 def profile_runs(s: Scenario) -> int:
-    """How many profiling runs :func:`measure_profile` starts (one per profiling partition), each
-    of ``PROFILE_WARMUP`` + ``PROFILE_STEPS`` steps."""
+    """How many profiling runs :func:`measure_profile` starts (one per profiling partition, and a
+    mixture of experts' expert-parallel run), each of ``PROFILE_WARMUP`` + ``PROFILE_STEPS`` steps."""
     base = profiling_scenario(s)
-    return len(profiling_partitions(base.model.layers if base.model else 0))
+    return len(profiling_partitions(base.model.layers if base.model else 0)) + (exchange_scenario(base) is not None)
 
 
 def measure_profile(s: Scenario, timeout_s: float = 120.0, keep: Path | None = None, runtime: str = "deepspeed",
@@ -488,22 +551,27 @@ def measure_profile(s: Scenario, timeout_s: float = 120.0, keep: Path | None = N
     base = profiling_scenario(s)
     layers = base.model.layers if base.model else 0
     top = keep or Path(tempfile.mkdtemp(prefix="ppexec-profile-"))
-    measured: list[tuple[list[int], list[RankState]]] = []
     load_before = _load_average()
-    for k, partition in enumerate(profiling_partitions(layers, runs)):
+
+    def run(k: int, scenario: Scenario, mode: str) -> list[RankState]:
         folder = top / f"run-{k}"
-        opts = RunOptions(out=folder, steps=PROFILE_STEPS, warmup=PROFILE_WARMUP, timeout_s=timeout_s, mode="profile",
+        opts = RunOptions(out=folder, steps=PROFILE_STEPS, warmup=PROFILE_WARMUP, timeout_s=timeout_s, mode=mode,
                           runtime=runtime, force=force)
-        prepared, world = prepare_run(base.with_overrides(partition=partition), opts)
+        prepared, world = prepare_run(scenario, opts)
         check_fits(prepared.scenario, world)
         try:
             watch = None if on_progress is None else partial(on_progress, k)
-            measured.append((partition, run_local(folder, world, deadline_s(opts) + 60, watch, hang_limit_s(timeout_s))))
+            return run_local(folder, world, deadline_s(opts) + 60, watch, hang_limit_s(timeout_s))
         except Interrupted:
             raise  # its message names the folder already
         except PpsimError as exc:
             raise PpsimError(f"{exc} (the profiling run's logs are in {folder})") from None
-    profile = assemble(base, measured)
+
+    partitions = profiling_partitions(layers, runs)
+    measured = [(part, run(k, base.with_overrides(partition=part), "profile")) for k, part in enumerate(partitions)]
+    experts = exchange_scenario(base)
+    exchange_run = run(len(partitions), experts, "train") if experts is not None else None
+    profile = assemble(base, measured, exchange_run=exchange_run)
     profile.machine["load_average"] = [load_before, _load_average()]  # the machine's 1-minute load, before and after
     if keep is None:
         shutil.rmtree(top, ignore_errors=True)

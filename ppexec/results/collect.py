@@ -19,7 +19,7 @@ from ppexec.launch.cluster import run_deepspeed
 from ppexec.launch.local import run_local
 from ppexec.launch.prepare import RunOptions, check_environment, check_fits, deadline_s, prepare_run
 from ppexec.launch.pulse import hang_limit_s
-from ppexec.worker.events import RankState, events_path, read_events
+from ppexec.worker.events import RankState, events_path, exchanges, read_events
 from ppexec.worker.run_spec import RunSpec
 from ppsim.api import (
     COMM_KINDS,
@@ -110,13 +110,6 @@ def step_trace(states: list[RankState], plan: Plan, step: int, meta: TraceMeta, 
             [[(t0 - offsets[st.rank] - origin) / 1e6, (t1 - offsets[st.rank] - origin) / 1e6]
              for t0, t1 in exchanges(st.steps[step].marks)] for _, st in shown]
     return Trace(spans=spans, meta=full_meta, counters=counters)
-
-
-def exchanges(marks: list[tuple[str, int]]) -> list[tuple[int, int]]:
-    """(start, end) ns of each all-to-all: an ``alltoall`` mark and the ``alltoall_end`` after it."""
-    starts = [t for name, t in marks if name == "alltoall"]
-    ends = [t for name, t in marks if name == "alltoall_end"]
-    return list(zip(starts, ends, strict=True))
 
 
 def alltoall_ms(marks: list[tuple[str, int]]) -> float:

@@ -66,6 +66,27 @@ class Step(_Event):
     received: list[int] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
+def exchanges(marks: list[tuple[str, int]]) -> list[tuple[int, int]]:
+    """(start, end) ns of each all-to-all: an ``alltoall`` mark and the ``alltoall_end`` after it."""
+    starts = [t for name, t in marks if name == "alltoall"]
+    ends = [t for name, t in marks if name == "alltoall_end"]
+    return list(zip(starts, ends, strict=True))
+
+
+def exchange_spans(ranks: list[list[tuple[int, int]]]) -> tuple[list[float], list[float]]:
+    """(arrival gaps, times after the last arrival) in ms of the all-to-alls ``ranks`` ran, each
+    rank's (start, end) ns in the order it ran them (a collective runs in the same order on every
+    rank; the ranks share one host's clock). The gap is how long the first rank to arrive waited
+    for the last; the time after the last arrival, to the last rank's return, is the exchange as a
+    step pays it."""
+    gaps, after = [], []
+    for each in zip(*ranks, strict=True):
+        starts, ends = [a for a, _ in each], [b for _, b in each]
+        gaps.append((max(starts) - min(starts)) / 1e6)
+        after.append((max(ends) - max(starts)) / 1e6)
+    return gaps, after
+
+
 class Measure(_Event):
     """What a profiling rank measured (layer times, the link, collectives...)."""
 

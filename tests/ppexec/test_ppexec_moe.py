@@ -190,13 +190,47 @@ def test_the_routing_skew_is_the_busiest_rank_of_each_group_over_its_mean() -> N
     assert routing_skew([rank(0, 0, []), rank(0, 1, [])], 0, 2) is None  # type: ignore[list-item]
 
 
+def test_an_exchange_is_the_wait_for_the_last_rank_then_the_time_after_its_arrival() -> None:
+    """Rank 0 arrives at 0 and 10 ms, rank 1 at 2 and 9 ms; both leave 1 and 0.5 ms after the
+    later one arrived (ns on one clock)."""
+    from ppexec.worker.events import exchange_spans
+
+    ms = 1_000_000
+    gaps, after = exchange_spans([[(0, 3 * ms), (10 * ms, 21 * ms // 2)],
+                                  [(2 * ms, 3 * ms), (9 * ms, 21 * ms // 2)]])
+    assert gaps == pytest.approx([2.0, 1.0]) and after == pytest.approx([1.0, 0.5])
+    with pytest.raises(ValueError):  # ranks that ran different numbers of exchanges are not one run's
+        exchange_spans([[(0, 1)], []])
+
+
+def test_a_moe_profile_prices_an_exchange_at_what_its_steps_paid_never_below_the_fit() -> None:
+    """A link of 100 us and 1 GB/s prices a dispatch of 1 MB over two ranks at 0.1 + 0.5 ms; steps
+    that paid 1 and 2 ms for it raise the latency to make 1.5 (the mean), 0.1 ms leaves it; the run
+    is the model on one stage over both ranks at EP 2, and only a model whose experts they split."""
+    from ppexec.measure.profile import exchange_in_step, exchange_scenario, profile_runs, profiling_scenario
+    from ppsim.api import LinkProfile, alltoall_ms, profile_link
+
+    idle = LinkProfile(latency_us=100.0, bandwidth_gb_s=1.0, samples=[(1000, 0.1)])
+    assert alltoall_ms(1e6, 2, profile_link(idle)) == pytest.approx(0.6)
+    paid = exchange_in_step(idle, [1.0, 2.0], 1e6)
+    assert alltoall_ms(1e6, 2, profile_link(paid)) == pytest.approx(1.5)
+    assert (paid.bandwidth_gb_s, paid.samples) == (idle.bandwidth_gb_s, idle.samples)
+    assert exchange_in_step(idle, [0.1], 1e6) == idle
+    run = exchange_scenario(profiling_scenario(tiny_moe()))
+    assert run is not None and (run.pipeline.stages, run.data_parallel, run.expert_parallel) == (1, 2, 2)
+    assert exchange_scenario(profiling_scenario(tiny_moe(experts=3))) is None
+    assert profile_runs(tiny_moe()) == profile_runs(tiny_moe(experts=3)) + 1
+
+
 @pytest.mark.slow
 def test_a_moe_profile_times_its_all_to_all_at_its_dispatch_sizes() -> None:
     """`ppexec profile` of a mixture of experts fits its all-to-all link to exchanges of 0.25-2x a
-    dispatch (each rank's k copies of its tokens), not to the gradients' sizes, and its MoE block
-    is the one fitted from the engine's spans."""
+    dispatch (each rank's k copies of its tokens), not to the gradients' sizes, then prices a
+    dispatch at what its expert-parallel run's steps paid for one (never below the fit); its MoE
+    block is the one fitted from the engine's spans."""
     from ppexec.measure.microbench import COLLECTIVE_FACTORS, message_sizes
     from ppexec.measure.profile import measure_profile
+    from ppsim.api import alltoall_ms, profile_link
 
     s = tiny_moe()
     m = s.model
@@ -205,4 +239,8 @@ def test_a_moe_profile_times_its_all_to_all_at_its_dispatch_sizes() -> None:
     link = profile.collectives["alltoall"]
     assert [b for b, _ in link.samples] == message_sizes(dispatch, COLLECTIVE_FACTORS)
     assert all(ms > 0 for _, ms in link.samples) and link.bandwidth_gb_s > 0
+    paid = profile.machine["exchange_ms"]
+    assert paid["exchanges"] == 10 * 4 * 4 * 4  # steps x micro-batches x MoE layers x (2 forward, 2 backward)
+    priced = alltoall_ms(dispatch, 2, profile_link(link))
+    assert priced == pytest.approx(max(paid["idle"], paid["in_step_mean"]), rel=1e-3)
     assert profile.moe_block is not None and profile.moe_block.forward_ms > 0
