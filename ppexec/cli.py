@@ -232,7 +232,7 @@ def profile_cmd(
 ) -> None:
     """Measure SCENARIO's layer times, framework overheads and link on this machine (two ranks)."""
     from ppexec.launch.folders import check_runs_folder
-    from ppexec.measure.profile import measure_profile, profiling_scenario
+    from ppexec.measure.profile import exchange_scenario, measure_profile, profiling_scenario
     from ppsim.api import write_output
 
     with exits(keep_run):
@@ -240,8 +240,10 @@ def profile_cmd(
         if keep_run is not None:
             check_runs_folder(keep_run, force, "--keep-run")
         s = scenario_with(scenario)
-        profiling_scenario(s)  # what stands in the way of profiling it, said before the work is announced
-        err.print(f"profiling on 2 ranks ({runtime} runtime): layer times, a short GPipe run, message ping-pong ...")
+        base = profiling_scenario(s)  # what stands in the way of profiling it, said before the work is announced
+        experts = ", an expert-parallel run" if exchange_scenario(base) is not None else ""
+        err.print(f"profiling on 2 ranks ({runtime} runtime): layer times, a short GPipe run{experts}, "
+                  "message ping-pong ...")
         with profile_progress(s) as watch:
             measured = measure_profile(s, timeout_s=timeout, keep=keep_run, runtime=runtime, force=force,
                                        on_progress=watch)
@@ -416,6 +418,11 @@ def _print_profile(p: Profile) -> None:
                   f"gradient-norm all-reduce {p.clip_allreduce_us:.1f} us", highlight=False)
     for kind, c in p.collectives.items():
         console.print(f"{kind} (as a ring's link): latency {c.latency_us:.1f} us, bandwidth {_bandwidth(c.bandwidth_gb_s)}",
+                      highlight=False)
+    if paid := p.machine.get("exchange_ms"):
+        console.print(f"alltoall: a dispatch {paid['in_step_mean']:.3f} ms on average as {paid['exchanges']} exchanges "
+                      f"of the expert-parallel run paid it from the later rank's arrival (median "
+                      f"{paid['in_step_median']:.3f}), {paid['idle']:.3f} ms timed back to back: priced at the larger",
                       highlight=False)
     if any(x >= UNMEASURED_GB_S for x in [link.bandwidth_gb_s, *(c.bandwidth_gb_s for c in p.collectives.values())]):
         console.print("(not measurable: the time did not grow with the message size at the sizes tried, as between "

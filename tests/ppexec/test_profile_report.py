@@ -47,6 +47,15 @@ def test_a_mixture_of_experts_profile_shows_its_moe_block(capsys: pytest.Capture
     assert "│ moe_block │ 1.540 │" in out and "329,216" in out
 
 
+def test_a_mixture_of_experts_profile_says_what_its_steps_paid_for_an_exchange(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "expert-parallel run" not in printed(capsys)
+    machine = {**make_profile().machine, "exchange_ms": {"idle": 0.36, "in_step_mean": 1.448, "in_step_median": 0.6,
+                                                         "exchanges": 640}}
+    out = printed(capsys, machine=machine)
+    assert ("a dispatch 1.448 ms on average as 640 exchanges of the expert-parallel run paid it" in out
+            and "(median 0.600), 0.360 ms timed back to back" in out)
+
+
 def test_a_scenario_that_cannot_be_profiled_is_refused_before_the_work_is_announced(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
