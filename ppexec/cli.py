@@ -416,14 +416,16 @@ def _print_profile(p: Profile) -> None:
     console.print(f"link: latency {link.latency_us:.1f} us, bandwidth {_bandwidth(link.bandwidth_gb_s)}, "
                   f"send overhead {link.send_overhead_us:.1f} us, receive overhead {link.recv_overhead_us:.1f} us; "
                   f"gradient-norm all-reduce {p.clip_allreduce_us:.1f} us", highlight=False)
+    paid = p.machine.get("exchange_ms")
     for kind, c in p.collectives.items():
-        console.print(f"{kind} (as a ring's link): latency {c.latency_us:.1f} us, bandwidth {_bandwidth(c.bandwidth_gb_s)}",
-                      highlight=False)
-    if paid := p.machine.get("exchange_ms"):
-        console.print(f"alltoall: a dispatch {paid['in_step_mean']:.3f} ms on average as {paid['exchanges']} exchanges "
-                      f"of the expert-parallel run paid it from the later rank's arrival (median "
-                      f"{paid['in_step_median']:.3f}), {paid['idle']:.3f} ms timed back to back: priced at the larger",
-                      highlight=False)
+        raised = " (raised to what the steps paid, below)" if kind == "alltoall" and paid else ""
+        console.print(f"{kind} (as a ring's link): latency {c.latency_us:.1f} us{raised}, bandwidth "
+                      f"{_bandwidth(c.bandwidth_gb_s)}", highlight=False)
+    if paid:
+        console.print(f"alltoall: a dispatch's exchange took {paid['in_step_mean']:.3f} ms on average (median "
+                      f"{paid['in_step_median']:.3f}) from the later rank's arrival over the {paid['exchanges']} "
+                      f"all-to-alls of the expert-parallel run (dispatch and combine, forward and backward), "
+                      f"{paid['idle']:.3f} ms timed back to back: priced at the larger", highlight=False)
     if any(x >= UNMEASURED_GB_S for x in [link.bandwidth_gb_s, *(c.bandwidth_gb_s for c in p.collectives.values())]):
         console.print("(not measurable: the time did not grow with the message size at the sizes tried, as between "
                       "processes of one host; such a link costs its latency only)", highlight=False)

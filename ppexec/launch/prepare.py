@@ -136,6 +136,10 @@ def check_buildable(s: Scenario) -> None:
         raise PpsimError("ppexec runs each expert whole on the replicas that hold it; ppsim predicts "
                          f"expert_tensor_parallel {s.expert_tensor}, for a run use expert_tensor_parallel: 1",
                          field="expert_tensor_parallel")
+    if s.model.moe is not None and s.training.moe_dispatcher != "alltoall":
+        raise PpsimError(f"ppexec's experts exchange their tokens by the backend's all-to-all after exchanging their "
+                         f"counts, as NCCL's dispatcher does, not by {s.training.moe_dispatcher}'s kernels; ppsim "
+                         "predicts them, for a run leave training.moe_dispatcher out", field="training.moe_dispatcher")
     if s.training.sequence_parallel:
         raise PpsimError("ppexec's tensor parallelism keeps whole activations outside the split matmuls, without "
                          "Megatron's sequence parallelism; ppsim predicts it, for a run use sequence_parallel: false",

@@ -125,13 +125,20 @@ def exchange_in_step(idle: LinkProfile, in_step_ms: list[float], dispatch_bytes:
 
 
 def in_step_exchanges(states: list[RankState]) -> list[float]:
-    """ms of each all-to-all ``states``' recorded steps ran, from the later rank's arrival to the
-    last rank's return (:func:`~ppexec.worker.events.exchange_spans`)."""
-    if not states:
-        return []
+    """ms of each all-to-all the expert-parallel run's ranks (``states``) ran in their recorded
+    steps, from the later rank's arrival to the last rank's return
+    (:func:`~ppexec.worker.events.exchange_spans`)."""
     after: list[float] = []
     for k in range(min(len(st.steps) for st in states)):
-        after += exchange_spans([exchanges(st.steps[k].marks) for st in states])[1]
+        ran = [exchanges(st.steps[k].marks) for st in states]
+        if len({len(r) for r in ran}) > 1:
+            raise PpsimError(f"the expert-parallel profiling run's ranks recorded {[len(r) for r in ran]} all-to-alls "
+                             f"in step {k}: one collective on every rank of its group, so a run that differs is "
+                             "not one to price an exchange by")
+        after += exchange_spans(ran)[1]
+    if len(states) < 2 or not after:
+        raise PpsimError("the expert-parallel profiling run recorded no all-to-all on two ranks: its MoE layers did "
+                         "not exchange tokens")
     return after
 
 
@@ -463,7 +470,7 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]], normali
     exchange: dict[str, float] = {}
     if dispatches:  # a mixture of experts: its all-to-all as measured at its dispatch's sizes
         collectives["alltoall"] = exchange_link(median_samples(dispatches, 1))
-        in_step = in_step_exchanges(exchange_run or [])
+        in_step = in_step_exchanges(exchange_run) if exchange_run is not None else []
         m = s.model
         if in_step and m is not None and m.moe is not None:
             dispatch = ExpertShard(m.moe).dispatch_bytes(m.seq_len * s.training.micro_batch, m.hidden,
@@ -537,7 +544,8 @@ def profile_runs(s: Scenario) -> int:
 def measure_profile(s: Scenario, timeout_s: float = 120.0, keep: Path | None = None, runtime: str = "deepspeed",
                     force: bool = False, on_progress: Callable[[int, list[RankState]], None] | None = None,
                     runs: int = PROFILE_RUNS) -> Profile:
-    """Run the profiling ranks locally (once per profiling partition) in ``runtime`` and return the
+    """Run the profiling ranks locally (once per profiling partition, and a mixture of experts' once
+    more at expert parallelism 2: :func:`exchange_scenario`) in ``runtime`` and return the
     profile (its overheads are that runtime's). The run folders are temporary unless ``keep``
     names a folder for them (earlier runs there are replaced only with ``force``). ``on_progress``
     gets the run's index and its ranks' states while it runs; ``runs``: how many profiling runs
@@ -571,7 +579,10 @@ def measure_profile(s: Scenario, timeout_s: float = 120.0, keep: Path | None = N
     measured = [(part, run(k, base.with_overrides(partition=part), "profile")) for k, part in enumerate(partitions)]
     experts = exchange_scenario(base)
     exchange_run = run(len(partitions), experts, "train") if experts is not None else None
-    profile = assemble(base, measured, exchange_run=exchange_run)
+    try:
+        profile = assemble(base, measured, exchange_run=exchange_run)
+    except PpsimError as exc:
+        raise PpsimError(f"{exc} (the profiling runs' logs are in {top})") from None
     profile.machine["load_average"] = [load_before, _load_average()]  # the machine's 1-minute load, before and after
     if keep is None:
         shutil.rmtree(top, ignore_errors=True)

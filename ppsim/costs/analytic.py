@@ -119,13 +119,14 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
                                      compute_backward)
         dispatched = precision.value_bytes / layout.dtype_bytes if precision and training.moe_fp8_dispatch else 1.0
         alltoalls = block_alltoalls(s, st, links.expert_parallel, links.expert_tensor, dispatched)
-        a2a = expert_alltoalls(s, st, alltoalls, counts_exchange_ms(s, links.expert_parallel))
+        a2a = expert_alltoalls(s, st, alltoalls)
+        counts = token_counts(s, st, links.expert_parallel)
         phases = moe_phases(st, price, hbm_bytes_per_ms, alltoalls, per_launch)
         # what runs beside the compute and is not hidden by it: the collectives and copies left exposed
         forward_comm = (st.tp_collective_blocks * tp.forward_ms + st.blocks * cp.forward_ms + a2a.forward_ms
-                        + more.forward_ms)
+                        + counts.forward_ms + more.forward_ms)
         backward_comm = (st.tp_collective_blocks * tp.backward_ms + st.blocks * cp.backward_ms + a2a.backward_ms
-                         + more.backward_ms)
+                         + counts.backward_ms + more.backward_ms)
         # the GPU waits for the host where a pass's kernels take longer to launch than to run
         forward_wait = launch_wait(st.forward_launches, per_launch, compute_forward + forward_comm)
         backward_wait = launch_wait(st.backward_launches, per_launch, compute_backward + backward_comm)
@@ -266,36 +267,40 @@ def whole_window_backward(g: Gemm, device: Device, kernel: str, dtype: str, *, m
 COUNT_BYTES = 8  #: a token count as the dispatchers exchange it (int64)
 
 
-def expert_alltoalls(s: Scenario, st: StageShape, alltoalls: tuple[float, float], counts: float = 0.0) -> Exposed:
+def expert_alltoalls(s: Scenario, st: StageShape, alltoalls: tuple[float, float]) -> Exposed:
     """A stage's expert-parallel all-to-alls per micro-batch (:mod:`~ppsim.costs.moe`): dispatch and
     combine in each MoE block's forward, both again in its backward, and once more where the
     backward recomputes the forward; with expert tensor parallelism each dispatch's all-gather of
     the tokens over the ETP group and each combine's reduce-scatter (their transposes backward);
-    ``alltoalls``: one block's (dispatch, combine), :func:`block_alltoalls`; ``counts``: the
-    exchange of token counts before each forward's dispatch, :func:`counts_exchange_ms` (the
-    backward reuses them)."""
+    ``alltoalls``: one block's (dispatch, combine), :func:`block_alltoalls`. What an overlapped
+    schedule may hide."""
     if not st.moe_blocks or (s.expert_parallel <= 1 and s.expert_tensor <= 1):
         return Exposed()
     pair = sum(alltoalls)
-    # the share of the stage's blocks recomputed (an empty last stage's MTP block: the scenario's mode);
-    # selective recomputation of the whole MoE layer runs both again in every block
-    if s.training.recompute == "full":
-        recomputed = 1 - st.plain_blocks / st.blocks if st.blocks else 1.0
-    else:
-        recomputed = 1.0 if "moe" in selective_modules(s.training.recompute, s.training.recompute_modules) else 0.0
-    return Exposed(st.moe_blocks * (pair + counts), st.moe_blocks * (pair * (1 + recomputed) + counts * recomputed))
+    return Exposed(st.moe_blocks * pair, st.moe_blocks * pair * (1 + _moe_recomputed(s, st)))
 
 
-def counts_exchange_ms(s: Scenario, exchange: Link) -> float:
-    """The exchange of token counts that NCCL's dispatcher (``training.moe_dispatcher: alltoall``)
-    makes before each forward's dispatch, so that every rank knows what it will receive from
-    each: each rank's count per expert (8 bytes each) over the expert-parallel group on the
-    all-to-alls' link: latency-bound. (Megatron all-gathers them over TP x EP, the same exchange
-    where TP is 1; DeepEP's and HybridEP's kernels count inside their own.)"""
+def token_counts(s: Scenario, st: StageShape, exchange: Link) -> Exposed:
+    """A stage's exchanges of token counts per micro-batch: NCCL's dispatcher (``training.moe_dispatcher:
+    alltoall``) sends each rank's count per expert (8 bytes each) over the expert-parallel group
+    before each forward's dispatch, so that every rank knows what it will receive from each; the
+    backward reuses them unless it recomputes the forward. Latency-bound, on the all-to-alls'
+    ``exchange`` link, and never hidden: the dispatch waits for them. (Megatron all-gathers them over
+    TP x EP, the same exchange where TP is 1; DeepEP's and HybridEP's kernels count inside their own.)"""
     moe = s.model.moe if s.model is not None else None
-    if moe is None or s.expert_parallel <= 1 or s.training.moe_dispatcher != "alltoall":
-        return 0.0
-    return alltoall_ms(COUNT_BYTES * moe.experts, s.expert_parallel, exchange)
+    if moe is None or not st.moe_blocks or s.expert_parallel <= 1 or s.training.moe_dispatcher != "alltoall":
+        return Exposed()
+    one = st.moe_blocks * alltoall_ms(COUNT_BYTES * moe.experts, s.expert_parallel, exchange)
+    return Exposed(one, one * _moe_recomputed(s, st))
+
+
+def _moe_recomputed(s: Scenario, st: StageShape) -> float:
+    """The share of the stage's MoE blocks whose forward the backward runs again (an empty last
+    stage's MTP block: the scenario's mode); selective recomputation of the whole MoE layer runs
+    every one again."""
+    if s.training.recompute == "full":
+        return 1 - st.plain_blocks / st.blocks if st.blocks else 1.0
+    return 1.0 if "moe" in selective_modules(s.training.recompute, s.training.recompute_modules) else 0.0
 
 
 def block_alltoalls(s: Scenario, st: StageShape, exchange: Link, gather: Link, narrow: float = 1.0

@@ -11,7 +11,7 @@ and the head are whole on every rank, as ppexec runs them. The collectives tenso
 
 from __future__ import annotations
 
-from ppsim.costs.analytic import block_alltoalls, counts_exchange_ms, expert_alltoalls
+from ppsim.costs.analytic import block_alltoalls, expert_alltoalls, token_counts
 from ppsim.costs.collectives import grad_allreduce, ring_allreduce_ms
 from ppsim.costs.copies import copies_summed
 from ppsim.costs.layers import LayerCost, gpt_layers
@@ -95,20 +95,21 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
             parts += [moe_block] * moe_blocks
         parts += ([profile.embedding] if k == 0 else []) + ([profile.head] if k == n - 1 else [])
         recomputed = moe_blocks + (st.blocks - moe_blocks) * dense_share  # blocks of the profiled kind, in time
-        a2a = expert_alltoalls(s, st, block_alltoalls(s, st, exchange_link, gather_link),
-                               counts_exchange_ms(s, exchange_link))
+        a2a = expert_alltoalls(s, st, block_alltoalls(s, st, exchange_link, gather_link))
+        counts = token_counts(s, st, exchange_link)
         extra = profile.overhead(k, n)
         reduce_ms, buckets = grad_allreduce(st.reduced_params * layout.dtype_bytes, d, reduce_link, training.allreduce,
                                             training.bucket_mb * 1e6)
         backward_ms, weight_grad_ms = split_backward(parts) if split and k > 0 else (
             sum(x.backward_ms for x in parts), sum(x.weight_grad_ms for x in parts))
-        backward_ms = max(0.0, extra.backward_ms + backward_ms + recomputed * recompute_backward_ms) + a2a.backward_ms
+        backward_ms = (max(0.0, extra.backward_ms + backward_ms + recomputed * recompute_backward_ms) + a2a.backward_ms
+                       + counts.backward_ms)
         if split and k == 0:  # nothing to send back: torch runs the whole backward as the weight grad
             weight_grad_ms = backward_ms
         stages.append(layout.stage_cost(
             at,
             forward_ms=max(0.0, extra.forward_ms + sum(x.forward_ms for x in parts) + recomputed * recompute_forward_ms)
-            + a2a.forward_ms,
+            + a2a.forward_ms + counts.forward_ms,
             backward_ms=backward_ms,
             # the position's overhead is fitted and may be negative (noise): it shortens the input-grad
             # part, which is the framework's; the weight grad, measured alone, can be at most the backward
@@ -117,8 +118,8 @@ def profiled_costs(s: Scenario, layout: Layout, profile: Profile, block_flops: L
             clip_ms=max(0.0, extra.clip_ms),
             allreduce_ms=reduce_ms,
             allreduce_buckets=buckets,
-            forward_comm_ms=st.blocks * tp.forward_ms + a2a.forward_ms,
-            backward_comm_ms=st.blocks * tp.backward_ms + a2a.backward_ms,
+            forward_comm_ms=st.blocks * tp.forward_ms + a2a.forward_ms + counts.forward_ms,
+            backward_comm_ms=st.blocks * tp.backward_ms + a2a.backward_ms + counts.backward_ms,
             forward_overlap_ms=a2a.forward_ms,
             backward_overlap_ms=a2a.backward_ms,
         ))

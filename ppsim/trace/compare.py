@@ -332,8 +332,8 @@ def alltoall_hints(predicted: Trace, measured: Trace) -> tuple[str, ...]:
              f"model.moe.skew: {skew_m:.2f} to price the busiest rank's share"
              if skew_m is not None and skew_p is not None and skew_m > skew_p + 0.01 else "")
     return (f"the all-to-alls took {max(meas):.1f} ms a step on the busiest rank, predicted {max(pred):.1f} ms "
-            f"(meta.alltoall_ms){skews}; the ranks also wait for each other at every all-to-all, which a profile's "
-            "exchanges, started together, do not hold (docs/moe.md)",)
+            f"(meta.alltoall_ms){skews}; a rank's time in them also holds its wait for the later rank, which "
+            "the prediction leaves to the routing's skew (docs/moe.md)",)
 
 
 # ----- the comparison ----------------------------------------------------------------------------

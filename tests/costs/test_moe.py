@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from conftest import SCENARIOS
-from ppsim.costs.analytic import counts_exchange_ms, expert_alltoalls
+from ppsim.costs.analytic import token_counts
+from ppsim.costs.fsdp import Exposed
 from ppsim.costs.layers import gpt_layers
 from ppsim.costs.moe import ExpertShard, alltoall_ms, reduced_params
 from ppsim.costs.table import Link
@@ -69,12 +70,18 @@ def test_expert_gradients_reduce_over_their_own_replicas() -> None:
     assert reduced_params(1e9, 4e9, 1, 1) == 5e9
 
 
+def stage_of(blocks: int) -> Any:
+    """What token_counts reads of a stage: its blocks, all MoE blocks, none of them plain."""
+    return SimpleNamespace(blocks=blocks, moe_blocks=blocks, plain_blocks=0)
+
+
 def token_counts_ms(s: Scenario) -> float:
     """One MoE block's exchange of token counts before its dispatch, on the scenario's links."""
     from ppsim.costs.links import scenario_links
     from ppsim.inputs.hardware import get_device
 
-    return counts_exchange_ms(s, scenario_links(s, get_device(s.hardware.device), (0, 1)).expert_parallel)
+    return token_counts(s, stage_of(1), scenario_links(s, get_device(s.hardware.device), (0, 1)).expert_parallel
+                        ).forward_ms
 
 
 def scenario(**over: Any) -> dict[str, Any]:
@@ -104,16 +111,14 @@ def test_nccls_dispatcher_exchanges_each_ranks_token_counts_before_its_dispatch(
     7/8 of them to the 7 others, one latency each; DeepEP's and HybridEP's kernels count inside
     their own; once per forward, and again where the backward recomputes it."""
     link = Link.from_gb_s(100.0, 10.0)
-    s = parse_scenario(scenario())
-    assert counts_exchange_ms(s, link) == pytest.approx(7 * 0.010 + 64 * 7 / 8 / 1e8)
-    assert counts_exchange_ms(parse_scenario(scenario(training={"moe_dispatcher": "deepep"})), link) == 0.0
-    assert counts_exchange_ms(parse_scenario(scenario(expert_parallel=1)), link) == 0.0
-    st = SimpleNamespace(blocks=4, moe_blocks=4, plain_blocks=0)  # what expert_alltoalls reads of a stage
-    plain, counted = expert_alltoalls(s, st, (1.0, 2.0)), expert_alltoalls(s, st, (1.0, 2.0), 0.5)  # type: ignore[arg-type]
-    assert counted.forward_ms - plain.forward_ms == pytest.approx(4 * 0.5) and counted.backward_ms == plain.backward_ms
-    full = parse_scenario(scenario(training={"recompute": "full"}))
-    again = expert_alltoalls(full, st, (1.0, 2.0), 0.5).backward_ms - expert_alltoalls(full, st, (1.0, 2.0)).backward_ms  # type: ignore[arg-type]
-    assert again == pytest.approx(4 * 0.5)
+    one = 7 * 0.010 + 64 * 7 / 8 / 1e8
+    counts = token_counts(parse_scenario(scenario()), stage_of(4), link)
+    assert counts.forward_ms == pytest.approx(4 * one) and counts.backward_ms == 0.0
+    full = token_counts(parse_scenario(scenario(training={"recompute": "full"})), stage_of(4), link)
+    assert full.backward_ms == pytest.approx(4 * one)
+    for other in ({"training": {"moe_dispatcher": "deepep"}}, {"expert_parallel": 1}):
+        assert token_counts(parse_scenario(scenario(**other)), stage_of(4), link) == token_counts(
+            parse_scenario(scenario()), stage_of(0), link) == Exposed()
 
 
 def test_skew_slows_the_layer_and_moves_more_bytes_but_not_the_model_flops() -> None:

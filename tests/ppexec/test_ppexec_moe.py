@@ -86,6 +86,8 @@ def test_an_expert_has_the_same_weights_on_every_rank_that_could_hold_it() -> No
     (lambda: tiny_moe("1f1b", 2, 2, 1).model_copy(update={"expert_tensor_parallel": 2}), "expert_tensor_parallel",
      "runs each expert whole"),
     (lambda: tiny_moe(latent=8), "model.moe.latent", "experts at the hidden width"),
+    (lambda: tiny_moe("1f1b", 1, 2, 2).model_copy(update={"training": tiny_moe().training.model_copy(
+        update={"moe_dispatcher": "deepep"})}), "training.moe_dispatcher", "not by deepep's kernels"),
 ])
 def test_what_ppexec_does_not_run_of_a_moe_is_refused_by_name(s, field: str, says: str) -> None:
     with pytest.raises(PpsimError) as err:
@@ -220,6 +222,25 @@ def test_a_moe_profile_prices_an_exchange_at_what_its_steps_paid_never_below_the
     assert run is not None and (run.pipeline.stages, run.data_parallel, run.expert_parallel) == (1, 2, 2)
     assert exchange_scenario(profiling_scenario(tiny_moe(experts=3))) is None
     assert profile_runs(tiny_moe()) == profile_runs(tiny_moe(experts=3)) + 1
+
+
+def test_an_expert_parallel_profiling_run_that_ran_unlike_collectives_is_refused_in_a_line() -> None:
+    """Its ranks' exchanges pair up step by step (both leave 1 ms after the later arrives); ranks that
+    recorded different counts, or none, cannot price an exchange."""
+    from types import SimpleNamespace
+
+    from ppexec.measure.profile import in_step_exchanges
+
+    def rank(*spans: tuple[int, int]) -> SimpleNamespace:  # what in_step_exchanges reads of a RankState
+        marks = [m for t0, t1 in spans for m in (("alltoall", t0), ("alltoall_end", t1))]
+        return SimpleNamespace(steps=[SimpleNamespace(marks=marks)])
+
+    ms = 1_000_000
+    assert in_step_exchanges([rank((0, 3 * ms)), rank((2 * ms, 3 * ms))]) == pytest.approx([1.0])  # type: ignore[list-item]
+    with pytest.raises(PpsimError, match=r"recorded \[1, 0\] all-to-alls in step 0"):
+        in_step_exchanges([rank((0, 1)), rank()])  # type: ignore[list-item]
+    with pytest.raises(PpsimError, match="recorded no all-to-all on two ranks"):
+        in_step_exchanges([rank(), rank()])  # type: ignore[list-item]
 
 
 @pytest.mark.slow

@@ -427,7 +427,8 @@ def test_a_profile_prices_moe_blocks_as_measured_and_their_all_to_alls_on_its_li
     """A mixture of experts from a profile, by hand: each MoE block its measured time and a dense
     block the profile's dense one; with expert parallelism 2 each MoE block adds its dispatch and
     combine (twice in the backward) on the measured all-to-all link, as communication inside the
-    pass, and in its forward the exchange of its 4 experts' token counts before the dispatch."""
+    pass, and in its forward the exchange of its 4 experts' token counts before the dispatch, which
+    no overlapped schedule hides."""
     from ppsim.costs.moe import ExpertShard, alltoall_ms
     from ppsim.costs.profiled import profile_link
     from ppsim.inputs.profile import ExpertShape
@@ -457,6 +458,7 @@ def test_a_profile_prices_moe_blocks_as_measured_and_their_all_to_alls_on_its_li
         assert two[k].forward_ms == pytest.approx(one[k].forward_ms + moe_blocks * (pair + counts))
         assert two[k].backward_ms == pytest.approx(one[k].backward_ms + moe_blocks * pair)
         assert two[k].forward_comm_ms == pytest.approx(moe_blocks * (pair + counts))
+        assert two[k].forward_overlap_ms == pytest.approx(moe_blocks * pair)  # an overlapped pass hides no counts
     with pytest.raises(ScenarioError, match="another layer shape") as err:  # a dense model's profile does not apply
         build_workload(mixed, base)
     assert "moe none (scenario: {experts: " in str(err.value) and "None" not in str(err.value)

@@ -51,9 +51,12 @@ def test_a_mixture_of_experts_profile_says_what_its_steps_paid_for_an_exchange(c
     assert "expert-parallel run" not in printed(capsys)
     machine = {**make_profile().machine, "exchange_ms": {"idle": 0.36, "in_step_mean": 1.448, "in_step_median": 0.6,
                                                          "exchanges": 640}}
-    out = printed(capsys, machine=machine)
-    assert ("a dispatch 1.448 ms on average as 640 exchanges of the expert-parallel run paid it" in out
-            and "(median 0.600), 0.360 ms timed back to back" in out)
+    link = {"alltoall": LinkProfile(latency_us=1406.9, bandwidth_gb_s=2.1)}
+    out = printed(capsys, machine=machine, collectives=link)
+    assert ("a dispatch's exchange took 1.448 ms on average (median 0.600) from the later rank's arrival over the "
+            "640 all-to-alls of the expert-parallel run" in out and "0.360 ms timed back to back" in out)
+    assert "alltoall (as a ring's link): latency 1406.9 us (raised to what the steps paid, below)" in out
+    assert "raised" not in printed(capsys, collectives=link)  # an older profile: the fit as timed
 
 
 def test_a_scenario_that_cannot_be_profiled_is_refused_before_the_work_is_announced(tmp_path: Path) -> None:
