@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from ppexec.measure.stats import fit_blocks, fit_link, median_samples, statistic
+from ppexec.measure.stats import fit_blocks, fit_link, median_samples, quartiles, statistic
 from ppexec.worker.events import RankState, exchange_spans, exchanges
 from ppsim.api import (
     DTYPE_BYTES,
@@ -477,6 +477,11 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]], normali
                                                          DTYPE_BYTES[m.dtype])
             idle = collectives["alltoall"]
             collectives["alltoall"] = exchange_in_step(idle, in_step, dispatch)
+            # the quartiles of what the steps paid, each on its side of the mean the median profile takes
+            q1, _, q3 = quartiles(in_step)
+            mean = statistics.fmean(in_step)
+            low = low.model_copy(update={"collectives": {"alltoall": exchange_in_step(idle, [min(q1, mean)], dispatch)}})
+            high = high.model_copy(update={"collectives": {"alltoall": exchange_in_step(idle, [max(q3, mean)], dispatch)}})
             exchange = {"idle": round(alltoall_ms(dispatch, 2, profile_link(idle)), 4),
                         "in_step_mean": round(statistics.fmean(in_step), 4),
                         "in_step_median": round(statistics.median(in_step), 4), "exchanges": len(in_step)}

@@ -82,9 +82,10 @@ class ProfileSpread:
 
 def profile_at(profile: Profile, quartile: Literal["low", "high"]) -> Profile:
     """The profile with every timing it records a spread of at its ``low`` or ``high`` quartile
-    (the rest — recomputation, collectives, tensor parallelism — at the median)."""
+    (the rest — recomputation, the collectives without one, tensor parallelism — at the median)."""
     q = profile.quartiles[quartile]
-    return profile.model_copy(update={k: getattr(q, k) for k in QuartileTimes.model_fields})
+    update = {k: getattr(q, k) for k in QuartileTimes.model_fields if k != "collectives"}
+    return profile.model_copy(update={**update, "collectives": {**profile.collectives, **q.collectives}})
 
 
 def profile_spread(prediction: Prediction, profile: Profile) -> ProfileSpread | None:

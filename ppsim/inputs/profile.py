@@ -131,6 +131,9 @@ class QuartileTimes(_Strict):
     overheads: dict[Literal["first", "middle", "last"], Overheads]
     link: LinkProfile
     clip_allreduce_us: float = Field(default=0.0, ge=0)
+    #: the collectives measured with a spread (a mixture of experts' all-to-all, from the quartiles
+    #: of what its expert-parallel steps paid); the others keep the profile's
+    collectives: dict[MeasuredCollective, LinkProfile] = Field(default_factory=dict)
 
 
 class Profile(_Strict):

@@ -264,4 +264,7 @@ def test_a_moe_profile_times_its_all_to_all_at_its_dispatch_sizes() -> None:
     assert paid["exchanges"] == 10 * 4 * 4 * 4  # steps x micro-batches x MoE layers x (2 forward, 2 backward)
     priced = alltoall_ms(dispatch, 2, profile_link(link))
     assert priced == pytest.approx(max(paid["idle"], paid["in_step_mean"]), rel=1e-3)
+    low, high = (alltoall_ms(dispatch, 2, profile_link(profile.quartiles[q].collectives["alltoall"]))
+                 for q in ("low", "high"))
+    assert paid["idle"] - 1e-3 <= low <= priced <= high  # the exchanges' quartiles, each on its side
     assert profile.moe_block is not None and profile.moe_block.forward_ms > 0

@@ -88,6 +88,18 @@ def test_the_profile_at_a_quartile_takes_every_recorded_timing_from_it() -> None
     assert low.shape == p.shape and low.quartiles == p.quartiles
 
 
+def test_a_quartile_with_an_all_to_all_of_its_own_takes_it_and_keeps_the_other_collectives() -> None:
+    """A mixture of experts' low quartile prices its all-to-all at the exchanges' lower quartile; the
+    all-reduce, which it records no spread of, stays the profile's; a quartile without one keeps both."""
+    reduce, paid, low_paid = (LinkProfile(latency_us=us, bandwidth_gb_s=1.0) for us in (800.0, 1400.0, 500.0))
+    p = make_profile()
+    q = p.quartiles["low"]
+    moe = p.model_copy(update={"collectives": {"allreduce": reduce, "alltoall": paid}, "quartiles": {
+        **p.quartiles, "low": q.model_copy(update={"collectives": {"alltoall": low_paid}})}})
+    assert profile_at(moe, "low").collectives == {"allreduce": reduce, "alltoall": low_paid}
+    assert profile_at(moe, "high").collectives == {"allreduce": reduce, "alltoall": paid}
+
+
 def test_the_hand_computed_step_is_the_simulated_one() -> None:
     s = one_stage_gpipe()
     assert predict(s, make_profile()).trace.meta  # the scenario predicts
