@@ -101,16 +101,17 @@ def profiling_scenario(s: Scenario) -> Scenario:
 
 
 def exchange_scenario(base: Scenario) -> Scenario | None:
-    """The profiled model on one stage over two replicas that split its experts (expert parallelism
-    2): its all-to-alls between its layers' compute, as a training step runs them. None for a model
-    without experts, or with experts two ranks cannot split."""
+    """The profiled model (``base``: :func:`profiling_scenario`, its schedule the profiling one) on
+    one stage over two replicas that split its experts (expert parallelism 2): its all-to-alls
+    between its layers' compute, as a training step runs them. None for a model without experts,
+    or with experts two ranks cannot split."""
     m = base.model
     if m is None or m.moe is None or m.moe.experts % 2:
         return None
     data = base.model_dump(exclude_none=True)
     data["data_parallel"] = 2
     data["expert_parallel"] = 2
-    data["pipeline"] = {**data["pipeline"], "stages": 1, "chunks": 1, "schedule": "1f1b"}
+    data["pipeline"] = {**data["pipeline"], "stages": 1}
     return parse_scenario(data, source="the profile's expert-parallel run")
 
 
@@ -129,7 +130,7 @@ def in_step_exchanges(states: list[RankState]) -> list[float]:
     steps, from the later rank's arrival to the last rank's return
     (:func:`~ppexec.worker.events.exchange_spans`)."""
     after: list[float] = []
-    for k in range(min(len(st.steps) for st in states)):
+    for k in range(min((len(st.steps) for st in states), default=0)):
         ran = [exchanges(st.steps[k].marks) for st in states]
         if len({len(r) for r in ran}) > 1:
             raise PpsimError(f"the expert-parallel profiling run's ranks recorded {[len(r) for r in ran]} all-to-alls "
@@ -483,7 +484,7 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]], normali
             low = low.model_copy(update={"collectives": {"alltoall": exchange_in_step(idle, [min(q1, mean)], dispatch)}})
             high = high.model_copy(update={"collectives": {"alltoall": exchange_in_step(idle, [max(q3, mean)], dispatch)}})
             exchange = {"idle": round(alltoall_ms(dispatch, 2, profile_link(idle)), 4),
-                        "in_step_mean": round(statistics.fmean(in_step), 4),
+                        "in_step_mean": round(mean, 4),
                         "in_step_median": round(statistics.median(in_step), 4), "exchanges": len(in_step)}
     first_run = [st for st in runs[0][1] if st.ready]
     import deepspeed
