@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ppsim.costs.measured import uses_curves
 from ppsim.costs.table import Fabric, FabricCollective, Link, Route
 from ppsim.inputs import cluster as cl
 from ppsim.inputs.hardware import Device
@@ -71,11 +70,12 @@ def _route(load: cl.RouteLoad) -> Route:
 def scenario_links(s: Scenario, device: Device, stage_to_rank: tuple[int, ...], pipes: int = 1) -> Links:
     """The scenario's links: routed over its cluster when it has one, else as ``hardware`` gives them
     (``pipes``: the copies of the model the virtual stages form)."""
-    intra_gb_s = device.intra_node_rate(measured=uses_curves(s, device))
-    dispatch = _dispatch(s, device)
+    intra_gb_s = device.collective_rate()
+    hw = s.hardware
+    given = s.cluster.intra_node is not None if s.cluster is not None else hw.tp_link is not None
+    dispatch = _dispatch(s, device, None if given else intra_gb_s)
     if s.cluster is not None:
         return _cluster_links(s.cluster, s, device, stage_to_rank, pipes, intra_gb_s, dispatch)
-    hw = s.hardware
     boundary = _link(hw.link, device.inter_node_gb_s, device.inter_node_latency_us)
     intra = _link(hw.tp_link, intra_gb_s, device.intra_node_latency_us)
     exchange = intra
@@ -113,13 +113,14 @@ def _link(spec: LinkSpec | None, default_gb_s: float, default_latency_us: float)
     return Link.from_gb_s(spec.bandwidth_gb_s, spec.latency_us)
 
 
-def _dispatch(s: Scenario, device: Device) -> cl.NodeDispatch | None:
+def _dispatch(s: Scenario, device: Device, nvlink_gb_s: float | None) -> cl.NodeDispatch | None:
     """The scenario's MoE dispatcher when it is DeepEP's or HybridEP's (None: NCCL's all-to-all, or no
-    experts), with the share of each link's rate its kernels reach on ``device`` where measured."""
+    experts), with the share of each link's rate its kernels reach on ``device`` where measured, of
+    a node's link priced at ``nvlink_gb_s`` (None: one the scenario gives, :meth:`Device.dispatch_on`)."""
     moe, which = s.model.moe if s.model is not None else None, s.training.moe_dispatcher
     if moe is None or which == "alltoall":
         return None
-    return cl.NodeDispatch(moe.top_k, moe.node_limit, moe.experts, device.dispatch_rate(which))
+    return cl.NodeDispatch(moe.top_k, moe.node_limit, moe.experts, device.dispatch_on(which, nvlink_gb_s))
 
 
 def _cluster_links(spec: ClusterSpec, s: Scenario, device: Device, stage_to_rank: tuple[int, ...],

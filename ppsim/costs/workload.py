@@ -136,16 +136,17 @@ def datasheet_source(s: Scenario, device: Device) -> str:
         slower = f", its GEMMs at {speed:g} of per-tensor scaling's speed" if speed != 1.0 else ""
         peak += (f" ({device.peak_tflops[narrow.peak]:,g} {narrow.peak} for the blocks' linear layers, "
                  f"{narrow.recipe} scaling{slower})")
+    hw = s.hardware
+    nvlink_given = (s.cluster.intra_node is not None if s.cluster is not None
+                    else hw.tp_link is not None and hw.dp_link is not None)
+    nvlink = (f", NVLink at its measured {device.intra_node_measured.gb_s:,g} GB/s"
+              if device.intra_node_measured is not None and not nvlink_given else "")
     if uses_curves(s, device):
         measured = ["matmuls at its measured curves"]
         if device.hbm_copy is not None:
             measured.append(f"memory-bound work at its measured {device.hbm_copy.gb_s:,g} GB/s")
-        hw = s.hardware
-        nvlink_given = (s.cluster.intra_node is not None if s.cluster is not None
-                        else hw.tp_link is not None and hw.dp_link is not None)
-        if device.intra_node_measured is not None and not nvlink_given:
-            measured.append(f"NVLink at its measured {device.intra_node_measured.gb_s:,g} GB/s")
-        return f"datasheet: {peak}, " + ", ".join(measured) + attention_kernel_clause(s, device, curves=True)
+        return (f"datasheet: {peak}, " + ", ".join(measured) + nvlink
+                + attention_kernel_clause(s, device, curves=True))
     if s.hardware.efficiency:
         at = f"{100 * s.hardware.efficiency:g} % efficiency (hardware.efficiency)"
     else:
@@ -153,7 +154,7 @@ def datasheet_source(s: Scenario, device: Device) -> str:
         at = f"{wide} % efficiency" + (f", {thin} % for {narrow.peak}" if narrow and thin != wide else "")
         whose = f": {100 * STEP_SHARE:.0f} % of its best measured matmul" if device.matmul_best else ""
         at += f" (the device's{whose})"
-    return f"datasheet: {peak} at {at}" + attention_kernel_clause(s, device, curves=False)
+    return f"datasheet: {peak} at {at}" + nvlink + attention_kernel_clause(s, device, curves=False)
 
 
 def launch_clause(s: Scenario, device: Device, costs: CostTable) -> str:

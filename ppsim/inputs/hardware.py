@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -252,11 +252,21 @@ class Device:
         figures are asked for and the device has one, else the datasheet's."""
         return self.hbm_copy.gb_s if measured and self.hbm_copy is not None else self.hbm_gb_s
 
-    def intra_node_rate(self, measured: bool) -> float:
-        """The per-direction bandwidth between devices of a node: what collectives were measured to
-        reach where ``measured`` figures are asked for and the device has one, else the datasheet's."""
+    def collective_rate(self) -> float:
+        """The per-direction bandwidth collectives reach between devices of a node: the measured
+        figure where the device has one (no collective reaches the datasheet's rate), else the
+        datasheet's. Under both pricings: the flat efficiency is a figure of matmuls alone."""
         found = self.intra_node_measured
-        return found.gb_s if measured and found is not None else self.intra_node_gb_s
+        return found.gb_s if found is not None else self.intra_node_gb_s
+
+    def dispatch_on(self, dispatcher: str, link_gb_s: float | None) -> DispatchRate | None:
+        """``dispatcher``'s measured shares (:meth:`dispatch_rate`) as shares of a node's link priced
+        at ``link_gb_s`` (the device's :meth:`collective_rate`) instead of the datasheet rate they were
+        measured against; None for ``link_gb_s``: a link the scenario gives, taken at its shares."""
+        rate = self.dispatch_rate(dispatcher)
+        if rate is None or link_gb_s is None or link_gb_s == self.intra_node_gb_s:
+            return rate
+        return replace(rate, nvlink=rate.nvlink * self.intra_node_gb_s / link_gb_s)
 
     def peak_flops(self, dtype: str) -> float:
         return self.peak_tflops[dtype] * 1e12

@@ -98,5 +98,5 @@ def test_on_a_cluster_the_copies_sum_over_the_route_between_their_ranks(nodes: i
     device = DEVICES["h100-sxm"]
     links = scenario_links(parse_scenario(s), device, schedules.get("dualpipe").stage_to_rank(4, 2), pipes=2)
     assert links.copies is not None
-    gb_s = device.inter_node_gb_s if across else device.intra_node_gb_s
+    gb_s = device.inter_node_gb_s if across else device.collective_rate()
     assert links.copies.serialization_ms(1e9) == pytest.approx(Link.from_gb_s(gb_s, 0.0).serialization_ms(1e9))

@@ -148,7 +148,7 @@ def test_expert_tensor_parallelism_gathers_the_dispatched_tokens_over_its_group(
     one, two = stage(1), stage(2)
     tokens = 4096 // 2  # b s / t
     dispatch = tokens * 2 * 4096 * 2  # k copies of h values, 2 bytes
-    nvlink = Link.from_gb_s(DEVICES["h100-sxm"].intra_node_gb_s, DEVICES["h100-sxm"].intra_node_latency_us)
+    nvlink = Link.from_gb_s(DEVICES["h100-sxm"].collective_rate(), DEVICES["h100-sxm"].intra_node_latency_us)
     gathers = 4 * 2 * ring_allgather_ms(2 * dispatch, 2, nvlink)  # 4 MoE layers, a gather and a scatter each
     assert two.forward_overlap_ms - one.forward_overlap_ms == pytest.approx(gathers, rel=1e-9)
     assert two.backward_overlap_ms - one.backward_overlap_ms == pytest.approx(gathers, rel=1e-9)

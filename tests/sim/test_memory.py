@@ -141,9 +141,9 @@ def test_tensor_parallel_splits_compute_and_memory_and_adds_all_reduces() -> Non
     # the same model FLOPs in all: MFU counts every device's share
     assert four.model_flops_per_step == pytest.approx(one.model_flops_per_step)
     s, b, h = tp.model.seq_len, 1, tp.model.hidden
-    link = Link.from_gb_s(300, 3)
+    link = Link.from_gb_s(231.6, 3)  # the A100's NVLink as its collectives reach it
     ar = ring_allreduce_ms(s * b * h * 2, 4, link)  # one block's activation over the 4 devices
-    assert ar == pytest.approx(2 * 3 / 4 * s * b * h * 2 / 300e6 + 2 * 3 * 0.003)
+    assert ar == pytest.approx(2 * 3 / 4 * s * b * h * 2 / 231.6e6 + 2 * 3 * 0.003)
     blocks = four.partition[1]  # a middle stage: blocks only
     c1, c4 = one.costs.stages[1], four.costs.stages[1]
     # the matmuls split 4 ways, the norms and dropout-adds whole on every rank, two all-reduces
