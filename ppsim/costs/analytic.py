@@ -282,15 +282,18 @@ def expert_alltoalls(s: Scenario, st: StageShape, alltoalls: tuple[float, float]
 
 def token_counts(s: Scenario, st: StageShape, exchange: Link) -> Exposed:
     """A stage's exchanges of token counts per micro-batch: NCCL's dispatcher (``training.moe_dispatcher:
-    alltoall``) sends each rank's count per expert (8 bytes each) over the expert-parallel group
-    before each forward's dispatch, so that every rank knows what it will receive from each; the
-    backward reuses them unless it recomputes the forward. Latency-bound, on the all-to-alls'
-    ``exchange`` link, and never hidden: the dispatch waits for them. (Megatron all-gathers them over
-    TP x EP, the same exchange where TP is 1; DeepEP's and HybridEP's kernels count inside their own.)"""
+    alltoall``) sends each rank's count per expert (8 bytes each) to the expert tensor and expert
+    parallel group, ETP x EP ranks (Megatron's all-gather over its ``tp_ep`` group; ppexec's
+    all-to-all over EP, ETP being 1 there), before each forward's dispatch, so that every rank knows
+    what it will receive from each; the backward reuses them unless it recomputes the forward.
+    Latency-bound (one latency per peer; the bytes are an all-to-all's, a few hundred), on the
+    all-to-alls' ``exchange`` link, and never hidden: the dispatch waits for them. DeepEP's and
+    HybridEP's kernels count inside their own."""
     moe = s.model.moe if s.model is not None else None
     if moe is None or not st.moe_blocks or s.expert_parallel <= 1 or s.training.moe_dispatcher != "alltoall":
         return Exposed()
-    one = st.moe_blocks * alltoall_ms(COUNT_BYTES * moe.experts, s.expert_parallel, exchange)
+    group = s.expert_tensor * s.expert_parallel
+    one = st.moe_blocks * alltoall_ms(COUNT_BYTES * moe.experts, group, exchange)
     return Exposed(one, one * _moe_recomputed(s, st))
 
 

@@ -121,6 +121,20 @@ def test_nccls_dispatcher_exchanges_each_ranks_token_counts_before_its_dispatch(
             parse_scenario(scenario()), stage_of(0), link) == Exposed()
 
 
+def test_the_counts_go_to_the_expert_tensor_and_expert_parallel_group() -> None:
+    """Megatron gathers the counts over ETP x EP (its tp_ep group): at t = 2, EP 4, ETP 2 that is 8
+    ranks, 7 latencies and 7/8 of the 64 bytes; with ETP 1 the 4 of EP alone."""
+    link = Link.from_gb_s(100.0, 10.0)
+
+    def counts(etp: int) -> float:
+        s = parse_scenario(scenario(tensor_parallel=2, data_parallel=4, expert_parallel=4,
+                                    expert_tensor_parallel=etp, training={"sequence_parallel": True}))
+        return token_counts(s, stage_of(1), link).forward_ms
+
+    assert counts(2) == pytest.approx(7 * 0.010 + 64 * 7 / 8 / 1e8)
+    assert counts(1) == pytest.approx(3 * 0.010 + 64 * 3 / 4 / 1e8)
+
+
 def test_skew_slows_the_layer_and_moves_more_bytes_but_not_the_model_flops() -> None:
     even = build(parse_scenario(scenario()))
     skewed = build(parse_scenario(scenario(model={**MIXTRAL, "layers": 8,
