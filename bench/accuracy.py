@@ -206,8 +206,9 @@ def main() -> int:
                       f"F {o1.forward_ms:.2f} B {o1.backward_ms:.2f}, last F {o2.forward_ms:.2f} B {o2.backward_ms:.2f} ms; "
                       f"link {profile.link.latency_us:.0f} us + {profile.link.bandwidth_gb_s:.2f} GB/s; the machine's "
                       f"speed between its runs {'unknown' if drift is None else f'{100 * drift:.0f} % apart'}"
-                      f"{' (over 10 %: the fit absorbed it)' if drift is not None and drift > DRIFT_WARNING else ''}",
-                      flush=True)
+                      f"{' (over 10 %: the fit absorbed it)' if drift is not None and drift > DRIFT_WARNING else ''}"
+                      + (f"; routing skew at EP 2 {profile.routing_skew[2]:.2f} (what the EP 2 plans are priced at)"
+                         if 2 in profile.routing_skew else ""), flush=True)
                 first: Case | None = None
                 for schedule in [x for x in schedules if x in SCHEDULES[runtime]]:
                     # 4 blocks over 2 ranks x 2 chunks leave one partition only: balanced

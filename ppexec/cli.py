@@ -426,6 +426,10 @@ def _print_profile(p: Profile) -> None:
                       f"{paid['in_step_median']:.3f}) from the later rank's arrival over the {paid['exchanges']} "
                       f"all-to-alls of the expert-parallel run (dispatch and combine, forward and backward), "
                       f"{paid['idle']:.3f} ms timed back to back: priced at the larger", highlight=False)
+    if p.routing_skew:
+        console.print("routing: the busiest rank's token copies over the mean, as the expert-parallel run routed them, "
+                      "at expert parallelism " + ", ".join(f"{ep} {skew:.2f}" for ep, skew in sorted(p.routing_skew.items()))
+                      + " (a plan whose scenario gives no model.moe.skew is priced at its own)", highlight=False)
     if any(x >= UNMEASURED_GB_S for x in [link.bandwidth_gb_s, *(c.bandwidth_gb_s for c in p.collectives.values())]):
         console.print("(not measurable: the time did not grow with the message size at the sizes tried, as between "
                       "processes of one host; such a link costs its latency only)", highlight=False)

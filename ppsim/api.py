@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # the same names as _SOURCES below, for the type checker
     from ppsim.cli.progress import progress_bar
     from ppsim.costs.host_memory import host_run_bytes
     from ppsim.costs.layers import gpt_layers
-    from ppsim.costs.moe import ExpertShard, alltoall_ms
+    from ppsim.costs.moe import ExpertShard, alltoall_ms, measured_skew
     from ppsim.costs.profiled import profile_link
     from ppsim.formats import DEVICE_FILE_MARKER
     from ppsim.frameworks.deepspeed import parts as deepspeed_parts
@@ -111,6 +111,7 @@ _SOURCES: dict[str, str] = {
     "gpt_layers": "ppsim.costs.layers",
     "ExpertShard": "ppsim.costs.moe",
     "alltoall_ms": "ppsim.costs.moe",
+    "measured_skew": "ppsim.costs.moe",
     "profile_link": "ppsim.costs.profiled",
     # the trace
     "Trace": "ppsim.trace",
@@ -155,7 +156,7 @@ __all__ = [
     "RecomputeTimes", "SEARCHED_SCHEDULE", "Scenario", "Span", "Summary", "TensorParallelTimes", "Trace", "TraceMeta", "build",
     "compare_traces", "deepspeed_parts",
     "alltoall_ms", "comparison_renderable", "err", "fail", "get_device", "gpt_layers", "host_run_bytes", "load_profile_option",
-    "lower_built", "output_targets", "parse_scenario", "peer_stage", "plan_meta", "plan_options", "predict",
+    "lower_built", "measured_skew", "output_targets", "parse_scenario", "peer_stage", "plan_meta", "plan_options", "predict",
     "print_summary", "profile_link", "progress_bar", "rank_metrics", "say", "scenario_with", "scenario_workload", "shape_of",
     "simulate", "stdout_console", "step_time_ms", "summarize", "usage_error", "version_option",
     "with_skew", "workload_meta", "write_chrome_trace", "write_compare_html", "write_output",

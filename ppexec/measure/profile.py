@@ -62,6 +62,7 @@ from ppsim.api import (
     Scenario,
     TensorParallelTimes,
     alltoall_ms,
+    measured_skew,
     parse_scenario,
     profile_link,
     shape_of,
@@ -141,6 +142,22 @@ def in_step_exchanges(states: list[RankState]) -> list[float]:
         raise PpsimError("the expert-parallel profiling run recorded no all-to-all on two ranks: its MoE layers did "
                          "not exchange tokens")
     return after
+
+
+def group_routing(states: list[RankState], experts: int) -> dict[int, float]:
+    """The routing the expert-parallel run's ranks (``states``: one group) measured, per expert
+    parallelism that divides the ``experts``: in each MoE layer forward of each recorded step the
+    group's copies per expert (its ranks' own summed), split over that many ranks
+    (:func:`~ppsim.costs.moe.measured_skew`); empty where the ranks counted none."""
+    routed: list[list[int]] = []
+    for k in range(min((len(st.steps) for st in states), default=0)):
+        per_rank = [st.steps[k].routed for st in states]
+        if any(len(r) != len(per_rank[0]) for r in per_rank):
+            raise PpsimError(f"the expert-parallel profiling run's ranks routed {[len(r) for r in per_rank]} MoE "
+                             f"layer forwards in step {k}: each forward is an exchange of the whole group")
+        routed += [[sum(column) for column in zip(*forward, strict=True)] for forward in zip(*per_rank, strict=True)]
+    skews = {ep: measured_skew(routed, ep) for ep in range(2, experts + 1) if experts % ep == 0}
+    return {ep: round(skew, 4) for ep, skew in skews.items() if skew is not None}
 
 
 def ring_links(samples: list[tuple[int, float, float, float]]) -> dict[MeasuredCollective, LinkProfile]:
@@ -450,7 +467,8 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]], normali
 
     A mixture of experts' all-to-all link is fitted to exchanges timed at its dispatch's sizes, then
     set to what ``exchange_run``'s steps (:func:`exchange_scenario`) paid for them
-    (:func:`exchange_in_step`; ``machine.exchange_ms`` records both)."""
+    (:func:`exchange_in_step`; ``machine.exchange_ms`` records both); the routing its steps measured
+    is the profile's ``routing_skew`` (:func:`group_routing`)."""
     states = [st for _, sts in runs for st in sts]
     median = _timings(s, runs, "median", normalize)
     low, high = _around(median, _timings(s, runs, "low", normalize), _timings(s, runs, "high", normalize))
@@ -469,11 +487,12 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]], normali
     ) if measured else {}
     dispatches = [st.measurements["alltoall"] for st in states if "alltoall" in st.measurements]
     exchange: dict[str, float] = {}
+    routing: dict[int, float] = {}
     if dispatches:  # a mixture of experts: its all-to-all as measured at its dispatch's sizes
         collectives["alltoall"] = exchange_link(median_samples(dispatches, 1))
         in_step = in_step_exchanges(exchange_run) if exchange_run is not None else []
         m = s.model
-        if in_step and m is not None and m.moe is not None:
+        if in_step and exchange_run is not None and m is not None and m.moe is not None:
             dispatch = ExpertShard(m.moe).dispatch_bytes(m.seq_len * s.training.micro_batch, m.hidden,
                                                          DTYPE_BYTES[m.dtype])
             idle = collectives["alltoall"]
@@ -483,6 +502,7 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]], normali
             mean = statistics.fmean(in_step)
             low = low.model_copy(update={"collectives": {"alltoall": exchange_in_step(idle, [min(q1, mean)], dispatch)}})
             high = high.model_copy(update={"collectives": {"alltoall": exchange_in_step(idle, [max(q3, mean)], dispatch)}})
+            routing = group_routing(exchange_run, m.moe.experts)
             exchange = {"idle": round(alltoall_ms(dispatch, 2, profile_link(idle)), 4),
                         "in_step_mean": round(mean, 4),
                         "in_step_median": round(statistics.median(in_step), 4), "exchanges": len(in_step)}
@@ -515,6 +535,7 @@ def assemble(s: Scenario, runs: list[tuple[list[int], list[RankState]]], normali
         collectives=collectives,
         tensor_parallel=tensor_parallel,
         quartiles={"low": low, "high": high},
+        routing_skew=routing,
     )
 
 

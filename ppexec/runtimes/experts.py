@@ -34,6 +34,9 @@ EXCHANGES: list[tuple[int, int]] = []
 #: the token copies this rank's experts received in each MoE layer forward of an expert-parallel
 #: group, in order (the worker records them per step: the routing's imbalance over the group)
 RECEIVED: list[int] = []
+#: this rank's token copies per expert (every expert of the model) in each MoE layer forward of an
+#: expert-parallel group, in order (the worker records them per step: the routing, expert by expert)
+ROUTED: list[list[int]] = []
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,7 @@ class MoEMLP(nn.Module):
         dist.all_to_all_single(receive, send, group=g.group)
         splits = (receive.sum(1).tolist(), send.sum(1).tolist())
         RECEIVED.append(sum(splits[0]))
+        ROUTED.append(counts.tolist())
         received = _AllToAll.apply(sent, *splits, g.group)
         starts = (torch.cumsum(receive.reshape(-1), 0) - receive.reshape(-1)).reshape(receive.shape)
         rows = [torch.cat([torch.arange(int(starts[r, j]), int(starts[r, j] + receive[r, j])) for r in range(g.size)])

@@ -64,6 +64,8 @@ class Step(_Event):
     #: the token copies this rank's experts received in each MoE layer forward (expert parallelism
     #: only; left out of the line otherwise)
     received: list[int] = Field(default_factory=list, exclude_if=lambda v: not v)
+    #: this rank's token copies per expert (all of the model's) in each of those forwards
+    routed: list[list[int]] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
 def exchanges(marks: list[tuple[str, int]]) -> list[tuple[int, int]]:

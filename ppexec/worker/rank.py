@@ -66,7 +66,7 @@ def _pin_threads() -> None:
 def _train(ctx: RankContext, log: EventLog) -> int:
     import torch.distributed as dist
 
-    from ppexec.runtimes.experts import EXCHANGES, RECEIVED
+    from ppexec.runtimes.experts import EXCHANGES, RECEIVED, ROUTED
     from ppexec.runtimes.model import FORWARDS, synthetic_batch
 
     spec = ctx.spec
@@ -93,13 +93,15 @@ def _train(ctx: RankContext, log: EventLog) -> int:
         FORWARDS.update(dict.fromkeys(FORWARDS, 0))
         EXCHANGES.clear()
         RECEIVED.clear()
+        ROUTED.clear()
         loss = program.train_step(
             lambda mb, step=step: synthetic_batch(model, micro, spec.seed, step, program.replica, mb))  # type: ignore[misc]  # mypy#15459: a lambda with a default
         if step >= spec.warmup:
             marks = sorted(clock.marks + [m for t0, t1 in EXCHANGES for m in (("alltoall", t0), ("alltoall_end", t1))],
                            key=lambda m: m[1])
             log.write(Step(step=step - spec.warmup, loss=loss, spans=clock.spans, marks=marks, memory=clock.memory,
-                           memory_source=clock.memory_source, forwards=dict(FORWARDS), received=list(RECEIVED)))
+                           memory_source=clock.memory_source, forwards=dict(FORWARDS), received=list(RECEIVED),
+                           routed=list(ROUTED)))
     if spec.profiling and p == 2:
         _measure_machine(ctx, log)
     log.write(Measure(name="optimizer", data=program.optimizer_state()))

@@ -80,7 +80,7 @@ class ExpertShard:
     @property
     def skew(self) -> float:
         """The busiest expert-parallel rank's routed tokens over the mean."""
-        return self.moe.skew if self.rank_skew is None else self.rank_skew
+        return self.moe.stated_skew if self.rank_skew is None else self.rank_skew
 
     @property
     def local_experts(self) -> int:
@@ -185,7 +185,7 @@ def busiest_rank_skew(moe: MoESpec, expert_parallel: int, moe_layers: int) -> fl
     """The busiest of ``expert_parallel`` ranks' routed tokens over the mean: ``moe.skew``, or drawn
     from ``moe.routing`` (:func:`routing_skew`)."""
     if moe.routing is None:
-        return moe.skew
+        return moe.stated_skew
     return routing_skew(moe.routing, moe.experts, expert_parallel, moe_layers)
 
 
@@ -208,6 +208,20 @@ def routing_skew(routing: RoutingSpec, experts: int, expert_parallel: int, moe_l
         ranks = [sum(loads[r * per_rank:(r + 1) * per_rank]) for r in range(expert_parallel)]
         total += max(ranks) * expert_parallel / sum(ranks)
     return total / max(moe_layers, 1)
+
+
+def measured_skew(routed: list[list[int]], expert_parallel: int) -> float | None:
+    """The busiest rank's routed token copies over the mean, averaged over MoE layer forwards whose
+    copies per expert (each of ``routed``: the model's every expert, in order) were counted, were the
+    experts split over ``expert_parallel`` ranks as Megatron numbers them (rank r: experts r E / EP
+    to (r + 1) E / EP - 1); None without a forward that routed any copy."""
+    ratios = []
+    for loads in routed:
+        per_rank = len(loads) // expert_parallel
+        ranks = [sum(loads[r * per_rank:(r + 1) * per_rank]) for r in range(expert_parallel)]
+        if sum(ranks):
+            ratios.append(max(ranks) * expert_parallel / sum(ranks))
+    return sum(ratios) / len(ratios) if ratios else None
 
 
 def router_flops(tokens: float, hidden: int, experts: int) -> float:

@@ -25,6 +25,21 @@ from ppsim.inputs.profile import LayerTimes, LinkProfile, Profile
 from ppsim.inputs.scenario import Scenario
 
 
+def with_profiled_routing(s: Scenario, profile: Profile | None) -> Scenario:
+    """``s`` with its experts' routing skew at what ``profile`` measured at its expert parallelism,
+    where the scenario says nothing of its routing (neither ``model.moe.skew`` nor ``routing``) and
+    the profile measured it; else ``s`` as it is."""
+    moe = s.model.moe if s.model is not None else None
+    if profile is None or moe is None or s.expert_parallel <= 1 or moe.routing is not None or moe.skew is not None:
+        return s
+    skew = profile.routing_skew.get(s.expert_parallel)
+    if skew is None:
+        return s
+    assert s.model is not None  # it has experts
+    measured = moe.model_copy(update={"skew": skew})
+    return s.model_copy(update={"model": s.model.model_copy(update={"moe": measured})})
+
+
 def profile_link(lp: LinkProfile) -> Link:
     """The simulator's link of a measured one (latency, bandwidth, send and receive overheads)."""
     return Link(latency_ms=lp.latency_us / 1e3, bandwidth_bytes_per_ms=lp.bandwidth_gb_s * 1e6,

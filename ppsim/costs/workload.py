@@ -59,9 +59,13 @@ def build_workload(s: Scenario, profile: Profile | None = None, stage_to_rank: t
     when None); the partition balances each rank's work and the links join the ranks it names.
     ``split_backward``: the schedule runs every backward as I then W (a profile prices the split).
     ``pipes``: the virtual stages form that many copies of the model (DualPipe's two): one copy's
-    stages are partitioned (``pipeline.partition`` lists them) and every copy laid out alike."""
+    stages are partitioned (``pipeline.partition`` lists them) and every copy laid out alike. A
+    mixture of experts whose scenario says nothing of its routing takes the profile's measured one."""
     if profile is not None:
+        from ppsim.costs.profiled import with_profiled_routing
+
         _check_profile(s, profile)
+        s = with_profiled_routing(s, profile)
     device = get_device(s.hardware.device, s.hardware.device_file)
     if s.training.offload_layers and device.host_link_gb_s is None:
         raise ScenarioError(f"training.offload_layers copies activations to host memory, and {device.name} has no "

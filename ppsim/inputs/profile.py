@@ -20,7 +20,7 @@ and any partition of the same layer shape.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
@@ -160,6 +160,11 @@ class Profile(_Strict):
     #: the spread of what was measured: the layers, overheads, link and clipping at their lower
     #: (``low``) and upper (``high``) quartile; absent in profiles measured before it was recorded
     quartiles: dict[Literal["low", "high"], QuartileTimes] = Field(default_factory=dict)
+    #: a mixture of experts' routing as its profiling run measured it: per expert parallelism, the
+    #: busiest rank's token copies over the mean (the model's own router on the profiling data;
+    #: ppsim.costs.moe.measured_skew); what a plan of the model is priced at unless its scenario
+    #: says how its routing goes. Absent in profiles measured before it was recorded
+    routing_skew: dict[int, Annotated[float, Field(ge=1.0)]] = Field(default_factory=dict)
     _path: str | None = PrivateAttr(default=None)  #: the file it was read from (:func:`load_profile`)
 
     def describe(self) -> str:

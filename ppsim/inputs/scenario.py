@@ -68,8 +68,9 @@ class MoESpec(_Strict):
     layer_freq: int = Field(default=1, ge=1, le=10_000,
                             description="every this many layers (after the dense ones) is a MoE layer; 1: all")
     #: the busiest expert-parallel rank's routed tokens over the mean (1: balanced routing); its
-    #: experts set each MoE layer's time and its all-to-all bytes
-    skew: float = Field(default=1.0, ge=1.0, le=1_000.0)
+    #: experts set each MoE layer's time and its all-to-all bytes. None (not given): balanced, or
+    #: what the profile a prediction is priced by measured of the model (``stated_skew``)
+    skew: float | None = Field(default=None, ge=1.0, le=1_000.0)
     #: each token's routed experts on at most this many nodes (DeepSeek-V3's node-limited routing;
     #: Megatron's --moe-router-group-topk with an expert group per node): what a ``deepep`` dispatch
     #: sends over the network
@@ -87,10 +88,15 @@ class MoESpec(_Strict):
     def _top_k_within_experts(self) -> MoESpec:
         if self.top_k > self.experts:
             raise ValueError(f"top_k ({self.top_k}) is more than experts ({self.experts})")
-        if self.routing is not None and self.skew != 1.0:
+        if self.routing is not None and self.skew not in (None, 1.0):
             raise ValueError(f"skew ({self.skew:g}) and routing both say how uneven the routing is: give one "
                              "(routing draws the loads and finds the busiest rank for each expert_parallel)")
         return self
+
+    @property
+    def stated_skew(self) -> float:
+        """``skew`` where given, else balanced routing's 1."""
+        return 1.0 if self.skew is None else self.skew
 
     @property
     def shared_ffn(self) -> int:

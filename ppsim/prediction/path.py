@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ppsim.costs import Workload, build_workload
 from ppsim.costs.moe import ExpertShard
+from ppsim.costs.profiled import with_profiled_routing
 from ppsim.inputs.hardware import get_device
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan import Plan, lower, schedules
@@ -47,7 +48,9 @@ class Built:
 
 def build(s: Scenario, profile: Profile | None = None, workload: Workload | None = None) -> Built:
     """The scenario's compute-only plan and its costs (``workload``: the scenario's, when the
-    caller has them already); ``auto`` searches on them."""
+    caller has them already); ``auto`` searches on them. A mixture of experts whose scenario says
+    nothing of its routing takes the routing ``profile`` measured (:func:`with_profiled_routing`)."""
+    s = with_profiled_routing(s, profile)
     w = workload or scenario_workload(s, profile)
     if s.pipeline.schedule == schedules.SEARCHED:
         from ppsim.prediction.auto import auto_build
@@ -137,10 +140,13 @@ def predict(s: Scenario, profile: Profile | None = None, workload: Workload | No
     ``workload``: the scenario's costs, ``built``: its plan and costs, when the caller has them;
     ``placements``: record where the experts' all-to-alls fall, for the timelines; a caller that
     reads only the figures, the tuner, leaves it)."""
+    given, s = s, with_profiled_routing(s, profile)
     b = built or build(s, profile, workload)
     plan = lower_built(b)
     trace = simulate(plan, b.workload.costs, s.pipeline.comm, kernel=s.simulator.kernel)
     trace.meta.update(workload_meta(s, b.workload, schedules.describe(s.pipeline.schedule).training))
+    if s is not given:
+        trace.meta["routing_from_profile"] = True
     costs = b.workload.costs
     if any(c.forward_overlap_ms or c.backward_overlap_ms for c in costs.stages):  # the experts' all-to-alls
         trace.meta["alltoall_ms"] = [alltoall_ms(costs, rank) for rank in b.plan.actions]

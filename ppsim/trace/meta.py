@@ -125,6 +125,8 @@ class TraceMeta(TypedDict, total=False):
     #: the busiest expert-parallel rank's token copies over the mean: measured (the median over layers), or the
     #: prediction's (model.moe.skew, or its routing's draw averaged over the layers)
     routing_skew: float
+    #: the prediction's routing_skew is what its profile measured (the scenario gave none)
+    routing_from_profile: bool
     moe_comm_sms: int  # the SMs the all-to-alls' kernels hold beside the compute they overlap
     moe_dispatcher: str  #: deepep or hybridep (training.moe_dispatcher), absent for NCCL's all-to-all
     #: the share of NVLink's rate that dispatcher's kernels reach on the device (None: not measured)

@@ -121,6 +121,19 @@ def test_nccls_dispatcher_exchanges_each_ranks_token_counts_before_its_dispatch(
             parse_scenario(scenario()), stage_of(0), link) == Exposed()
 
 
+def test_a_measured_routing_is_the_busiest_ranks_copies_over_the_mean_forward_by_forward() -> None:
+    """Two forwards of 4 experts, copies (3, 1, 1, 1) and (2, 2, 2, 2): over 2 ranks the first
+    gives ranks 4 and 2, 4 / 3; the second 1; their mean 7 / 6. Over 4 ranks 3 / 1.5 = 2 and 1:
+    3 / 2. A forward that routed nothing is left out; none at all says nothing."""
+    from ppsim.costs.moe import measured_skew
+
+    routed = [[3, 1, 1, 1], [2, 2, 2, 2], [0, 0, 0, 0]]
+    assert measured_skew(routed, 2) == pytest.approx(7 / 6)
+    assert measured_skew(routed, 4) == pytest.approx(3 / 2)
+    assert measured_skew(routed, 1) == pytest.approx(1.0)
+    assert measured_skew([[0, 0]], 2) is None and measured_skew([], 2) is None
+
+
 def test_the_counts_go_to_the_expert_tensor_and_expert_parallel_group() -> None:
     """Megatron gathers the counts over ETP x EP (its tp_ep group): at t = 2, EP 4, ETP 2 that is 8
     ranks, 7 latencies and 7/8 of the 64 bytes; with ETP 1 the 4 of EP alone."""

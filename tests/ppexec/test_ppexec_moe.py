@@ -243,6 +243,25 @@ def test_an_expert_parallel_profiling_run_that_ran_unlike_collectives_is_refused
         in_step_exchanges([rank(), rank()])  # type: ignore[list-item]
 
 
+def test_a_profile_measures_the_groups_routing_at_every_expert_parallelism() -> None:
+    """The expert-parallel run's two ranks counted their own tokens' copies per expert in each
+    forward: (3, 1, 0, 0) and (1, 1, 1, 1) sum to the group's (4, 2, 1, 1), then (2, 2, 2, 2):
+    over 2 ranks 6 / 4 and 1 (mean 1.25), over 4 ranks 4 / 2 and 1 (1.5). Ranks that routed
+    unlike counts of forwards did not run one group's exchanges: one line says so."""
+    from types import SimpleNamespace
+
+    from ppexec.measure.profile import group_routing
+
+    def rank(*forwards: list[int]) -> SimpleNamespace:  # what group_routing reads of a RankState
+        return SimpleNamespace(steps=[SimpleNamespace(routed=list(forwards))])
+
+    states = [rank([3, 1, 0, 0], [1, 1, 1, 1]), rank([1, 1, 1, 1], [1, 1, 1, 1])]
+    assert group_routing(states, 4) == pytest.approx({2: 1.25, 4: 1.5})  # type: ignore[arg-type]
+    assert group_routing([rank(), rank()], 4) == {}  # type: ignore[list-item]
+    with pytest.raises(PpsimError, match=r"routed \[1, 0\] MoE layer forwards in step 0"):
+        group_routing([rank([1, 1, 1, 1]), rank()], 4)  # type: ignore[list-item]
+
+
 @pytest.mark.slow
 def test_a_moe_profile_times_its_all_to_all_at_its_dispatch_sizes() -> None:
     """`ppexec profile` of a mixture of experts fits its all-to-all link to exchanges of 0.25-2x a
@@ -268,3 +287,5 @@ def test_a_moe_profile_times_its_all_to_all_at_its_dispatch_sizes() -> None:
                  for q in ("low", "high"))
     assert paid["idle"] - 1e-3 <= low <= priced <= high  # the exchanges' quartiles, each on its side
     assert profile.moe_block is not None and profile.moe_block.forward_ms > 0
+    # the routing its expert-parallel run measured, at each expert parallelism of its 4 experts
+    assert set(profile.routing_skew) == {2, 4} and 1.0 <= profile.routing_skew[2] <= profile.routing_skew[4] <= 4

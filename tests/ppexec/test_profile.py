@@ -505,6 +505,49 @@ def test_a_moe_profile_fits_its_all_to_all_at_its_dispatch_sizes() -> None:
     assert link.latency_us == pytest.approx(150.0) and link.bandwidth_gb_s == pytest.approx(2.0)
 
 
+def test_a_profile_s_measured_routing_prices_a_plan_that_gives_none() -> None:
+    """A profile that measured the model's routing (1.3 at EP 2) prices an EP 2 plan at it, and the
+    plan line says so; a scenario's own skew (even 1), a routing draw, or an expert parallelism the
+    profile did not measure keep the scenario's."""
+    from rich.console import Console
+
+    from ppsim.costs.profiled import with_profiled_routing
+    from ppsim.inputs.profile import ExpertShape
+    from ppsim.prediction.path import predict
+    from ppsim.trace.metrics import step_time_ms, summarize
+    from ppsim.views.render.summary_table import summary_renderable
+
+    data = load(TINY).with_overrides(stages=1, partition=[4]).model_dump(exclude_none=True)
+    data["model"]["moe"] = {"experts": 4, "top_k": 2, "ffn_hidden": 96}
+    data.update(data_parallel=2, expert_parallel=2)
+    s = parse_scenario(data)
+    moe = LayerTimes(forward_ms=3.0, backward_ms=5.0, weight_grad_ms=2.0, optimizer_ms=0.5, params=2000)
+    p = make_profile().model_copy(update={
+        "shape": shape_of(s).model_copy(update={"moe": ExpertShape(experts=4, top_k=2, ffn_hidden=96)}),
+        "moe_block": moe, "collectives": {"alltoall": LinkProfile(latency_us=20.0, bandwidth_gb_s=1.0)},
+        "routing_skew": {2: 1.3, 4: 1.7}})
+    measured = predict(s, p)
+    assert measured.trace.meta["routing_skew"] == pytest.approx(1.3) and measured.trace.meta["routing_from_profile"]
+    data["model"]["moe"]["skew"] = 1.3
+    skewed = parse_scenario(data)
+    assert step_time_ms(measured.trace) == pytest.approx(step_time_ms(predict(skewed, p).trace))
+    console = Console(width=240, record=True)
+    console.print(summary_renderable(summarize(measured.trace)))
+    assert "expert parallel 2 (busiest rank's tokens 1.30x the mean, as the profile measured it)" in (
+        console.export_text())
+    data["model"]["moe"]["skew"] = 1.0  # given: the scenario's, balanced
+    balanced = parse_scenario(data)
+    assert with_profiled_routing(balanced, p) is balanced
+    assert "routing_from_profile" not in predict(balanced, p).trace.meta
+    assert step_time_ms(predict(balanced, p).trace) < step_time_ms(measured.trace)
+    del data["model"]["moe"]["skew"]
+    data["model"]["moe"]["routing"] = {"load_cv": 0.3}
+    drawn = parse_scenario(data)
+    assert with_profiled_routing(drawn, p) is drawn
+    assert with_profiled_routing(s, p.model_copy(update={"routing_skew": {4: 1.7}})) is s
+    assert with_profiled_routing(s, None) is s
+
+
 def test_validate_predicts_again_at_the_run_s_routing_skew() -> None:
     """The run's routing (its busiest expert rank's copies over the mean, in the step compared)
     is a property of its data and router: the prediction again at that skew is what the plan's

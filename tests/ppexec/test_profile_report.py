@@ -59,6 +59,14 @@ def test_a_mixture_of_experts_profile_says_what_its_steps_paid_for_an_exchange(c
     assert "raised" not in printed(capsys, collectives=link)  # an older profile: the fit as timed
 
 
+def test_a_mixture_of_experts_profile_says_how_its_run_routed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "routing:" not in printed(capsys)
+    out = printed(capsys, routing_skew={4: 1.7, 2: 1.33})
+    assert ("routing: the busiest rank's token copies over the mean, as the expert-parallel run routed them, at "
+            "expert parallelism 2 1.33, 4 1.70 (a plan whose scenario gives no model.moe.skew is priced at its own)"
+            in " ".join(out.split()))
+
+
 def test_a_scenario_that_cannot_be_profiled_is_refused_before_the_work_is_announced(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

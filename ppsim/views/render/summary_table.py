@@ -56,7 +56,9 @@ def summary_renderable(s: Summary, to_fit: str | None = None) -> Group:
         plan += f", expert parallel {meta['expert_parallel']}"
         skew = meta.get("routing_skew")
         if skew is not None:
-            plan += " (routing balanced)" if skew == 1 else f" (busiest rank's tokens {skew:.2f}x the mean)"
+            measured = ", as the profile measured it" if meta.get("routing_from_profile") else ""
+            plan += (" (routing balanced)" if skew == 1
+                     else f" (busiest rank's tokens {skew:.2f}x the mean{measured})")
         if meta.get("moe_dispatcher"):
             share = meta.get("moe_dispatch_share")
             rate = (f"its kernels at their measured {share:.2f} of NVLink" if share is not None
