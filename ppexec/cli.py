@@ -429,7 +429,8 @@ def _print_profile(p: Profile) -> None:
     if p.routing_skew:
         console.print("routing: the busiest rank's token copies over the mean, as the expert-parallel run routed them, "
                       "at expert parallelism " + ", ".join(f"{ep} {skew:.2f}" for ep, skew in sorted(p.routing_skew.items()))
-                      + " (a plan whose scenario gives no model.moe.skew is priced at its own)", highlight=False)
+                      + " (beyond 2: its two ranks' copies split further; a plan whose scenario gives no "
+                      "model.moe.skew is priced at its expert parallelism's)", highlight=False)
     if any(x >= UNMEASURED_GB_S for x in [link.bandwidth_gb_s, *(c.bandwidth_gb_s for c in p.collectives.values())]):
         console.print("(not measurable: the time did not grow with the message size at the sizes tried, as between "
                       "processes of one host; such a link costs its latency only)", highlight=False)

@@ -111,13 +111,15 @@ class RunRouting:
     of the run's data and router rather than of the machine, is as it was."""
 
     skew: float  #: the run's: its busiest expert-parallel rank's token copies over the mean
-    predicted_skew: float  #: the scenario's, which the prediction used
+    predicted_skew: float  #: the one the prediction used: the scenario's, or its profile's measured one
     predicted_ms: float  #: the step predicted at the run's skew
     error: float  #: (predicted - measured) / measured
+    from_profile: bool = False  #: ``predicted_skew`` is what the profile's expert-parallel run measured
 
     def describe(self) -> str:
+        whose = "the profile's routing_skew" if self.from_profile else "model.moe.skew"
         return (f"{self.predicted_ms:.2f} ms, error {100 * self.error:+.2f}% at the run's routing skew {self.skew:.2f} "
-                f"(the prediction's {self.predicted_skew:.2f}; model.moe.skew)")
+                f"(the prediction's {self.predicted_skew:.2f}; {whose})")
 
 
 def run_routing(s: Scenario, profile: Profile, prediction: Prediction, run: RunResult, measured_ms: float
@@ -133,7 +135,8 @@ def run_routing(s: Scenario, profile: Profile, prediction: Prediction, run: RunR
     again = predict(with_skew(s, skew), profile)
     predicted = step_time_ms(again.trace)
     return RunRouting(skew=skew, predicted_skew=predicted_skew, predicted_ms=predicted,
-                      error=(predicted - measured_ms) / measured_ms)
+                      error=(predicted - measured_ms) / measured_ms,
+                      from_profile=bool(prediction.trace.meta.get("routing_from_profile")))
 
 
 @dataclass(frozen=True)

@@ -286,13 +286,14 @@ def token_counts(s: Scenario, st: StageShape, exchange: Link) -> Exposed:
     parallel group, ETP x EP ranks (Megatron's all-gather over its ``tp_ep`` group; ppexec's
     all-to-all over EP, ETP being 1 there), before each forward's dispatch, so that every rank knows
     what it will receive from each; the backward reuses them unless it recomputes the forward.
-    Latency-bound (one latency per peer; the bytes are an all-to-all's, a few hundred), on the
-    all-to-alls' ``exchange`` link, and never hidden: the dispatch waits for them. DeepEP's and
-    HybridEP's kernels count inside their own."""
+    Latency-bound (one latency per peer; priced at an all-to-all's bytes, where Megatron's all-gather
+    brings each rank (g - 1) x 8 E: a few kilobytes either way), on the all-to-alls' ``exchange``
+    link, and never hidden: the dispatch waits for them. DeepEP's and HybridEP's kernels count
+    inside their own."""
     moe = s.model.moe if s.model is not None else None
-    if moe is None or not st.moe_blocks or s.expert_parallel <= 1 or s.training.moe_dispatcher != "alltoall":
-        return Exposed()
     group = s.expert_tensor * s.expert_parallel
+    if moe is None or not st.moe_blocks or group <= 1 or s.training.moe_dispatcher != "alltoall":
+        return Exposed()
     one = st.moe_blocks * alltoall_ms(COUNT_BYTES * moe.experts, group, exchange)
     return Exposed(one, one * _moe_recomputed(s, st))
 

@@ -25,19 +25,32 @@ from ppsim.inputs.profile import LayerTimes, LinkProfile, Profile
 from ppsim.inputs.scenario import Scenario
 
 
+def _routing_unstated(s: Scenario, profile: Profile | None) -> bool:
+    """A profile prices an expert-parallel plan whose scenario says nothing of its routing (neither
+    ``model.moe.skew`` nor ``routing``)."""
+    moe = s.model.moe if s.model is not None else None
+    return profile is not None and moe is not None and s.expert_parallel > 1 and moe.routing is None \
+        and moe.skew is None
+
+
 def with_profiled_routing(s: Scenario, profile: Profile | None) -> Scenario:
     """``s`` with its experts' routing skew at what ``profile`` measured at its expert parallelism,
-    where the scenario says nothing of its routing (neither ``model.moe.skew`` nor ``routing``) and
-    the profile measured it; else ``s`` as it is."""
-    moe = s.model.moe if s.model is not None else None
-    if profile is None or moe is None or s.expert_parallel <= 1 or moe.routing is not None or moe.skew is not None:
+    where the scenario says nothing of its routing and the profile measured it; else ``s`` as it is."""
+    if not _routing_unstated(s, profile):
         return s
+    assert profile is not None and s.model is not None and s.model.moe is not None  # _routing_unstated
     skew = profile.routing_skew.get(s.expert_parallel)
     if skew is None:
         return s
-    assert s.model is not None  # it has experts
-    measured = moe.model_copy(update={"skew": skew})
+    measured = s.model.moe.model_copy(update={"skew": skew})
     return s.model_copy(update={"model": s.model.model_copy(update={"moe": measured})})
+
+
+def unmeasured_routing(s: Scenario, profile: Profile | None) -> bool:
+    """The routing of ``s`` is left balanced for want of a figure: its scenario gives none and
+    ``profile`` measured none at its expert parallelism (an older profile, or an EP its run could
+    not split its experts over)."""
+    return _routing_unstated(s, profile) and profile is not None and s.expert_parallel not in profile.routing_skew
 
 
 def profile_link(lp: LinkProfile) -> Link:

@@ -232,7 +232,7 @@ def _model(s: Scenario, put: Put, refuse: Refusals, notes: list[str]) -> None:
         if moe.latent:
             refuse.add("ppsim does not export a latent MoE (Megatron-LM's moe_latent_size) yet: export without "
                        "model.moe.latent")
-        if moe.skew != 1.0 or moe.routing is not None:
+        if moe.skew not in (None, 1.0) or moe.routing is not None:
             notes.append("routing skew is ppsim's assumption about the run, not a Megatron setting")
         if s.training.moe_comm_sms is not None:
             notes.append(f"ppsim charged the dispatch and combine kernels {s.training.moe_comm_sms} SMs of the compute "

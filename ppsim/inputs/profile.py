@@ -164,7 +164,7 @@ class Profile(_Strict):
     #: busiest rank's token copies over the mean (the model's own router on the profiling data;
     #: ppsim.costs.moe.measured_skew); what a plan of the model is priced at unless its scenario
     #: says how its routing goes. Absent in profiles measured before it was recorded
-    routing_skew: dict[int, Annotated[float, Field(ge=1.0)]] = Field(default_factory=dict)
+    routing_skew: dict[Annotated[int, Field(ge=2)], Annotated[float, Field(ge=1.0)]] = Field(default_factory=dict)
     _path: str | None = PrivateAttr(default=None)  #: the file it was read from (:func:`load_profile`)
 
     def describe(self) -> str:
@@ -217,6 +217,8 @@ class Profile(_Strict):
                 del part["moe_block"]
         if doc["shape"].get("moe", 0) is None:
             del doc["shape"]["moe"]
+        if not doc.get("routing_skew", True):
+            del doc["routing_skew"]
         doc["link"]["samples"] = [list(x) for x in self.link.samples]
         header = ("# ppsim profile: measured by `ppexec profile`; read by `ppsim run --profile`.\n"
                   "# Times in ms per micro-batch (optimizer: per step); see docs/calibration.md.\n")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ppsim.costs import Workload, build_workload
 from ppsim.costs.moe import ExpertShard
-from ppsim.costs.profiled import with_profiled_routing
+from ppsim.costs.profiled import unmeasured_routing, with_profiled_routing
 from ppsim.inputs.hardware import get_device
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan import Plan, lower, schedules
@@ -48,9 +48,8 @@ class Built:
 
 def build(s: Scenario, profile: Profile | None = None, workload: Workload | None = None) -> Built:
     """The scenario's compute-only plan and its costs (``workload``: the scenario's, when the
-    caller has them already); ``auto`` searches on them. A mixture of experts whose scenario says
-    nothing of its routing takes the routing ``profile`` measured (:func:`with_profiled_routing`)."""
-    s = with_profiled_routing(s, profile)
+    caller has them already); ``auto`` searches on them. The scenario stays as given (a mixture of
+    experts' costs take the routing ``profile`` measured where it gives none: :func:`build_workload`)."""
     w = workload or scenario_workload(s, profile)
     if s.pipeline.schedule == schedules.SEARCHED:
         from ppsim.prediction.auto import auto_build
@@ -128,6 +127,9 @@ def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
             rate = device.dispatch_rate(s.training.moe_dispatcher)
             meta["moe_dispatcher"] = s.training.moe_dispatcher
             meta["moe_dispatch_share"] = rate.nvlink if rate else None
+            given = s.cluster.intra_node is not None if s.cluster is not None else s.hardware.tp_link is not None
+            if rate and not given:  # a share of the datasheet's link, whatever rate the collectives run at
+                meta["moe_dispatch_gb_s"] = rate.nvlink * device.intra_node_gb_s
     if w.costs.overlap_sm_share and s.training.moe_comm_sms is not None:
         meta["moe_comm_sms"] = s.training.moe_comm_sms
         meta["overlap_sm_share"] = w.costs.overlap_sm_share
@@ -147,6 +149,8 @@ def predict(s: Scenario, profile: Profile | None = None, workload: Workload | No
     trace.meta.update(workload_meta(s, b.workload, schedules.describe(s.pipeline.schedule).training))
     if s is not given:
         trace.meta["routing_from_profile"] = True
+    elif unmeasured_routing(s, profile):
+        trace.meta["routing_unmeasured"] = True
     costs = b.workload.costs
     if any(c.forward_overlap_ms or c.backward_overlap_ms for c in costs.stages):  # the experts' all-to-alls
         trace.meta["alltoall_ms"] = [alltoall_ms(costs, rank) for rank in b.plan.actions]

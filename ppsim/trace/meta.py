@@ -127,10 +127,14 @@ class TraceMeta(TypedDict, total=False):
     routing_skew: float
     #: the prediction's routing_skew is what its profile measured (the scenario gave none)
     routing_from_profile: bool
+    #: a profile priced it and measured no routing at its expert parallelism: balanced for want of one
+    routing_unmeasured: bool
     moe_comm_sms: int  # the SMs the all-to-alls' kernels hold beside the compute they overlap
     moe_dispatcher: str  #: deepep or hybridep (training.moe_dispatcher), absent for NCCL's all-to-all
-    #: the share of NVLink's rate that dispatcher's kernels reach on the device (None: not measured)
+    #: the share of NVLink's datasheet rate that dispatcher's kernels reach on the device (None: not measured)
     moe_dispatch_share: float | None
+    #: what that share of the device's datasheet NVLink is (GB/s; absent where the scenario gives the link)
+    moe_dispatch_gb_s: float
     overlap_sm_share: float  # that share of the device's SMs
     trace_format: str
     files: list[str]

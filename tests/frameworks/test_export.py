@@ -328,6 +328,22 @@ def test_megatron_notes_the_sms_ppsim_charged_the_all_to_alls() -> None:
                for n in result.notes)
 
 
+def test_megatron_notes_a_routing_skew_only_where_the_scenario_gives_one() -> None:
+    """A skew is ppsim's assumption about a run, not a Megatron setting: noted where the scenario
+    gives an uneven one; a scenario that gives none (balanced, or its profile's) has nothing to note."""
+    data = load(SCENARIOS / "mixtral-8x7b.yaml").model_dump(exclude_none=True)
+    assert "skew" not in data["model"]["moe"]
+
+    def noted(moe: dict[str, Any]) -> bool:
+        data["model"]["moe"] = moe
+        return any("routing skew is ppsim's assumption" in n for n in export(parse_scenario(data), "megatron", "x",
+                                                                               "c").notes)
+
+    plain = dict(data["model"]["moe"])
+    assert not noted(plain) and not noted({**plain, "skew": 1.0})
+    assert noted({**plain, "skew": 1.5}) and noted({**plain, "routing": {"load_cv": 0.3}})
+
+
 def test_a_latent_moe_and_a_repeated_mtp_module_are_refused_by_name() -> None:
     data = load(SCENARIOS / "mixtral-8x7b.yaml").model_dump(exclude_none=True)
     data["model"]["moe"]["latent"] = 1024

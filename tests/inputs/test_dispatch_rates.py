@@ -191,7 +191,8 @@ def test_run_says_which_dispatcher_it_priced_and_notes_a_device_without_a_measur
     path.write_text(pyyaml.safe_dump(data))
     out = invoke(app, "run", path)
     assert out.exit_code == 0, out.output
-    assert "hybridep's dispatch (its kernels at their measured 0.72 of NVLink)" in " ".join(out.output.split())
+    assert ("hybridep's dispatch (its kernels at their measured 0.72 of the datasheet's NVLink (323 GB/s))"
+            in " ".join(out.output.split()))
     assert pricing_notes(parse_scenario(data)) == []
     data["hardware"]["device"] = "a100-80g"
     notes = pricing_notes(parse_scenario(data))

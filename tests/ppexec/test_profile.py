@@ -546,6 +546,33 @@ def test_a_profile_s_measured_routing_prices_a_plan_that_gives_none() -> None:
     assert with_profiled_routing(drawn, p) is drawn
     assert with_profiled_routing(s, p.model_copy(update={"routing_skew": {4: 1.7}})) is s
     assert with_profiled_routing(s, None) is s
+    # the plan built on it keeps the scenario as given (ppexec validate writes that one as run)
+    from ppsim.prediction.path import build
+
+    assert build(s, p).scenario.model is not None and build(s, p).scenario.model.moe.skew is None  # type: ignore[union-attr]
+    # an older profile, or one that measured no figure at this plan's EP: balanced, and said so
+    older = predict(s, p.model_copy(update={"routing_skew": {}}))
+    assert older.trace.meta["routing_skew"] == 1.0 and older.trace.meta["routing_unmeasured"]
+    console = Console(width=240, record=True)
+    console.print(summary_renderable(summarize(older.trace)))
+    assert ("expert parallel 2 (routing balanced: the profile measured none at expert parallelism 2; profile again "
+            "with ppexec, or give model.moe.skew)") in console.export_text()
+    assert "routing_unmeasured" not in predict(s, None).trace.meta  # no profile: balanced is the scenario's
+
+
+def test_a_profile_s_routing_is_kept_by_expert_parallelism_and_left_out_of_a_dense_file() -> None:
+    """Keys are expert parallelisms (2 or more), read back from the file's text keys; a dense
+    model's profile writes none."""
+    from pydantic import ValidationError
+
+    p = make_profile()
+    assert "routing_skew" not in p.to_yaml()
+    measured = Profile.model_validate({**p.model_dump(mode="json"), "routing_skew": {"2": 1.3, "4": 1.7}})
+    assert measured.routing_skew == {2: 1.3, 4: 1.7}
+    assert "routing_skew" in measured.to_yaml()
+    for bad in ({"1": 1.2}, {"2": 0.9}):
+        with pytest.raises(ValidationError):
+            Profile.model_validate({**p.model_dump(mode="json"), "routing_skew": bad})
 
 
 def test_validate_predicts_again_at_the_run_s_routing_skew() -> None:
@@ -578,6 +605,10 @@ def test_validate_predicts_again_at_the_run_s_routing_skew() -> None:
     assert again.predicted_ms == pytest.approx(step_time_ms(predict(parse_scenario(data), p).trace))
     assert again.predicted_ms > step_time_ms(prediction.trace)
     assert again.error == pytest.approx(again.predicted_ms / 200.0 - 1)
-    assert "at the run's routing skew 1.50 (the prediction's 1.00" in again.describe()
+    assert "at the run's routing skew 1.50 (the prediction's 1.00; model.moe.skew)" in again.describe()
+    measured = p.model_copy(update={"routing_skew": {2: 1.2}})
+    profiled = run_routing(s, measured, predict(s, measured), run({"routing_skew": 1.5}), 200.0)  # type: ignore[arg-type]
+    assert profiled is not None and profiled.from_profile
+    assert "(the prediction's 1.20; the profile's routing_skew)" in profiled.describe()
     assert run_routing(s, p, prediction, run({"routing_skew": 1.005}), 200.0) is None  # type: ignore[arg-type]
     assert run_routing(s, p, prediction, run({}), 200.0) is None  # type: ignore[arg-type]  # no expert parallelism

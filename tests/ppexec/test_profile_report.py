@@ -63,7 +63,8 @@ def test_a_mixture_of_experts_profile_says_how_its_run_routed(capsys: pytest.Cap
     assert "routing:" not in printed(capsys)
     out = printed(capsys, routing_skew={4: 1.7, 2: 1.33})
     assert ("routing: the busiest rank's token copies over the mean, as the expert-parallel run routed them, at "
-            "expert parallelism 2 1.33, 4 1.70 (a plan whose scenario gives no model.moe.skew is priced at its own)"
+            "expert parallelism 2 1.33, 4 1.70 (beyond 2: its two ranks' copies split further; a plan whose "
+            "scenario gives no model.moe.skew is priced at its expert parallelism's)"
             in " ".join(out.split()))
 
 

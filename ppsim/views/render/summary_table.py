@@ -57,11 +57,15 @@ def summary_renderable(s: Summary, to_fit: str | None = None) -> Group:
         skew = meta.get("routing_skew")
         if skew is not None:
             measured = ", as the profile measured it" if meta.get("routing_from_profile") else ""
-            plan += (" (routing balanced)" if skew == 1
+            unmeasured = (f": the profile measured none at expert parallelism {meta['expert_parallel']}; profile "
+                          "again with ppexec, or give model.moe.skew" if meta.get("routing_unmeasured") else "")
+            plan += (f" (routing balanced{unmeasured})" if skew == 1
                      else f" (busiest rank's tokens {skew:.2f}x the mean{measured})")
         if meta.get("moe_dispatcher"):
             share = meta.get("moe_dispatch_share")
-            rate = (f"its kernels at their measured {share:.2f} of NVLink" if share is not None
+            of = (f"the datasheet's NVLink ({meta['moe_dispatch_gb_s']:,.0f} GB/s)" if meta.get("moe_dispatch_gb_s")
+                  else "the given link")
+            rate = (f"its kernels at their measured {share:.2f} of {of}" if share is not None
                     else "at the links' own rates: no measured share for this device")
             plan += f", {meta['moe_dispatcher']}'s dispatch ({rate})"
         if meta.get("moe_comm_sms") and meta.get("overlap_sm_share"):
