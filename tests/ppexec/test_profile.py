@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -17,7 +18,7 @@ from ppsim.cli import app
 from ppsim.costs import build_workload
 from ppsim.errors import ScenarioError
 from ppsim.inputs.profile import LayerTimes, LinkProfile, Overheads, Profile, RecomputeTimes, load_profile, shape_of
-from ppsim.inputs.scenario import load, parse_scenario
+from ppsim.inputs.scenario import Scenario, load, parse_scenario
 from ppsim.prediction.path import scenario_workload
 
 TINY = SCENARIOS / "tiny-cpu.yaml"
@@ -505,17 +506,10 @@ def test_a_moe_profile_fits_its_all_to_all_at_its_dispatch_sizes() -> None:
     assert link.latency_us == pytest.approx(150.0) and link.bandwidth_gb_s == pytest.approx(2.0)
 
 
-def test_a_profile_s_measured_routing_prices_a_plan_that_gives_none() -> None:
-    """A profile that measured the model's routing (1.3 at EP 2) prices an EP 2 plan at it, and the
-    plan line says so; a scenario's own skew (even 1), a routing draw, or an expert parallelism the
-    profile did not measure keep the scenario's."""
-    from rich.console import Console
-
-    from ppsim.costs.profiled import with_profiled_routing
+def _ep2_moe(routing: dict[int, float]) -> tuple[dict[str, Any], Scenario, Profile]:
+    """The tiny model with 4 experts, 2 a token, on one stage over 2 replicas at EP 2 (its scenario's
+    mapping and scenario), and a profile of it with a measured MoE block, all-to-all and ``routing``."""
     from ppsim.inputs.profile import ExpertShape
-    from ppsim.prediction.path import predict
-    from ppsim.trace.metrics import step_time_ms, summarize
-    from ppsim.views.render.summary_table import summary_renderable
 
     data = load(TINY).with_overrides(stages=1, partition=[4]).model_dump(exclude_none=True)
     data["model"]["moe"] = {"experts": 4, "top_k": 2, "ffn_hidden": 96}
@@ -525,7 +519,22 @@ def test_a_profile_s_measured_routing_prices_a_plan_that_gives_none() -> None:
     p = make_profile().model_copy(update={
         "shape": shape_of(s).model_copy(update={"moe": ExpertShape(experts=4, top_k=2, ffn_hidden=96)}),
         "moe_block": moe, "collectives": {"alltoall": LinkProfile(latency_us=20.0, bandwidth_gb_s=1.0)},
-        "routing_skew": {2: 1.3, 4: 1.7}})
+        "routing_skew": routing})
+    return data, s, p
+
+
+def test_a_profile_s_measured_routing_prices_a_plan_that_gives_none() -> None:
+    """A profile that measured the model's routing (1.3 at EP 2) prices an EP 2 plan at it, and the
+    plan line says so; a scenario's own skew (even 1), a routing draw, or an expert parallelism the
+    profile did not measure keep the scenario's."""
+    from rich.console import Console
+
+    from ppsim.costs.profiled import with_profiled_routing
+    from ppsim.prediction.path import predict
+    from ppsim.trace.metrics import step_time_ms, summarize
+    from ppsim.views.render.summary_table import summary_renderable
+
+    data, s, p = _ep2_moe({2: 1.3, 4: 1.7})
     measured = predict(s, p)
     assert measured.trace.meta["routing_skew"] == pytest.approx(1.3) and measured.trace.meta["routing_from_profile"]
     data["model"]["moe"]["skew"] = 1.3
@@ -582,18 +591,10 @@ def test_validate_predicts_again_at_the_run_s_routing_skew() -> None:
     from types import SimpleNamespace
 
     from ppexec.results.prediction_check import run_routing
-    from ppsim.inputs.profile import ExpertShape
     from ppsim.prediction.path import predict
     from ppsim.trace.metrics import step_time_ms
 
-    data = load(TINY).with_overrides(stages=1, partition=[4]).model_dump(exclude_none=True)
-    data["model"]["moe"] = {"experts": 4, "top_k": 2, "ffn_hidden": 96}
-    data.update(data_parallel=2, expert_parallel=2)
-    s = parse_scenario(data)
-    moe = LayerTimes(forward_ms=3.0, backward_ms=5.0, weight_grad_ms=2.0, optimizer_ms=0.5, params=2000)
-    p = make_profile().model_copy(update={
-        "shape": shape_of(s).model_copy(update={"moe": ExpertShape(experts=4, top_k=2, ffn_hidden=96)}),
-        "moe_block": moe, "collectives": {"alltoall": LinkProfile(latency_us=20.0, bandwidth_gb_s=1.0)}})
+    data, s, p = _ep2_moe({})
     prediction = predict(s, p)
 
     def run(meta: dict[str, float]) -> SimpleNamespace:  # the step compared
