@@ -72,8 +72,7 @@ def scenario_links(s: Scenario, device: Device, stage_to_rank: tuple[int, ...], 
     (``pipes``: the copies of the model the virtual stages form)."""
     intra_gb_s = device.collective_rate()
     hw = s.hardware
-    given = s.cluster.intra_node is not None if s.cluster is not None else hw.tp_link is not None
-    dispatch = _dispatch(s, device, None if given else intra_gb_s)
+    dispatch = _dispatch(s, device, None if exchange_link_given(s) else intra_gb_s)
     if s.cluster is not None:
         return _cluster_links(s.cluster, s, device, stage_to_rank, pipes, intra_gb_s, dispatch)
     boundary = _link(hw.link, device.inter_node_gb_s, device.inter_node_latency_us)
@@ -92,6 +91,12 @@ def scenario_links(s: Scenario, device: Device, stage_to_rank: tuple[int, ...], 
         embedding=boundary if stage_to_rank[0] != stage_to_rank[-1] else None,
         copies=boundary if pipes > 1 else None,
     )
+
+
+def exchange_link_given(s: Scenario) -> bool:
+    """The link a node's expert-parallel exchanges run over is the scenario's own (its cluster's
+    ``intra_node``, or off a cluster ``hardware.tp_link``), not the device's."""
+    return s.cluster.intra_node is not None if s.cluster is not None else s.hardware.tp_link is not None
 
 
 def twin_ranks(stage_to_rank: tuple[int, ...], pipes: int) -> list[tuple[int, int]]:

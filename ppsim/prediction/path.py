@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ppsim.costs import Workload, build_workload
+from ppsim.costs.links import exchange_link_given
 from ppsim.costs.moe import ExpertShard
 from ppsim.costs.profiled import unmeasured_routing, with_profiled_routing
 from ppsim.inputs.hardware import get_device
@@ -127,8 +128,7 @@ def workload_meta(s: Scenario, w: Workload, training: bool) -> TraceMeta:
             rate = device.dispatch_rate(s.training.moe_dispatcher)
             meta["moe_dispatcher"] = s.training.moe_dispatcher
             meta["moe_dispatch_share"] = rate.nvlink if rate else None
-            given = s.cluster.intra_node is not None if s.cluster is not None else s.hardware.tp_link is not None
-            if rate and not given:  # a share of the datasheet's link, whatever rate the collectives run at
+            if rate and not exchange_link_given(s):  # a share of the datasheet's link, whatever the collectives' rate
                 meta["moe_dispatch_gb_s"] = rate.nvlink * device.intra_node_gb_s
     if w.costs.overlap_sm_share and s.training.moe_comm_sms is not None:
         meta["moe_comm_sms"] = s.training.moe_comm_sms
