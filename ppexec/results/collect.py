@@ -32,6 +32,7 @@ from ppsim.api import (
     Summary,
     Trace,
     TraceMeta,
+    measured_skew,
     peer_stage,
     plan_meta,
     summarize,
@@ -121,14 +122,14 @@ def routing_skew(states: list[RankState], step: int, ep: int) -> float | None:
     """The routing's imbalance in recorded step ``step``: per MoE layer forward of each
     expert-parallel group, the token copies its busiest rank's experts received over the group's
     mean, and the mean of those (what ``model.moe.skew`` assumes: a stage's time adds its layers',
-    each paced by its busiest rank); None without expert parallelism."""
+    each paced by its busiest rank; :func:`~ppsim.costs.moe.measured_skew`, each rank's copies one
+    load); None without expert parallelism."""
     groups: dict[tuple[int, int], list[list[int]]] = {}
     for st in states:
         if st.ready is not None and st.steps[step].received:
             groups.setdefault((st.ready.pipe_rank, st.ready.replica // ep), []).append(st.steps[step].received)
-    ratios = [max(calls) / statistics.mean(calls) for members in groups.values()
-              for calls in zip(*members, strict=True) if sum(calls)]
-    return statistics.mean(ratios) if ratios else None
+    calls = [list(forward) for members in groups.values() for forward in zip(*members, strict=True)]
+    return measured_skew(calls, ep) if calls else None
 
 
 def execute(s: Scenario, opts: RunOptions, on_progress: Callable[[list[RankState]], None] | None = None,
