@@ -155,9 +155,13 @@ def analytic_costs(s: Scenario, model: ModelSpec, layout: Layout, device: Device
         ))
         priced_shapes[id(st)] = stages[-1]
     if training.zero_stage >= 1:
-        stages = [shard_optimizer(c, d, links.data_parallel, links.data_parallel, training.zero_reduce,
-                                  overlap_gather=training.overlap_param_gather, fully_sharded=training.zero_stage >= 3)
-                  for c in stages]
+        sharded: dict[int, StageCost] = {}  # by the cost's identity: stages alike share one (priced_shapes)
+        for c in stages:
+            if id(c) not in sharded:
+                sharded[id(c)] = shard_optimizer(c, d, links.data_parallel, links.data_parallel, training.zero_reduce,
+                                                 overlap_gather=training.overlap_param_gather,
+                                                 fully_sharded=training.zero_stage >= 3)
+        stages = [sharded[id(c)] for c in stages]
     stages = copies_summed(s, stages, layout, links.copies)
     tied_ms = tied_embedding_allreduce_ms(s, layout, links.embedding)
     if tied_ms > 0:
@@ -220,10 +224,14 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
     in 16 bits does not price them), at ``narrow_speed`` of that rate (the recipe's GEMMs against
     per-tensor scaling's: :meth:`~ppsim.costs.low_precision.LowPrecision.gemm_speed`)."""
     ms = 0.0
+    plain: dict[tuple[str, bool], float] = {}  # the flat figure's GEMMs outside fused attention: FLOPs by pricing
     for g in gemms:
         narrowed = bool(narrow) and g.linear and not g.wide
         kind = narrow if narrow and narrowed else dtype
         fused = bool(g.head_dim) and flash_attention
+        if efficiency is not None and not fused:  # priced alike: summed, and divided once below
+            plain[kind, narrowed] = plain.get((kind, narrowed), 0.0) + g.flops
+            continue
         flops = g.flops
         whole = whole_window_backward(g, device, kernel, kind, measured=efficiency is None) \
             if fused and backward else None
@@ -235,11 +243,10 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
                 base = efficiency(kind) if callable(efficiency) else efficiency
                 speed = eff / default.fraction(g.head_dim, g.causal_keys, backward=True) if default else 1.0
                 eff = min(whole.ceiling, base * speed)
-        elif efficiency is not None:
+        elif efficiency is not None:  # fused attention: no kernel above its inputs' peak, whatever the figures' ratio
             eff = efficiency(kind) if callable(efficiency) else efficiency
-            if fused:  # no kernel above its inputs' peak, whatever the figures' ratio
-                speed = device.kernel_speed(kernel, kind, backward=backward, head_dim=g.head_dim, keys=g.keys)
-                eff = min(device.kernel_ceiling(kernel), eff * speed)
+            speed = device.kernel_speed(kernel, kind, backward=backward, head_dim=g.head_dim, keys=g.keys)
+            eff = min(device.kernel_ceiling(kernel), eff * speed)
         elif not g.head_dim:
             eff = device.gemm_efficiency(g.m * (g.count if g.batched else 1), g.n, g.k, kind)
         elif fused:
@@ -247,6 +254,10 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
                                                     kernel=kernel)
         else:
             eff = device.attention_efficiency(g.head_dim, kind)
+        ms += flops / (device.peak_flops(kind) / 1e3 * eff * (narrow_speed if narrowed else 1.0))
+    for (kind, narrowed), flops in plain.items():
+        assert efficiency is not None  # plain holds GEMMs only under a flat figure
+        eff = efficiency(kind) if callable(efficiency) else efficiency
         ms += flops / (device.peak_flops(kind) / 1e3 * eff * (narrow_speed if narrowed else 1.0))
     return ms
 

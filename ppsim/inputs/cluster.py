@@ -353,11 +353,7 @@ def alltoall_load(cluster: Cluster, groups: list[list[int]], dispatch: NodeDispa
     per_domain = cluster.domain_size
     load: dict[Hop, float] = {}
     latency_us = 0.0
-
-    def add(hop: Hop, amount: float) -> None:
-        if amount:
-            load[hop] = load.get(hop, 0) + amount
-
+    names, fabrics, nics, get = router.device, router.fabric, router.nic, load.get
     for group in groups:
         n = len(group)
         if n < 2:
@@ -370,9 +366,10 @@ def alltoall_load(cluster: Cluster, groups: list[list[int]], dispatch: NodeDispa
             crossings, copies = dispatch.crossings(len(in_domain)), dispatch.device_copies(n)
             if dispatch.rate is not None:  # a link driven at a share of its rate carries the bytes as more
                 nvlink, network = 1 / dispatch.rate.nvlink, 1 / dispatch.rate.network_share(len(in_domain))
-        for dev in group:
-            domain = dev // per_domain
-            c = in_domain[domain]
+        # what a member sends and receives each way over its domain's switch and out of its NIC,
+        # by the members its domain holds (the same for each of them)
+        amounts: dict[int, tuple[float, float]] = {}
+        for c in set(in_domain.values()):
             inside, outside = (c - 1) * share, (n - c) * share
             if dispatch is not None:
                 if outside:
@@ -380,13 +377,19 @@ def alltoall_load(cluster: Cluster, groups: list[list[int]], dispatch: NodeDispa
                     inside += outside * (1 - 1 / c)  # forwarded in the receiving domain (the same load, by symmetry)
                     outside *= min(1.0, crossed)
                 inside *= copies
-            name, fabric, nic = router.device[dev], router.fabric[domain], router.nic[dev]
-            add((name, fabric), inside * nvlink)
-            add((fabric, name), inside * nvlink)
-            add((name, nic), outside * network)
-            add((nic, SPINE), outside * network)
-            add((SPINE, nic), outside * network)
-            add((nic, name), outside * network)
+            amounts[c] = inside * nvlink, outside * network
+        for dev in group:
+            domain = dev // per_domain
+            inside, outside = amounts[in_domain[domain]]
+            name = names[dev]
+            if inside:
+                fabric = fabrics[domain]
+                for hop in ((name, fabric), (fabric, name)):
+                    load[hop] = get(hop, 0) + inside
+            if outside:
+                nic = nics[dev]
+                for hop in ((name, nic), (nic, SPINE), (SPINE, nic), (nic, name)):
+                    load[hop] = get(hop, 0) + outside
         if len(in_domain) > 1:
             latency_us = max(latency_us, router.inter_us)
         if any(c > 1 for c in in_domain.values()):

@@ -231,10 +231,14 @@ class Device:
         """The fraction of ``dtype``'s peak a step's matmuls reach under the flat pricing:
         :data:`STEP_SHARE` of the device's best ``dtype`` matmul where it was measured, else
         ``efficiency``."""
-        best = self.matmul_best.get(dtype) if self.matmul_best is not None else None
-        if best is None:
-            return self.efficiency
-        return step_share_of(best, self.peak_tflops[dtype])
+        return self._flat_efficiencies.get(dtype, self.efficiency)
+
+    @cached_property
+    def _flat_efficiencies(self) -> dict[str, float]:
+        """:meth:`flat_efficiency` of each dtype whose best matmul was measured (a search asks for it
+        once per GEMM of every plan)."""
+        measured = dict(self.matmul_best.tflops) if self.matmul_best is not None else {}
+        return {dtype: step_share_of(best, self.peak_tflops[dtype]) for dtype, best in measured.items()}
 
     def dispatch_rate(self, dispatcher: str) -> DispatchRate | None:
         """The measured share of each link's rate ``dispatcher``'s kernels reach (None: not measured)."""
