@@ -223,6 +223,11 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
     (``fp8`` or ``fp4``) the blocks' linear layers run at that peak of the device (a curve measured
     in 16 bits does not price them), at ``narrow_speed`` of that rate (the recipe's GEMMs against
     per-tensor scaling's: :meth:`~ppsim.costs.low_precision.LowPrecision.gemm_speed`)."""
+    def flat(kind: str) -> float:
+        """The flat figure of ``kind`` (``efficiency`` is given wherever this is asked)."""
+        assert efficiency is not None
+        return efficiency(kind) if callable(efficiency) else efficiency
+
     ms = 0.0
     plain: dict[tuple[str, bool], float] = {}  # the flat figure's GEMMs outside fused attention: FLOPs by pricing
     for g in gemms:
@@ -240,13 +245,11 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
             eff = whole.window_backward_fraction(g.causal_keys)
             if efficiency is not None:  # the flat figure, scaled by its speed over the default kernel's
                 default = device.flash_attention
-                base = efficiency(kind) if callable(efficiency) else efficiency
                 speed = eff / default.fraction(g.head_dim, g.causal_keys, backward=True) if default else 1.0
-                eff = min(whole.ceiling, base * speed)
+                eff = min(whole.ceiling, flat(kind) * speed)
         elif efficiency is not None:  # fused attention: no kernel above its inputs' peak, whatever the figures' ratio
-            eff = efficiency(kind) if callable(efficiency) else efficiency
             speed = device.kernel_speed(kernel, kind, backward=backward, head_dim=g.head_dim, keys=g.keys)
-            eff = min(device.kernel_ceiling(kernel), eff * speed)
+            eff = min(device.kernel_ceiling(kernel), flat(kind) * speed)
         elif not g.head_dim:
             eff = device.gemm_efficiency(g.m * (g.count if g.batched else 1), g.n, g.k, kind)
         elif fused:
@@ -256,9 +259,7 @@ def matmul_ms(gemms: tuple[Gemm, ...], device: Device, dtype: str, *, flash_atte
             eff = device.attention_efficiency(g.head_dim, kind)
         ms += flops / (device.peak_flops(kind) / 1e3 * eff * (narrow_speed if narrowed else 1.0))
     for (kind, narrowed), flops in plain.items():
-        assert efficiency is not None  # plain holds GEMMs only under a flat figure
-        eff = efficiency(kind) if callable(efficiency) else efficiency
-        ms += flops / (device.peak_flops(kind) / 1e3 * eff * (narrow_speed if narrowed else 1.0))
+        ms += flops / (device.peak_flops(kind) / 1e3 * flat(kind) * (narrow_speed if narrowed else 1.0))
     return ms
 
 
