@@ -80,7 +80,8 @@ def run(
                                  inputs, force)  # each input reachable first: a name too long is one line
         _not_a_trace(scenario)
         s = scenario_with(scenario, plan, ds_config)
-        prediction = predict(s, load_profile_option(profile))
+        # where the all-to-alls fall is drawn by the outputs alone: without one, not worked out
+        prediction = predict(s, load_profile_option(profile), placements=bool(targets))
         result = prediction.trace
         summary = summarize(result)
         if "--save-trace" in targets:

@@ -64,6 +64,21 @@ def test_outputs_are_written_and_read_back(tmp_path: Path) -> None:
     assert invoke(app, "run", GPT, *SMALL, "--html", str(html), "--save-trace", str(own)).exit_code == 0
 
 
+def test_the_experts_all_to_alls_reach_every_output_that_draws_them(tmp_path: Path) -> None:
+    """run works out where a MoE step's all-to-alls fall only for an output that draws them; the
+    figures printed are the same either way."""
+    moe = str(SCENARIOS / "moe-cpu.yaml")
+    chrome, own = tmp_path / "m.chrome.json", tmp_path / "m.trace.json"
+    res = invoke(app, "run", moe, "--json", "--trace", str(chrome), "--save-trace", str(own))
+    assert res.exit_code == 0, res.output
+    spans = Trace.load(own).meta["alltoall_spans"]
+    assert spans and all(spans)  # every pipeline rank exchanges its experts' tokens
+    slices = [e for e in json.loads(chrome.read_text())["traceEvents"] if e.get("cat") == "alltoall"]
+    assert len(slices) == sum(len(r) for r in spans)
+    alone = invoke(app, "run", moe, "--json")
+    assert alone.exit_code == 0 and json.loads(alone.stdout) == json.loads(res.stdout)
+
+
 def test_outputs_never_clobber_user_files(tmp_path: Path) -> None:
     mine = tmp_path / "notes.json"
     mine.write_text('{"my": "notes"}')
