@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from ppsim.costs import Workload, build_workload
 from ppsim.costs.links import exchange_link_given
 from ppsim.costs.moe import ExpertShard
-from ppsim.costs.profiled import unmeasured_routing, with_profiled_routing
 from ppsim.inputs.hardware import get_device
 from ppsim.inputs.scenario import Scenario
 from ppsim.plan import Plan, lower, schedules
@@ -142,14 +141,18 @@ def predict(s: Scenario, profile: Profile | None = None, workload: Workload | No
     ``workload``: the scenario's costs, ``built``: its plan and costs, when the caller has them;
     ``placements``: record where the experts' all-to-alls fall, for the timelines; a caller that
     reads only the figures, the tuner, leaves it)."""
-    given, s = s, with_profiled_routing(s, profile)
+    given, unmeasured = s, False
+    if profile is not None:  # a profile's reader (pydantic models) imported only where one is used
+        from ppsim.costs.profiled import unmeasured_routing, with_profiled_routing
+
+        s, unmeasured = with_profiled_routing(s, profile), unmeasured_routing(s, profile)
     b = built or build(s, profile, workload)
     plan = lower_built(b)
     trace = simulate(plan, b.workload.costs, s.pipeline.comm, kernel=s.simulator.kernel)
     trace.meta.update(workload_meta(s, b.workload, schedules.describe(s.pipeline.schedule).training))
     if s is not given:
         trace.meta["routing_from_profile"] = True
-    elif unmeasured_routing(s, profile):
+    elif unmeasured:
         trace.meta["routing_unmeasured"] = True
     costs = b.workload.costs
     if any(c.forward_overlap_ms or c.backward_overlap_ms for c in costs.stages):  # the experts' all-to-alls
