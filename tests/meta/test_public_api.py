@@ -49,3 +49,14 @@ def test_importing_ppsim_pulls_in_nothing_heavy() -> None:
             "if m in sys.modules]; print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_a_plan_without_a_profile_never_reads_one() -> None:
+    """`ppsim run` of a scenario imports neither a profile's reader nor a page's renderer (each costs
+    every run's start; issue 33's run target is a whole process)."""
+    code = ("import sys; from ppsim.cli import main; sys.argv = ['ppsim', 'run', 'scenarios/moe-cpu.yaml', '--json']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print([m for m in ('ppsim.inputs.profile', 'ppsim.costs.profiled', 'plotly') if m in sys.modules], "
+            "file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stderr.strip() == "[]", out.stderr
