@@ -5,6 +5,8 @@ builders — explicit milliseconds (:mod:`~ppsim.costs.explicit`), a measured pr
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -23,7 +25,7 @@ from ppsim.costs.table import CostTable
 from ppsim.errors import ScenarioError
 from ppsim.inputs.choices import Recompute
 from ppsim.inputs.hardware import DEFAULT_ATTENTION_KERNEL, STEP_SHARE, Device, get_device
-from ppsim.inputs.scenario import MOE_KINDS, Scenario
+from ppsim.inputs.scenario import MOE_KINDS, Scenario, TrainingSpec
 
 if TYPE_CHECKING:  # pragma: no cover - a profile's reader is imported where a profile is used
     from ppsim.inputs.profile import Profile
@@ -187,6 +189,12 @@ def attention_kernel_clause(s: Scenario, device: Device, *, curves: bool) -> str
     return f", the attention {how}by {kernel} at its measured speed over {DEFAULT_ATTENTION_KERNEL}'s"
 
 
+#: :func:`model_layers` by what it reads of a scenario (a search asks again for every plan that
+#: differs only in its stages, data parallelism, micro-batch count or schedule); the most recent (frozen)
+_MODEL_LAYERS: OrderedDict[Hashable, tuple[LayerCost, LayerCost, LayerCost]] = OrderedDict()
+_MODEL_LAYERS_KEPT = 4096
+
+
 def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompute | None = None,
                  moe: bool = False, windowed: bool = False, parts: LayerParts = "block", wide: bool = False
                  ) -> tuple[LayerCost, LayerCost, LayerCost] | None:
@@ -194,9 +202,29 @@ def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompu
     device, in the scenario's recompute mode or ``recompute``; the block a MoE layer's with ``moe``,
     one attending through the sliding window with ``windowed``, its linear layers in the model's
     dtype whatever the scenario's FP8 / FP4 with ``wide``; with a profile the embedding's and
-    head's parameters are whole, as ppexec holds them."""
+    head's parameters are whole, as ppexec holds them. Remembered by everything it reads: the
+    model, the training keys and the tensor, context and expert parallelism."""
     if s.model is None:
         return None
+    key = (s.model, _frozen(s.training), s.tensor_parallel, s.context_parallel, s.expert_parallel, s.expert_tensor,
+           profile is not None, recompute, moe, windowed, parts, wide)
+    known = _MODEL_LAYERS.get(key)
+    if known is None:
+        known = _MODEL_LAYERS[key] = _model_layers(s, profile, recompute, moe, windowed, parts, wide)
+        if len(_MODEL_LAYERS) > _MODEL_LAYERS_KEPT:
+            _MODEL_LAYERS.popitem(last=False)
+    return known
+
+
+def _frozen(training: TrainingSpec) -> tuple[object, ...]:
+    """The training keys' values, hashable (their lists as tuples)."""
+    return tuple(tuple(v) if isinstance(v, list) else v for v in training.__dict__.values())
+
+
+def _model_layers(s: Scenario, profile: Profile | None, recompute: Recompute | None, moe: bool, windowed: bool,
+                  parts: LayerParts, wide: bool) -> tuple[LayerCost, LayerCost, LayerCost]:
+    """:func:`model_layers`, worked out."""
+    assert s.model is not None  # model_layers returns None without one
     t, training = s.tensor_parallel, s.training
     narrow = None if wide else scenario_precision(training.fp8, training.fp4, training.low_precision_params)
     experts = (ExpertShard.of(s.model, s.expert_parallel, s.expert_tensor, training.moe_dispatcher)
