@@ -105,13 +105,13 @@ def ideal_times(plan: Plan, duration: Duration = default_duration, latency: Late
     work = list(range(len(acts)))
     finished = done.get
     where = plan.stage_to_rank
+    took = [[duration(a) for a in ra] for ra in acts]  # each action's time, asked once
     while work:
         r = work.pop()
-        ra = acts[r]
-        n = len(ra)
+        n = len(acts[r])
         i = pos[r]
         free = ends[r][i - 1] if i else zero
-        rank_starts, rank_ends, rank_needs = starts[r], ends[r], needs[r]
+        rank_starts, rank_ends, rank_needs, rank_took = starts[r], ends[r], needs[r], took[r]
         while i < n:
             start = free
             deps, made = rank_needs[i]
@@ -125,7 +125,7 @@ def ideal_times(plan: Plan, duration: Duration = default_duration, latency: Late
                 if t > start:
                     start = t
             else:
-                free = (start[0] + duration(ra[i]), start[1] + 1)
+                free = (start[0] + rank_took[i], start[1] + 1)
                 rank_starts[i] = start
                 rank_ends[i] = free
                 i += 1
