@@ -28,6 +28,14 @@ prices, and the shortest a kernel takes. One prepared run for a lent accelerator
    at 4.4x their forward's host time in the backward (its PR 3523, on a GB200), how much of it
    autograd's own is what this tells.
 
+7. **Attention where the catalogue holds no measurement**: torch's SDPA (cuDNN's kernel where torch
+   has it, as Transformer Engine runs) causal at head dim 64 (GPT-OSS's full-attention layers, 64
+   query heads on 8 KV heads) beside head dim 128 (32 on 8), 4K-16K tokens, forward and backward;
+   and a context-parallel rank's ring of kernels (its causal diagonal block, then cp - 1 blocks of
+   its 2c queries on c keys unmasked, c = s / 2cp) against one causal pass of the same entries:
+   each as a fraction of the bf16 peak counted as the catalogue counts, beside the fraction ppsim
+   prices it at on ``--like`` (for head dim 64 without a window, the nearest measured head dim's).
+
 Each section runs on its own: one that fails prints its error and the others go on. Printed, and
 written to ``DIR/device-kernels.yaml`` with the versions it ran on.
 """
@@ -55,6 +63,11 @@ BEST_GRID = tuple((m, n, k) for m in (4096, 8192, 16384) for n in (4096, 8192, 1
 QUICK_GRID = ((64, 128, 64), (128, 128, 128))
 #: the FP8 sweep's model widths (ppexec device's layer GEMMs at each)
 FP8_WIDTHS = (1024, 2048, 4096, 6144, 8192, 12288, 16384)
+#: section 7's heads, (head dim, query heads, KV heads): GPT-OSS's, then Llama's (query width 4,096 each)
+ATTENTION_HEADS = ((64, 64, 8), (128, 32, 8))
+ATTENTION_SEQS = (4096, 8192, 16384)
+#: a context-parallel ring's sequence and its sizes (head dim 128)
+RING_SEQ, RING_CP = 16384, (2, 4)
 
 
 def moe_pieces(scenario_file: str) -> dict[str, Any]:
@@ -358,10 +371,95 @@ def host_launches(b: Bench, layers: int = 200, repeats: int = 20) -> dict[str, A
             "backward_over_forward": round(backward_us / forward_us, 3), "round_trip_us": round(1e6 * min(trip_s), 3)}
 
 
+def attention_passes_ms(b: Bench, d: int, heads: int, kv_heads: int, queries: int, keys: int, causal: bool
+                        ) -> tuple[float, float]:
+    """(forward, backward) ms of one SDPA call: ``heads`` x ``queries`` queries of width ``d`` on
+    ``keys`` keys of ``kv_heads`` heads, causal or unmasked; its input grads by autograd."""
+    torch = b.torch
+    q = b.randn(1, heads, queries, d).requires_grad_()
+    k, v = (b.randn(1, kv_heads, keys, d).requires_grad_() for _ in range(2))
+
+    def forward() -> Any:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    out = forward()
+    grad = torch.ones_like(out)
+    return (float(b.watch.ms(forward)),
+            float(b.watch.ms(lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True))))
+
+
+def attention_fraction(ms: float, entries: float, d: int, peak_tflops: float, backward: bool) -> float:
+    """The fraction of the peak a pass of ``entries`` score entries of head dim ``d`` ran at, counted
+    as the catalogue counts (forward 4 x entries x d FLOPs, backward 2.5 x that)."""
+    flops = (10 if backward else 4) * entries * d
+    return float(f"{flops / (ms / 1e3) / (peak_tflops * 1e12):.4g}")
+
+
+def sdpa_backend(b: Bench) -> tuple[Any, str]:
+    """The context that holds torch's SDPA to cuDNN's kernel where torch has it here, and its name."""
+    import contextlib
+
+    if b.cuda:
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            if b.torch.backends.cudnn.is_available():
+                return sdpa_kernel([SDPBackend.CUDNN_ATTENTION]), "cudnn"
+            return sdpa_kernel([SDPBackend.FLASH_ATTENTION]), "flash"
+        except ImportError:
+            pass
+    return contextlib.nullcontext(), "torch's default"
+
+
+def attention(b: Bench, device: Any, peak_tflops: float) -> dict[str, Any]:
+    """Section 7: causal SDPA by head dim and length, and a context-parallel rank's ring of kernels,
+    each measured and priced as fractions of the bf16 peak."""
+    from ppsim.costs.gemms import attended_keys
+
+    kernel = device.flash_attention
+    heads_of = ((64, 8, 1), (128, 4, 1)) if b.quick else ATTENTION_HEADS
+    seqs = (128, 256) if b.quick else ATTENTION_SEQS
+    ring_seq, ring_cps = (256, (2,)) if b.quick else (RING_SEQ, RING_CP)
+
+    def priced(d: int, keys: float) -> dict[str, float | None]:
+        return {pass_: round(kernel.fraction(d, keys, backward=pass_ == "backward"), 4) if kernel else None
+                for pass_ in ("forward", "backward")}
+
+    context, backend = sdpa_backend(b)
+    out: dict[str, Any] = {"backend": backend, "causal": [], "ring": []}
+    with context:
+        for d, heads, kv_heads in heads_of:
+            for s in seqs:
+                fwd, bwd = attention_passes_ms(b, d, heads, kv_heads, s, s, causal=True)
+                entries = heads * s * attended_keys(s)
+                out["causal"].append({
+                    "head_dim": d, "heads": heads, "kv_heads": kv_heads, "seq": s,
+                    "ms": {"forward": round(fwd, 4), "backward": round(bwd, 4)},
+                    "of_peak": {"forward": attention_fraction(fwd, entries, d, peak_tflops, False),
+                                "backward": attention_fraction(bwd, entries, d, peak_tflops, True)},
+                    "priced_of_peak": priced(d, attended_keys(s))})
+        d, heads, kv_heads = heads_of[-1]
+        for cp in ring_cps:
+            c = ring_seq // (2 * cp)  # each rank holds two chunks of c (the causal balance)
+            diagonal = attention_passes_ms(b, d, heads, kv_heads, 2 * c, 2 * c, causal=True)
+            step = attention_passes_ms(b, d, heads, kv_heads, 2 * c, c, causal=False)
+            ms = [diagonal[i] + (cp - 1) * step[i] for i in (0, 1)]
+            entries = heads * (ring_seq // cp) * attended_keys(ring_seq)  # = heads x 2c x c x cp
+            out["ring"].append({
+                "cp": cp, "seq": ring_seq, "chunk": c, "head_dim": d,
+                "ms": {"forward": round(ms[0], 4), "backward": round(ms[1], 4)},
+                "of_peak": {"forward": attention_fraction(ms[0], entries, d, peak_tflops, False),
+                            "backward": attention_fraction(ms[1], entries, d, peak_tflops, True)},
+                "priced_of_peak": priced(d, attended_keys(ring_seq))})  # as ppsim prices a rank's share
+            if b.cuda:
+                b.torch.cuda.empty_cache()
+    return out
+
+
 SECTIONS: tuple[tuple[str, str], ...] = (("best_matmul", "best matmul"), ("fp8_gemms", "FP8 GEMMs by shape"),
                                          ("beside_copies", "a GEMM beside a copy"), ("moe_layer", "MoE pieces"),
                                          ("shortest_kernel", "the shortest kernel"),
-                                         ("host_launches", "the host's time per launch, each way"))
+                                         ("host_launches", "the host's time per launch, each way"),
+                                         ("attention", "attention where the catalogue holds no measurement"))
 
 
 def run(like: str, device: str, quick: bool) -> dict[str, Any]:
@@ -382,7 +480,8 @@ def run(like: str, device: str, quick: bool) -> dict[str, Any]:
     work: dict[str, Callable[[], Any]] = {
         "best_matmul": lambda: best_matmul(b, peaks), "fp8_gemms": lambda: fp8_curve(b, peaks.get("fp8", 0.0)),
         "beside_copies": lambda: beside_copies(b), "moe_layer": lambda: moe_layer(b, base),
-        "shortest_kernel": lambda: shortest_kernel(b), "host_launches": lambda: host_launches(b)}
+        "shortest_kernel": lambda: shortest_kernel(b), "host_launches": lambda: host_launches(b),
+        "attention": lambda: attention(b, base, peaks["bf16"])}
     for key, title in SECTIONS:
         print(f"== {title}", flush=True)
         try:

@@ -51,3 +51,21 @@ def test_on_a_cpu_every_section_runs_small_or_says_why_not(tmp_path) -> None:
     assert host["layers"] == 10 and host["forward_us"] > 0 and host["backward_us"] > 0 and host["round_trip_us"] > 0
     assert host["backward_over_forward"] == pytest.approx(host["backward_us"] / host["forward_us"], rel=1e-2)
     assert got["catalogue"]["flat_efficiency"] == {"bf16": 0.55, "fp8": 0.5028}  # 0.685 x 1,453.4 / 1,979
+    attention = got["attention"]
+    assert [(x["head_dim"], x["seq"]) for x in attention["causal"]] == [(64, 128), (64, 256), (128, 128), (128, 256)]
+    assert [x["cp"] for x in attention["ring"]] == [2]
+    for row in attention["causal"] + attention["ring"]:
+        assert all(ms > 0 for ms in row["ms"].values()) and all(f > 0 for f in row["of_peak"].values())
+    # head dim 64 at 64-128 keys: the h200's only head-dim-64 point (a 1,024 window) prices it
+    assert attention["causal"][0]["priced_of_peak"] == {"forward": 0.353, "backward": 0.302}
+
+
+def test_a_ring_of_kernels_computes_the_entries_ppsim_prices_a_rank_for() -> None:
+    """A rank of a ring of cp over s tokens: its causal diagonal block of 2c queries and cp - 1 blocks
+    of 2c queries on c keys (c = s / 2cp) hold as many score entries as its s / cp queries on s / 2
+    keys, the causal half that ppsim prices."""
+    b = bench_module("device_kernels")
+    s = b.RING_SEQ
+    for cp in b.RING_CP:
+        c = s // (2 * cp)
+        assert (2 * c) * (2 * c) / 2 + (cp - 1) * (2 * c) * c == (s // cp) * (s / 2)
