@@ -420,36 +420,34 @@ def attention(b: Bench, device: Any, peak_tflops: float) -> dict[str, Any]:
     seqs = (128, 256) if b.quick else ATTENTION_SEQS
     ring_seq, ring_cps = (256, (2,)) if b.quick else (RING_SEQ, RING_CP)
 
-    def priced(d: int, keys: float) -> dict[str, float | None]:
-        return {pass_: round(kernel.fraction(d, keys, backward=pass_ == "backward"), 4) if kernel else None
-                for pass_ in ("forward", "backward")}
+    def figures(ms: tuple[float, float], entries: float, d: int, keys: float) -> dict[str, Any]:
+        """A shape's two passes: their times, the fractions of peak they ran at, and the fractions
+        ppsim prices them at (its kernel's, with queries attending ``keys`` on average)."""
+        passes = ("forward", "backward")
+        return {"ms": {p: round(x, 4) for p, x in zip(passes, ms)},
+                "of_peak": {p: attention_fraction(x, entries, d, peak_tflops, p == "backward")
+                            for p, x in zip(passes, ms)},
+                "priced_of_peak": {p: round(kernel.fraction(d, keys, backward=p == "backward"), 4) if kernel else None
+                                   for p in passes}}
 
     context, backend = sdpa_backend(b)
     out: dict[str, Any] = {"backend": backend, "causal": [], "ring": []}
     with context:
         for d, heads, kv_heads in heads_of:
             for s in seqs:
-                fwd, bwd = attention_passes_ms(b, d, heads, kv_heads, s, s, causal=True)
-                entries = heads * s * attended_keys(s)
-                out["causal"].append({
-                    "head_dim": d, "heads": heads, "kv_heads": kv_heads, "seq": s,
-                    "ms": {"forward": round(fwd, 4), "backward": round(bwd, 4)},
-                    "of_peak": {"forward": attention_fraction(fwd, entries, d, peak_tflops, False),
-                                "backward": attention_fraction(bwd, entries, d, peak_tflops, True)},
-                    "priced_of_peak": priced(d, attended_keys(s))})
+                ms = attention_passes_ms(b, d, heads, kv_heads, s, s, causal=True)
+                out["causal"].append({"head_dim": d, "heads": heads, "kv_heads": kv_heads, "seq": s,
+                                      **figures(ms, heads * s * attended_keys(s), d, attended_keys(s))})
         d, heads, kv_heads = heads_of[-1]
         for cp in ring_cps:
             c = ring_seq // (2 * cp)  # each rank holds two chunks of c (the causal balance)
             diagonal = attention_passes_ms(b, d, heads, kv_heads, 2 * c, 2 * c, causal=True)
             step = attention_passes_ms(b, d, heads, kv_heads, 2 * c, c, causal=False)
-            ms = [diagonal[i] + (cp - 1) * step[i] for i in (0, 1)]
+            ring = (diagonal[0] + (cp - 1) * step[0], diagonal[1] + (cp - 1) * step[1])
             entries = heads * (ring_seq // cp) * attended_keys(ring_seq)  # = heads x 2c x c x cp
-            out["ring"].append({
-                "cp": cp, "seq": ring_seq, "chunk": c, "head_dim": d,
-                "ms": {"forward": round(ms[0], 4), "backward": round(ms[1], 4)},
-                "of_peak": {"forward": attention_fraction(ms[0], entries, d, peak_tflops, False),
-                            "backward": attention_fraction(ms[1], entries, d, peak_tflops, True)},
-                "priced_of_peak": priced(d, attended_keys(ring_seq))})  # as ppsim prices a rank's share
+            # priced as ppsim prices a rank's share: its queries on the whole sequence's causal half
+            out["ring"].append({"cp": cp, "seq": ring_seq, "chunk": c, "head_dim": d,
+                                **figures(ring, entries, d, attended_keys(ring_seq))})
             if b.cuda:
                 b.torch.cuda.empty_cache()
     return out

@@ -213,6 +213,7 @@ def model_layers(s: Scenario, profile: Profile | None = None, recompute: Recompu
         known = _MODEL_LAYERS[key] = _model_layers(s, profile, recompute, moe, windowed, parts, wide)
         if len(_MODEL_LAYERS) > _MODEL_LAYERS_KEPT:
             _MODEL_LAYERS.popitem(last=False)
+    _MODEL_LAYERS.move_to_end(key)  # the least recently asked for goes first
     return known
 
 
